@@ -1,0 +1,70 @@
+//! Agent adapters: one per coding-agent CLI (spec §8.1–8.3, §9).
+//!
+//! An adapter knows its CLI's real headless invocation and stream format. It builds the
+//! argv, classifies each output line into a [`Classified`] event and folds events into an
+//! [`AgentOutcome`] (completion, turns, tokens, cost, quota).
+//!
+//! Architecture Invariant: adapters are pure. They never touch disk, clock, network or
+//! Docker, and never panic or error on a malformed line: it becomes `EventKind::Unknown`.
+//! API Boundary: the [`AgentAdapter`] trait.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
+
+/// How to start the CLI: an argv (never a shell string) and optional stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub argv: Vec<String>,
+    /// Fed to the process's stdin when set (the prompt, for CLIs that read it there).
+    pub stdin: Option<String>,
+}
+
+/// One classified output line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Classified {
+    pub kind: EventKind,
+    /// One human line: "assistant: Fixed the parser", "tool Bash: cargo test".
+    pub summary: String,
+    /// The parsed JSON, or `{"raw": line}` when the line was not JSON.
+    pub data: serde_json::Value,
+}
+
+/// A usage or rate limit the CLI reported in a structured event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaHit {
+    pub message: String,
+    /// When the limit resets, as the CLI said it (epoch seconds or text), if it did.
+    pub resets_at: Option<String>,
+}
+
+/// What the stream said about the run, folded line by line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentOutcome {
+    /// A completion event (Claude `result`, Codex `turn.completed`/`turn.failed`, …) was seen.
+    pub completed: bool,
+    /// The completion said success (and `is_error` was not set).
+    pub succeeded: bool,
+    pub quota: Option<QuotaHit>,
+    pub turns: u32,
+    /// Absolute totals for the run, never double counted.
+    pub tokens: TokenUsage,
+    pub cost_usd: Option<f64>,
+    pub final_message: Option<String>,
+    /// The error the CLI reported, if any.
+    pub error: Option<String>,
+}
+
+/// One coding-agent CLI.
+pub trait AgentAdapter: Send + Sync {
+    fn agent_type(&self) -> AgentType;
+
+    /// The argv (and stdin) that runs the CLI headless on `prompt` for this attempt.
+    fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation;
+
+    /// Classifies one line of stdout. Never fails.
+    fn classify(&self, line: &str) -> Classified;
+
+    /// Folds one classified line into the outcome so far.
+    fn observe(&self, outcome: &mut AgentOutcome, event: &Classified);
+}

@@ -1,0 +1,3 @@
+//! Configuration: the YAML files under `$POLYPHONY_HOME` loaded into validated typed config.
+
+pub mod model;

@@ -1,0 +1,367 @@
+//! The typed shape of the four YAML files under `$POLYPHONY_HOME` (spec §11).
+//!
+//! Every struct denies unknown fields so a typo is an error that names the field.
+//! Durations are strings like `30s`, `5m`, `1h30m` (humantime); paths may use `~` and `$VAR`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+// ---------------------------------------------------------------- config.yaml
+
+/// `config.yaml`: global settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GlobalConfig {
+    /// Root of per-attempt clones: `{workspace_root}/{task_key}/{attempt}/`.
+    pub workspace_root: String,
+    /// Root of the bare mirror cache, one per repository.
+    pub mirror_root: String,
+    /// How often the daemon polls its sources.
+    pub poll_interval: String,
+    pub max_concurrent_agents: u32,
+    /// Kill an agent that prints nothing for this long.
+    pub event_idle_timeout: String,
+    /// Attempts (not counting quota fallbacks) before a task is BLOCKED.
+    pub max_attempts: u32,
+    /// Identity used when neither the rule nor the agent profile names one.
+    pub default_identity: Option<String>,
+    /// Prompt template file (placeholders like `{title}`); built-in default when unset.
+    pub prompt_template: Option<String>,
+    pub container: ContainerConfig,
+    pub git: GitConfig,
+    pub github: GithubConfig,
+    pub verify: VerifyConfig,
+    /// Per-repository overrides, first matching entry wins.
+    pub repos: Vec<RepoConfig>,
+}
+
+impl Default for GlobalConfig {
+    fn default() -> Self {
+        GlobalConfig {
+            workspace_root: "~/.polyphony/workspaces".into(),
+            mirror_root: "~/.polyphony/mirrors".into(),
+            poll_interval: "30s".into(),
+            max_concurrent_agents: 8,
+            event_idle_timeout: "5m".into(),
+            max_attempts: 3,
+            default_identity: None,
+            prompt_template: None,
+            container: ContainerConfig::default(),
+            git: GitConfig::default(),
+            github: GithubConfig::default(),
+            verify: VerifyConfig::default(),
+            repos: Vec::new(),
+        }
+    }
+}
+
+/// Defaults for every worker container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerConfig {
+    /// Image agents run in unless their profile names another.
+    pub image: String,
+    /// Wall-clock limit for one agent attempt.
+    pub deadline: String,
+    /// Memory limit, e.g. `4g`, `512m`.
+    pub memory: String,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    /// `uid:gid` inside the container; unset means the daemon's own uid:gid.
+    pub user: Option<String>,
+    /// Default network for agent containers: `bridge`, `none` or `host`.
+    pub network: String,
+}
+
+impl Default for ContainerConfig {
+    fn default() -> Self {
+        ContainerConfig {
+            image: "polyphony-worker:latest".into(),
+            deadline: "30m".into(),
+            memory: "4g".into(),
+            cpus: 2.0,
+            pids_limit: 512,
+            user: None,
+            network: "bridge".into(),
+        }
+    }
+}
+
+/// Commit author for the orchestrator's commits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GitConfig {
+    pub author_name: String,
+    pub author_email: String,
+    /// Branch name prefix: branches are `{prefix}{task_key}-a{attempt}`.
+    pub branch_prefix: String,
+}
+
+impl Default for GitConfig {
+    fn default() -> Self {
+        GitConfig {
+            author_name: "Polyphony".into(),
+            author_email: "polyphony@localhost".into(),
+            branch_prefix: "polyphony/".into(),
+        }
+    }
+}
+
+/// GitHub intake and landing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GithubConfig {
+    /// Repositories (`owner/name`) the daemon polls for labelled issues.
+    pub repos: Vec<String>,
+    pub ready_label: String,
+    pub claimed_label: String,
+    pub landed_label: String,
+    pub blocked_label: String,
+    /// Take an issue only if its ready label was applied by a user with write access.
+    pub trusted_only: bool,
+    /// Open pull requests as drafts.
+    pub draft_prs: bool,
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            repos: Vec::new(),
+            ready_label: "agent-ready".into(),
+            claimed_label: "agent-claimed".into(),
+            landed_label: "agent-landed".into(),
+            blocked_label: "agent-blocked".into(),
+            trusted_only: false,
+            draft_prs: false,
+        }
+    }
+}
+
+/// Proof-of-work checks (spec §10). Overridable per repo and by `.polyphony.yaml`
+/// on the BASE branch, never by the agent's branch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifyConfig {
+    pub test: Option<String>,
+    pub lint: Option<String>,
+    pub typecheck: Option<String>,
+    /// Limit for each check.
+    pub timeout: String,
+    /// Image checks run in; unset means the agent's image.
+    pub image: Option<String>,
+    /// Globs the agent may not touch.
+    pub protected_paths: Vec<String>,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        VerifyConfig {
+            test: None,
+            lint: None,
+            typecheck: None,
+            timeout: "10m".into(),
+            image: None,
+            protected_paths: vec![".github/**".into(), ".polyphony.yaml".into()],
+        }
+    }
+}
+
+/// Settings for repositories whose name or path matches `repo` (a glob).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoConfig {
+    /// Glob over `owner/name` or the repository URL/path.
+    pub repo: String,
+    #[serde(default)]
+    pub base_ref: Option<String>,
+    #[serde(default)]
+    pub verify: Option<VerifyOverride>,
+    /// Image for agents on this repo (its toolchain must be in it).
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
+/// Per-repo verification; unset fields fall back to the global `verify`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifyOverride {
+    pub test: Option<String>,
+    pub lint: Option<String>,
+    pub typecheck: Option<String>,
+    pub timeout: Option<String>,
+    pub image: Option<String>,
+    pub protected_paths: Option<Vec<String>>,
+}
+
+// ---------------------------------------------------------------- identities.yaml
+
+/// `identities.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentitiesFile {
+    pub identities: Vec<IdentityConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    pub name: String,
+    /// Agent type -> host directory with that CLI's login (`~` allowed).
+    #[serde(default)]
+    pub volumes: BTreeMap<String, String>,
+    /// Container variable -> host variable its value is read from.
+    #[serde(default)]
+    pub api_keys: BTreeMap<String, String>,
+    /// Host variable with this identity's GitHub token (default GITHUB_TOKEN, then GH_TOKEN).
+    #[serde(default)]
+    pub github_token_env: Option<String>,
+    #[serde(default)]
+    pub cost_ceiling_usd_per_day: Option<f64>,
+}
+
+// ---------------------------------------------------------------- agents.yaml
+
+/// `agents.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsFile {
+    pub agents: Vec<AgentConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub name: String,
+    /// `claude`, `codex`, `kimi` or `gemini`.
+    pub agent_type: String,
+    #[serde(default)]
+    pub cli_command: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub context_window_tokens: Option<u64>,
+    #[serde(default)]
+    pub strengths: Vec<String>,
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// `bridge`, `none` or `host`; default from `container.network`.
+    #[serde(default)]
+    pub network: Option<String>,
+    #[serde(default)]
+    pub deadline: Option<String>,
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+    #[serde(default)]
+    pub auth_path: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub pids_limit: Option<i64>,
+    /// Turn hardening off for this profile (all on by default).
+    #[serde(default)]
+    pub hardening: Option<HardeningConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HardeningConfig {
+    pub cap_drop_all: bool,
+    pub no_new_privileges: bool,
+    pub init: bool,
+}
+
+impl Default for HardeningConfig {
+    fn default() -> Self {
+        HardeningConfig {
+            cap_drop_all: true,
+            no_new_privileges: true,
+            init: true,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- routing.yaml
+
+/// `routing.yaml`: rules evaluated top-down, first match wins (spec §5.2–5.6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingFile {
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+    pub default: DefaultRuleConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    pub name: String,
+    /// Predicates, all of which must hold.
+    #[serde(default, rename = "match")]
+    pub match_: MatchConfig,
+    pub agent: String,
+    #[serde(default)]
+    pub fallback: Vec<String>,
+    #[serde(default)]
+    pub identity: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultRuleConfig {
+    pub agent: String,
+    #[serde(default)]
+    pub fallback: Vec<String>,
+    #[serde(default)]
+    pub identity: Option<String>,
+}
+
+/// One value or a list of accepted values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    pub fn as_slice(&self) -> &[T] {
+        match self {
+            OneOrMany::One(v) => std::slice::from_ref(v),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// Inclusive range; either end may be open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RangeConfig {
+    #[serde(default)]
+    pub min: Option<u32>,
+    #[serde(default)]
+    pub max: Option<u32>,
+}
+
+/// Rule predicates. Unset means "any".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatchConfig {
+    pub task_type: Option<OneOrMany<String>>,
+    pub risk: Option<OneOrMany<String>>,
+    pub scope: Option<OneOrMany<String>>,
+    pub requires_web: Option<bool>,
+    /// Holds when the task carries at least one of these labels.
+    pub labels: Option<OneOrMany<String>>,
+    /// `github` or `local`.
+    pub source: Option<OneOrMany<String>>,
+    /// Glob(s) over `owner/name` or the repo URL/path.
+    pub repo: Option<OneOrMany<String>>,
+    /// Total complexity score range (0–10).
+    pub complexity: Option<RangeConfig>,
+}

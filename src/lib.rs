@@ -1,0 +1,26 @@
+//! Polyphony: a container-isolated multi-agent orchestrator.
+//!
+//! Layout (docs/ARCHITECTURE.md has the codemap and the invariants):
+//! - `domain`: tasks, the state machine, identities, profiles, run specs, results, events (pure)
+//! - `config`: YAML files under `$POLYPHONY_HOME` -> validated typed config
+//! - `store`: SQLite tasks, attempts, transitions, events, atomic claims
+//! - `routing`: complexity scoring, rule evaluation, RunSpec building (pure)
+//! - `identity`: named credential bundles -> mounts and env overlay (pure)
+//! - `workspace`: mirror cache, clone per attempt, branch, commit, push
+//! - `runtime`: the `WorkerRuntime` trait and its Docker implementation
+//! - `agents`: one adapter per agent CLI: argv, line classification, outcome (pure)
+//! - `sources`: work intake (local queue, GitHub issues) and reporting back
+//! - `orchestrator`: attempt pipeline, proof of work, landing, supervisor loop
+//! - `cli`: one module per verb; no business logic
+
+pub mod agents;
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod identity;
+pub mod orchestrator;
+pub mod routing;
+pub mod runtime;
+pub mod sources;
+pub mod store;
+pub mod workspace;
