@@ -194,24 +194,18 @@ fn classify_assistant(map: Map<String, Value>) -> Classified {
     let mut thinking = None;
     for block in blocks(&map) {
         match str_of(block, "type") {
-            Some("tool_use") | Some("server_tool_use") => {
-                if tool.is_none() {
-                    let name = str_of(block, "name").unwrap_or("tool");
-                    tool = Some(tool_summary(
-                        name,
-                        block.get("input").unwrap_or(&Value::Null),
-                    ));
-                }
+            Some("tool_use") | Some("server_tool_use") if tool.is_none() => {
+                let name = str_of(block, "name").unwrap_or("tool");
+                tool = Some(tool_summary(
+                    name,
+                    block.get("input").unwrap_or(&Value::Null),
+                ));
             }
-            Some("text") => {
-                if text.is_none() {
-                    text = str_of(block, "text").map(String::from);
-                }
+            Some("text") if text.is_none() => {
+                text = str_of(block, "text").map(String::from);
             }
-            Some("thinking") | Some("redacted_thinking") => {
-                if thinking.is_none() {
-                    thinking = Some(str_of(block, "thinking").unwrap_or("").to_string());
-                }
+            Some("thinking") | Some("redacted_thinking") if thinking.is_none() => {
+                thinking = Some(str_of(block, "thinking").unwrap_or("").to_string());
             }
             _ => {}
         }

@@ -156,7 +156,7 @@ fn classify_object(map: Map<String, Value>) -> Classified {
         }
         "" => {
             // Notifications, plan displays and /btw exchanges carry no role.
-            let label = ["title", "type", "category", "file_path"]
+            let label = ["title", "category", "file_path"]
                 .iter()
                 .find_map(|k| map.get(*k).and_then(Value::as_str))
                 .map(String::from);

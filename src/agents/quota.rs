@@ -51,8 +51,10 @@ static PIPE_EPOCH: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static RESETS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:resets?(?:\s+at)?|try again(?:\s+at|\s+in)?|resuming at)\s+([^.\n]+)")
-        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+    Regex::new(
+        r#"(?i)(?:resets?(?:\s+at)?|try again(?:\s+at|\s+in)?|resuming at)\s+([^.\n'",;}\]]+)"#,
+    )
+    .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
 /// A limit banner at the start of `text` (safe to apply to a claimed-success result).
