@@ -1,0 +1,219 @@
+//! What happens to a task after an attempt ends: retry after backoff, move to the next
+//! agent on quota, hold, or block (DESIGN.md "Attempts", spec §4).
+//!
+//! Pure: the caller passes `now` and the task's counters.
+
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::domain::AttemptStatus;
+
+/// Backoff and attempt limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Failed attempts (quota fallbacks excluded) after which the task is BLOCKED.
+    pub max_attempts: u32,
+    /// Delay before the first retry; doubles with each failure.
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// `base · 2^(failures−1)`, capped: 10 s, 20 s, 40 s, … 5 min.
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let exponent = failures.saturating_sub(1).min(20);
+        let delay = self.base.saturating_mul(1u32 << exponent);
+        delay.min(self.cap)
+    }
+}
+
+/// The decision after one attempt that did not land.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterAttempt {
+    /// Retry at `at`; `failures` is the new failure count.
+    Retry { at: DateTime<Utc>, failures: u32 },
+    /// The agent is out of quota: retry now with the next agent of the chain, without
+    /// counting a failure.
+    Fallback { next_agent: String },
+    /// No retry is scheduled (the user cancelled); `spawn --task` can pick it up again.
+    Hold,
+    /// Give up: FAILED -> BLOCKED, reported where the task came from.
+    Block { reason: String },
+}
+
+/// Decides what follows an attempt that ended with `status` (anything but a landing).
+///
+/// `chain` is the routed agent followed by its fallbacks; `exhausted` holds the agents
+/// already out of quota for this task, including `agent` when `status` is `Quota`.
+pub fn after_attempt(
+    policy: &RetryPolicy,
+    status: AttemptStatus,
+    failures_before: u32,
+    chain: &[String],
+    exhausted: &BTreeSet<String>,
+    now: DateTime<Utc>,
+) -> AfterAttempt {
+    match status {
+        AttemptStatus::Cancelled => AfterAttempt::Hold,
+        AttemptStatus::Quota => match next_agent(chain, exhausted) {
+            Some(next) => AfterAttempt::Fallback {
+                next_agent: next.to_string(),
+            },
+            None => AfterAttempt::Block {
+                reason: format!(
+                    "every agent in the chain ({}) is out of quota",
+                    chain.join(", ")
+                ),
+            },
+        },
+        _ => {
+            let failures = failures_before + 1;
+            if failures >= policy.max_attempts {
+                AfterAttempt::Block {
+                    reason: format!(
+                        "{failures} failed attempt(s), the limit is max_attempts = {}",
+                        policy.max_attempts
+                    ),
+                }
+            } else {
+                let delay = chrono::Duration::from_std(policy.backoff(failures))
+                    .unwrap_or_else(|_| chrono::Duration::seconds(300));
+                AfterAttempt::Retry {
+                    at: now + delay,
+                    failures,
+                }
+            }
+        }
+    }
+}
+
+/// The first agent of the chain that still has quota.
+pub fn next_agent<'a>(chain: &'a [String], exhausted: &BTreeSet<String>) -> Option<&'a str> {
+    chain
+        .iter()
+        .find(|agent| !exhausted.contains(agent.as_str()))
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
+    }
+
+    fn chain() -> Vec<String> {
+        vec!["claude".into(), "codex".into(), "kimi".into()]
+    }
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy::default();
+        let secs: Vec<u64> = (1..=8).map(|n| p.backoff(n).as_secs()).collect();
+        assert_eq!(secs, vec![10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(p.backoff(0).as_secs(), 10);
+        assert_eq!(p.backoff(u32::MAX).as_secs(), 300);
+    }
+
+    #[test]
+    fn failure_schedules_a_retry_with_backoff() {
+        let p = RetryPolicy::default();
+        let got = after_attempt(&p, AttemptStatus::Failed, 0, &chain(), &set(&[]), now());
+        assert_eq!(
+            got,
+            AfterAttempt::Retry {
+                at: now() + chrono::Duration::seconds(10),
+                failures: 1
+            }
+        );
+        let got = after_attempt(&p, AttemptStatus::Timeout, 1, &chain(), &set(&[]), now());
+        assert_eq!(
+            got,
+            AfterAttempt::Retry {
+                at: now() + chrono::Duration::seconds(20),
+                failures: 2
+            }
+        );
+    }
+
+    #[test]
+    fn third_failure_blocks() {
+        let p = RetryPolicy::default();
+        for status in [
+            AttemptStatus::Failed,
+            AttemptStatus::Timeout,
+            AttemptStatus::Stalled,
+            AttemptStatus::Crash,
+        ] {
+            match after_attempt(&p, status, 2, &chain(), &set(&[]), now()) {
+                AfterAttempt::Block { reason } => assert!(reason.contains("max_attempts = 3")),
+                other => panic!("{status}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn quota_moves_down_the_chain_without_a_failure() {
+        let p = RetryPolicy::default();
+        let got = after_attempt(
+            &p,
+            AttemptStatus::Quota,
+            2,
+            &chain(),
+            &set(&["claude"]),
+            now(),
+        );
+        assert_eq!(
+            got,
+            AfterAttempt::Fallback {
+                next_agent: "codex".into()
+            }
+        );
+        let got = after_attempt(
+            &p,
+            AttemptStatus::Quota,
+            0,
+            &chain(),
+            &set(&["claude", "codex", "kimi"]),
+            now(),
+        );
+        assert!(matches!(got, AfterAttempt::Block { .. }));
+    }
+
+    #[test]
+    fn cancelled_holds() {
+        let p = RetryPolicy::default();
+        let got = after_attempt(&p, AttemptStatus::Cancelled, 0, &chain(), &set(&[]), now());
+        assert_eq!(got, AfterAttempt::Hold);
+    }
+
+    #[test]
+    fn next_agent_skips_exhausted() {
+        assert_eq!(next_agent(&chain(), &set(&[])), Some("claude"));
+        assert_eq!(
+            next_agent(&chain(), &set(&["claude", "kimi"])),
+            Some("codex")
+        );
+        assert_eq!(
+            next_agent(&chain(), &set(&["claude", "codex", "kimi"])),
+            None
+        );
+    }
+}
