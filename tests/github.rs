@@ -820,3 +820,57 @@ async fn source_errors_for_tasks_of_another_source() {
     ));
     assert!(w.fake.requests().is_empty());
 }
+
+#[tokio::test]
+async fn landing_a_branch_that_was_never_pushed_fails_without_side_effects() {
+    let w = world().await;
+    let n = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Spin fix").labels(&["agent-ready"]));
+    let source = source_for(&w.fake, &[REPO], false);
+    let task = poll_one(&source, n).await;
+    source.claim(&task, &info(1)).await.unwrap();
+    let err = source
+        .report(&task, &Outcome::Landed(landed("polyphony/not-pushed")))
+        .await
+        .expect_err("unpushed branch");
+    match &err {
+        SourceError::Github(GithubError::Api {
+            status: 422,
+            message,
+            ..
+        }) => assert!(message.contains("head: invalid"), "{message}"),
+        other => panic!("expected a 422, got {other:?}"),
+    }
+    assert!(!err.is_config_error());
+    assert!(w.fake.pulls(REPO).is_empty());
+    assert_eq!(
+        count_containing(&w.fake.comments(REPO, n), "polyphony:landed"),
+        0
+    );
+    assert_eq!(w.fake.issue_labels(REPO, n), vec!["agent-claimed"]);
+}
+
+#[tokio::test]
+async fn fetch_task_reads_one_issue_whatever_its_labels() {
+    let w = world().await;
+    let issue = w
+        .fake
+        .add_issue(REPO, NewIssue::new("explicit").labels(&["docs"]));
+    let pr = w
+        .fake
+        .add_issue(REPO, NewIssue::new("a pr").pull_request("feature"));
+    let source = source_for(&w.fake, &[REPO], false);
+    let parse =
+        |n: u64| polyphony::sources::github::IssueRef::parse(&format!("{REPO}#{n}")).unwrap();
+    let task = source.fetch_task(&parse(issue)).await.expect("fetch");
+    assert_eq!(task.id, format!("{REPO}#{issue}"));
+    assert_eq!(task.task_type, TaskType::Docs);
+    assert_eq!(task.repo, w.clone_url);
+    assert!(source.fetch_task(&parse(pr)).await.is_err());
+    let missing = source.fetch_task(&parse(999)).await.expect_err("404");
+    assert!(
+        missing.to_string().contains("octo/widgets#999"),
+        "{missing}"
+    );
+}

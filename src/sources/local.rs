@@ -70,3 +70,77 @@ impl<Q: LocalQueue> Source for LocalSource<Q> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::{Blocked, BlockedAttempt};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct MemoryQueue {
+        tasks: Vec<Task>,
+        recorded: Mutex<Vec<(String, Outcome)>>,
+    }
+
+    #[async_trait]
+    impl LocalQueue for MemoryQueue {
+        async fn queued(&self) -> Result<Vec<Task>, QueueError> {
+            Ok(self.tasks.clone())
+        }
+        async fn record_outcome(&self, task_id: &str, outcome: &Outcome) -> Result<(), QueueError> {
+            let mut recorded = self.recorded.lock().map_err(|e| e.to_string())?;
+            recorded.push((task_id.to_string(), outcome.clone()));
+            Ok(())
+        }
+    }
+
+    fn task(source: SourceKind) -> Task {
+        let mut t = Task::new(
+            "local-1",
+            source,
+            "local:1",
+            "/repo",
+            "Title",
+            chrono::Utc::now(),
+        );
+        t.body = "Body".into();
+        t
+    }
+
+    #[tokio::test]
+    async fn local_source_passes_through_the_queue() {
+        let source = LocalSource::new(MemoryQueue {
+            tasks: vec![task(SourceKind::Local)],
+            ..MemoryQueue::default()
+        });
+        assert_eq!(source.kind(), SourceKind::Local);
+        assert_eq!(source.poll().await.unwrap().len(), 1);
+        let info = ClaimInfo {
+            agent: "codex".into(),
+            attempt: 1,
+        };
+        let claimed = source.claim(&task(SourceKind::Local), &info).await.unwrap();
+        assert_eq!(
+            (claimed.title.as_str(), claimed.body.as_str()),
+            ("Title", "Body")
+        );
+        assert!(matches!(
+            source.claim(&task(SourceKind::Github), &info).await,
+            Err(ClaimError::Source(SourceError::WrongTask { .. }))
+        ));
+        let outcome = Outcome::Blocked(Blocked {
+            attempts: vec![BlockedAttempt {
+                attempt: 1,
+                agent: "codex".into(),
+                reason: "r".into(),
+            }],
+        });
+        source
+            .report(&task(SourceKind::Local), &outcome)
+            .await
+            .unwrap();
+        let recorded = source.queue.recorded.lock().unwrap();
+        assert_eq!(recorded.as_slice(), &[("local-1".to_string(), outcome)]);
+    }
+}

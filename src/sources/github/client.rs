@@ -275,7 +275,14 @@ fn error_message(body: &str) -> String {
         .map(|errors| {
             errors
                 .iter()
-                .filter_map(|e| e.get("message").and_then(Value::as_str))
+                .filter_map(|e| {
+                    let text = |k: &str| e.get(k).and_then(Value::as_str);
+                    match (text("message"), text("field"), text("code")) {
+                        (Some(m), _, _) => Some(m.to_string()),
+                        (None, Some(field), Some(code)) => Some(format!("{field}: {code}")),
+                        _ => None,
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join("; ")
         })
@@ -512,19 +519,11 @@ impl GithubClient {
                     );
                     (Some(answer.status.as_u16()), failure)
                 }
-                Ok(Err(message)) => (
-                    None,
-                    Failure::Other {
-                        message: message.clone(),
-                    },
-                ),
+                Ok(Err(message)) => (None, Failure::Other { message }),
                 Err(_elapsed) => (
                     None,
                     Failure::Other {
-                        message: format!(
-                            "no answer within {}s",
-                            self.policy.request_timeout.as_secs()
-                        ),
+                        message: format!("no answer within {:?}", self.policy.request_timeout),
                     },
                 ),
             };
@@ -776,6 +775,14 @@ mod tests {
             r#"{"message":"Validation Failed","errors":[{"message":"A pull request already exists for o:b."}]}"#,
             Failure::Other {
                 message: "Validation Failed (A pull request already exists for o:b.)".into(),
+            },
+        );
+        check_failure(
+            422,
+            none.clone(),
+            r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","field":"head","code":"invalid"}]}"#,
+            Failure::Other {
+                message: "Validation Failed (head: invalid)".into(),
             },
         );
     }
