@@ -1,0 +1,177 @@
+//! Claiming an issue for one attempt (spec §2 `mark_claimed`).
+//!
+//! Owns: re-reading the issue (still open, still offered), the label swap ready -> claimed,
+//! and the one claim comment per (task, attempt), found again by its hidden marker.
+//! Also the shared "comment once" helper landing uses.
+//! Must not: post a comment without first looking for its marker; freeze anything but the
+//! title and body read here.
+
+use octocrab::models::issues::{Comment, Issue};
+use octocrab::models::IssueState;
+use serde_json::json;
+
+use super::client::{encode_component, GithubClient, GithubError, Repeat};
+use super::{IssueRef, Labels};
+use crate::sources::{ClaimError, ClaimInfo, ClaimedTask};
+
+/// Hidden marker of the claim comment for one attempt.
+pub fn claim_marker(task_id: &str, attempt: u32) -> String {
+    format!("<!-- polyphony:claim task={task_id} attempt={attempt} -->")
+}
+
+/// Prefix shared by every claim marker of a task (any attempt).
+fn claim_marker_prefix(task_id: &str) -> String {
+    format!("<!-- polyphony:claim task={task_id} attempt=")
+}
+
+/// Re-read the issue, swap labels, comment once; return the frozen title and body.
+///
+/// Idempotent: claiming the same attempt again finds the claimed label and the marker and
+/// changes nothing. A later attempt of a task we already hold (claimed label + one of our
+/// claim markers) is accepted without the ready label.
+pub async fn claim_issue(
+    client: &GithubClient,
+    labels: &Labels,
+    issue: &IssueRef,
+    task_id: &str,
+    info: &ClaimInfo,
+) -> Result<ClaimedTask, ClaimError> {
+    let found: Issue = client
+        .get_json(&format!("reading issue {issue}"), &issue.api_path())
+        .await?;
+    let no_longer = |reason: String| ClaimError::NoLongerReady {
+        task_id: task_id.to_string(),
+        reason,
+    };
+    if found.state != IssueState::Open {
+        return Err(no_longer(format!("{issue} was closed")));
+    }
+    if found.pull_request.is_some() {
+        return Err(no_longer(format!("{issue} is a pull request")));
+    }
+    if found.locked {
+        return Err(no_longer(format!("{issue} was locked")));
+    }
+    let has = |name: &str| {
+        found
+            .labels
+            .iter()
+            .any(|l| l.name.eq_ignore_ascii_case(name))
+    };
+    let comments = list_comments(client, issue).await?;
+    let ours = claim_marker_prefix(task_id);
+    let held = has(&labels.claimed)
+        && comments
+            .iter()
+            .any(|c| c.body.as_deref().is_some_and(|b| b.contains(&ours)));
+    if !has(&labels.ready) && !held {
+        return Err(no_longer(format!(
+            "{issue} no longer carries the `{}` label",
+            labels.ready
+        )));
+    }
+    if has(&labels.ready) {
+        remove_label(client, issue, &labels.ready).await?;
+    }
+    if !has(&labels.claimed) {
+        add_labels(client, issue, &[labels.claimed.as_str()]).await?;
+    }
+    let marker = claim_marker(task_id, info.attempt);
+    let body = format!(
+        "Polyphony claimed this issue as task `{task_id}`: attempt {} by agent `{}`.\n\n{marker}",
+        info.attempt, info.agent
+    );
+    let (comment_id, _) = ensure_comment(client, issue, &marker, &body, Some(comments)).await?;
+    Ok(ClaimedTask {
+        task_id: task_id.to_string(),
+        title: found.title,
+        body: found.body.unwrap_or_default(),
+        comment_id: Some(comment_id),
+    })
+}
+
+/// Every comment of the issue (all pages).
+pub async fn list_comments(
+    client: &GithubClient,
+    issue: &IssueRef,
+) -> Result<Vec<Comment>, GithubError> {
+    client
+        .get_all_pages(
+            &format!("listing comments of {issue}"),
+            &format!("{}/comments?per_page=100", issue.api_path()),
+        )
+        .await
+}
+
+/// Post `body` unless a comment containing `marker` exists; returns its id and whether it
+/// was created now. When the POST's outcome is unknown (5xx, timeout), the comments are
+/// listed again before a second and last try, so a comment never appears twice.
+pub async fn ensure_comment(
+    client: &GithubClient,
+    issue: &IssueRef,
+    marker: &str,
+    body: &str,
+    known: Option<Vec<Comment>>,
+) -> Result<(u64, bool), GithubError> {
+    let mut known = known;
+    let mut retried = false;
+    loop {
+        let comments = match known.take() {
+            Some(comments) => comments,
+            None => list_comments(client, issue).await?,
+        };
+        if let Some(existing) = comments
+            .iter()
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+        {
+            return Ok((existing.id.0, false));
+        }
+        let posted = client
+            .post_json::<Comment>(
+                &format!("commenting on {issue}"),
+                &format!("{}/comments", issue.api_path()),
+                &json!({ "body": body }),
+                Repeat::Never,
+            )
+            .await;
+        match posted {
+            Ok(comment) => return Ok((comment.id.0, true)),
+            Err(e) if e.outcome_unknown() && !retried => {
+                tracing::warn!(%issue, error = %e, "comment outcome unknown: looking before retrying");
+                retried = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Remove a label; already absent is fine.
+pub async fn remove_label(
+    client: &GithubClient,
+    issue: &IssueRef,
+    label: &str,
+) -> Result<(), GithubError> {
+    let path = format!("{}/labels/{}", issue.api_path(), encode_component(label));
+    client
+        .delete(&format!("removing label `{label}` from {issue}"), &path)
+        .await
+        .map(|_| ())
+}
+
+/// Add labels (GitHub creates unknown labels; adding a present one changes nothing, so this
+/// is safe to repeat).
+pub async fn add_labels(
+    client: &GithubClient,
+    issue: &IssueRef,
+    names: &[&str],
+) -> Result<(), GithubError> {
+    client
+        .post_json::<serde_json::Value>(
+            &format!("labelling {issue} with {}", names.join(", ")),
+            &format!("{}/labels", issue.api_path()),
+            &json!({ "labels": names }),
+            Repeat::Safe,
+        )
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,405 @@
+//! GitHub issues as a work source (spec §2) and the GitHub half of landing.
+//!
+//! Owns: intake (`intake`: labelled open issues of the configured repositories, every page),
+//! claims (`claim`: label swap + one claim comment), landing (`landing`: one pull request, one
+//! issue comment, label swap; or the blocked report), and the client with its fault handling
+//! (`client`). Every write is idempotent: hidden markers in comments and the head branch of
+//! the pull request are looked up before anything is created, so a restart never posts twice.
+//! Must not: touch the store, git or Docker; log or store the token.
+
+pub mod claim;
+pub mod client;
+pub mod intake;
+pub mod landing;
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+pub use client::{
+    resolve_api_url, resolve_token, FaultPolicy, GithubClient, GithubError, ResolvedToken,
+    DEFAULT_API_URL,
+};
+pub use landing::{render_blocked_comment, render_evidence_table, render_pr_body};
+
+use super::{ClaimError, ClaimInfo, ClaimedTask, Outcome, Reported, Source, SourceError};
+use crate::config::model::{GithubConfig, RepoConfig};
+use crate::domain::{SourceKind, Task};
+
+/// A repository `owner/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoSlug {
+    pub owner: String,
+    pub name: String,
+}
+
+impl RepoSlug {
+    /// Parse `owner/name`. Names are limited to what GitHub allows, so they are safe in paths.
+    pub fn parse(value: &str) -> Result<RepoSlug, GithubError> {
+        let invalid = |reason: &str| GithubError::InvalidRepo {
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        let (owner, name) = value
+            .trim()
+            .split_once('/')
+            .ok_or_else(|| invalid("no `/` between owner and name"))?;
+        let ok = |s: &str| {
+            !s.is_empty()
+                && s != "."
+                && s != ".."
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !ok(owner) || !ok(name) {
+            return Err(invalid(
+                "owner and name may only hold letters, digits, `-`, `_` and `.`",
+            ));
+        }
+        Ok(RepoSlug {
+            owner: owner.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    /// `/repos/{owner}/{name}`
+    pub fn api_path(&self) -> String {
+        format!("/repos/{}/{}", self.owner, self.name)
+    }
+}
+
+impl fmt::Display for RepoSlug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// An issue `owner/name#N`: the stable task id and `source_ref` of a GitHub task.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IssueRef {
+    pub repo: RepoSlug,
+    pub number: u64,
+}
+
+impl IssueRef {
+    pub fn parse(value: &str) -> Result<IssueRef, GithubError> {
+        let (repo, number) = value
+            .rsplit_once('#')
+            .ok_or_else(|| GithubError::InvalidRepo {
+                value: value.to_string(),
+                reason: "an issue reference needs `#N`".into(),
+            })?;
+        let number = number
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| GithubError::InvalidRepo {
+                value: value.to_string(),
+                reason: format!("`{number}` is not an issue number"),
+            })?;
+        Ok(IssueRef {
+            repo: RepoSlug::parse(repo)?,
+            number,
+        })
+    }
+
+    /// `/repos/{owner}/{name}/issues/{N}`
+    pub fn api_path(&self) -> String {
+        format!("{}/issues/{}", self.repo.api_path(), self.number)
+    }
+}
+
+impl fmt::Display for IssueRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
+/// The label names the source reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labels {
+    pub ready: String,
+    pub claimed: String,
+    pub landed: String,
+    pub blocked: String,
+}
+
+impl Labels {
+    pub fn from_config(config: &GithubConfig) -> Labels {
+        Labels {
+            ready: config.ready_label.clone(),
+            claimed: config.claimed_label.clone(),
+            landed: config.landed_label.clone(),
+            blocked: config.blocked_label.clone(),
+        }
+    }
+}
+
+/// Settings the GitHub source works with (from `GithubConfig` and the per-repo overrides).
+#[derive(Debug, Clone)]
+pub struct GithubSettings {
+    pub repos: Vec<RepoSlug>,
+    pub labels: Labels,
+    pub trusted_only: bool,
+    pub draft_prs: bool,
+    /// Page size for list calls (GitHub allows at most 100).
+    pub per_page: u32,
+    /// `(glob over owner/name, base ref)`: first matching entry wins, as in `config.repos`.
+    pub base_refs: Vec<(globset::GlobMatcher, Option<String>)>,
+}
+
+impl GithubSettings {
+    /// Validate the configured repositories (`owner/name`) and override globs.
+    pub fn from_config(
+        config: &GithubConfig,
+        overrides: &[RepoConfig],
+    ) -> Result<GithubSettings, GithubError> {
+        let repos = config
+            .repos
+            .iter()
+            .map(|r| RepoSlug::parse(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let base_refs = overrides
+            .iter()
+            .map(|o| {
+                globset::Glob::new(&o.repo)
+                    .map(|g| (g.compile_matcher(), o.base_ref.clone()))
+                    .map_err(|e| GithubError::InvalidRepo {
+                        value: o.repo.clone(),
+                        reason: format!("not a valid glob in `repos`: {e}"),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(GithubSettings {
+            repos,
+            labels: Labels::from_config(config),
+            trusted_only: config.trusted_only,
+            draft_prs: config.draft_prs,
+            per_page: 100,
+            base_refs,
+        })
+    }
+
+    /// The configured base ref for `repo`, if its first matching override sets one.
+    pub fn configured_base_ref(&self, repo: &RepoSlug) -> Option<String> {
+        let name = repo.to_string();
+        self.base_refs
+            .iter()
+            .find(|(glob, _)| glob.is_match(&name))
+            .and_then(|(_, base)| base.clone())
+    }
+}
+
+/// GitHub issues as a [`Source`].
+#[derive(Debug, Clone)]
+pub struct GithubSource {
+    client: GithubClient,
+    settings: GithubSettings,
+}
+
+impl GithubSource {
+    pub fn new(client: GithubClient, settings: GithubSettings) -> GithubSource {
+        GithubSource { client, settings }
+    }
+
+    pub fn client(&self) -> &GithubClient {
+        &self.client
+    }
+
+    pub fn settings(&self) -> &GithubSettings {
+        &self.settings
+    }
+
+    /// Offered issues of one repository as DISCOVERED tasks.
+    pub async fn poll_repo(&self, repo: &RepoSlug) -> Result<Vec<Task>, GithubError> {
+        intake::poll_repo(&self.client, &self.settings, repo, chrono::Utc::now()).await
+    }
+
+    /// Offered issues of every configured repository. Partial: a repository that failed
+    /// does not hide the others' tasks.
+    pub async fn poll_all(&self) -> (Vec<Task>, Vec<(RepoSlug, GithubError)>) {
+        let mut tasks = Vec::new();
+        let mut errors = Vec::new();
+        for repo in &self.settings.repos {
+            match self.poll_repo(repo).await {
+                Ok(found) => tasks.extend(found),
+                Err(e) => errors.push((repo.clone(), e)),
+            }
+        }
+        (tasks, errors)
+    }
+
+    /// One issue as a DISCOVERED task, whatever its labels (for `polyphony spawn owner/repo#N`).
+    pub async fn fetch_task(&self, issue: &IssueRef) -> Result<Task, GithubError> {
+        intake::fetch_task(&self.client, &self.settings, issue, chrono::Utc::now()).await
+    }
+
+    /// Claim the issue behind `task` (see [`claim::claim_issue`]).
+    pub async fn claim_issue(
+        &self,
+        task: &Task,
+        info: &ClaimInfo,
+    ) -> Result<ClaimedTask, ClaimError> {
+        let issue = issue_of(task)?;
+        claim::claim_issue(&self.client, &self.settings.labels, &issue, &task.id, info).await
+    }
+
+    /// Open (or find) the pull request, comment once, label landed.
+    pub async fn land(&self, task: &Task, landed: &super::Landed) -> Result<Reported, SourceError> {
+        let issue = issue_of(task)?;
+        Ok(landing::land(&self.client, &self.settings, &issue, task, landed).await?)
+    }
+
+    /// Comment the reasons once, label blocked.
+    pub async fn block(
+        &self,
+        task: &Task,
+        blocked: &super::Blocked,
+    ) -> Result<Reported, SourceError> {
+        let issue = issue_of(task)?;
+        Ok(landing::block(
+            &self.client,
+            &self.settings.labels,
+            &issue,
+            &task.id,
+            blocked,
+        )
+        .await?)
+    }
+}
+
+fn issue_of(task: &Task) -> Result<IssueRef, SourceError> {
+    if task.source != SourceKind::Github {
+        return Err(SourceError::WrongTask {
+            task_id: task.id.clone(),
+            source_kind: SourceKind::Github,
+            reason: format!("it comes from the {} source", task.source),
+        });
+    }
+    IssueRef::parse(&task.source_ref).map_err(|e| SourceError::WrongTask {
+        task_id: task.id.clone(),
+        source_kind: SourceKind::Github,
+        reason: e.to_string(),
+    })
+}
+
+#[async_trait]
+impl Source for GithubSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Github
+    }
+
+    /// Fails only when nothing could be polled, or on a config error (bad token, unknown
+    /// repository) the operator must see; other per-repository failures are logged.
+    async fn poll(&self) -> Result<Vec<Task>, SourceError> {
+        let (tasks, errors) = self.poll_all().await;
+        let all_failed = !errors.is_empty() && errors.len() == self.settings.repos.len();
+        let mut first = None;
+        for (repo, error) in errors {
+            if error.is_config_error() || all_failed {
+                first.get_or_insert(error);
+            } else {
+                tracing::warn!(%repo, %error, "GitHub poll failed for one repository");
+            }
+        }
+        match first {
+            Some(error) => Err(error.into()),
+            None => Ok(tasks),
+        }
+    }
+
+    async fn claim(&self, task: &Task, info: &ClaimInfo) -> Result<ClaimedTask, ClaimError> {
+        self.claim_issue(task, info).await
+    }
+
+    async fn report(&self, task: &Task, outcome: &Outcome) -> Result<Reported, SourceError> {
+        match outcome {
+            Outcome::Landed(landed) => self.land(task, landed).await,
+            Outcome::Blocked(blocked) => self.block(task, blocked).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_slugs_parse() {
+        for (input, ok) in [
+            ("octo/widgets", true),
+            (" octo/widgets.rs ", true),
+            ("a-b_c/d.e", true),
+            ("octo", false),
+            ("/widgets", false),
+            ("octo/", false),
+            ("octo/../x", false),
+            ("octo/wid gets", false),
+            ("../x", false),
+        ] {
+            assert_eq!(RepoSlug::parse(input).is_ok(), ok, "{input}");
+        }
+        let err = RepoSlug::parse("octo").unwrap_err();
+        assert!(err.is_config_error());
+        assert!(err.to_string().contains("`octo`"), "{err}");
+    }
+
+    #[test]
+    fn issue_refs_round_trip() {
+        let issue = IssueRef::parse("octo/widgets#42").unwrap();
+        assert_eq!(issue.number, 42);
+        assert_eq!(issue.to_string(), "octo/widgets#42");
+        assert_eq!(issue.api_path(), "/repos/octo/widgets/issues/42");
+        for bad in [
+            "octo/widgets",
+            "octo/widgets#",
+            "octo/widgets#0",
+            "octo/widgets#x",
+            "w#1",
+        ] {
+            assert!(IssueRef::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn base_ref_overrides_first_match_wins() {
+        let config = GithubConfig {
+            repos: vec!["octo/widgets".into()],
+            ..GithubConfig::default()
+        };
+        let over = |repo: &str, base: Option<&str>| RepoConfig {
+            repo: repo.into(),
+            base_ref: base.map(str::to_string),
+            verify: None,
+            image: None,
+        };
+        let settings = GithubSettings::from_config(
+            &config,
+            &[
+                over("octo/gadgets", Some("dev")),
+                over("octo/*", Some("main")),
+                over("*", Some("never")),
+            ],
+        )
+        .unwrap();
+        let slug = |s: &str| RepoSlug::parse(s).unwrap();
+        assert_eq!(
+            settings
+                .configured_base_ref(&slug("octo/gadgets"))
+                .as_deref(),
+            Some("dev")
+        );
+        assert_eq!(
+            settings
+                .configured_base_ref(&slug("octo/widgets"))
+                .as_deref(),
+            Some("main")
+        );
+        assert_eq!(
+            settings.configured_base_ref(&slug("other/x")).as_deref(),
+            Some("never")
+        );
+        let none = GithubSettings::from_config(&config, &[over("octo/*", None)]).unwrap();
+        assert_eq!(none.configured_base_ref(&slug("octo/widgets")), None);
+    }
+}
