@@ -161,6 +161,7 @@ fn info(attempt: u32) -> ClaimInfo {
     ClaimInfo {
         agent: "claude".into(),
         attempt,
+        claimant: "home-a".into(),
     }
 }
 
@@ -302,7 +303,9 @@ async fn claim_swaps_labels_comments_once_and_freezes_the_text() {
     assert_eq!(w.fake.issue_labels(REPO, n), vec!["bug", "agent-claimed"]);
     let comments = w.fake.comments(REPO, n);
     assert_eq!(comments.len(), 1);
-    assert!(comments[0].contains("<!-- polyphony:claim task=octo/widgets#1 attempt=1 -->"));
+    assert!(
+        comments[0].contains("<!-- polyphony:claim task=octo/widgets#1 attempt=1 by=home-a -->")
+    );
     assert!(comments[0].contains("attempt 1 by agent `claude`"));
 
     // Later edits do not reach what was frozen; claiming the same attempt again (a restart)
@@ -324,7 +327,36 @@ async fn claim_swaps_labels_comments_once_and_freezes_the_text() {
     source.claim(&task, &info(2)).await.expect("attempt 2");
     let comments = w.fake.comments(REPO, n);
     assert_eq!(comments.len(), 2);
-    assert!(comments[1].contains("attempt=2 -->"));
+    assert!(comments[1].contains("attempt=2 by=home-a -->"));
+}
+
+#[tokio::test]
+async fn a_second_instance_cannot_claim_an_issue_another_holds() {
+    let w = world().await;
+    let n = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Shared").labels(&["agent-ready"]));
+    let a = source_for(&w.fake, &[REPO], false);
+    let b = source_for(&w.fake, &[REPO], false);
+    // Both instances saw the issue offered before either claimed it.
+    let task_a = a.poll().await.unwrap().remove(0);
+    let task_b = b.poll().await.unwrap().remove(0);
+    a.claim(&task_a, &info(1)).await.expect("first claim");
+    let other = ClaimInfo {
+        claimant: "home-b".into(),
+        ..info(1)
+    };
+    match b.claim(&task_b, &other).await {
+        Err(ClaimError::NoLongerReady { reason, .. }) => {
+            assert!(reason.contains("another Polyphony instance"), "{reason}")
+        }
+        other => panic!("expected NoLongerReady, got {other:?}"),
+    }
+    // The holder's retries are still accepted.
+    a.claim(&task_a, &info(2))
+        .await
+        .expect("attempt 2 by the holder");
+    assert_eq!(w.fake.comments(REPO, n).len(), 2);
 }
 
 #[tokio::test]
@@ -475,7 +507,10 @@ async fn lost_answers_to_posts_are_checked_not_blindly_repeated() {
             ("GET".to_string(), 200),
             ("POST".to_string(), 500),
             ("GET".to_string(), 200),
-            ("POST".to_string(), 201)
+            ("POST".to_string(), 201),
+            // The first claim of an issue reads the comments once more to confirm that no
+            // other instance commented first.
+            ("GET".to_string(), 200)
         ]
     );
 }

@@ -119,6 +119,7 @@ mod tests {
         let info = ClaimInfo {
             agent: "codex".into(),
             attempt: 1,
+            claimant: "home-a".into(),
         };
         let claimed = source.claim(&task(SourceKind::Local), &info).await.unwrap();
         assert_eq!(

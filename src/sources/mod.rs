@@ -26,6 +26,10 @@ pub struct ClaimInfo {
     pub agent: String,
     /// 1-based attempt number.
     pub attempt: u32,
+    /// Who claims: a stable id of the claiming Polyphony home (`runtime::home_label`).
+    /// Two daemons with separate homes on one repository decide ownership by it: the
+    /// claimant of the earliest claim comment owns the issue.
+    pub claimant: String,
 }
 
 /// What a claim froze: the caller stores `title` and `body` on the task, and the agent is

@@ -14,9 +14,31 @@ use super::client::{encode_component, GithubClient, GithubError, Repeat};
 use super::{IssueRef, Labels};
 use crate::sources::{ClaimError, ClaimInfo, ClaimedTask};
 
-/// Hidden marker of the claim comment for one attempt.
-pub fn claim_marker(task_id: &str, attempt: u32) -> String {
-    format!("<!-- polyphony:claim task={task_id} attempt={attempt} -->")
+/// Hidden marker of the claim comment for one attempt by one claimant.
+pub fn claim_marker(task_id: &str, attempt: u32, claimant: &str) -> String {
+    format!("<!-- polyphony:claim task={task_id} attempt={attempt} by={claimant} -->")
+}
+
+/// The claimant named by the earliest claim comment of the task, if any. Comment ids
+/// grow monotonically, so every reader agrees on which claim came first.
+pub fn first_claimant(comments: &[Comment], task_id: &str) -> Option<String> {
+    let prefix = claim_marker_prefix(task_id);
+    comments
+        .iter()
+        .filter_map(|c| {
+            let body = c.body.as_deref()?;
+            let start = body.find(&prefix)? + prefix.len();
+            let rest = &body[start..];
+            let end = rest.find("-->")?;
+            let claimant = rest[..end]
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("by="))
+                .unwrap_or("")
+                .to_string();
+            Some((c.id.0, claimant))
+        })
+        .min_by_key(|(id, _)| *id)
+        .map(|(_, claimant)| claimant)
 }
 
 /// Prefix shared by every claim marker of a task (any attempt).
@@ -59,11 +81,15 @@ pub async fn claim_issue(
             .any(|l| l.name.eq_ignore_ascii_case(name))
     };
     let comments = list_comments(client, issue).await?;
-    let ours = claim_marker_prefix(task_id);
-    let held = has(&labels.claimed)
-        && comments
-            .iter()
-            .any(|c| c.body.as_deref().is_some_and(|b| b.contains(&ours)));
+    let first = first_claimant(&comments, task_id);
+    if let Some(owner) = first.as_deref() {
+        if owner != info.claimant {
+            return Err(no_longer(format!(
+                "{issue} is already claimed by another Polyphony instance ({owner})"
+            )));
+        }
+    }
+    let held = has(&labels.claimed) && first.is_some();
     if !has(&labels.ready) && !held {
         return Err(no_longer(format!(
             "{issue} no longer carries the `{}` label",
@@ -76,12 +102,25 @@ pub async fn claim_issue(
     if !has(&labels.claimed) {
         add_labels(client, issue, &[labels.claimed.as_str()]).await?;
     }
-    let marker = claim_marker(task_id, info.attempt);
+    let marker = claim_marker(task_id, info.attempt, &info.claimant);
     let body = format!(
         "Polyphony claimed this issue as task `{task_id}`: attempt {} by agent `{}`.\n\n{marker}",
         info.attempt, info.agent
     );
-    let (comment_id, _) = ensure_comment(client, issue, &marker, &body, Some(comments)).await?;
+    let (comment_id, created) =
+        ensure_comment(client, issue, &marker, &body, Some(comments)).await?;
+    if created && first.is_none() {
+        // Another instance may have read the issue as ready at the same moment: whoever
+        // commented first owns it.
+        let after = list_comments(client, issue).await?;
+        if let Some(owner) = first_claimant(&after, task_id) {
+            if owner != info.claimant {
+                return Err(no_longer(format!(
+                    "{issue} was claimed by another Polyphony instance ({owner}) at the same time"
+                )));
+            }
+        }
+    }
     Ok(ClaimedTask {
         task_id: task_id.to_string(),
         title: found.title,
