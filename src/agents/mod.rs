@@ -12,6 +12,28 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
+pub mod claude;
+pub mod codex;
+mod common;
+pub mod gemini;
+pub mod kimi;
+pub mod prompt;
+pub mod quota;
+pub mod replay;
+pub mod scrub;
+
+pub use common::MAX_LINE_BYTES;
+
+/// The adapter for one CLI family.
+pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
+    match t {
+        AgentType::Claude => Box::new(claude::ClaudeAdapter),
+        AgentType::Codex => Box::new(codex::CodexAdapter),
+        AgentType::Kimi => Box::new(kimi::KimiAdapter),
+        AgentType::Gemini => Box::new(gemini::GeminiAdapter),
+    }
+}
+
 /// How to start the CLI: an argv (never a shell string) and optional stdin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Invocation {
@@ -53,6 +75,10 @@ pub struct AgentOutcome {
     pub final_message: Option<String>,
     /// The error the CLI reported, if any.
     pub error: Option<String>,
+    /// Adapter bookkeeping between lines (Claude: the last assistant message id counted, so a
+    /// message split over several lines is counted once). Not part of the outcome.
+    #[serde(skip)]
+    pub last_message_id: Option<String>,
 }
 
 /// One coding-agent CLI.

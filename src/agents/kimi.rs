@@ -1,0 +1,187 @@
+//! Kimi Code CLI adapter: `kimi --print --output-format=stream-json -p PROMPT` (spec §8.3).
+//!
+//! Print mode implies auto-approval. Each stdout line is one message: assistant messages
+//! `{"role":"assistant","content":…,"tool_calls":[…]}` (content a string or parts `text` /
+//! `think`), tool results `{"role":"tool","tool_call_id":…,"content":…}`, plus notification,
+//! plan and `/btw` objects. There is no result line and no token usage on stdout: the run is
+//! complete when an assistant message without tool calls ends the stream, and the process
+//! exit code (the runtime's) is authoritative. Tokens and cost stay unknown (zero / None).
+//!
+//! Errors: kimi-cli's print app writes provider and step-limit errors as a PLAIN TEXT line on
+//! stdout (`Error code: 429 - {…}`, `Max number of steps reached: N`, `LLM not set`, …) and
+//! exits non-zero. In stream-json mode everything the agent says is inside a JSON object, so a
+//! non-JSON stdout line of those shapes can only come from the CLI itself; it is an `error`
+//! event, and a 429/quota one is a quota hit.
+//!
+//! Architecture Invariant: pure; never touches disk, clock, network or Docker.
+
+use regex::Regex;
+use serde_json::{Map, Value};
+use std::sync::LazyLock;
+
+use super::claude::use_stdin;
+use super::common::{
+    content_text, event, one_line, parse_object, str_of, tool_summary, unknown, unknown_object,
+};
+use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
+use crate::domain::{AgentType, EventKind, RunSpec};
+
+/// The plain-text lines kimi-cli's print app emits for its own errors.
+static CLI_ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^(?:Error code: \d{3}\b|Max number of steps reached|LLM not set|LLM not supported|Unknown error:|Interrupted by user|Connection error|Request timed out)",
+    )
+    .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+});
+
+pub struct KimiAdapter;
+
+impl AgentAdapter for KimiAdapter {
+    fn agent_type(&self) -> AgentType {
+        AgentType::Kimi
+    }
+
+    fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation {
+        let mut argv = vec![
+            spec.cli_command.clone(),
+            "--print".to_string(),
+            "--output-format=stream-json".to_string(),
+        ];
+        if let Some(model) = &spec.model {
+            argv.push("--model".into());
+            argv.push(model.clone());
+        }
+        if let Some(steps) = spec.max_turns {
+            argv.push("--max-steps-per-turn".into());
+            argv.push(steps.to_string());
+        }
+        // Print mode reads the command from stdin when `-p` is absent and stdin is not a TTY.
+        if use_stdin(prompt) {
+            Invocation {
+                argv,
+                stdin: Some(prompt.to_string()),
+            }
+        } else {
+            argv.push("-p".into());
+            argv.push(prompt.to_string());
+            Invocation { argv, stdin: None }
+        }
+    }
+
+    fn classify(&self, line: &str) -> Classified {
+        match parse_object(line) {
+            Ok(map) => classify_object(map),
+            Err(note) => {
+                let trimmed = line.trim();
+                if trimmed.len() <= 64 * 1024 && CLI_ERROR_LINE.is_match(trimmed) {
+                    Classified {
+                        kind: EventKind::Error,
+                        summary: one_line(&format!("error: {trimmed}"), 160),
+                        data: serde_json::json!({ "raw": trimmed, "cli_error": true }),
+                    }
+                } else {
+                    unknown(line, note)
+                }
+            }
+        }
+    }
+
+    fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
+        let data = &event.data;
+        if data.get("cli_error").and_then(Value::as_bool) == Some(true) {
+            let text = str_of(data, "raw").unwrap_or("");
+            outcome.completed = true;
+            outcome.succeeded = false;
+            outcome.error = Some(one_line(text, 500));
+            if let Some(q) = quota::in_error(text) {
+                outcome.quota = Some(q);
+            }
+            return;
+        }
+        if str_of(data, "role") != Some("assistant") {
+            return;
+        }
+        outcome.turns += 1;
+        let text = content_text(data.get("content").unwrap_or(&Value::Null));
+        if !text.trim().is_empty() {
+            outcome.final_message = Some(text);
+        }
+        let calls_tools = data
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        // A message without tool calls ends the agent loop; one with calls reopens it.
+        outcome.completed = !calls_tools;
+        outcome.succeeded = !calls_tools && outcome.error.is_none();
+    }
+}
+
+fn classify_object(map: Map<String, Value>) -> Classified {
+    let role = map.get("role").and_then(Value::as_str).unwrap_or("");
+    match role {
+        "assistant" => {
+            let first_call = map
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .and_then(|c| c.first())
+                .cloned();
+            if let Some(call) = first_call {
+                let function = call.get("function").cloned().unwrap_or(Value::Null);
+                let name = str_of(&function, "name").unwrap_or("tool").to_string();
+                // Arguments are a JSON document inside a string.
+                let args = match function.get("arguments") {
+                    Some(Value::String(s)) => {
+                        serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                    }
+                    Some(v) => v.clone(),
+                    None => Value::Null,
+                };
+                return event(EventKind::ToolCall, tool_summary(&name, &args), map);
+            }
+            let content = map.get("content").cloned().unwrap_or(Value::Null);
+            let text = content_text(&content);
+            if text.trim().is_empty() {
+                let think = think_text(&content);
+                return event(EventKind::Message, format!("thinking: {think}"), map);
+            }
+            event(EventKind::Message, format!("assistant: {text}"), map)
+        }
+        "tool" => {
+            let text = content_text(map.get("content").unwrap_or(&Value::Null));
+            event(EventKind::ToolResult, format!("tool result: {text}"), map)
+        }
+        "user" | "system" => {
+            let text = content_text(map.get("content").unwrap_or(&Value::Null));
+            event(EventKind::Message, format!("{role}: {text}"), map)
+        }
+        "" => {
+            // Notifications, plan displays and /btw exchanges carry no role.
+            let label = ["title", "category", "file_path"]
+                .iter()
+                .find_map(|k| map.get(*k).and_then(Value::as_str))
+                .map(String::from);
+            match label {
+                Some(l) => event(EventKind::System, format!("notice: {l}"), map),
+                None => unknown_object(map, "object without `role`".into()),
+            }
+        }
+        other => {
+            let note = format!("role `{}`", one_line(other, 40));
+            unknown_object(map, note)
+        }
+    }
+}
+
+fn think_text(content: &Value) -> String {
+    content
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|p| str_of(p, "type") == Some("think"))
+                .filter_map(|p| str_of(p, "think"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,55 @@
+//! `polyphony replay FILE --agent claude|codex|kimi|gemini [--json]`: parse a saved
+//! transcript and print its events summary and outcome (spec §9).
+//!
+//! Exit codes: 0 the run succeeded, 1 it failed, 3 quota/rate limit, 4 incomplete (no
+//! completion, no error); errors reading the file are returned to `main`.
+//! No business logic here: `agents::replay` does the work.
+
+use anyhow::Context;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use crate::agents::adapter_for;
+use crate::agents::replay::{render_text, replay, ReplayStatus};
+use crate::domain::AgentType;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Transcript file (NDJSON, one CLI output line per line).
+    pub file: PathBuf,
+    /// Which CLI wrote it: claude, codex, kimi or gemini.
+    #[arg(long)]
+    pub agent: AgentType,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the verb; returns the process exit code.
+pub fn run(args: &ReplayArgs) -> anyhow::Result<i32> {
+    let file = File::open(&args.file).with_context(|| {
+        format!(
+            "cannot open transcript {} (give the path of a saved .ndjson transcript)",
+            args.file.display()
+        )
+    })?;
+    let adapter = adapter_for(args.agent);
+    let summary = replay(BufReader::with_capacity(1 << 20, file), adapter.as_ref())
+        .with_context(|| format!("cannot read transcript {}", args.file.display()))?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&summary).context("cannot encode the summary")?;
+        println!("{json}");
+    } else {
+        print!(
+            "{}",
+            render_text(&summary, &args.file.display().to_string())
+        );
+    }
+    Ok(match summary.status {
+        ReplayStatus::Succeeded => 0,
+        ReplayStatus::Failed => 1,
+        ReplayStatus::Quota => 3,
+        ReplayStatus::Incomplete => 4,
+    })
+}

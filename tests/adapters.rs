@@ -1,0 +1,534 @@
+//! Adapters against recorded CLI output (tests/fixtures, provenance in PROVENANCE.md) and
+//! the invocation contract. Every fixture is replayed through `agents::replay`.
+
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use polyphony::agents::replay::{replay, ReplayStatus, ReplaySummary};
+use polyphony::agents::{adapter_for, AgentOutcome};
+use polyphony::domain::{AgentType, EventKind, NetworkMode, ResourceLimits, RunSpec, TokenUsage};
+
+fn fixture(agent: AgentType, name: &str) -> ReplaySummary {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(agent.as_str())
+        .join(name);
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let adapter = adapter_for(agent);
+    replay(BufReader::new(file), adapter.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+struct Want {
+    status: ReplayStatus,
+    turns: u32,
+    tokens: TokenUsage,
+    cost: Option<f64>,
+    final_message: Option<&'static str>,
+    quota: Option<Option<&'static str>>,
+    counts: &'static [(EventKind, u64)],
+}
+
+fn check(agent: AgentType, name: &str, want: Want) {
+    let s = fixture(agent, name);
+    let o: &AgentOutcome = &s.outcome;
+    assert_eq!(s.status, want.status, "{name}: status; outcome {o:?}");
+    assert_eq!(o.turns, want.turns, "{name}: turns");
+    assert_eq!(o.tokens, want.tokens, "{name}: tokens");
+    assert_eq!(o.cost_usd, want.cost, "{name}: cost");
+    assert_eq!(
+        o.final_message.as_deref(),
+        want.final_message,
+        "{name}: final message"
+    );
+    assert_eq!(
+        o.quota.as_ref().map(|q| q.resets_at.as_deref()),
+        want.quota,
+        "{name}: quota {:?}",
+        o.quota
+    );
+    for (kind, n) in want.counts {
+        assert_eq!(s.count(*kind), *n, "{name}: count of {kind}");
+    }
+}
+
+fn tokens(input: u64, cached_input: u64, output: u64) -> TokenUsage {
+    TokenUsage {
+        input,
+        output,
+        cached_input,
+    }
+}
+
+#[test]
+fn claude_real_success() {
+    check(
+        AgentType::Claude,
+        "gump_write_file_success.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 2,
+            // The result's usage only: 4 + 1774 + 38897 input, 38897 cached, 107 output.
+            tokens: tokens(40675, 38897, 107),
+            cost: Some(0.033231000000000004),
+            final_message: Some("Created `stream-test.txt` with the content \"stream works\"."),
+            quota: None,
+            counts: &[
+                (EventKind::System, 1),
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Usage, 1),
+                (EventKind::Message, 1),
+                (EventKind::Result, 1),
+                (EventKind::Unknown, 0),
+            ],
+        },
+    );
+}
+
+#[test]
+fn claude_usage_limit() {
+    check(
+        AgentType::Claude,
+        "usage_limit_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Quota,
+            turns: 1,
+            tokens: tokens(0, 0, 0),
+            cost: Some(0.0),
+            final_message: Some("Claude AI usage limit reached|1755772800"),
+            quota: Some(Some("1755772800")),
+            counts: &[
+                (EventKind::Usage, 1),
+                (EventKind::Error, 1),
+                (EventKind::Result, 1),
+            ],
+        },
+    );
+}
+
+#[test]
+fn claude_limit_words_in_code_are_not_quota() {
+    // No result line: the per-message usage is counted once per message id.
+    check(
+        AgentType::Claude,
+        "rate_limit_text_in_code_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Incomplete,
+            turns: 2,
+            tokens: tokens(1110 + 1155, 2100, 50),
+            cost: None,
+            final_message: None,
+            quota: None,
+            counts: &[
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Message, 2),
+            ],
+        },
+    );
+}
+
+#[test]
+fn codex_real_success() {
+    check(
+        AgentType::Codex,
+        "gump_stream_success.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 1,
+            tokens: tokens(15931, 14080, 175),
+            cost: None,
+            final_message: Some(
+                "Created `stream-test.txt` with the content:\n\n`codex stream works`",
+            ),
+            quota: None,
+            counts: &[
+                (EventKind::System, 2),
+                (EventKind::Message, 3),
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Result, 1),
+            ],
+        },
+    );
+}
+
+#[test]
+fn codex_real_turn_failed_is_failure_not_quota() {
+    check(
+        AgentType::Codex,
+        "issue37676_turn_failed.ndjson",
+        Want {
+            status: ReplayStatus::Failed,
+            turns: 1,
+            tokens: tokens(0, 0, 0),
+            cost: None,
+            final_message: Some("ok"),
+            quota: None,
+            counts: &[(EventKind::Error, 2), (EventKind::Result, 1)],
+        },
+    );
+    let s = fixture(AgentType::Codex, "issue37676_turn_failed.ndjson");
+    assert_eq!(
+        s.outcome.error.as_deref(),
+        Some("shared rollout token budget exhausted")
+    );
+}
+
+#[test]
+fn codex_usage_limit() {
+    check(
+        AgentType::Codex,
+        "usage_limit_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Quota,
+            turns: 1,
+            tokens: tokens(0, 0, 0),
+            cost: None,
+            final_message: None,
+            quota: Some(Some("3:28 PM")),
+            counts: &[(EventKind::Error, 1), (EventKind::Result, 1)],
+        },
+    );
+}
+
+#[test]
+fn codex_transient_429_then_success_and_cumulative_usage() {
+    // The second turn.completed carries the thread's running total: it replaces, never adds.
+    check(
+        AgentType::Codex,
+        "reconnect_then_success_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 2,
+            tokens: tokens(30001, 24448, 200),
+            cost: None,
+            final_message: Some(
+                "Added retry on 429 Too Many Requests: usage limit reached errors now back off.",
+            ),
+            quota: None,
+            counts: &[(EventKind::ToolResult, 1)],
+        },
+    );
+}
+
+#[test]
+fn gemini_real_success() {
+    check(
+        AgentType::Gemini,
+        "gump_stream_success.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 2,
+            tokens: tokens(12479, 5952, 89),
+            cost: None,
+            final_message: Some("Created `stream-test.txt` with the content 'stream works'."),
+            quota: None,
+            counts: &[
+                (EventKind::System, 1),
+                (EventKind::Message, 4),
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Result, 1),
+            ],
+        },
+    );
+}
+
+#[test]
+fn gemini_quota_result() {
+    check(
+        AgentType::Gemini,
+        "quota_error_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Quota,
+            turns: 0,
+            tokens: tokens(90, 0, 10),
+            cost: None,
+            final_message: None,
+            quota: Some(None),
+            counts: &[(EventKind::Error, 1), (EventKind::Result, 1)],
+        },
+    );
+}
+
+#[test]
+fn kimi_documented_tool_call_run() {
+    check(
+        AgentType::Kimi,
+        "docs_print_mode_tool_call.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 2,
+            tokens: tokens(0, 0, 0),
+            cost: None,
+            final_message: Some("当前目录有两个 Python 文件。"),
+            quota: None,
+            counts: &[
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Message, 1),
+            ],
+        },
+    );
+}
+
+#[test]
+fn kimi_provider_429_line_is_quota() {
+    check(
+        AgentType::Kimi,
+        "provider_429_constructed.ndjson",
+        Want {
+            status: ReplayStatus::Quota,
+            turns: 1,
+            tokens: tokens(0, 0, 0),
+            cost: None,
+            final_message: Some("Running the tests."),
+            quota: Some(Some("after 1 seconds")),
+            counts: &[
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Error, 1),
+            ],
+        },
+    );
+}
+
+// ------------------------------------------------------------------ classify edge cases
+
+fn kind_of(agent: AgentType, line: &str) -> (EventKind, String) {
+    let c = adapter_for(agent).classify(line);
+    (c.kind, c.summary)
+}
+
+#[test]
+fn malformed_lines_are_unknown_for_every_adapter() {
+    let huge = format!(
+        "{{\"type\":\"result\",\"x\":\"{}\"}}",
+        "a".repeat(1024 * 1024 + 1)
+    );
+    let cases = [
+        "",
+        "   ",
+        "not json",
+        "{\"type\":",
+        "[1,2,3]",
+        "42",
+        "null",
+        "{\"type\":\"mystery\"}",
+        "{\"type\":7}",
+        "\u{0}\u{1}",
+        huge.as_str(),
+    ];
+    for agent in AgentType::ALL {
+        for line in cases {
+            let (kind, summary) = kind_of(agent, line);
+            assert_eq!(
+                kind,
+                EventKind::Unknown,
+                "{agent} {:?}",
+                &line[..line.len().min(30)]
+            );
+            assert!(summary.chars().count() <= 160, "{agent}: summary bounded");
+        }
+    }
+}
+
+#[test]
+fn claude_key_order_and_tool_summaries() {
+    let check = |line: &str, kind: EventKind, summary: &str| {
+        let (k, s) = kind_of(AgentType::Claude, line);
+        assert_eq!((k, s.as_str()), (kind, summary), "{line}");
+    };
+    check(
+        r#"{"message":{"content":[{"input":{"command":"cargo test --lib"},"name":"Bash","type":"tool_use"}]},"type":"assistant"}"#,
+        EventKind::ToolCall,
+        "Bash: cargo test --lib",
+    );
+    check(
+        r#"{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"Let me\nthink"}]}}"#,
+        EventKind::Message,
+        "thinking: Let me think",
+    );
+    check(
+        r#"{"type":"system","subtype":"hook_started","hook_name":"SessionStart"}"#,
+        EventKind::System,
+        "system: hook_started",
+    );
+    check(
+        r#"{"type":"user","message":{"content":[{"type":"tool_result","is_error":true,"content":[{"type":"text","text":"exit 1"}]}]}}"#,
+        EventKind::ToolResult,
+        "tool error: exit 1",
+    );
+}
+
+#[test]
+fn claude_outcome_rules() {
+    let run = |lines: &[&str]| {
+        let a = adapter_for(AgentType::Claude);
+        let mut o = AgentOutcome::default();
+        for l in lines {
+            let c = a.classify(l);
+            a.observe(&mut o, &c);
+        }
+        o
+    };
+    // is_error with subtype success is a failure.
+    let o = run(&[
+        r#"{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key · Please run /login","num_turns":1}"#,
+    ]);
+    assert!(o.completed && !o.succeeded && o.quota.is_none());
+    assert_eq!(
+        o.error.as_deref(),
+        Some("success: Invalid API key · Please run /login")
+    );
+    // Max turns.
+    let o =
+        run(&[r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":5}"#]);
+    assert!(!o.succeeded);
+    assert_eq!(o.turns, 5);
+    // Lines after the result never change the totals.
+    let o = run(&[
+        r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"usage":{"input_tokens":1,"output_tokens":2}}"#,
+        r#"{"type":"assistant","message":{"id":"m9","content":[{"type":"text","text":"late"}],"usage":{"input_tokens":100,"output_tokens":100}}}"#,
+    ]);
+    assert_eq!((o.turns, o.tokens.input, o.tokens.output), (1, 1, 2));
+    assert!(o.succeeded);
+    // Weekly and session limit banners.
+    let o = run(&[
+        r#"{"type":"result","subtype":"success","is_error":true,"result":"Weekly limit reached ∙ resets 5am"}"#,
+    ]);
+    assert_eq!(o.quota.and_then(|q| q.resets_at).as_deref(), Some("5am"));
+    let o = run(&[
+        r#"{"type":"result","subtype":"success","is_error":true,"result":"You've hit your session limit · resets 1pm"}"#,
+    ]);
+    assert_eq!(o.quota.and_then(|q| q.resets_at).as_deref(), Some("1pm"));
+    // A successful final message that talks about rate limits is a success.
+    let o = run(&[
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"I fixed the rate limit handling: a 429 usage limit reached error now retries."}"#,
+    ]);
+    assert!(o.succeeded && o.quota.is_none());
+    // rate_limit_event rejected → quota; allowed_warning → not.
+    let o = run(&[
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","rateLimitType":"seven_day"}}"#,
+    ]);
+    assert!(o.quota.is_none());
+    let o = run(&[
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1790472600,"rateLimitType":"five_hour"}}"#,
+    ]);
+    assert_eq!(
+        o.quota.and_then(|q| q.resets_at).as_deref(),
+        Some("1790472600")
+    );
+}
+
+fn spec(agent_type: AgentType, cli: &str) -> RunSpec {
+    RunSpec {
+        task_id: "t1".into(),
+        attempt: 1,
+        agent: "a".into(),
+        agent_type,
+        cli_command: cli.into(),
+        fallback: vec![],
+        identity: "me".into(),
+        workspace: PathBuf::from("/tmp/w"),
+        branch: "b".into(),
+        base_ref: None,
+        image: "img".into(),
+        model: Some("m1".into()),
+        max_turns: Some(7),
+        env_overlay: vec![],
+        volume_mounts: vec![],
+        deadline_seconds: 60,
+        idle_timeout_seconds: 30,
+        network: NetworkMode::Bridge,
+        limits: ResourceLimits::default(),
+        verification: vec![],
+        verify_image: "img".into(),
+        rule: "r".into(),
+    }
+}
+
+#[test]
+fn invocations_keep_the_prompt_one_argv_element() {
+    let prompt = "Fix it; rm -rf / && echo $HOME \"quoted\" `tick`\nline two";
+    let cases: [(AgentType, &[&str]); 4] = [
+        (
+            AgentType::Claude,
+            &[
+                "/opt/claude",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+                "--max-turns",
+                "7",
+                "--model",
+                "m1",
+            ],
+        ),
+        (
+            AgentType::Codex,
+            &[
+                "/opt/codex",
+                "exec",
+                "--json",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "-m",
+                "m1",
+            ],
+        ),
+        (
+            AgentType::Kimi,
+            &[
+                "/opt/kimi",
+                "--print",
+                "--output-format=stream-json",
+                "--model",
+                "m1",
+                "--max-steps-per-turn",
+                "7",
+                "-p",
+            ],
+        ),
+        (
+            AgentType::Gemini,
+            &[
+                "/opt/gemini",
+                "--output-format",
+                "stream-json",
+                "--yolo",
+                "-m",
+                "m1",
+                "-p",
+            ],
+        ),
+    ];
+    for (agent, head) in cases {
+        let cli = format!("/opt/{agent}");
+        let inv = adapter_for(agent).invocation(&spec(agent, &cli), prompt);
+        let mut want: Vec<String> = head.iter().map(|s| s.to_string()).collect();
+        want.push(prompt.to_string());
+        assert_eq!(inv.argv, want, "{agent}");
+        assert_eq!(inv.stdin, None);
+    }
+}
+
+#[test]
+fn long_or_dash_prompts_go_to_stdin() {
+    let long = "x".repeat(100 * 1024);
+    for prompt in [long.as_str(), "--help me"] {
+        for agent in AgentType::ALL {
+            let inv = adapter_for(agent).invocation(&spec(agent, "c"), prompt);
+            assert_eq!(inv.stdin.as_deref(), Some(prompt), "{agent}");
+            assert!(
+                !inv.argv.iter().any(|a| a == prompt),
+                "{agent}: prompt not in argv"
+            );
+            if agent == AgentType::Codex {
+                assert_eq!(inv.argv.last().map(String::as_str), Some("-"));
+            }
+        }
+    }
+}
