@@ -19,8 +19,9 @@ MODEL_CODEX="gpt-5-codex"
 MODEL_KIMI="kimi-k2-turbo-preview"
 MODEL_GEMINI="gemini-2.5-pro"
 
-# Fixed usage figures, so tests can assert them (README.md lists them).
-IN_TOK=1200
+# Fixed usage figures, so tests can assert them (README.md lists them). IN_TOK includes
+# the cached part, as Codex and Gemini count it; Claude reports the uncached rest.
+IN_TOK=6200
 OUT_TOK=340
 CACHED_TOK=5000
 COST_USD=0.0421
@@ -234,7 +235,7 @@ emit_result_ok() {
     case "$AGENT" in
         claude)
             printf '{"type":"result","subtype":"success","is_error":false,"duration_ms":2345,"duration_api_ms":2100,"num_turns":%d,"result":"%s","session_id":"%s","total_cost_usd":%s,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":%d,"output_tokens":%d,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-ffffffffffff"}\n' \
-                "$TURNS" "$f" "$SID" "$COST_USD" "$IN_TOK" "$CACHED_TOK" "$OUT_TOK"
+                "$TURNS" "$f" "$SID" "$COST_USD" "$((IN_TOK - CACHED_TOK))" "$CACHED_TOK" "$OUT_TOK"
             ;;
         codex)
             printf '{"type":"turn.completed","usage":{"input_tokens":%d,"cached_input_tokens":%d,"output_tokens":%d}}\n' "$IN_TOK" "$CACHED_TOK" "$OUT_TOK"
@@ -242,7 +243,7 @@ emit_result_ok() {
         kimi) ;; # the last assistant message (emitted by the caller) is the result
         gemini)
             printf '{"type":"result","timestamp":"%s","status":"success","stats":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"cached":%d,"input":%d,"duration_ms":2345,"tool_calls":%d}}\n' \
-                "$(now_iso)" "$((IN_TOK + OUT_TOK))" "$IN_TOK" "$OUT_TOK" "$CACHED_TOK" "$IN_TOK" "$TOOLS"
+                "$(now_iso)" "$((IN_TOK + OUT_TOK))" "$IN_TOK" "$OUT_TOK" "$CACHED_TOK" "$((IN_TOK - CACHED_TOK))" "$TOOLS"
             ;;
     esac
 }
@@ -251,8 +252,8 @@ emit_result_ok() {
 emit_quota() {
     case "$AGENT" in
         claude)
-            TURNS=$((TURNS + 1))
-            printf '{"type":"assistant","message":{"id":"msg_fake_limit","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":"Claude AI usage limit reached|1767225600"}],"stop_reason":"stop_sequence","stop_sequence":"","usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"service_tier":null}},"parent_tool_use_id":null,"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcd"}\n' "$SID"
+            printf '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1767225600,"rateLimitType":"five_hour","overageStatus":"rejected"},"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcc"}\n' "$SID"
+            printf '{"type":"assistant","message":{"id":"msg_fake_limit","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":"Claude AI usage limit reached|1767225600"}],"stop_reason":"stop_sequence","stop_sequence":"","usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"service_tier":null}},"parent_tool_use_id":null,"error":"rate_limit","session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcd"}\n' "$SID"
             printf '{"type":"result","subtype":"success","is_error":true,"duration_ms":312,"duration_api_ms":0,"num_turns":1,"result":"Claude AI usage limit reached|1767225600","session_id":"%s","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-fffffffffffe"}\n' "$SID"
             ;;
         codex)
@@ -261,12 +262,13 @@ emit_quota() {
             printf '{"type":"turn.failed","error":{"message":"%s"}}\n' "$(j "$msg")"
             ;;
         kimi)
-            printf '{"role":"assistant","content":[{"type":"text","text":"Error code: 429 - {\\"error\\": {\\"message\\": \\"Your account org-fake request reached organization TPD rate limit, current: 1507960, limit: 1500000\\", \\"type\\": \\"rate_limit_reached_error\\"}}"}]}\n'
-            echo "LLM provider error: Error code: 429 - rate_limit_reached_error" >&2
+            # kimi-cli's print mode reports provider errors as a plain line on stdout.
+            emit_text "Let me run the tests first."
+            echo "Error code: 429 - {'error': {'message': 'Your account org-fake request reached organization max RPM: 3, please try again after 1 seconds', 'type': 'rate_limit_reached_error'}}"
             ;;
         gemini)
-            printf '{"type":"error","timestamp":"%s","severity":"error","message":"[API Error: You have exhausted your daily quota on this model.]"}\n' "$(now_iso)"
-            printf '{"type":"result","timestamp":"%s","status":"error","error":{"type":"TerminalQuotaError","message":"You have exhausted your daily quota on this model."},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":412,"tool_calls":0}}\n' "$(now_iso)" 
+            printf '{"type":"error","timestamp":"%s","severity":"warning","message":"Quota exceeded for quota metric '"'"'Gemini 2.5 Pro Requests'"'"'; falling back"}\n' "$(now_iso)"
+            printf '{"type":"result","timestamp":"%s","status":"error","error":{"type":"TerminalQuotaError","message":"You have exhausted your daily quota on this model. 429 RESOURCE_EXHAUSTED"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":412,"tool_calls":0}}\n' "$(now_iso)" 
             ;;
     esac
 }
@@ -334,7 +336,10 @@ fake_main() {
     parse_args "$@"
     SCENARIO=$(directive polyphony-fake)
     [ -n "$SCENARIO" ] || SCENARIO=succeed
-    ATTEMPT=$(printf '%s\n' "$PROMPT" | sed -n 's/^[[:space:]]*Attempt:[[:space:]]*\([0-9][0-9]*\).*/\1/p' | head -n 1)
+    # A line `Attempt: N`, or the built-in template's `Task (REF, attempt N): TITLE`.
+    ATTEMPT=$(printf '%s\n' "$PROMPT" | sed -n \
+        -e 's/^[[:space:]]*Attempt:[[:space:]]*\([0-9][0-9]*\).*/\1/p' \
+        -e 's/^Task (.*[, ]attempt \([0-9][0-9]*\)):.*/\1/p' | head -n 1)
     [ -n "$ATTEMPT" ] || ATTEMPT=${POLYPHONY_ATTEMPT:-1}
     case "$SCENARIO" in
         succeed) run_success default ;;
