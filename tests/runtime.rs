@@ -182,6 +182,7 @@ struct Ran {
     wall: Duration,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     w: &World,
     agent: AgentType,

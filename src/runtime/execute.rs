@@ -359,7 +359,7 @@ pub fn decide(
     if outcome.completed && outcome.succeeded && code == 0 {
         return (AttemptStatus::Succeeded, None);
     }
-    if !outcome.completed && (code >= 128 || code < 0) {
+    if !outcome.completed && !(0..128).contains(&code) {
         let why = if code >= 128 {
             format!("killed by signal {} (exit code {code})", code - 128)
         } else {

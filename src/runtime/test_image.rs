@@ -142,6 +142,14 @@ mod tests {
     }
 
     #[test]
+    fn worker_and_test_images_share_one_entrypoint() {
+        assert_eq!(
+            ENTRYPOINT,
+            include_str!("../../images/worker/entrypoint.sh")
+        );
+    }
+
+    #[test]
     fn context_holds_every_file() {
         let tar = build_context(b"bb").unwrap();
         let mut archive = tar::Archive::new(tar.as_slice());
