@@ -1067,3 +1067,43 @@ async fn reattach_resumes_without_duplicates() {
     assert_eq!(exec.next_seq, seqs.len() as u64);
     w.assert_no_containers().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kill_is_a_crash_with_the_reason() {
+    let w = world!("oom");
+    let mut spec = w.run_spec(AgentType::Claude, "oom", 1);
+    spec.limits.memory_bytes = 16 * 1024 * 1024;
+    let inv = polyphony::agents::Invocation {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo '{\"type\":\"system\",\"subtype\":\"init\"}'; x=$(head -c 64000000 /dev/zero | tr '\\0' x); echo ${#x}".into(),
+        ],
+        stdin: None,
+    };
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let adapter = adapter_for(AgentType::Claude);
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect("oom run");
+    assert_eq!(exec.status, AttemptStatus::Crash, "{exec:?}");
+    assert!(exec.oom_killed);
+    assert!(
+        exec.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("out of memory"),
+        "{exec:?}"
+    );
+    w.assert_no_containers().await;
+}
