@@ -1,1 +1,170 @@
-//! (placeholder: filled in by the issue that owns this layer)
+//! The worker runtime: where one attempt's container runs (spec §8).
+//!
+//! Owns the [`WorkerRuntime`] trait (the seam where a cluster backend plugs in later), its
+//! Docker implementation ([`docker::DockerRuntime`], the only bollard user in the crate),
+//! the pure RunSpec -> [`ContainerSpec`] mapping ([`container_spec`]), line splitting
+//! ([`stream`]), running one attempt or one check ([`execute`]) and the offline test image
+//! ([`test_image`]).
+//!
+//! Architecture Invariant: secret values never pass through this module's types. A
+//! [`ContainerSpec`] names host variables; their values are read only inside
+//! `DockerRuntime::create` and go straight into the engine request.
+//! Architecture Invariant: `container_spec` and `stream` are pure (no Docker, disk, clock).
+//! API Boundary: [`WorkerRuntime`], [`execute::run_attempt`], [`execute::run_check`],
+//! [`execute::reattach`].
+
+pub mod container_spec;
+pub mod docker;
+pub mod execute;
+pub mod stream;
+pub mod test_image;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use sha2::{Digest, Sha256};
+
+use crate::domain::EventStream;
+
+pub use container_spec::{ContainerSpec, Role};
+pub use docker::DockerRuntime;
+pub use execute::{
+    reattach, run_attempt, run_check, AttemptExecution, CheckRun, EventSink, RunLimits,
+    TranscriptPaths,
+};
+pub use test_image::ensure_test_image;
+
+/// Label keys every Polyphony container carries (cleanup and recovery select on them).
+pub const LABEL_TASK: &str = "polyphony.task";
+pub const LABEL_ATTEMPT: &str = "polyphony.attempt";
+pub const LABEL_HOME: &str = "polyphony.home";
+pub const LABEL_ROLE: &str = "polyphony.role";
+
+/// Errors a caller branches on: a missing container is not the same as a dead engine.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot reach the Docker engine ({0}); is it running and is DOCKER_HOST right?")]
+    Connect(String),
+    #[error("container `{0}` does not exist")]
+    NotFound(String),
+    #[error(
+        "container name `{name}` is taken by a container of another Polyphony home \
+         (label {LABEL_HOME}={other}); remove it or use that home"
+    )]
+    NameTakenByOtherHome { name: String, other: String },
+    #[error("host variable `{host_var}` (for container variable `{name}`) is not set; export it or fix the identity's api_keys")]
+    MissingHostEnv { name: String, host_var: String },
+    #[error("image `{image}` is missing from the engine: {hint}")]
+    ImageMissing { image: String, hint: String },
+    #[error("building the test image failed: {0}")]
+    Build(String),
+    #[error("Docker engine error during {op}: {message}")]
+    Engine { op: &'static str, message: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// One frame of container output, tagged with its stream. Not a line: see [`stream`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    pub stream: EventStream,
+    pub bytes: Bytes,
+}
+
+/// A container's run state as the engine reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Created,
+    Running,
+    Exited,
+    /// Paused, restarting, removing or dead: nothing Polyphony starts on purpose.
+    Other,
+}
+
+/// What `inspect` tells about one container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub state: RunState,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub labels: BTreeMap<String, String>,
+    /// The hardening the engine actually applied (read back, not what we asked for).
+    pub cap_drop: Vec<String>,
+    pub security_opt: Vec<String>,
+    pub pids_limit: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub nano_cpus: Option<i64>,
+    pub init: Option<bool>,
+    pub user: Option<String>,
+    pub network_mode: Option<String>,
+}
+
+/// One container found by label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSummary {
+    pub id: String,
+    pub name: String,
+    pub state: RunState,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A container backend. Object safe: the orchestrator holds `Arc<dyn WorkerRuntime>`.
+///
+/// Every method takes a container id or name. `create` replaces a leftover container of
+/// the same name from this home (a crash mid-attempt) instead of failing.
+pub trait WorkerRuntime: Send + Sync {
+    /// Creates (does not start) the container; returns its id.
+    fn create<'a>(&'a self, spec: &'a ContainerSpec)
+        -> BoxFuture<'a, Result<String, RuntimeError>>;
+
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// Follows stdout and stderr (kept apart) until the container exits. `since` is a Unix
+    /// time in seconds; `None` reads from the container's first byte.
+    fn logs<'a>(
+        &'a self,
+        id: &'a str,
+        since: Option<i64>,
+    ) -> BoxStream<'a, Result<LogChunk, RuntimeError>>;
+
+    /// Waits until the container is not running and returns its exit code.
+    fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<i64, RuntimeError>>;
+
+    /// Sends SIGKILL. Killing a container that already exited is not an error.
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// Force-removes the container. Removing a missing container is not an error.
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// Containers (any state) carrying every given `key=value` label.
+    fn list_by_labels<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Vec<ContainerSummary>, RuntimeError>>;
+
+    fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>>;
+}
+
+/// The `polyphony.home` label value: a short hex hash of the canonical home path, so two
+/// homes on one engine never adopt each other's containers.
+pub fn home_label(home: &Path) -> String {
+    let canonical = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    let digest = Sha256::digest(canonical.to_string_lossy().as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// `uid:gid` of this process: the default container user, so files the agent writes in the
+/// bind-mounted workspace belong to whoever runs Polyphony.
+pub fn daemon_user() -> String {
+    // SAFETY: getuid/getgid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    format!("{uid}:{gid}")
+}

@@ -1,0 +1,423 @@
+# polyphony-fake.sh: the shared body of the fake agent CLIs (claude, codex, kimi, gemini).
+# Sourced by /usr/local/bin/<agent> with AGENT set. busybox sh only. See README.md.
+#
+# The fakes accept the real argv, find the prompt (the -p/--prompt value, else the last
+# positional argument, else stdin; `-` means stdin), read `polyphony-fake…:` directives
+# from it, edit files in the working directory (/workspace) and print the CLI's real
+# stream-json format.
+
+# Flags of the real CLIs that take a value (so the value is not mistaken for the prompt).
+VALUE_FLAGS=" --output-format --input-format --max-turns --model -m --permission-mode \
+--allowedTools --allowed-tools --disallowedTools --disallowed-tools --append-system-prompt \
+--system-prompt --config -c --sandbox -s --cd -C --approval-mode --session-id --resume -r \
+--work-dir -w --agent-file --mcp-config --add-dir --include-directories --max-budget-usd \
+--fallback-model --settings --color --output-last-message -o --profile --max-steps-per-turn \
+--agent --mcp-config-file -i --prompt-interactive --max-ralph-iterations --skills-dir "
+
+MODEL_CLAUDE="claude-sonnet-4-5-20250929"
+MODEL_CODEX="gpt-5-codex"
+MODEL_KIMI="kimi-k2-turbo-preview"
+MODEL_GEMINI="gemini-2.5-pro"
+
+# Fixed usage figures, so tests can assert them (README.md lists them). IN_TOK includes
+# the cached part, as Codex and Gemini count it; Claude reports the uncached rest.
+IN_TOK=6200
+OUT_TOK=340
+CACHED_TOK=5000
+COST_USD=0.0421
+
+SID="00000000-0000-4000-8000-fa4e00000001"
+N=0          # item / tool counter
+TURNS=0      # assistant messages so far (Claude's num_turns counts these)
+TOOLS=0
+
+parse_args() {
+    PROMPT=""
+    have_prompt=0
+    want_stdin=0
+    last_pos=""
+    first_pos=1
+    while [ $# -gt 0 ]; do
+        a=$1
+        shift
+        case "$a" in
+            -p|--prompt)
+                if [ $# -gt 0 ]; then
+                    case "$1" in
+                        -) want_stdin=1; shift ;;
+                        -*) ;;
+                        *) PROMPT=$1; have_prompt=1; shift ;;
+                    esac
+                fi
+                ;;
+            --prompt=*) PROMPT=${a#--prompt=}; have_prompt=1 ;;
+            -) want_stdin=1 ;;
+            --*=*) ;;
+            -*)
+                case "$VALUE_FLAGS" in
+                    *" $a "*) [ $# -gt 0 ] && shift ;;
+                esac
+                ;;
+            *)
+                # `codex exec …`: the subcommand is not the prompt.
+                if [ "$first_pos" = 1 ] && [ "$AGENT" = codex ] && [ "$a" = exec ]; then
+                    first_pos=0
+                    continue
+                fi
+                first_pos=0
+                last_pos=$a
+                ;;
+        esac
+    done
+    if [ "$have_prompt" = 0 ] && [ "$want_stdin" = 0 ] && [ -n "$last_pos" ]; then
+        PROMPT=$last_pos
+        have_prompt=1
+    fi
+    if [ "$have_prompt" = 0 ] && [ ! -t 0 ]; then
+        PROMPT=$(cat)
+    fi
+}
+
+# directive KEY: the value of `KEY[agent]: v` (wins) or `KEY: v` in the prompt.
+directive() {
+    v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]]*$1\[$AGENT\]:[[:space:]]*//p" | head -n 1)
+    if [ -z "$v" ]; then
+        v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]]*$1:[[:space:]]*//p" | head -n 1)
+    fi
+    printf '%s' "$v" | sed 's/[[:space:]]*$//'
+}
+
+# all_directives KEY: every value of KEY and KEY[agent], one per line.
+all_directives() {
+    printf '%s\n' "$PROMPT" | sed -n \
+        -e "s/^[[:space:]]*$1\[$AGENT\]:[[:space:]]*//p" \
+        -e "s/^[[:space:]]*$1:[[:space:]]*//p"
+}
+
+# j TEXT: TEXT escaped as the inside of a JSON string.
+j() {
+    printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/	/\\t/g' -e 's/\r/\\r/g' \
+        | awk 'BEGIN { ORS = "" } NR > 1 { print "\\n" } { print }'
+}
+
+now_iso() { date -u +%Y-%m-%dT%H:%M:%S.000Z; }
+
+# ---- per-CLI emitters ---------------------------------------------------------------
+
+INIT_DONE=0
+
+emit_init() {
+    [ "$INIT_DONE" = 0 ] || return 0
+    INIT_DONE=1
+    case "$AGENT" in
+        claude)
+            printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":["Bash","Edit","Read","Write","Glob","Grep"],"mcp_servers":[],"model":"%s","permissionMode":"bypassPermissions","slash_commands":[],"apiKeySource":"none","claude_code_version":"2.0.14","output_style":"default","agents":[],"uuid":"fa4e0000-0000-4000-8000-000000000000"}\n' \
+                "$(j "$PWD")" "$SID" "$MODEL_CLAUDE"
+            ;;
+        codex)
+            printf '{"type":"thread.started","thread_id":"%s"}\n' "$SID"
+            printf '{"type":"turn.started"}\n'
+            ;;
+        kimi) ;; # Kimi's print mode starts with the first message.
+        gemini)
+            printf '{"type":"init","timestamp":"%s","session_id":"%s","model":"%s"}\n' "$(now_iso)" "$SID" "$MODEL_GEMINI"
+            printf '{"type":"message","timestamp":"%s","role":"user","content":"%s"}\n' "$(now_iso)" "$(j "$PROMPT")"
+            ;;
+    esac
+}
+
+# emit_text TEXT: one assistant message.
+emit_text() {
+    TURNS=$((TURNS + 1))
+    N=$((N + 1))
+    t=$(j "$1")
+    case "$AGENT" in
+        claude)
+            printf '{"type":"assistant","message":{"id":"msg_fake%03d","type":"message","role":"assistant","model":"%s","content":[{"type":"text","text":"%s"}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":1000,"output_tokens":25,"service_tier":"standard"}},"parent_tool_use_id":null,"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-%012d"}\n' \
+                "$N" "$MODEL_CLAUDE" "$t" "$SID" "$N"
+            ;;
+        codex)
+            printf '{"type":"item.completed","item":{"id":"item_%d","type":"agent_message","text":"%s"}}\n' "$N" "$t"
+            ;;
+        kimi)
+            printf '{"role":"assistant","content":[{"type":"text","text":"%s"}]}\n' "$t"
+            ;;
+        gemini)
+            printf '{"type":"message","timestamp":"%s","role":"assistant","content":"%s","delta":true}\n' "$(now_iso)" "$t"
+            ;;
+    esac
+}
+
+# emit_tool KIND ARG: a tool call; KIND is shell (ARG = command) or edit (ARG = file).
+emit_tool() {
+    TURNS=$((TURNS + 1))
+    TOOLS=$((TOOLS + 1))
+    N=$((N + 1))
+    TOOL_ID=$N
+    TOOL_KIND=$1
+    TOOL_ARG=$2
+    a=$(j "$2")
+    case "$AGENT" in
+        claude)
+            if [ "$1" = shell ]; then
+                input=$(printf '{"command":"%s","description":"Run %s"}' "$a" "$a")
+                name=Bash
+            else
+                input=$(printf '{"file_path":"%s/%s","old_string":"","new_string":"(edited)"}' "$(j "$PWD")" "$a")
+                name=Edit
+            fi
+            printf '{"type":"assistant","message":{"id":"msg_fake%03d","type":"message","role":"assistant","model":"%s","content":[{"type":"tool_use","id":"toolu_fake%03d","name":"%s","input":%s}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":8,"cache_creation_input_tokens":0,"cache_read_input_tokens":1200,"output_tokens":40,"service_tier":"standard"}},"parent_tool_use_id":null,"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-%012d"}\n' \
+                "$N" "$MODEL_CLAUDE" "$N" "$name" "$input" "$SID" "$N"
+            ;;
+        codex)
+            if [ "$1" = shell ]; then
+                printf '{"type":"item.started","item":{"id":"item_%d","type":"command_execution","command":"bash -lc %s","aggregated_output":"","exit_code":null,"status":"in_progress"}}\n' "$N" "$a"
+            fi
+            ;;
+        kimi)
+            if [ "$1" = shell ]; then
+                args=$(j "$(printf '{"command":"%s"}' "$a")")
+                name=Shell
+            else
+                args=$(j "$(printf '{"path":"%s","edit":{"old":"","new":"(edited)"}}' "$a")")
+                name=StrReplaceFile
+            fi
+            printf '{"role":"assistant","content":[],"tool_calls":[{"type":"function","id":"tool_fake%03d","function":{"name":"%s","arguments":"%s"}}]}\n' "$N" "$name" "$args"
+            ;;
+        gemini)
+            if [ "$1" = shell ]; then
+                printf '{"type":"tool_use","timestamp":"%s","tool_name":"run_shell_command","tool_id":"run_shell_command-fake%03d","parameters":{"command":"%s"}}\n' "$(now_iso)" "$N" "$a"
+            else
+                printf '{"type":"tool_use","timestamp":"%s","tool_name":"replace","tool_id":"replace-fake%03d","parameters":{"file_path":"%s/%s","old_string":"","new_string":"(edited)"}}\n' "$(now_iso)" "$N" "$(j "$PWD")" "$a"
+            fi
+            ;;
+    esac
+}
+
+# emit_tool_result OUTPUT | emit_tool_result @FILE (raw content, already JSON-safe).
+emit_tool_result() {
+    case "$1" in
+        @*) body() { cat "${1#@}"; } ;;
+        *) body() { j "$1"; } ;;
+    esac
+    case "$AGENT" in
+        claude)
+            printf '{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_fake%03d","type":"tool_result","content":"' "$TOOL_ID"
+            body "$1"
+            printf '","is_error":false}]},"parent_tool_use_id":null,"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-%012d"}\n' "$SID" "$TOOL_ID"
+            ;;
+        codex)
+            if [ "$TOOL_KIND" = shell ]; then
+                printf '{"type":"item.completed","item":{"id":"item_%d","type":"command_execution","command":"bash -lc %s","aggregated_output":"' "$TOOL_ID" "$(j "$TOOL_ARG")"
+                body "$1"
+                printf '","exit_code":0,"status":"completed"}}\n'
+            else
+                printf '{"type":"item.completed","item":{"id":"item_%d","type":"file_change","changes":[{"path":"%s/%s","kind":"update"}],"status":"completed"}}\n' "$TOOL_ID" "$(j "$PWD")" "$(j "$TOOL_ARG")"
+            fi
+            ;;
+        kimi)
+            printf '{"role":"tool","content":[{"type":"text","text":"'
+            body "$1"
+            printf '"}],"tool_call_id":"tool_fake%03d"}\n' "$TOOL_ID"
+            ;;
+        gemini)
+            if [ "$TOOL_KIND" = shell ]; then id="run_shell_command-fake"; else id="replace-fake"; fi
+            printf '{"type":"tool_result","timestamp":"%s","tool_id":"%s%03d","status":"success","output":"' "$(now_iso)" "$id" "$TOOL_ID"
+            body "$1"
+            printf '"}\n'
+            ;;
+    esac
+}
+
+# emit_result_ok FINAL: the CLI's successful completion.
+emit_result_ok() {
+    f=$(j "$1")
+    case "$AGENT" in
+        claude)
+            printf '{"type":"result","subtype":"success","is_error":false,"duration_ms":2345,"duration_api_ms":2100,"num_turns":%d,"result":"%s","session_id":"%s","total_cost_usd":%s,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":%d,"output_tokens":%d,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-ffffffffffff"}\n' \
+                "$TURNS" "$f" "$SID" "$COST_USD" "$((IN_TOK - CACHED_TOK))" "$CACHED_TOK" "$OUT_TOK"
+            ;;
+        codex)
+            printf '{"type":"turn.completed","usage":{"input_tokens":%d,"cached_input_tokens":%d,"output_tokens":%d}}\n' "$IN_TOK" "$CACHED_TOK" "$OUT_TOK"
+            ;;
+        kimi) ;; # the last assistant message (emitted by the caller) is the result
+        gemini)
+            printf '{"type":"result","timestamp":"%s","status":"success","stats":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"cached":%d,"input":%d,"duration_ms":2345,"tool_calls":%d}}\n' \
+                "$(now_iso)" "$((IN_TOK + OUT_TOK))" "$IN_TOK" "$OUT_TOK" "$CACHED_TOK" "$((IN_TOK - CACHED_TOK))" "$TOOLS"
+            ;;
+    esac
+}
+
+# emit_quota: the CLI's real usage-limit report; the caller exits 1.
+emit_quota() {
+    case "$AGENT" in
+        claude)
+            printf '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1767225600,"rateLimitType":"five_hour","overageStatus":"rejected"},"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcc"}\n' "$SID"
+            printf '{"type":"assistant","message":{"id":"msg_fake_limit","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":"Claude AI usage limit reached|1767225600"}],"stop_reason":"stop_sequence","stop_sequence":"","usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"service_tier":null}},"parent_tool_use_id":null,"error":"rate_limit","session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcd"}\n' "$SID"
+            printf '{"type":"result","subtype":"success","is_error":true,"duration_ms":312,"duration_api_ms":0,"num_turns":1,"result":"Claude AI usage limit reached|1767225600","session_id":"%s","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-fffffffffffe"}\n' "$SID"
+            ;;
+        codex)
+            msg="You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), or try again in 4 days 2 hours 13 minutes."
+            printf '{"type":"error","message":"%s"}\n' "$(j "$msg")"
+            printf '{"type":"turn.failed","error":{"message":"%s"}}\n' "$(j "$msg")"
+            ;;
+        kimi)
+            # kimi-cli's print mode reports provider errors as a plain line on stdout.
+            emit_text "Let me run the tests first."
+            echo "Error code: 429 - {'error': {'message': 'Your account org-fake request reached organization max RPM: 3, please try again after 1 seconds', 'type': 'rate_limit_reached_error'}}"
+            ;;
+        gemini)
+            printf '{"type":"error","timestamp":"%s","severity":"warning","message":"Quota exceeded for quota metric '"'"'Gemini 2.5 Pro Requests'"'"'; falling back"}\n' "$(now_iso)"
+            printf '{"type":"result","timestamp":"%s","status":"error","error":{"type":"TerminalQuotaError","message":"You have exhausted your daily quota on this model. 429 RESOURCE_EXHAUSTED"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":412,"tool_calls":0}}\n' "$(now_iso)" 
+            ;;
+    esac
+}
+
+# ---- workspace changes --------------------------------------------------------------
+
+CHANGED=""
+
+note() {
+    echo "- fake $AGENT, attempt $ATTEMPT: $1" >> POLYPHONY_FAKE.md
+    CHANGED="$CHANGED POLYPHONY_FAKE.md"
+}
+
+# apply_seds: applies every `polyphony-fake-sed: FILE SED_EXPR`; fails when there is none.
+apply_seds() {
+    seds=$(all_directives polyphony-fake-sed)
+    [ -n "$seds" ] || return 1
+    status=0
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        file=${line%% *}
+        expr=${line#* }
+        if [ ! -f "$file" ]; then
+            echo "polyphony-fake: $file does not exist in $PWD" >&2
+            status=1
+            continue
+        fi
+        sed -i "$expr" "$file" || status=1
+        CHANGED="$CHANGED $file"
+    done <<EOF_SEDS
+$seds
+EOF_SEDS
+    return $status
+}
+
+# run_success CHANGE: a complete successful session making CHANGE
+# (default | note | fix | protected | none).
+run_success() {
+    emit_init
+    emit_text "I'll start by looking at the repository."
+    emit_tool shell "ls"
+    emit_tool_result "$(ls -A 2>&1 | head -n 50)"
+    case "$1" in
+        default) apply_seds || note "succeed" ;;
+        fix) apply_seds || note "no fix given (no polyphony-fake-sed line)" ;;
+        note) note "$2" ;;
+        protected)
+            mkdir -p .github/workflows
+            echo "# edited by the fake $AGENT (touch-protected)" >> .github/workflows/ci.yml
+            CHANGED=".github/workflows/ci.yml"
+            ;;
+        none) ;;
+    esac
+    for file in $CHANGED; do
+        emit_tool edit "$file"
+        emit_tool_result "The file $file has been updated."
+        break
+    done
+    final="Done. Changed:${CHANGED:- nothing}."
+    emit_text "$final"
+    emit_result_ok "$final"
+}
+
+fake_main() {
+    parse_args "$@"
+    SCENARIO=$(directive polyphony-fake)
+    [ -n "$SCENARIO" ] || SCENARIO=succeed
+    # A line `Attempt: N`, or the built-in template's `Task (REF, attempt N): TITLE`.
+    ATTEMPT=$(printf '%s\n' "$PROMPT" | sed -n \
+        -e 's/^[[:space:]]*Attempt:[[:space:]]*\([0-9][0-9]*\).*/\1/p' \
+        -e 's/^Task (.*[, ]attempt \([0-9][0-9]*\)):.*/\1/p' | head -n 1)
+    [ -n "$ATTEMPT" ] || ATTEMPT=${POLYPHONY_ATTEMPT:-1}
+    case "$SCENARIO" in
+        succeed) run_success default ;;
+        fix-on-retry)
+            if [ "$ATTEMPT" -ge 2 ]; then
+                run_success fix
+            else
+                run_success note "a change that does not fix anything (fix-on-retry, attempt 1)"
+            fi
+            ;;
+        fail-tests) run_success note "a change that breaks nothing and fixes nothing (fail-tests)" ;;
+        no-change) run_success none ;;
+        touch-protected) run_success protected ;;
+        quota)
+            emit_init
+            emit_quota
+            exit 1
+            ;;
+        hang)
+            emit_init
+            i=0
+            while :; do
+                i=$((i + 1))
+                emit_text "Still working ($i)"
+                sleep 1
+            done
+            ;;
+        silent)
+            sleep 2147483
+            ;;
+        garbage)
+            echo "this line is not JSON"
+            echo '{"type": "assistant", "message": {'
+            printf '\033[31mcolour codes\033[0m and a tab\there\n'
+            echo '[1, 2, 3]'
+            echo 'null'
+            run_success default
+            ;;
+        crash)
+            emit_init
+            emit_text "Starting work."
+            emit_tool shell "make test"
+            kill -9 $$
+            ;;
+        huge-line)
+            emit_init
+            emit_tool shell "cat big.log"
+            head -c 1572864 /dev/zero | tr '\0' 'x' > /tmp/polyphony-fake-big
+            emit_tool_result @/tmp/polyphony-fake-big
+            rm -f /tmp/polyphony-fake-big
+            run_success default
+            ;;
+        echo-secret)
+            emit_init
+            for var in $(all_directives polyphony-fake-echo); do
+                case "$var" in
+                    *[!A-Za-z0-9_]* | [0-9]*) continue ;;
+                esac
+                eval "val=\${$var-}"
+                emit_text "The value of $var is $val (do not share it)"
+            done
+            run_success default
+            ;;
+        slow)
+            secs=$(directive polyphony-fake-sleep)
+            case "$secs" in '' | *[!0-9]*) secs=5 ;; esac
+            emit_init
+            i=0
+            while [ "$i" -lt "$secs" ]; do
+                i=$((i + 1))
+                emit_text "Progress $i/$secs"
+                sleep 1
+            done
+            run_success default
+            ;;
+        *)
+            echo "polyphony-fake: unknown scenario '$SCENARIO' (see images/test/README.md)" >&2
+            exit 2
+            ;;
+    esac
+}

@@ -1,0 +1,372 @@
+//! RunSpec -> ContainerSpec: name, labels, mounts, env names, hardening (spec §8).
+//!
+//! Architecture Invariant: pure. No Docker, disk, clock or environment reads; the caller
+//! passes the home label and the default user in. A [`ContainerSpec`] holds env *names*
+//! for secrets (`env_from_host`), never values, so it can be logged and stored.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
+use crate::agents::Invocation;
+use crate::domain::{EnvVar, NetworkMode, ResourceLimits, RunSpec, VolumeMount};
+
+/// Where the workspace is mounted and the process starts.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// The per-attempt writable HOME (a tmpfs, so nothing survives the container).
+pub const HOME_DIR: &str = "/home/worker";
+/// Identity credential directories are mounted read-only below this path, one per
+/// agent auth path (`/polyphony/credentials/.claude`); the entrypoint copies them into HOME
+/// because agents rewrite their token files and must never get the host's file.
+pub const CREDENTIAL_STAGING_DIR: &str = "/polyphony/credentials";
+/// Where `DockerRuntime::create` puts [`ContainerSpec::stdin`] (the entrypoint feeds it).
+pub const STDIN_FILE: &str = "/polyphony/input/stdin";
+
+/// Why a container exists: `polyphony.role` label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Agent,
+    Verify,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Verify => "verify",
+        }
+    }
+}
+
+/// Everything the engine needs to create one container. Holds no secret values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub role: Role,
+    /// Argv handed to the image's entrypoint (never a shell string for agents).
+    pub cmd: Vec<String>,
+    /// Fed to the command's stdin (through [`STDIN_FILE`]) when set.
+    pub stdin: Option<String>,
+    pub working_dir: String,
+    pub labels: BTreeMap<String, String>,
+    pub mounts: Vec<VolumeMount>,
+    /// Container path -> tmpfs options.
+    pub tmpfs: BTreeMap<String, String>,
+    /// Plain, non-secret variables.
+    pub env: BTreeMap<String, String>,
+    /// Variables whose values are read from the host at creation and never stored.
+    pub env_from_host: Vec<EnvVar>,
+    pub network: NetworkMode,
+    /// Hardening and limits; `limits.user` is always resolved (`Some`).
+    pub limits: ResourceLimits,
+}
+
+impl ContainerSpec {
+    /// A hardened container with the default limits, HOME and /tmp tmpfs, and no mounts.
+    /// `default_user` fills `limits.user` (pass [`super::daemon_user`]).
+    pub fn new(name: impl Into<String>, image: impl Into<String>, cmd: Vec<String>) -> Self {
+        let mut env = BTreeMap::new();
+        env.insert("HOME".to_string(), HOME_DIR.to_string());
+        env.insert(
+            "POLYPHONY_CREDENTIALS".to_string(),
+            CREDENTIAL_STAGING_DIR.to_string(),
+        );
+        let mut tmpfs = BTreeMap::new();
+        // A mode is required: without it a non-root user cannot write (NOTES-crates.md).
+        tmpfs.insert(
+            HOME_DIR.to_string(),
+            "rw,exec,mode=1777,size=256m".to_string(),
+        );
+        tmpfs.insert(
+            "/tmp".to_string(),
+            "rw,exec,mode=1777,size=256m".to_string(),
+        );
+        ContainerSpec {
+            name: name.into(),
+            image: image.into(),
+            role: Role::Agent,
+            cmd,
+            stdin: None,
+            working_dir: WORKSPACE_DIR.to_string(),
+            labels: BTreeMap::new(),
+            mounts: Vec::new(),
+            tmpfs,
+            env,
+            env_from_host: Vec::new(),
+            network: NetworkMode::Bridge,
+            limits: ResourceLimits::default(),
+        }
+    }
+
+    /// Sets the four Polyphony labels.
+    pub fn labels_for(mut self, task_id: &str, attempt: u32, home_label: &str, role: Role) -> Self {
+        self.role = role;
+        self.labels
+            .insert(LABEL_TASK.to_string(), task_id.to_string());
+        self.labels
+            .insert(LABEL_ATTEMPT.to_string(), attempt.to_string());
+        self.labels
+            .insert(LABEL_HOME.to_string(), home_label.to_string());
+        self.labels
+            .insert(LABEL_ROLE.to_string(), role.as_str().to_string());
+        self
+    }
+
+    /// Binds the attempt's clone read-write at `/workspace`.
+    pub fn workspace(mut self, host_path: impl Into<std::path::PathBuf>) -> Self {
+        self.mounts.push(VolumeMount {
+            host_path: host_path.into(),
+            container_path: WORKSPACE_DIR.to_string(),
+            read_only: false,
+        });
+        self
+    }
+
+    pub fn mount(mut self, mount: VolumeMount) -> Self {
+        self.mounts.push(mount);
+        self
+    }
+
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    pub fn env_from_host(mut self, var: EnvVar) -> Self {
+        self.env_from_host.push(var);
+        self
+    }
+
+    pub fn stdin(mut self, input: Option<String>) -> Self {
+        self.stdin = input;
+        self
+    }
+
+    pub fn network(mut self, network: NetworkMode) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Sets limits; a `None` user becomes `default_user`.
+    pub fn limits(mut self, limits: ResourceLimits, default_user: &str) -> Self {
+        let user = limits
+            .user
+            .clone()
+            .unwrap_or_else(|| default_user.to_string());
+        self.limits = ResourceLimits {
+            user: Some(user),
+            ..limits
+        };
+        self
+    }
+}
+
+/// `task_id` as a Docker-name-safe key: `[A-Za-z0-9_.-]`, other characters become `-`,
+/// and a short hash is appended when anything changed so `a/b#1` and `a-b-1` differ.
+pub fn container_key(task_id: &str) -> String {
+    let cleaned: String = task_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_matches(|c| c == '-' || c == '.' || c == '_');
+    if trimmed == task_id && !trimmed.is_empty() {
+        return trimmed.to_string();
+    }
+    let digest = Sha256::digest(task_id.as_bytes());
+    let short = hex::encode(&digest[..4]);
+    if trimmed.is_empty() {
+        short
+    } else {
+        format!("{trimmed}-{short}")
+    }
+}
+
+/// `polyphony-<key>-<attempt>`, or `polyphony-<key>-<attempt>-verify-<n>`.
+pub fn container_name(task_id: &str, attempt: u32, verify: Option<u32>) -> String {
+    let key = container_key(task_id);
+    match verify {
+        None => format!("polyphony-{key}-{attempt}"),
+        Some(n) => format!("polyphony-{key}-{attempt}-verify-{n}"),
+    }
+}
+
+/// The agent container of one attempt: the workspace rw, the identity's credential
+/// directories read-only at the staging path, the env overlay by name, the profile's
+/// network and limits.
+pub fn agent_spec(
+    run: &RunSpec,
+    invocation: &Invocation,
+    home_label: &str,
+    default_user: &str,
+) -> ContainerSpec {
+    let mut spec = ContainerSpec::new(
+        container_name(&run.task_id, run.attempt, None),
+        run.image.clone(),
+        invocation.argv.clone(),
+    )
+    .labels_for(&run.task_id, run.attempt, home_label, Role::Agent)
+    .workspace(run.workspace.clone())
+    .stdin(invocation.stdin.clone())
+    .network(run.network.clone())
+    .limits(run.limits.clone(), default_user)
+    .env("POLYPHONY_TASK", run.task_id.clone())
+    .env("POLYPHONY_ATTEMPT", run.attempt.to_string());
+    for mount in &run.volume_mounts {
+        // Credentials are staged, never handed over writable (spec §8, DESIGN "Worker runtime").
+        spec = spec.mount(VolumeMount {
+            read_only: true,
+            ..mount.clone()
+        });
+    }
+    for var in &run.env_overlay {
+        spec = spec.env_from_host(var.clone());
+    }
+    spec
+}
+
+/// Verification check `n` of an attempt: `/bin/sh -c COMMAND` over the workspace with no
+/// network, no credentials and no env overlay, in the verify image (spec §10).
+pub fn verify_spec(
+    run: &RunSpec,
+    n: u32,
+    command: &str,
+    home_label: &str,
+    default_user: &str,
+) -> ContainerSpec {
+    ContainerSpec::new(
+        container_name(&run.task_id, run.attempt, Some(n)),
+        run.verify_image.clone(),
+        vec!["/bin/sh".to_string(), "-c".to_string(), command.to_string()],
+    )
+    .labels_for(&run.task_id, run.attempt, home_label, Role::Verify)
+    .workspace(run.workspace.clone())
+    .network(NetworkMode::None)
+    .limits(run.limits.clone(), default_user)
+    .env("POLYPHONY_TASK", run.task_id.clone())
+    .env("POLYPHONY_ATTEMPT", run.attempt.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AgentType, VerifyCommand};
+    use std::path::PathBuf;
+
+    fn check_key(task_id: &str, expected: &str) {
+        assert_eq!(container_key(task_id), expected, "key of {task_id:?}");
+    }
+
+    #[test]
+    fn keys_are_docker_safe_and_distinct() {
+        check_key("local-7", "local-7");
+        check_key(
+            "owner/repo#42",
+            &format!("owner-repo-42-{}", short("owner/repo#42")),
+        );
+        check_key("owner-repo-42", "owner-repo-42");
+        check_key("###", &short("###"));
+        check_key("", &short(""));
+        check_key("-x-", &format!("x-{}", short("-x-")));
+    }
+
+    fn short(s: &str) -> String {
+        hex::encode(&Sha256::digest(s.as_bytes())[..4])
+    }
+
+    #[test]
+    fn names_follow_the_convention() {
+        assert_eq!(container_name("local-7", 2, None), "polyphony-local-7-2");
+        assert_eq!(
+            container_name("local-7", 2, Some(1)),
+            "polyphony-local-7-2-verify-1"
+        );
+    }
+
+    fn run_spec() -> RunSpec {
+        RunSpec {
+            task_id: "o/r#5".into(),
+            attempt: 3,
+            agent: "claude-main".into(),
+            agent_type: AgentType::Claude,
+            cli_command: "claude".into(),
+            fallback: vec![],
+            identity: "work".into(),
+            workspace: PathBuf::from("/ws/o-r-5/3"),
+            branch: "polyphony/o-r-5-a3".into(),
+            base_ref: None,
+            image: "agent:1".into(),
+            model: None,
+            max_turns: None,
+            env_overlay: vec![EnvVar {
+                name: "ANTHROPIC_API_KEY".into(),
+                from_host: "WORK_KEY".into(),
+            }],
+            volume_mounts: vec![VolumeMount {
+                host_path: PathBuf::from("/home/me/.claude"),
+                container_path: format!("{CREDENTIAL_STAGING_DIR}/.claude"),
+                read_only: false,
+            }],
+            deadline_seconds: 600,
+            idle_timeout_seconds: 60,
+            network: NetworkMode::Bridge,
+            limits: ResourceLimits::default(),
+            verification: vec![VerifyCommand {
+                name: "test".into(),
+                command: "make test".into(),
+                timeout_seconds: 60,
+            }],
+            verify_image: "verify:1".into(),
+            rule: "default".into(),
+        }
+    }
+
+    #[test]
+    fn agent_spec_mounts_labels_env_and_hardening() {
+        let inv = Invocation {
+            argv: vec!["claude".into(), "-p".into(), "do it".into()],
+            stdin: None,
+        };
+        let spec = agent_spec(&run_spec(), &inv, "abc", "1000:1000");
+        assert_eq!(spec.name, format!("polyphony-o-r-5-{}-3", short("o/r#5")));
+        assert_eq!(spec.labels[LABEL_TASK], "o/r#5");
+        assert_eq!(spec.labels[LABEL_ATTEMPT], "3");
+        assert_eq!(spec.labels[LABEL_HOME], "abc");
+        assert_eq!(spec.labels[LABEL_ROLE], "agent");
+        assert_eq!(spec.cmd, inv.argv);
+        assert_eq!(spec.working_dir, "/workspace");
+        assert_eq!(spec.mounts[0].container_path, "/workspace");
+        assert!(!spec.mounts[0].read_only);
+        assert!(spec.mounts[1].read_only, "credentials are forced read-only");
+        assert_eq!(spec.env["HOME"], HOME_DIR);
+        assert!(spec.tmpfs[HOME_DIR].contains("mode=1777"));
+        assert_eq!(spec.env_from_host[0].from_host, "WORK_KEY");
+        assert_eq!(spec.limits.user.as_deref(), Some("1000:1000"));
+        assert!(spec.limits.cap_drop_all && spec.limits.no_new_privileges && spec.limits.init);
+        assert_eq!(spec.network, NetworkMode::Bridge);
+    }
+
+    #[test]
+    fn verify_spec_has_no_network_credentials_or_secrets() {
+        let mut run = run_spec();
+        run.limits.user = Some("5:6".into());
+        let spec = verify_spec(&run, 1, "make test", "abc", "1000:1000");
+        assert_eq!(spec.network, NetworkMode::None);
+        assert_eq!(spec.image, "verify:1");
+        assert_eq!(spec.cmd, vec!["/bin/sh", "-c", "make test"]);
+        assert_eq!(spec.labels[LABEL_ROLE], "verify");
+        assert_eq!(spec.mounts.len(), 1);
+        assert!(spec.env_from_host.is_empty());
+        assert_eq!(spec.limits.user.as_deref(), Some("5:6"));
+        assert!(spec.name.ends_with("-3-verify-1"));
+    }
+}

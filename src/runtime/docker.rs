@@ -1,0 +1,408 @@
+//! [`WorkerRuntime`] on the Docker engine through bollard (spec §8).
+//!
+//! Owns the engine calls only: no line splitting, classification or status decisions
+//! (those live in `stream` and `execute`). The only place host env values for a container
+//! are read; they go into the create request and nowhere else (not into errors or logs).
+
+use std::collections::{BTreeMap, HashMap};
+
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::container_spec::{ContainerSpec, STDIN_FILE};
+use super::{
+    ContainerInfo, ContainerSummary, LogChunk, RunState, RuntimeError, WorkerRuntime, LABEL_HOME,
+};
+use crate::domain::EventStream;
+
+/// The Docker engine. Cheap to clone (bollard's client is reference counted).
+#[derive(Debug, Clone)]
+pub struct DockerRuntime {
+    docker: Docker,
+}
+
+impl DockerRuntime {
+    /// Connects with `DOCKER_HOST` (or the local socket) and negotiates the API version,
+    /// so an older engine (20.10, API 1.41) is spoken to in its own version.
+    pub async fn connect() -> Result<Self, RuntimeError> {
+        let docker =
+            Docker::connect_with_defaults().map_err(|e| RuntimeError::Connect(e.to_string()))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
+        docker
+            .ping()
+            .await
+            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
+        Ok(DockerRuntime { docker })
+    }
+
+    pub fn from_client(docker: Docker) -> Self {
+        DockerRuntime { docker }
+    }
+
+    /// The bollard client, for image builds (`test_image`).
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    async fn remove_leftover(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+        let existing = match self
+            .docker
+            .inspect_container(&spec.name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(engine("inspect", e)),
+        };
+        let theirs = existing
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(LABEL_HOME).cloned())
+            .unwrap_or_default();
+        let ours = spec.labels.get(LABEL_HOME).cloned().unwrap_or_default();
+        if theirs != ours {
+            return Err(RuntimeError::NameTakenByOtherHome {
+                name: spec.name.clone(),
+                other: if theirs.is_empty() {
+                    "<none: not a Polyphony container>".to_string()
+                } else {
+                    theirs
+                },
+            });
+        }
+        tracing::warn!(container = %spec.name, "removing a leftover container from an earlier run");
+        self.remove(&spec.name).await
+    }
+
+    fn create_body(&self, spec: &ContainerSpec) -> Result<ContainerCreateBody, RuntimeError> {
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for var in &spec.env_from_host {
+            let value =
+                std::env::var(&var.from_host).map_err(|_| RuntimeError::MissingHostEnv {
+                    name: var.name.clone(),
+                    host_var: var.from_host.clone(),
+                })?;
+            env.push(format!("{}={value}", var.name));
+        }
+        if spec.stdin.is_some() {
+            env.push(format!("POLYPHONY_STDIN={STDIN_FILE}"));
+        }
+        let mounts = spec
+            .mounts
+            .iter()
+            .map(|m| Mount {
+                target: Some(m.container_path.clone()),
+                source: Some(m.host_path.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            })
+            .collect();
+        let limits = &spec.limits;
+        let mut security_opt = Vec::new();
+        if limits.no_new_privileges {
+            security_opt.push("no-new-privileges".to_string());
+        }
+        let host_config = HostConfig {
+            mounts: Some(mounts),
+            tmpfs: Some(spec.tmpfs.clone().into_iter().collect::<HashMap<_, _>>()),
+            network_mode: Some(spec.network.as_docker().to_string()),
+            cap_drop: limits.cap_drop_all.then(|| vec!["ALL".to_string()]),
+            security_opt: Some(security_opt),
+            init: Some(limits.init),
+            pids_limit: Some(limits.pids),
+            memory: Some(limits.memory_bytes),
+            // Swap equal to memory: an OOM is an OOM, not a slow swap storm.
+            memory_swap: Some(limits.memory_bytes),
+            nano_cpus: Some((limits.cpus * 1e9) as i64),
+            ..Default::default()
+        };
+        Ok(ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(spec.cmd.clone()),
+            env: Some(env),
+            working_dir: Some(spec.working_dir.clone()),
+            labels: Some(spec.labels.clone().into_iter().collect()),
+            user: limits.user.clone(),
+            tty: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            host_config: Some(host_config),
+            ..Default::default()
+        })
+    }
+
+    async fn upload_stdin(&self, id: &str, input: &str) -> Result<(), RuntimeError> {
+        let relative = STDIN_FILE.trim_start_matches('/');
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(input.len() as u64);
+        header.set_mode(0o444);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, relative, input.as_bytes())
+            .map_err(|e| RuntimeError::Io(format!("packing the prompt for stdin: {e}")))?;
+        let tar = builder
+            .into_inner()
+            .map_err(|e| RuntimeError::Io(format!("packing the prompt for stdin: {e}")))?;
+        let options = UploadToContainerOptionsBuilder::default().path("/").build();
+        self.docker
+            .upload_to_container(id, Some(options), bollard::body_full(tar.into()))
+            .await
+            .map_err(|e| engine("upload stdin", e))
+    }
+}
+
+impl WorkerRuntime for DockerRuntime {
+    fn create<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async move {
+            self.remove_leftover(spec).await?;
+            let body = self.create_body(spec)?;
+            let options = CreateContainerOptionsBuilder::default()
+                .name(&spec.name)
+                .build();
+            let created = self
+                .docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| {
+                    if is_status(&e, 404) {
+                        RuntimeError::ImageMissing {
+                            image: spec.image.clone(),
+                            hint: "build it first (see images/) or fix `container.image`"
+                                .to_string(),
+                        }
+                    } else {
+                        engine("create", e)
+                    }
+                })?;
+            if let Some(input) = &spec.stdin {
+                if let Err(e) = self.upload_stdin(&created.id, input).await {
+                    let _ = self.remove(&created.id).await;
+                    return Err(e);
+                }
+            }
+            Ok(created.id)
+        })
+    }
+
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.docker
+                .start_container(id, None)
+                .await
+                .map_err(|e| not_found_or(id, "start", e))
+        })
+    }
+
+    fn logs<'a>(
+        &'a self,
+        id: &'a str,
+        since: Option<i64>,
+    ) -> BoxStream<'a, Result<LogChunk, RuntimeError>> {
+        let options = LogsOptionsBuilder::default()
+            .follow(true)
+            .stdout(true)
+            .stderr(true)
+            .since(since.unwrap_or(0).clamp(0, i32::MAX as i64) as i32)
+            .build();
+        self.docker
+            .logs(id, Some(options))
+            .map_err(move |e| not_found_or(id, "logs", e))
+            .try_filter_map(|frame| async move {
+                Ok(match frame {
+                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                        Some(LogChunk {
+                            stream: EventStream::Stdout,
+                            bytes: message,
+                        })
+                    }
+                    LogOutput::StdErr { message } => Some(LogChunk {
+                        stream: EventStream::Stderr,
+                        bytes: message,
+                    }),
+                    LogOutput::StdIn { .. } => None,
+                })
+            })
+            .boxed()
+    }
+
+    fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<i64, RuntimeError>> {
+        Box::pin(async move {
+            let options = WaitContainerOptionsBuilder::default()
+                .condition("not-running")
+                .build();
+            let mut stream = self.docker.wait_container(id, Some(options));
+            match stream.next().await {
+                Some(Ok(status)) => Ok(status.status_code),
+                // A non-zero exit arrives as an error (NOTES-crates.md).
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    Ok(code)
+                }
+                Some(Err(e)) => Err(not_found_or(id, "wait", e)),
+                None => {
+                    let info = self.inspect(id).await?;
+                    info.exit_code.ok_or_else(|| RuntimeError::Engine {
+                        op: "wait",
+                        message: format!("container {id} reported no exit code"),
+                    })
+                }
+            }
+        })
+    }
+
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let options = KillContainerOptionsBuilder::default()
+                .signal("SIGKILL")
+                .build();
+            match self.docker.kill_container(id, Some(options)).await {
+                Ok(()) => Ok(()),
+                // 409: not running any more, which is what we wanted.
+                Err(e) if is_status(&e, 409) => Ok(()),
+                Err(e) => Err(not_found_or(id, "kill", e)),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let options = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            match self.docker.remove_container(id, Some(options)).await {
+                Ok(()) => Ok(()),
+                Err(e) if is_status(&e, 404) => Ok(()),
+                // 409 "removal already in progress": someone else is doing it.
+                Err(e) if is_status(&e, 409) => Ok(()),
+                Err(e) => Err(engine("remove", e)),
+            }
+        })
+    }
+
+    fn list_by_labels<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Vec<ContainerSummary>, RuntimeError>> {
+        Box::pin(async move {
+            let mut filters: HashMap<String, Vec<String>> = HashMap::new();
+            filters.insert(
+                "label".to_string(),
+                labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            );
+            let options = ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let found = self
+                .docker
+                .list_containers(Some(options))
+                .await
+                .map_err(|e| engine("list", e))?;
+            Ok(found
+                .into_iter()
+                .map(|c| ContainerSummary {
+                    id: c.id.unwrap_or_default(),
+                    name: c
+                        .names
+                        .and_then(|n| n.into_iter().next())
+                        .map(|n| n.trim_start_matches('/').to_string())
+                        .unwrap_or_default(),
+                    state: summary_state(c.state.map(|s| s.to_string()).as_deref()),
+                    labels: c
+                        .labels
+                        .map(|l| l.into_iter().collect())
+                        .unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
+    fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>> {
+        Box::pin(async move {
+            let c = self
+                .docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| not_found_or(id, "inspect", e))?;
+            let state = c.state.unwrap_or_default();
+            let host = c.host_config.unwrap_or_default();
+            let config = c.config.unwrap_or_default();
+            Ok(ContainerInfo {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .name
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                state: summary_state(state.status.map(|s| s.to_string()).as_deref()),
+                exit_code: state.exit_code,
+                oom_killed: state.oom_killed.unwrap_or(false),
+                started_at: parse_time(state.started_at.as_deref()),
+                finished_at: parse_time(state.finished_at.as_deref()),
+                labels: config
+                    .labels
+                    .map(|l| l.into_iter().collect::<BTreeMap<_, _>>())
+                    .unwrap_or_default(),
+                cap_drop: host.cap_drop.unwrap_or_default(),
+                security_opt: host.security_opt.unwrap_or_default(),
+                pids_limit: host.pids_limit,
+                memory_bytes: host.memory,
+                nano_cpus: host.nano_cpus,
+                init: host.init,
+                user: config.user.filter(|u| !u.is_empty()),
+                network_mode: host.network_mode,
+            })
+        })
+    }
+}
+
+fn summary_state(status: Option<&str>) -> RunState {
+    match status {
+        Some("created") => RunState::Created,
+        Some("running") => RunState::Running,
+        Some("exited") => RunState::Exited,
+        _ => RunState::Other,
+    }
+}
+
+/// Docker reports "never" as year 1.
+fn parse_time(raw: Option<&str>) -> Option<DateTime<Utc>> {
+    let t = DateTime::parse_from_rfc3339(raw?).ok()?.with_timezone(&Utc);
+    (t.timestamp() > 0).then_some(t)
+}
+
+fn is_status(e: &bollard::errors::Error, code: u16) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code, .. } if *status_code == code)
+}
+
+fn engine(op: &'static str, e: bollard::errors::Error) -> RuntimeError {
+    RuntimeError::Engine {
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn not_found_or(id: &str, op: &'static str, e: bollard::errors::Error) -> RuntimeError {
+    if is_status(&e, 404) {
+        RuntimeError::NotFound(id.to_string())
+    } else {
+        engine(op, e)
+    }
+}

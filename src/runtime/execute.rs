@@ -1,0 +1,837 @@
+//! Running one attempt or one check in a container, and re-attaching to a running one
+//! (spec §8 lifecycle, §9 event protocol).
+//!
+//! Owns: following output while the agent runs, splitting it into lines, scrubbing each
+//! line of secret values BEFORE anything is stored, classifying stdout lines through the
+//! adapter (stderr is kept apart and never feeds the outcome), batching events into an
+//! [`EventSink`] and the transcript files, the deadline / idle / cancel kills, collecting
+//! the exit code and OOM flag, deciding the [`AttemptStatus`] ([`decide`], pure) and
+//! removing the container.
+//!
+//! Must not: decide task state transitions, touch the store directly, or log line text
+//! before it is scrubbed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::container_spec::{container_key, ContainerSpec};
+use super::stream::{Line, LineSplitter, MAX_LINE_BYTES};
+use super::{RuntimeError, WorkerRuntime};
+use crate::agents::{AgentAdapter, AgentOutcome};
+use crate::domain::{AttemptStatus, EventKind, EventStream, TaskEvent};
+
+/// Flush the pending batch to the sink at this many events …
+const BATCH_EVENTS: usize = 50;
+/// … or at least this often.
+const BATCH_INTERVAL: Duration = Duration::from_millis(200);
+/// After a kill, how long the log stream may take to end before we stop waiting.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(10);
+/// Bytes of combined output a check keeps.
+const CHECK_TAIL_BYTES: usize = 4096;
+
+/// Where events go as they arrive (the store's batched insert, in production).
+pub trait EventSink: Send {
+    /// Stores a batch. On error the same events are offered again at the next flush.
+    fn record(&mut self, events: &[TaskEvent]) -> Result<(), String>;
+
+    /// Called once the container exists, before it starts, so the caller can persist the
+    /// id for recovery.
+    fn container_created(&mut self, _container_id: &str) {}
+}
+
+/// An [`EventSink`] that keeps everything in memory (tests, `replay`).
+#[derive(Debug, Default)]
+pub struct VecSink {
+    pub events: Vec<TaskEvent>,
+    pub batches: usize,
+    pub container_id: Option<String>,
+}
+
+impl EventSink for VecSink {
+    fn record(&mut self, events: &[TaskEvent]) -> Result<(), String> {
+        self.events.extend_from_slice(events);
+        self.batches += 1;
+        Ok(())
+    }
+
+    fn container_created(&mut self, container_id: &str) {
+        self.container_id = Some(container_id.to_string());
+    }
+}
+
+/// Secret scrubber: returns the line with every secret value replaced by `***`.
+pub type Scrub<'a> = &'a (dyn Fn(&str) -> String + Send + Sync);
+
+/// Time limits of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Wall clock from container start; then kill -> `timeout`.
+    pub deadline: Duration,
+    /// No output on either stream for this long; then kill -> `stalled`.
+    pub idle_timeout: Duration,
+}
+
+/// The transcript files of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptPaths {
+    /// Scrubbed stdout lines, one per line (`<attempt>.ndjson`).
+    pub stdout: PathBuf,
+    /// Scrubbed stderr lines (`<attempt>.stderr.log`).
+    pub stderr: PathBuf,
+}
+
+impl TranscriptPaths {
+    /// `$POLYPHONY_HOME/transcripts/<key>/<attempt>.ndjson` and `.stderr.log`.
+    pub fn under(home: &Path, task_id: &str, attempt: u32) -> Self {
+        let dir = home.join("transcripts").join(container_key(task_id));
+        TranscriptPaths {
+            stdout: dir.join(format!("{attempt}.ndjson")),
+            stderr: dir.join(format!("{attempt}.stderr.log")),
+        }
+    }
+}
+
+/// Why we killed the container ourselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Deadline,
+    Idle,
+    Cancel,
+}
+
+/// What one attempt did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptExecution {
+    pub container_id: String,
+    pub status: AttemptStatus,
+    pub exit_code: Option<i64>,
+    pub outcome: AgentOutcome,
+    /// Why it did not succeed, in one line.
+    pub reason: Option<String>,
+    /// Events recorded by this call (a re-attach counts only the new ones).
+    pub events: u64,
+    /// Next seq: events recorded in total for the attempt.
+    pub next_seq: u64,
+    /// Lines over the limit that were cut.
+    pub cut_lines: u64,
+    pub oom_killed: bool,
+    pub duration: Duration,
+    /// The last sink error, when events could not all be stored.
+    pub sink_error: Option<String>,
+}
+
+/// The result of one proof-of-work command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRun {
+    pub exit_code: Option<i64>,
+    /// The last ~4 KB of combined output, scrubbed, starting at a line boundary.
+    pub output_tail: String,
+    pub duration: Duration,
+    pub timed_out: bool,
+}
+
+/// Runs one attempt: create (replacing a leftover), start, follow, collect, remove.
+///
+/// Errors are for the container never getting going (image missing, engine down) or the
+/// engine vanishing mid-run; in the latter case the container is left for `reattach`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_attempt(
+    rt: &dyn WorkerRuntime,
+    spec: &ContainerSpec,
+    adapter: &dyn AgentAdapter,
+    sink: &mut dyn EventSink,
+    limits: RunLimits,
+    transcript: Option<&TranscriptPaths>,
+    scrub: Scrub<'_>,
+    cancel: watch::Receiver<bool>,
+) -> Result<AttemptExecution, RuntimeError> {
+    let id = rt.create(spec).await?;
+    sink.container_created(&id);
+    let started = Instant::now();
+    if let Err(e) = rt.start(&id).await {
+        let _ = rt.remove(&id).await;
+        return Err(e);
+    }
+    let deadline_at = tokio::time::Instant::from_std(started) + limits.deadline;
+    follow_and_collect(
+        rt,
+        &id,
+        adapter,
+        sink,
+        limits,
+        deadline_at,
+        started,
+        transcript,
+        scrub,
+        cancel,
+        0,
+    )
+    .await
+}
+
+/// Resumes an attempt whose follower died (daemon restart) without duplicating events:
+/// the logs are re-read from the start, every stdout line still feeds the adapter (so
+/// turns and cost are whole), and only lines from seq `recorded` on are stored. The
+/// deadline counts from the container's own start time.
+#[allow(clippy::too_many_arguments)]
+pub async fn reattach(
+    rt: &dyn WorkerRuntime,
+    container_id: &str,
+    adapter: &dyn AgentAdapter,
+    sink: &mut dyn EventSink,
+    limits: RunLimits,
+    transcript: Option<&TranscriptPaths>,
+    scrub: Scrub<'_>,
+    cancel: watch::Receiver<bool>,
+    recorded: u64,
+) -> Result<AttemptExecution, RuntimeError> {
+    let info = rt.inspect(container_id).await?;
+    let ran_for = info
+        .started_at
+        .and_then(|t| (Utc::now() - t).to_std().ok())
+        .unwrap_or_default();
+    let now = Instant::now();
+    let started = now.checked_sub(ran_for).unwrap_or(now);
+    let remaining = limits.deadline.saturating_sub(ran_for);
+    let deadline_at = tokio::time::Instant::now() + remaining;
+    follow_and_collect(
+        rt,
+        &info.id,
+        adapter,
+        sink,
+        limits,
+        deadline_at,
+        started,
+        transcript,
+        scrub,
+        cancel,
+        recorded,
+    )
+    .await
+}
+
+/// Runs `spec` (a `/bin/sh -c CMD` verification container) to completion or `timeout`
+/// and keeps the scrubbed tail of its output. The container is always removed.
+pub async fn run_check(
+    rt: &dyn WorkerRuntime,
+    spec: &ContainerSpec,
+    timeout: Duration,
+    scrub: Scrub<'_>,
+) -> Result<CheckRun, RuntimeError> {
+    let id = rt.create(spec).await?;
+    let started = Instant::now();
+    let result = run_check_inner(rt, &id, timeout, scrub, started).await;
+    let _ = rt.remove(&id).await;
+    result
+}
+
+async fn run_check_inner(
+    rt: &dyn WorkerRuntime,
+    id: &str,
+    timeout: Duration,
+    scrub: Scrub<'_>,
+    started: Instant,
+) -> Result<CheckRun, RuntimeError> {
+    rt.start(id).await?;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    let mut logs = rt.logs(id, None);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut timed_out = false;
+    loop {
+        tokio::select! {
+            chunk = logs.next() => match chunk {
+                Some(Ok(c)) => {
+                    tail.extend_from_slice(&c.bytes);
+                    // Keep twice the tail so scrubbing sees whole lines around the cut.
+                    if tail.len() > 2 * CHECK_TAIL_BYTES {
+                        let drop = tail.len() - 2 * CHECK_TAIL_BYTES;
+                        tail.drain(..drop);
+                        truncated = true;
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => break,
+            },
+            _ = &mut deadline, if !timed_out => {
+                timed_out = true;
+                rt.kill(id).await?;
+                break;
+            }
+        }
+    }
+    let exit_code = match tokio::time::timeout(DRAIN_AFTER_KILL, rt.wait(id)).await {
+        Ok(Ok(code)) => Some(code),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => None,
+    };
+    Ok(CheckRun {
+        exit_code,
+        output_tail: scrubbed_tail(&tail, truncated, scrub),
+        duration: started.elapsed(),
+        timed_out,
+    })
+}
+
+/// The last [`CHECK_TAIL_BYTES`] of `raw`, scrubbed. When `raw` was truncated its first
+/// (partial) line is dropped first, so a secret cut in half is never shown half-scrubbed.
+fn scrubbed_tail(raw: &[u8], truncated: bool, scrub: Scrub<'_>) -> String {
+    let mut start = 0;
+    if truncated {
+        if let Some(i) = raw.iter().position(|b| *b == b'\n') {
+            start = i + 1;
+        }
+    }
+    let text = scrub(&String::from_utf8_lossy(&raw[start..]));
+    if text.len() <= CHECK_TAIL_BYTES {
+        return text;
+    }
+    let mut cut = text.len() - CHECK_TAIL_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text[cut..].to_string()
+}
+
+/// Decides how an attempt ended. Pure; the order matters: our own kills first (we know
+/// why), then a structured quota report (so the next agent gets the task), then the
+/// engine's OOM flag, then the agent's own result and exit code.
+pub fn decide(
+    stop: Option<Stop>,
+    limits: RunLimits,
+    oom_killed: bool,
+    exit_code: Option<i64>,
+    outcome: &AgentOutcome,
+) -> (AttemptStatus, Option<String>) {
+    if stop == Some(Stop::Cancel) {
+        return (
+            AttemptStatus::Cancelled,
+            Some("cancelled; container killed".into()),
+        );
+    }
+    if let Some(q) = &outcome.quota {
+        let resets = q
+            .resets_at
+            .as_deref()
+            .map(|r| format!(" (resets {r})"))
+            .unwrap_or_default();
+        return (
+            AttemptStatus::Quota,
+            Some(format!("usage limit: {}{resets}", q.message)),
+        );
+    }
+    match stop {
+        Some(Stop::Deadline) => {
+            return (
+                AttemptStatus::Timeout,
+                Some(format!(
+                    "deadline of {}s passed; container killed",
+                    limits.deadline.as_secs()
+                )),
+            )
+        }
+        Some(Stop::Idle) => {
+            return (
+                AttemptStatus::Stalled,
+                Some(format!(
+                    "no output for {}s; container killed",
+                    limits.idle_timeout.as_secs()
+                )),
+            )
+        }
+        _ => {}
+    }
+    if oom_killed {
+        return (
+            AttemptStatus::Crash,
+            Some("out of memory: the container hit its memory limit and was OOM-killed".into()),
+        );
+    }
+    let code = exit_code.unwrap_or(-1);
+    if outcome.completed && outcome.succeeded && code == 0 {
+        return (AttemptStatus::Succeeded, None);
+    }
+    if !outcome.completed && !(0..128).contains(&code) {
+        let why = if code >= 128 {
+            format!("killed by signal {} (exit code {code})", code - 128)
+        } else {
+            "no exit code".to_string()
+        };
+        return (
+            AttemptStatus::Crash,
+            Some(format!("the agent died without a result: {why}")),
+        );
+    }
+    let reason = if outcome.completed && outcome.succeeded {
+        format!("the agent reported success but exited with code {code}")
+    } else if let Some(err) = &outcome.error {
+        format!("{err} (exit code {code})")
+    } else if outcome.completed {
+        format!("the agent reported failure (exit code {code})")
+    } else {
+        format!("the agent exited with code {code} without a result")
+    };
+    (AttemptStatus::Failed, Some(reason))
+}
+
+/// Line handling shared by `run_attempt` and `reattach`.
+struct Follower<'a> {
+    adapter: &'a dyn AgentAdapter,
+    sink: &'a mut dyn EventSink,
+    scrub: Scrub<'a>,
+    outcome: AgentOutcome,
+    /// Next seq to assign (counts every line of both streams).
+    seq: u64,
+    /// Lines below this seq are already stored (re-attach).
+    skip: u64,
+    recorded: u64,
+    cut_lines: u64,
+    pending: Vec<TaskEvent>,
+    stdout_file: Option<BufWriter<File>>,
+    stderr_file: Option<BufWriter<File>>,
+    sink_error: Option<String>,
+}
+
+impl Follower<'_> {
+    fn line(&mut self, stream: EventStream, line: Line) {
+        let seq = self.seq;
+        self.seq += 1;
+        let text = (self.scrub)(&line.text);
+        if line.cut.is_some() {
+            self.cut_lines += 1;
+        }
+        let (kind, summary, data) = match (stream, line.cut) {
+            (_, Some(total)) => (
+                EventKind::Unknown,
+                format!("line cut at {MAX_LINE_BYTES} of {total} bytes"),
+                json!({"raw": text, "cut": true, "bytes": total}),
+            ),
+            (EventStream::Stdout, None) => {
+                let c = self.adapter.classify(&text);
+                self.adapter.observe(&mut self.outcome, &c);
+                (c.kind, c.summary, c.data)
+            }
+            // stderr is diagnostics, never protocol: it must not decide the outcome.
+            (EventStream::Stderr, None) => (
+                EventKind::Unknown,
+                format!("stderr: {}", first_chars(&text, 200)),
+                json!({ "raw": text }),
+            ),
+        };
+        if seq < self.skip {
+            return;
+        }
+        let file = match stream {
+            EventStream::Stdout => &mut self.stdout_file,
+            EventStream::Stderr => &mut self.stderr_file,
+        };
+        if let Some(f) = file {
+            if let Err(e) = writeln!(f, "{text}") {
+                tracing::warn!(error = %e, "cannot append to the transcript");
+            }
+        }
+        self.pending.push(TaskEvent {
+            seq,
+            kind,
+            stream,
+            summary,
+            data,
+            at: Utc::now(),
+        });
+    }
+
+    fn flush(&mut self) {
+        for f in [&mut self.stdout_file, &mut self.stderr_file]
+            .into_iter()
+            .flatten()
+        {
+            let _ = f.flush();
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        match self.sink.record(&self.pending) {
+            Ok(()) => {
+                self.recorded += self.pending.len() as u64;
+                self.pending.clear();
+                self.sink_error = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, pending = self.pending.len(), "event sink failed; will retry");
+                self.sink_error = Some(e);
+            }
+        }
+    }
+}
+
+fn first_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn open_append(path: &Path) -> Result<BufWriter<File>, RuntimeError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            RuntimeError::Io(format!(
+                "cannot create transcript dir {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(BufWriter::new)
+        .map_err(|e| RuntimeError::Io(format!("cannot open transcript {}: {e}", path.display())))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn follow_and_collect(
+    rt: &dyn WorkerRuntime,
+    id: &str,
+    adapter: &dyn AgentAdapter,
+    sink: &mut dyn EventSink,
+    limits: RunLimits,
+    deadline_at: tokio::time::Instant,
+    started: Instant,
+    transcript: Option<&TranscriptPaths>,
+    scrub: Scrub<'_>,
+    mut cancel: watch::Receiver<bool>,
+    skip: u64,
+) -> Result<AttemptExecution, RuntimeError> {
+    let (stdout_file, stderr_file) = match transcript {
+        Some(t) => (Some(open_append(&t.stdout)?), Some(open_append(&t.stderr)?)),
+        None => (None, None),
+    };
+    let mut f = Follower {
+        adapter,
+        sink,
+        scrub,
+        outcome: AgentOutcome::default(),
+        seq: 0,
+        skip,
+        recorded: 0,
+        cut_lines: 0,
+        pending: Vec::new(),
+        stdout_file,
+        stderr_file,
+        sink_error: None,
+    };
+    let mut out = LineSplitter::default();
+    let mut err = LineSplitter::default();
+    let mut logs = rt.logs(id, None);
+    let mut idle_at = tokio::time::Instant::now() + limits.idle_timeout;
+    let mut tick = tokio::time::interval(BATCH_INTERVAL);
+    let mut stop: Option<Stop> = None;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut cancel_open = true;
+    if *cancel.borrow() {
+        rt.kill(id).await?;
+        stop = Some(Stop::Cancel);
+        drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_KILL);
+    }
+    loop {
+        let running = stop.is_none();
+        tokio::select! {
+            chunk = logs.next() => match chunk {
+                Some(Ok(c)) => {
+                    idle_at = tokio::time::Instant::now() + limits.idle_timeout;
+                    let (splitter, stream) = match c.stream {
+                        EventStream::Stdout => (&mut out, EventStream::Stdout),
+                        EventStream::Stderr => (&mut err, EventStream::Stderr),
+                    };
+                    for line in splitter.push(&c.bytes) {
+                        f.line(stream, line);
+                    }
+                    if f.pending.len() >= BATCH_EVENTS {
+                        f.flush();
+                    }
+                }
+                Some(Err(e)) => {
+                    f.flush();
+                    return Err(e);
+                }
+                None => break,
+            },
+            _ = tokio::time::sleep_until(deadline_at), if running => {
+                stop = Some(Stop::Deadline);
+            }
+            _ = tokio::time::sleep_until(idle_at), if running => {
+                stop = Some(Stop::Idle);
+            }
+            changed = cancel.changed(), if running && cancel_open => {
+                match changed {
+                    Ok(()) if *cancel.borrow() => stop = Some(Stop::Cancel),
+                    Ok(()) => {}
+                    Err(_) => cancel_open = false,
+                }
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)), if drain_until.is_some() => {
+                tracing::warn!(container = id, "log stream did not end after the kill; collecting anyway");
+                break;
+            }
+            _ = tick.tick() => f.flush(),
+        }
+        if running && stop.is_some() {
+            rt.kill(id).await?;
+            drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_KILL);
+        }
+    }
+    if let Some(line) = out.finish() {
+        f.line(EventStream::Stdout, line);
+    }
+    if let Some(line) = err.finish() {
+        f.line(EventStream::Stderr, line);
+    }
+    f.flush();
+    let exit_code = match tokio::time::timeout(DRAIN_AFTER_KILL, rt.wait(id)).await {
+        Ok(Ok(code)) => Some(code),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => None,
+    };
+    let info = rt.inspect(id).await?;
+    let exit_code = exit_code.or(info.exit_code);
+    let (status, reason) = decide(stop, limits, info.oom_killed, exit_code, &f.outcome);
+    let duration = match (info.started_at, info.finished_at) {
+        (Some(s), Some(e)) if e > s => (e - s).to_std().unwrap_or_else(|_| started.elapsed()),
+        _ => started.elapsed(),
+    };
+    rt.remove(id).await?;
+    Ok(AttemptExecution {
+        container_id: id.to_string(),
+        status,
+        exit_code,
+        outcome: f.outcome,
+        reason,
+        events: f.recorded,
+        next_seq: f.seq,
+        cut_lines: f.cut_lines,
+        oom_killed: info.oom_killed,
+        duration,
+        sink_error: f.sink_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::QuotaHit;
+
+    const LIMITS: RunLimits = RunLimits {
+        deadline: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(10),
+    };
+
+    fn outcome(completed: bool, succeeded: bool) -> AgentOutcome {
+        AgentOutcome {
+            completed,
+            succeeded,
+            ..Default::default()
+        }
+    }
+
+    fn quota() -> AgentOutcome {
+        AgentOutcome {
+            completed: true,
+            quota: Some(QuotaHit {
+                message: "limit".into(),
+                resets_at: Some("5am".into()),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn check(
+        stop: Option<Stop>,
+        oom: bool,
+        code: Option<i64>,
+        o: AgentOutcome,
+        expected: AttemptStatus,
+        reason_has: &str,
+    ) {
+        let (status, reason) = decide(stop, LIMITS, oom, code, &o);
+        assert_eq!(status, expected, "{stop:?} oom={oom} code={code:?} {o:?}");
+        let reason = reason.unwrap_or_default();
+        assert!(
+            reason.contains(reason_has),
+            "reason {reason:?} lacks {reason_has:?}"
+        );
+    }
+
+    #[test]
+    fn success_needs_result_and_exit_zero() {
+        check(
+            None,
+            false,
+            Some(0),
+            outcome(true, true),
+            AttemptStatus::Succeeded,
+            "",
+        );
+        check(
+            None,
+            false,
+            Some(1),
+            outcome(true, true),
+            AttemptStatus::Failed,
+            "exited with code 1",
+        );
+        check(
+            None,
+            false,
+            Some(0),
+            outcome(true, false),
+            AttemptStatus::Failed,
+            "reported failure",
+        );
+        check(
+            None,
+            false,
+            Some(0),
+            outcome(false, false),
+            AttemptStatus::Failed,
+            "without a result",
+        );
+    }
+
+    #[test]
+    fn kills_win() {
+        check(
+            Some(Stop::Cancel),
+            false,
+            Some(137),
+            quota(),
+            AttemptStatus::Cancelled,
+            "cancelled",
+        );
+        check(
+            Some(Stop::Deadline),
+            false,
+            Some(137),
+            outcome(false, false),
+            AttemptStatus::Timeout,
+            "60s",
+        );
+        check(
+            Some(Stop::Idle),
+            false,
+            Some(137),
+            outcome(false, false),
+            AttemptStatus::Stalled,
+            "10s",
+        );
+    }
+
+    #[test]
+    fn quota_beats_timeouts_and_failures() {
+        check(
+            None,
+            false,
+            Some(1),
+            quota(),
+            AttemptStatus::Quota,
+            "resets 5am",
+        );
+        check(
+            Some(Stop::Idle),
+            false,
+            Some(137),
+            quota(),
+            AttemptStatus::Quota,
+            "limit",
+        );
+    }
+
+    #[test]
+    fn oom_and_signals_are_crashes() {
+        check(
+            None,
+            true,
+            Some(137),
+            outcome(false, false),
+            AttemptStatus::Crash,
+            "out of memory",
+        );
+        check(
+            None,
+            false,
+            Some(137),
+            outcome(false, false),
+            AttemptStatus::Crash,
+            "signal 9",
+        );
+        check(
+            None,
+            false,
+            None,
+            outcome(false, false),
+            AttemptStatus::Crash,
+            "no exit code",
+        );
+        check(
+            None,
+            false,
+            Some(137),
+            outcome(true, false),
+            AttemptStatus::Failed,
+            "137",
+        );
+    }
+
+    #[test]
+    fn adapter_error_is_the_reason() {
+        let o = AgentOutcome {
+            completed: true,
+            error: Some("max turns".into()),
+            ..Default::default()
+        };
+        check(
+            None,
+            false,
+            Some(1),
+            o,
+            AttemptStatus::Failed,
+            "max turns (exit code 1)",
+        );
+    }
+
+    fn no_scrub(s: &str) -> String {
+        s.replace("SECRET", "***")
+    }
+
+    #[test]
+    fn check_tail_is_bounded_scrubbed_and_line_aligned() {
+        assert_eq!(scrubbed_tail(b"ok SECRET\n", false, &no_scrub), "ok ***\n");
+        let raw = format!("CRET partial\n{}", "x".repeat(100));
+        assert_eq!(
+            scrubbed_tail(raw.as_bytes(), true, &no_scrub),
+            "x".repeat(100)
+        );
+        let big = "y".repeat(3 * CHECK_TAIL_BYTES);
+        assert_eq!(
+            scrubbed_tail(big.as_bytes(), false, &no_scrub).len(),
+            CHECK_TAIL_BYTES
+        );
+    }
+
+    #[test]
+    fn transcript_paths_follow_the_layout() {
+        let t = TranscriptPaths::under(Path::new("/h"), "local-3", 2);
+        assert_eq!(t.stdout, PathBuf::from("/h/transcripts/local-3/2.ndjson"));
+        assert_eq!(
+            t.stderr,
+            PathBuf::from("/h/transcripts/local-3/2.stderr.log")
+        );
+    }
+}

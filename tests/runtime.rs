@@ -1,0 +1,1109 @@
+//! The worker runtime against the REAL Docker engine and the offline test image
+//! (images/test/): every fake scenario through `run_attempt` with the real adapters,
+//! deadline / idle / cancel kills, hardening read back through inspect, secret scrubbing,
+//! huge lines, leftover containers, `run_check`, `reattach`, and no container left behind.
+//!
+//! Without an engine: fails when `CI` is set, otherwise prints `SKIPPED: <why>`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use polyphony::agents::adapter_for;
+use polyphony::agents::prompt::{PromptContext, PromptTemplate};
+use polyphony::agents::scrub::Scrubber;
+use polyphony::domain::{
+    AgentType, AttemptStatus, EnvVar, EventKind, EventStream, NetworkMode, ResourceLimits, RunSpec,
+    VolumeMount,
+};
+use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
+use polyphony::runtime::execute::{Scrub, VecSink};
+use polyphony::runtime::{
+    daemon_user, ensure_test_image, home_label, reattach, run_attempt, run_check, AttemptExecution,
+    ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths, WorkerRuntime,
+    LABEL_HOME,
+};
+use tokio::sync::{watch, OnceCell};
+
+static IMAGE: OnceCell<String> = OnceCell::const_new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The engine, or `None` after printing SKIPPED (a failure under CI).
+async fn engine() -> Option<DockerRuntime> {
+    match DockerRuntime::connect().await {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            if std::env::var_os("CI").is_some() {
+                panic!("Docker is required under CI: {e}");
+            }
+            println!("SKIPPED: no Docker engine ({e})");
+            None
+        }
+    }
+}
+
+async fn image(rt: &DockerRuntime) -> String {
+    IMAGE
+        .get_or_init(|| async {
+            let started = Instant::now();
+            let tag = ensure_test_image(rt.client())
+                .await
+                .unwrap_or_else(|e| panic!("building the test image: {e}"));
+            println!("test image {tag} ready in {:?}", started.elapsed());
+            tag
+        })
+        .await
+        .clone()
+}
+
+/// One test's world: a temp home (its own `polyphony.home` label), a workspace, an id
+/// prefix. Dropping it removes every container of the home, even after a panic.
+struct World {
+    rt: DockerRuntime,
+    image: String,
+    home: tempfile::TempDir,
+    label: String,
+    prefix: String,
+}
+
+impl World {
+    async fn new(test: &str) -> Option<World> {
+        let rt = engine().await?;
+        let image = image(&rt).await;
+        let home = tempfile::tempdir().expect("temp home");
+        let label = home_label(home.path());
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let prefix = format!("rt-{test}-{}-{n}", std::process::id());
+        Some(World {
+            rt,
+            image,
+            home,
+            label,
+            prefix,
+        })
+    }
+
+    fn workspace(&self, name: &str) -> PathBuf {
+        let ws = self.home.path().join("ws").join(name);
+        std::fs::create_dir_all(&ws).expect("workspace dir");
+        std::fs::write(ws.join("calc.sh"), "echo $((a - b))\n").expect("seed file");
+        ws
+    }
+
+    fn run_spec(&self, agent: AgentType, name: &str, attempt: u32) -> RunSpec {
+        RunSpec {
+            task_id: format!("{}/{name}-{}#{attempt}", self.prefix, agent.as_str()),
+            attempt,
+            agent: agent.as_str().into(),
+            agent_type: agent,
+            cli_command: agent.default_command().into(),
+            fallback: vec![],
+            identity: "test".into(),
+            workspace: self.workspace(&format!("{name}-{}-{attempt}", agent.as_str())),
+            branch: "polyphony/test".into(),
+            base_ref: None,
+            image: self.image.clone(),
+            model: None,
+            max_turns: Some(10),
+            env_overlay: vec![],
+            volume_mounts: vec![],
+            deadline_seconds: 60,
+            idle_timeout_seconds: 30,
+            network: NetworkMode::Bridge,
+            limits: ResourceLimits::default(),
+            verification: vec![],
+            verify_image: self.image.clone(),
+            rule: "test".into(),
+        }
+    }
+
+    async fn assert_no_containers(&self) {
+        let left = self
+            .rt
+            .list_by_labels(&[(LABEL_HOME.to_string(), self.label.clone())])
+            .await
+            .expect("list by label");
+        assert!(left.is_empty(), "containers left behind: {left:?}");
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let rt = self.rt.clone();
+        let label = self.label.clone();
+        // Drop cannot await and may run inside a runtime: clean up on a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Runtime::new() else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(found) = rt.list_by_labels(&[(LABEL_HOME.to_string(), label)]).await {
+                    for c in found {
+                        let _ = rt.remove(&c.id).await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn prompt(directives: &str, attempt: u32) -> String {
+    let body = format!("Fix the calculator.\n\n{directives}\n");
+    PromptTemplate::builtin().render(&PromptContext {
+        title: "Fix calc",
+        body: &body,
+        source_ref: "local:1",
+        repo: "file:///repo",
+        branch: "polyphony/test",
+        attempt,
+        ..Default::default()
+    })
+}
+
+fn no_cancel() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    // Keep the sender alive for the test's duration: a closed channel is not a cancel.
+    std::mem::forget(tx);
+    rx
+}
+
+const LIMITS: RunLimits = RunLimits {
+    deadline: Duration::from_secs(60),
+    idle_timeout: Duration::from_secs(30),
+};
+
+struct Ran {
+    exec: AttemptExecution,
+    sink: VecSink,
+    spec: RunSpec,
+    transcript: TranscriptPaths,
+    wall: Duration,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    w: &World,
+    agent: AgentType,
+    name: &str,
+    attempt: u32,
+    directives: &str,
+    limits: RunLimits,
+    scrub: Scrub<'_>,
+    tweak: impl FnOnce(ContainerSpec) -> ContainerSpec,
+) -> Ran {
+    let spec = w.run_spec(agent, name, attempt);
+    let adapter = adapter_for(agent);
+    let inv = adapter.invocation(&spec, &prompt(directives, attempt));
+    let cspec = tweak(agent_spec(&spec, &inv, &w.label, &daemon_user()));
+    let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, attempt);
+    let mut sink = VecSink::default();
+    let started = Instant::now();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        limits,
+        Some(&transcript),
+        scrub,
+        no_cancel(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{agent} {name}: run_attempt failed: {e}"));
+    let wall = started.elapsed();
+    println!(
+        "{agent:<6} {name:<16} {:<9} exit={:?} turns={} events={} cost={:?} in {:?}",
+        exec.status.as_str(),
+        exec.exit_code,
+        exec.outcome.turns,
+        exec.events,
+        exec.outcome.cost_usd,
+        wall
+    );
+    Ran {
+        exec,
+        sink,
+        spec,
+        transcript,
+        wall,
+    }
+}
+
+fn plain(s: &str) -> String {
+    s.to_string()
+}
+
+fn file(ws: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(ws.join(name)).ok()
+}
+
+/// Seqs 0..n without gaps or duplicates, stdout lines in the transcript file.
+fn assert_events_consistent(r: &Ran) {
+    let seqs: Vec<u64> = r.sink.events.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (0..seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "seqs must be 0..n in order");
+    assert_eq!(r.exec.events, seqs.len() as u64);
+    let stdout_events = r
+        .sink
+        .events
+        .iter()
+        .filter(|e| e.stream == EventStream::Stdout)
+        .count();
+    let transcript = std::fs::read_to_string(&r.transcript.stdout).expect("transcript file");
+    assert_eq!(
+        transcript.lines().count(),
+        stdout_events,
+        "one transcript line per stdout event"
+    );
+}
+
+const AGENTS: [AgentType; 4] = AgentType::ALL;
+
+/// Usage figures the fakes print (images/test/README.md).
+fn assert_success_figures(agent: AgentType, r: &Ran) {
+    let o = &r.exec.outcome;
+    assert!(o.completed && o.succeeded, "{agent}: {o:?}");
+    let expected_turns = match agent {
+        // Claude's num_turns, Kimi's and Gemini's assistant messages, Codex's turns.
+        AgentType::Claude => 4,
+        AgentType::Codex => 1,
+        AgentType::Kimi => 4,
+        AgentType::Gemini => 2,
+    };
+    assert_eq!(o.turns, expected_turns, "{agent} turns");
+    match agent {
+        AgentType::Claude => {
+            assert_eq!(o.cost_usd, Some(0.0421));
+            assert_eq!(
+                (o.tokens.input, o.tokens.output, o.tokens.cached_input),
+                (6200, 340, 5000)
+            );
+        }
+        AgentType::Codex | AgentType::Gemini => {
+            assert_eq!(o.cost_usd, None);
+            assert_eq!(
+                (o.tokens.input, o.tokens.output, o.tokens.cached_input),
+                (6200, 340, 5000)
+            );
+        }
+        AgentType::Kimi => assert_eq!(o.cost_usd, None),
+    }
+    let final_message = o.final_message.as_deref().unwrap_or("");
+    assert!(
+        final_message.starts_with("Done."),
+        "{agent} final: {final_message:?}"
+    );
+    let kinds: HashSet<EventKind> = r.sink.events.iter().map(|e| e.kind).collect();
+    assert!(
+        kinds.contains(&EventKind::Message),
+        "{agent} kinds {kinds:?}"
+    );
+    assert!(
+        kinds.contains(&EventKind::ToolCall),
+        "{agent} kinds {kinds:?}"
+    );
+    assert!(
+        kinds.contains(&EventKind::ToolResult),
+        "{agent} kinds {kinds:?}"
+    );
+    if agent != AgentType::Kimi {
+        assert!(
+            kinds.contains(&EventKind::Result),
+            "{agent} kinds {kinds:?}"
+        );
+    }
+}
+
+macro_rules! world {
+    ($name:expr) => {
+        match World::new($name).await {
+            Some(w) => w,
+            None => return,
+        }
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn succeed_applies_the_sed_fix_for_every_agent() {
+    let w = world!("succeed");
+    let runs = futures_util::future::join_all(AGENTS.map(|a| {
+        run(
+            &w,
+            a,
+            "succeed",
+            1,
+            "polyphony-fake-sed: calc.sh s/a - b/a + b/",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+    }))
+    .await;
+    for (agent, r) in AGENTS.into_iter().zip(&runs) {
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "{agent}: {:?}",
+            r.exec
+        );
+        assert_eq!(r.exec.exit_code, Some(0));
+        assert_eq!(
+            file(&r.spec.workspace, "calc.sh").as_deref(),
+            Some("echo $((a + b))\n")
+        );
+        assert_success_figures(agent, r);
+        assert_events_consistent(r);
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
+    let w = world!("default");
+    // A prompt starting with `-` goes through stdin (the adapters' rule): both paths work.
+    let runs = futures_util::future::join_all(
+        AGENTS.map(|a| run(&w, a, "default", 1, "", LIMITS, &plain, |s| s)),
+    )
+    .await;
+    for (agent, r) in AGENTS.into_iter().zip(&runs) {
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded, "{agent}");
+        let note = file(&r.spec.workspace, "POLYPHONY_FAKE.md").unwrap_or_default();
+        assert!(
+            note.contains(&format!("fake {agent}, attempt 1: succeed")),
+            "{note}"
+        );
+    }
+    let spec = w.run_spec(AgentType::Claude, "stdin", 1);
+    let adapter = adapter_for(AgentType::Claude);
+    let long = format!(
+        "{}\npolyphony-fake-sed: calc.sh s/a - b/a * b/\n",
+        "x".repeat(200_000)
+    );
+    let inv = adapter.invocation(&spec, &long);
+    assert!(inv.stdin.is_some(), "a 200 KB prompt goes through stdin");
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect("stdin run");
+    assert_eq!(exec.status, AttemptStatus::Succeeded);
+    assert_eq!(
+        file(&spec.workspace, "calc.sh").as_deref(),
+        Some("echo $((a * b))\n")
+    );
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected() {
+    let w = world!("ws");
+    let sed = "polyphony-fake-sed: calc.sh s/a - b/a + b/";
+    for agent in AGENTS {
+        let first = run(
+            &w,
+            agent,
+            "retry",
+            1,
+            &format!("polyphony-fake: fix-on-retry\n{sed}"),
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(first.exec.status, AttemptStatus::Succeeded);
+        assert_eq!(
+            file(&first.spec.workspace, "calc.sh").as_deref(),
+            Some("echo $((a - b))\n")
+        );
+        assert!(file(&first.spec.workspace, "POLYPHONY_FAKE.md").is_some());
+        let second = run(
+            &w,
+            agent,
+            "retry",
+            2,
+            &format!("polyphony-fake: fix-on-retry\n{sed}"),
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(second.exec.status, AttemptStatus::Succeeded);
+        assert_eq!(
+            file(&second.spec.workspace, "calc.sh").as_deref(),
+            Some("echo $((a + b))\n")
+        );
+
+        let r = run(
+            &w,
+            agent,
+            "fail-tests",
+            1,
+            &format!("polyphony-fake: fail-tests\n{sed}"),
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "the agent claims success"
+        );
+        assert_eq!(
+            file(&r.spec.workspace, "calc.sh").as_deref(),
+            Some("echo $((a - b))\n")
+        );
+        assert!(file(&r.spec.workspace, "POLYPHONY_FAKE.md").is_some());
+
+        let r = run(
+            &w,
+            agent,
+            "no-change",
+            1,
+            "polyphony-fake: no-change",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded);
+        let entries: Vec<_> = std::fs::read_dir(&r.spec.workspace).unwrap().collect();
+        assert_eq!(entries.len(), 1, "only calc.sh");
+
+        let r = run(
+            &w,
+            agent,
+            "protected",
+            1,
+            "polyphony-fake: touch-protected",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded);
+        assert!(file(&r.spec.workspace, ".github/workflows/ci.yml").is_some());
+    }
+    // Agent-specific directives win over the general one.
+    let r = run(
+        &w,
+        AgentType::Codex,
+        "specific",
+        1,
+        "polyphony-fake: succeed\npolyphony-fake[codex]: quota",
+        LIMITS,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Quota);
+    let r = run(
+        &w,
+        AgentType::Claude,
+        "specific",
+        1,
+        "polyphony-fake: quota\npolyphony-fake[claude]: succeed",
+        LIMITS,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Succeeded);
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_garbage_crash_for_every_agent() {
+    let w = world!("qgc");
+    for agent in AGENTS {
+        let r = run(
+            &w,
+            agent,
+            "quota",
+            1,
+            "polyphony-fake: quota",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Quota, "{agent}: {:?}", r.exec);
+        assert_eq!(r.exec.exit_code, Some(1));
+        assert!(r.exec.outcome.quota.is_some());
+        assert!(r
+            .exec
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("usage limit"));
+        assert_events_consistent(&r);
+
+        let r = run(
+            &w,
+            agent,
+            "garbage",
+            1,
+            "polyphony-fake: garbage",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "{agent}: {:?}",
+            r.exec
+        );
+        let unknown = r
+            .sink
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Unknown)
+            .count();
+        assert!(
+            unknown >= 3,
+            "{agent}: non-JSON lines are unknown events ({unknown})"
+        );
+        assert_success_figures(agent, &r);
+
+        let r = run(
+            &w,
+            agent,
+            "crash",
+            1,
+            "polyphony-fake: crash",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Crash, "{agent}: {:?}", r.exec);
+        assert_eq!(r.exec.exit_code, Some(137));
+        assert!(r.exec.reason.as_deref().unwrap_or("").contains("signal 9"));
+        assert!(!r.sink.events.is_empty(), "the partial stream was recorded");
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_kill_lands_within_five_seconds() {
+    let w = world!("deadline");
+    let limits = RunLimits {
+        deadline: Duration::from_secs(3),
+        idle_timeout: Duration::from_secs(30),
+    };
+    let r = run(
+        &w,
+        AgentType::Claude,
+        "hang",
+        1,
+        "polyphony-fake: hang",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Timeout);
+    assert!(
+        r.wall < limits.deadline + Duration::from_secs(5),
+        "took {:?}",
+        r.wall
+    );
+    println!(
+        "deadline kill latency: {:?} past the 3 s deadline",
+        r.wall.saturating_sub(limits.deadline)
+    );
+    assert!(
+        r.sink.events.len() >= 2,
+        "heartbeats were streamed while it ran"
+    );
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kill_fires_and_cancel_kills() {
+    let w = world!("idle");
+    let limits = RunLimits {
+        deadline: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(2),
+    };
+    let r = run(
+        &w,
+        AgentType::Codex,
+        "silent",
+        1,
+        "polyphony-fake: silent",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Stalled, "{:?}", r.exec);
+    assert!(r.wall < Duration::from_secs(10), "took {:?}", r.wall);
+
+    // Heartbeats keep an attempt alive past the idle timeout; cancel stops it.
+    let spec = w.run_spec(AgentType::Gemini, "cancel", 1);
+    let adapter = adapter_for(AgentType::Gemini);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let (tx, rx) = watch::channel(false);
+    let mut sink = VecSink::default();
+    let canceller = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let _ = tx.send(true);
+    };
+    let (exec, ()) = tokio::join!(
+        run_attempt(
+            &w.rt,
+            &cspec,
+            adapter.as_ref(),
+            &mut sink,
+            limits,
+            None,
+            &plain,
+            rx
+        ),
+        canceller
+    );
+    let exec = exec.expect("cancel run");
+    assert_eq!(exec.status, AttemptStatus::Cancelled);
+    assert!(
+        exec.events >= 3,
+        "ran past the 2 s idle timeout on heartbeats"
+    );
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoed_secret_is_stored_only_as_stars() {
+    let w = world!("secret");
+    let host_var = format!("POLYPHONY_TEST_SECRET_{}", std::process::id());
+    let secret = format!("s3cr3t-{}-value", std::process::id());
+    // The overlay reads host variables by design; a unique name keeps this test isolated.
+    std::env::set_var(&host_var, &secret);
+    let scrubber = Scrubber::new([secret.as_str()]);
+    let scrub = |line: &str| scrubber.scrub_line(line).into_owned();
+    for agent in AGENTS {
+        let r = run(
+            &w,
+            agent,
+            "secret",
+            1,
+            "polyphony-fake: echo-secret\npolyphony-fake-echo: FAKE_API_KEY",
+            LIMITS,
+            &scrub,
+            |s| {
+                s.env_from_host(EnvVar {
+                    name: "FAKE_API_KEY".into(),
+                    from_host: host_var.clone(),
+                })
+            },
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded);
+        let stored = serde_json::to_string(&r.sink.events).unwrap();
+        assert!(
+            !stored.contains(&secret),
+            "{agent}: secret reached the sink"
+        );
+        assert!(
+            stored.contains("The value of FAKE_API_KEY is ***"),
+            "{agent}: {stored}"
+        );
+        let transcript = std::fs::read_to_string(&r.transcript.stdout).unwrap();
+        assert!(!transcript.contains(&secret) && transcript.contains("***"));
+        assert!(!format!("{:?}", r.exec).contains(&secret));
+    }
+    // A missing host variable is a clear error naming it, not an empty secret.
+    let spec = w.run_spec(AgentType::Claude, "missing", 1);
+    let cspec = agent_spec(
+        &spec,
+        &adapter_for(AgentType::Claude).invocation(&spec, "hi"),
+        &w.label,
+        &daemon_user(),
+    )
+    .env_from_host(EnvVar {
+        name: "K".into(),
+        from_host: "POLYPHONY_TEST_UNSET_VARIABLE".into(),
+    });
+    match w.rt.create(&cspec).await {
+        Err(RuntimeError::MissingHostEnv { host_var, .. }) => {
+            assert_eq!(host_var, "POLYPHONY_TEST_UNSET_VARIABLE")
+        }
+        other => panic!("expected MissingHostEnv, got {other:?}"),
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_line_is_cut_and_recorded() {
+    let w = world!("huge");
+    for agent in [AgentType::Claude, AgentType::Gemini] {
+        let r = run(
+            &w,
+            agent,
+            "huge",
+            1,
+            "polyphony-fake: huge-line",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "{agent}: {:?}",
+            r.exec
+        );
+        assert_eq!(r.exec.cut_lines, 1);
+        let cut: Vec<_> = r
+            .sink
+            .events
+            .iter()
+            .filter(|e| e.data["cut"] == true)
+            .collect();
+        assert_eq!(cut.len(), 1);
+        let bytes = cut[0].data["bytes"].as_u64().unwrap();
+        assert!(bytes > 1_572_864, "original size recorded: {bytes}");
+        assert_eq!(cut[0].data["raw"].as_str().unwrap().len(), 1024 * 1024);
+        assert_events_consistent(&r);
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardening_user_and_credential_staging() {
+    let w = world!("harden");
+    let mut spec = w.run_spec(AgentType::Claude, "harden", 1);
+    // A non-root user owning the workspace, as on a developer machine.
+    spec.limits.user = Some("1000:1000".into());
+    let creds = w.home.path().join("creds-claude");
+    std::fs::create_dir_all(&creds).unwrap();
+    std::fs::write(creds.join(".credentials.json"), "{\"token\":\"t0\"}").unwrap();
+    spec.volume_mounts.push(VolumeMount {
+        host_path: creds.clone(),
+        container_path: format!("{CREDENTIAL_STAGING_DIR}/.claude"),
+        read_only: true,
+    });
+    let is_root = daemon_user() == "0:0";
+    if is_root {
+        chown_r(&spec.workspace, 1000, 1000);
+        chown_r(&creds, 1000, 1000);
+    }
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(
+        &spec,
+        &prompt("polyphony-fake-sed: calc.sh s/a - b/a + b/", 1),
+    );
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let id = w.rt.create(&cspec).await.expect("create");
+    let info = w.rt.inspect(&id).await.expect("inspect");
+    assert_eq!(info.cap_drop, vec!["ALL".to_string()]);
+    assert!(
+        info.security_opt.iter().any(|o| o == "no-new-privileges"),
+        "{:?}",
+        info.security_opt
+    );
+    assert_eq!(info.pids_limit, Some(512));
+    assert_eq!(info.memory_bytes, Some(4 * 1024 * 1024 * 1024));
+    assert_eq!(info.nano_cpus, Some(2_000_000_000));
+    assert_eq!(info.init, Some(true));
+    assert_eq!(info.user.as_deref(), Some("1000:1000"));
+    assert_eq!(info.network_mode.as_deref(), Some("bridge"));
+    assert_eq!(info.labels["polyphony.role"], "agent");
+    assert_eq!(info.labels["polyphony.attempt"], "1");
+    assert_eq!(info.labels["polyphony.task"], spec.task_id);
+    w.rt.remove(&id).await.unwrap();
+
+    if is_root {
+        let mut sink = VecSink::default();
+        let exec = run_attempt(
+            &w.rt,
+            &cspec,
+            adapter.as_ref(),
+            &mut sink,
+            LIMITS,
+            None,
+            &plain,
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
+        assert_eq!(
+            file(&spec.workspace, "calc.sh").as_deref(),
+            Some("echo $((a + b))\n")
+        );
+    }
+
+    // The entrypoint copies staged credentials into a writable per-attempt HOME; the
+    // host's file is never written.
+    let check = ContainerSpec::new(
+        format!("polyphony-{}-stage", w.prefix),
+        w.image.clone(),
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "cat $HOME/.claude/.credentials.json && echo rewritten > $HOME/.claude/.credentials.json && cat $HOME/.claude/.credentials.json && id -u && (echo x 2>/dev/null > /polyphony/credentials/.claude/x && echo WROTE-STAGING || echo staging-read-only)".into(),
+        ],
+    )
+    .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Verify)
+    .workspace(spec.workspace.clone())
+    .mount(spec.volume_mounts[0].clone())
+    .network(NetworkMode::None)
+    .limits(spec.limits.clone(), &daemon_user());
+    let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.output_tail);
+    assert!(
+        out.output_tail.contains("{\"token\":\"t0\"}"),
+        "{}",
+        out.output_tail
+    );
+    assert!(
+        out.output_tail
+            .contains("rewritten\n1000\nstaging-read-only"),
+        "{}",
+        out.output_tail
+    );
+    assert_eq!(
+        std::fs::read_to_string(creds.join(".credentials.json")).unwrap(),
+        "{\"token\":\"t0\"}"
+    );
+    w.assert_no_containers().await;
+}
+
+fn chown_r(path: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    for entry in std::fs::read_dir(path).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            chown_r(&p, uid, gid);
+        } else {
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftover_container_is_replaced_and_foreign_one_refused() {
+    let w = world!("leftover");
+    let spec = w.run_spec(AgentType::Codex, "leftover", 1);
+    let adapter = adapter_for(AgentType::Codex);
+    let inv = adapter.invocation(&spec, &prompt("", 1));
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    // A crash left a created (never collected) container with the same name.
+    let stale = w.rt.create(&cspec).await.expect("stale create");
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect("run over a leftover");
+    assert_eq!(exec.status, AttemptStatus::Succeeded);
+    assert_ne!(exec.container_id, stale);
+    assert!(matches!(
+        w.rt.inspect(&stale).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+
+    // The same name owned by another home is not ours to remove.
+    let mut foreign = cspec.clone();
+    foreign
+        .labels
+        .insert(LABEL_HOME.into(), format!("{}-other", w.label));
+    let other_id = w.rt.create(&foreign).await.expect("foreign create");
+    let err = w.rt.create(&cspec).await.expect_err("must refuse");
+    assert!(
+        matches!(err, RuntimeError::NameTakenByOtherHome { .. }),
+        "{err}"
+    );
+    w.rt.remove(&other_id).await.unwrap();
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_check_pass_fail_timeout_and_no_network() {
+    let w = world!("check");
+    let spec = w.run_spec(AgentType::Claude, "check", 1);
+    let user = daemon_user();
+    let fail = verify_spec(
+        &spec,
+        1,
+        "echo out; echo SECRETX err >&2; exit 3",
+        &w.label,
+        &user,
+    );
+    let scrub = |l: &str| l.replace("SECRETX", "***");
+    let r = run_check(&w.rt, &fail, Duration::from_secs(30), &scrub)
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(3));
+    assert!(!r.timed_out);
+    assert!(
+        r.output_tail.contains("out") && r.output_tail.contains("*** err"),
+        "{}",
+        r.output_tail
+    );
+    println!("run_check (failing) took {:?}", r.duration);
+
+    let pass = verify_spec(
+        &spec,
+        2,
+        "test -f calc.sh && grep -q 'a - b' calc.sh",
+        &w.label,
+        &user,
+    );
+    let r = run_check(&w.rt, &pass, Duration::from_secs(30), &plain)
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0));
+
+    let net = verify_spec(&spec, 3, "ls /sys/class/net", &w.label, &user);
+    let r = run_check(&w.rt, &net, Duration::from_secs(30), &plain)
+        .await
+        .unwrap();
+    assert_eq!(r.output_tail.trim(), "lo", "verification has no network");
+
+    let slow = verify_spec(&spec, 4, "sleep 30", &w.label, &user);
+    let r = run_check(&w.rt, &slow, Duration::from_secs(1), &plain)
+        .await
+        .unwrap();
+    assert!(r.timed_out);
+    assert!(r.duration < Duration::from_secs(8), "{:?}", r.duration);
+
+    let long = verify_spec(
+        &spec,
+        5,
+        "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done",
+        &w.label,
+        &user,
+    );
+    let r = run_check(&w.rt, &long, Duration::from_secs(30), &plain)
+        .await
+        .unwrap();
+    assert!(r.output_tail.len() <= 4096);
+    assert!(r.output_tail.ends_with("line-1999\n"));
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reattach_resumes_without_duplicates() {
+    let w = world!("reattach");
+    let spec = w.run_spec(AgentType::Claude, "reattach", 1);
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(
+        &spec,
+        &prompt("polyphony-fake: slow\npolyphony-fake-sleep: 5", 1),
+    );
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, 1);
+    let mut sink = VecSink::default();
+    // The daemon "dies" 2.5 s in: the follower is dropped, the container keeps running.
+    let first = tokio::time::timeout(
+        Duration::from_millis(2500),
+        run_attempt(
+            &w.rt,
+            &cspec,
+            adapter.as_ref(),
+            &mut sink,
+            LIMITS,
+            Some(&transcript),
+            &plain,
+            no_cancel(),
+        ),
+    )
+    .await;
+    assert!(first.is_err(), "the slow agent was still running");
+    let id = sink.container_id.clone().expect("container id reported");
+    let recorded = sink.events.len() as u64;
+    assert!(
+        recorded >= 2,
+        "some events were stored before the crash ({recorded})"
+    );
+    let exec = reattach(
+        &w.rt,
+        &id,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        Some(&transcript),
+        &plain,
+        no_cancel(),
+        recorded,
+    )
+    .await
+    .expect("reattach");
+    assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
+    assert_eq!(exec.outcome.turns, 5 + 4, "turns count the whole stream");
+    assert_eq!(exec.outcome.cost_usd, Some(0.0421));
+    let seqs: Vec<u64> = sink.events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
+    assert_eq!(exec.next_seq, seqs.len() as u64);
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kill_is_a_crash_with_the_reason() {
+    let w = world!("oom");
+    let mut spec = w.run_spec(AgentType::Claude, "oom", 1);
+    spec.limits.memory_bytes = 16 * 1024 * 1024;
+    let inv = polyphony::agents::Invocation {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo '{\"type\":\"system\",\"subtype\":\"init\"}'; x=$(head -c 64000000 /dev/zero | tr '\\0' x); echo ${#x}".into(),
+        ],
+        stdin: None,
+    };
+    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let adapter = adapter_for(AgentType::Claude);
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect("oom run");
+    assert_eq!(exec.status, AttemptStatus::Crash, "{exec:?}");
+    assert!(exec.oom_killed);
+    assert!(
+        exec.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("out of memory"),
+        "{exec:?}"
+    );
+    w.assert_no_containers().await;
+}
