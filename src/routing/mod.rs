@@ -1,1 +1,4 @@
-//! (placeholder: filled in by the issue that owns this layer)
+//! Routing (spec §5): complexity scoring, rule evaluation and RunSpec building.
+
+pub mod rules;
+pub mod scoring;
