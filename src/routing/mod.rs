@@ -1,4 +1,5 @@
 //! Routing (spec §5): complexity scoring, rule evaluation and RunSpec building.
 
+pub mod facts;
 pub mod rules;
 pub mod scoring;
