@@ -2,4 +2,5 @@
 
 pub mod facts;
 pub mod rules;
+pub mod run_spec;
 pub mod scoring;
