@@ -389,13 +389,15 @@ mod tests {
 
     #[test]
     fn overrides_take_precedence() {
-        let mut g = GlobalConfig::default();
-        g.verify = VerifyConfig {
-            test: Some("make test".into()),
-            lint: Some("make lint".into()),
-            typecheck: None,
-            image: Some("verify:global".into()),
-            ..VerifyConfig::default()
+        let mut g = GlobalConfig {
+            verify: VerifyConfig {
+                test: Some("make test".into()),
+                lint: Some("make lint".into()),
+                typecheck: None,
+                image: Some("verify:global".into()),
+                ..VerifyConfig::default()
+            },
+            ..GlobalConfig::default()
         };
         g.repos = vec![
             RepoConfig {
