@@ -402,30 +402,55 @@ impl RepoSnapshot {
         }
     }
 
-    /// Files containing `ident` as a whole word, sorted.
+    /// For each identifier, the files containing it as a whole word, sorted.
+    fn references(&self, idents: &[String], all: &[String]) -> Result<Vec<Vec<String>>, String> {
+        let RepoSnapshot::Dir(root) = self else {
+            return idents
+                .iter()
+                .map(|i| self.files_referencing(i, all))
+                .collect();
+        };
+        let words = idents
+            .iter()
+            .map(|i| {
+                regex::bytes::Regex::new(&format!(r"(?-u)\b{}\b", regex::escape(i)))
+                    .map_err(|e| format!("identifier `{i}`: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut out = vec![Vec::new(); idents.len()];
+        if idents.is_empty() {
+            return Ok(out);
+        }
+        // One read per file, every identifier tested against it.
+        for f in all {
+            let p = root.join(f);
+            let Ok(meta) = std::fs::metadata(&p) else {
+                continue;
+            };
+            if meta.len() > MAX_FILE_BYTES {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&p) else {
+                continue;
+            };
+            if is_binary(&bytes) {
+                continue;
+            }
+            for (word, files) in words.iter().zip(out.iter_mut()) {
+                if word.is_match(&bytes) {
+                    files.push(f.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Files containing `ident` as a whole word at the ref, sorted (git grep -w).
     fn files_referencing(&self, ident: &str, all: &[String]) -> Result<Vec<String>, String> {
         match self {
-            RepoSnapshot::Dir(root) => {
-                let word = regex::bytes::Regex::new(&format!(r"(?-u)\b{}\b", regex::escape(ident)))
-                    .map_err(|e| format!("identifier `{ident}`: {e}"))?;
-                let mut out = Vec::new();
-                for f in all {
-                    let p = root.join(f);
-                    let Ok(meta) = std::fs::metadata(&p) else {
-                        continue;
-                    };
-                    if meta.len() > MAX_FILE_BYTES {
-                        continue;
-                    }
-                    let Ok(bytes) = std::fs::read(&p) else {
-                        continue;
-                    };
-                    if !is_binary(&bytes) && word.is_match(&bytes) {
-                        out.push(f.clone());
-                    }
-                }
-                Ok(out)
-            }
+            RepoSnapshot::Dir(_) => self
+                .references(&[ident.to_string()], all)
+                .map(|mut v| v.pop().unwrap_or_default()),
             RepoSnapshot::Git { git_dir, rev } => {
                 // Exit status 1 means "no match", not failure.
                 let out = Command::new("git")
@@ -647,14 +672,19 @@ pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFact
                         Err(e) => facts.warnings.push(e),
                     }
                 }
-                for ident in &mentions.identifiers {
-                    match snap.files_referencing(ident, &all) {
-                        Ok(files) => facts.identifiers.push(IdentifierFact {
-                            name: ident.clone(),
-                            files,
-                        }),
-                        Err(e) => facts.warnings.push(e),
+                match snap.references(&mentions.identifiers, &all) {
+                    Ok(refs) => {
+                        facts.identifiers = mentions
+                            .identifiers
+                            .iter()
+                            .zip(refs)
+                            .map(|(name, files)| IdentifierFact {
+                                name: name.clone(),
+                                files,
+                            })
+                            .collect();
                     }
+                    Err(e) => facts.warnings.push(e),
                 }
             }
         },
