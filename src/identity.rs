@@ -1,1 +1,688 @@
-//! (placeholder: filled in by the routing issue)
+//! Identity broker (spec §3.2, §7): named credential bundles -> mounts and env overlay.
+//!
+//! Resolves which identity an attempt runs as, validates identities, and turns one into
+//! what the runtime needs: read-only mounts of the running agent's login directory at a
+//! staging path (the container entrypoint copies them into a per-attempt writable HOME, so
+//! an agent never writes the host's files) and an env overlay of variable NAMES.
+//!
+//! Architecture Invariant: pure. Host variables are read through a lookup closure the
+//! caller passes; their values are returned only by [`read_env_overlay`] and
+//! [`resolve_github_token`], at container creation, and never appear in an error, a
+//! `Debug` output or anything serialisable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::config::model::IdentityConfig;
+use crate::domain::{AgentProfile, AgentType, EnvVar, Identity, VolumeMount};
+
+/// Where an identity's login directories are mounted (read-only) in the container:
+/// `{AUTH_STAGING_ROOT}/{agent_type}`.
+pub const AUTH_STAGING_ROOT: &str = "/home/worker/.polyphony-auth";
+
+/// Variables tried for the GitHub token when the identity names none, in order.
+pub const GITHUB_TOKEN_FALLBACKS: [&str; 2] = ["GITHUB_TOKEN", "GH_TOKEN"];
+
+/// An identity that cannot be resolved or used. Messages never carry secret values.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IdentityError {
+    #[error("an identity has an empty `name`: every identity in identities.yaml needs one")]
+    MissingName,
+    #[error("identity `{0}` appears twice in identities.yaml: names must be unique")]
+    Duplicate(String),
+    #[error("identity `{0}` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)")]
+    NoVolumes(String),
+    #[error("identity `{identity}`: volume key `{key}` is not an agent type (expected claude, codex, kimi or gemini)")]
+    UnknownAgentType { identity: String, key: String },
+    #[error("identity `{identity}`: volume `{agent_type}` has an empty path")]
+    EmptyVolumePath {
+        identity: String,
+        agent_type: String,
+    },
+    #[error("identity `{identity}`: volume `{agent_type}` path `{path}` must be absolute after `~`/`$VAR` expansion")]
+    RelativeVolumePath {
+        identity: String,
+        agent_type: String,
+        path: String,
+    },
+    #[error("identity `{identity}`: cannot expand `{path}`: host variable `{var}` is not set")]
+    Expansion {
+        identity: String,
+        path: String,
+        var: String,
+    },
+    #[error("identity `{identity}`: api_keys entry `{container_var}: {host_var}` is not a valid pair of variable names")]
+    BadApiKey {
+        identity: String,
+        container_var: String,
+        host_var: String,
+    },
+    #[error(
+        "identity `{identity}`: cost_ceiling_usd_per_day must be a positive number, got {value}"
+    )]
+    BadCostCeiling { identity: String, value: f64 },
+    #[error("identity `{identity}`: github_token_env `{var}` is not a valid variable name")]
+    BadGithubTokenEnv { identity: String, var: String },
+    #[error("no identity for agent `{agent}`: name one on the routing rule, on the agent profile, or as `default_identity` in config.yaml (identities defined: {defined})")]
+    NoneConfigured { agent: String, defined: String },
+    #[error("identity `{name}` (named by {named_by}) is not defined in identities.yaml{hint}")]
+    Unknown {
+        name: String,
+        named_by: String,
+        hint: String,
+    },
+    #[error("identity `{identity}` has no login for {agent_type} (no `volumes.{agent_type}`) and no api_keys: add a volume for {agent_type} or an API key")]
+    NoCredentialsFor {
+        identity: String,
+        agent_type: AgentType,
+    },
+}
+
+/// A host variable the env overlay needs is not set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("identity `{identity}` needs host variable `{host_var}` (for container variable `{container_var}`), but it is not set or empty: export it in the daemon's environment")]
+pub struct MissingHostVar {
+    pub identity: String,
+    pub container_var: String,
+    pub host_var: String,
+}
+
+/// No GitHub token could be found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no GitHub token{for_identity}: set {tried}")]
+pub struct MissingGithubToken {
+    pub for_identity: String,
+    pub tried: String,
+}
+
+/// A GitHub token and the variable it came from. `Debug` hides the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GithubToken {
+    pub env: String,
+    pub value: String,
+}
+
+impl fmt::Debug for GithubToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GithubToken")
+            .field("env", &self.env)
+            .field("value", &"<redacted>")
+            .finish()
+    }
+}
+
+/// What the runtime needs from an identity for one agent. Holds no secret values.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Brokered {
+    pub identity: String,
+    pub volume_mounts: Vec<VolumeMount>,
+    pub env_overlay: Vec<EnvVar>,
+    /// For the scheduler: hold this identity's tasks once the day's spend reaches it.
+    pub cost_ceiling_usd_per_day: Option<f64>,
+}
+
+fn valid_var_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Expands `~`, `~/…`, `$VAR` and `${VAR}` through `lookup` (HOME for `~`).
+pub fn expand_path(
+    identity: &str,
+    raw: &str,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<PathBuf, IdentityError> {
+    let expanded = shellexpand::full_with_context(
+        raw,
+        || lookup("HOME"),
+        |var: &str| lookup(var).map(Some).ok_or(()),
+    )
+    .map_err(|e| IdentityError::Expansion {
+        identity: identity.into(),
+        path: raw.into(),
+        var: e.var_name,
+    })?;
+    if raw.starts_with('~') && expanded.starts_with('~') {
+        return Err(IdentityError::Expansion {
+            identity: identity.into(),
+            path: raw.into(),
+            var: "HOME".into(),
+        });
+    }
+    Ok(PathBuf::from(expanded.into_owned()))
+}
+
+/// Builds and validates a domain [`Identity`] from its config entry, expanding paths.
+pub fn from_config(
+    cfg: &IdentityConfig,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Identity, IdentityError> {
+    let name = cfg.name.trim();
+    if name.is_empty() {
+        return Err(IdentityError::MissingName);
+    }
+    let mut volumes = BTreeMap::new();
+    for (key, raw) in &cfg.volumes {
+        if raw.trim().is_empty() {
+            return Err(IdentityError::EmptyVolumePath {
+                identity: name.into(),
+                agent_type: key.clone(),
+            });
+        }
+        volumes.insert(key.clone(), expand_path(name, raw.trim(), &lookup)?);
+    }
+    let identity = Identity {
+        name: name.to_string(),
+        volumes,
+        api_keys: cfg.api_keys.clone(),
+        github_token_env: cfg.github_token_env.clone(),
+        cost_ceiling_usd_per_day: cfg.cost_ceiling_usd_per_day,
+    };
+    validate(&identity)?;
+    Ok(identity)
+}
+
+/// Spec §7: a name and at least one volume; plus volume keys are agent types, paths are
+/// absolute, variable names are valid and the cost ceiling is positive.
+pub fn validate(identity: &Identity) -> Result<(), IdentityError> {
+    let name = identity.name.trim();
+    if name.is_empty() {
+        return Err(IdentityError::MissingName);
+    }
+    if identity.volumes.is_empty() {
+        return Err(IdentityError::NoVolumes(name.into()));
+    }
+    for (key, path) in &identity.volumes {
+        if key.parse::<AgentType>().is_err() {
+            return Err(IdentityError::UnknownAgentType {
+                identity: name.into(),
+                key: key.clone(),
+            });
+        }
+        if path.as_os_str().is_empty() {
+            return Err(IdentityError::EmptyVolumePath {
+                identity: name.into(),
+                agent_type: key.clone(),
+            });
+        }
+        if !path.is_absolute() {
+            return Err(IdentityError::RelativeVolumePath {
+                identity: name.into(),
+                agent_type: key.clone(),
+                path: path.display().to_string(),
+            });
+        }
+    }
+    for (container_var, host_var) in &identity.api_keys {
+        if !valid_var_name(container_var) || !valid_var_name(host_var) {
+            return Err(IdentityError::BadApiKey {
+                identity: name.into(),
+                container_var: container_var.clone(),
+                host_var: host_var.clone(),
+            });
+        }
+    }
+    if let Some(var) = &identity.github_token_env {
+        if !valid_var_name(var) {
+            return Err(IdentityError::BadGithubTokenEnv {
+                identity: name.into(),
+                var: var.clone(),
+            });
+        }
+    }
+    if let Some(c) = identity.cost_ceiling_usd_per_day {
+        if !(c.is_finite() && c > 0.0) {
+            return Err(IdentityError::BadCostCeiling {
+                identity: name.into(),
+                value: c,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Validates a whole identities list (each entry, and unique names).
+pub fn validate_all(identities: &[Identity]) -> Result<(), IdentityError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for i in identities {
+        validate(i)?;
+        if !seen.insert(i.name.as_str()) {
+            return Err(IdentityError::Duplicate(i.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Picks the identity for an attempt: the rule's, else the agent profile's, else the
+/// global `default_identity`, else the only identity when exactly one is defined.
+pub fn resolve<'a>(
+    rule_identity: Option<&str>,
+    profile: &AgentProfile,
+    default_identity: Option<&str>,
+    identities: &'a [Identity],
+) -> Result<&'a Identity, IdentityError> {
+    let named = [
+        (rule_identity, "the routing rule"),
+        (profile.identity.as_deref(), "the agent profile"),
+        (default_identity, "default_identity in config.yaml"),
+    ]
+    .into_iter()
+    .find_map(|(n, by)| n.map(|n| (n.trim(), by)).filter(|(n, _)| !n.is_empty()));
+    let names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
+    match named {
+        Some((name, by)) => identities.iter().find(|i| i.name == name).ok_or_else(|| {
+            let best = names
+                .iter()
+                .map(|k| (strsim::jaro_winkler(name, k), *k))
+                .filter(|(s, _)| *s > 0.8)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            IdentityError::Unknown {
+                name: name.into(),
+                named_by: if by == "the agent profile" {
+                    format!("agent profile `{}`", profile.name)
+                } else {
+                    by.to_string()
+                },
+                hint: match best {
+                    Some((_, k)) => format!(" (did you mean `{k}`?)"),
+                    None if names.is_empty() => " (no identities are defined)".into(),
+                    None => format!(" (defined: {})", names.join(", ")),
+                },
+            }
+        }),
+        None if identities.len() == 1 => Ok(&identities[0]),
+        None => Err(IdentityError::NoneConfigured {
+            agent: profile.name.clone(),
+            defined: if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            },
+        }),
+    }
+}
+
+/// The container path an agent type's login directory is staged at.
+pub fn staging_path(agent_type: AgentType) -> String {
+    format!("{AUTH_STAGING_ROOT}/{}", agent_type.as_str())
+}
+
+/// Read-only mounts for the agent being run: only its own login directory.
+pub fn volume_mounts(identity: &Identity, agent_type: AgentType) -> Vec<VolumeMount> {
+    identity
+        .volumes
+        .iter()
+        .filter(|(k, _)| k.parse::<AgentType>().ok() == Some(agent_type))
+        .map(|(_, host)| VolumeMount {
+            host_path: host.clone(),
+            container_path: staging_path(agent_type),
+            read_only: true,
+        })
+        .collect()
+}
+
+/// The env overlay: container variable <- host variable, names only, sorted.
+pub fn env_overlay(identity: &Identity) -> Vec<EnvVar> {
+    identity
+        .api_keys
+        .iter()
+        .map(|(name, from_host)| EnvVar {
+            name: name.clone(),
+            from_host: from_host.clone(),
+        })
+        .collect()
+}
+
+/// Everything the runtime needs from `identity` to run `agent_type`. An identity with
+/// neither a login for that agent nor any API key cannot run it.
+pub fn broker(identity: &Identity, agent_type: AgentType) -> Result<Brokered, IdentityError> {
+    validate(identity)?;
+    let mounts = volume_mounts(identity, agent_type);
+    if mounts.is_empty() && identity.api_keys.is_empty() {
+        return Err(IdentityError::NoCredentialsFor {
+            identity: identity.name.clone(),
+            agent_type,
+        });
+    }
+    Ok(Brokered {
+        identity: identity.name.clone(),
+        volume_mounts: mounts,
+        env_overlay: env_overlay(identity),
+        cost_ceiling_usd_per_day: identity.cost_ceiling_usd_per_day,
+    })
+}
+
+/// Reads the overlay's values from the host at container creation. An unset or empty
+/// host variable is an error naming it and the identity (never a value).
+pub fn read_env_overlay(
+    identity: &str,
+    vars: &[EnvVar],
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, MissingHostVar> {
+    vars.iter()
+        .map(|v| match lookup(&v.from_host) {
+            Some(value) if !value.is_empty() => Ok((v.name.clone(), value)),
+            _ => Err(MissingHostVar {
+                identity: identity.into(),
+                container_var: v.name.clone(),
+                host_var: v.from_host.clone(),
+            }),
+        })
+        .collect()
+}
+
+/// The variables tried for the GitHub token: the identity's `github_token_env` alone when
+/// it names one (a named account must not silently become another), else `GITHUB_TOKEN`
+/// then `GH_TOKEN`.
+pub fn github_token_candidates(identity: Option<&Identity>) -> Vec<String> {
+    match identity.and_then(|i| i.github_token_env.as_deref()) {
+        Some(var) => vec![var.to_string()],
+        None => GITHUB_TOKEN_FALLBACKS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    }
+}
+
+/// Resolves the GitHub token through `lookup`; empty values count as unset.
+pub fn resolve_github_token(
+    identity: Option<&Identity>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<GithubToken, MissingGithubToken> {
+    let candidates = github_token_candidates(identity);
+    for var in &candidates {
+        if let Some(value) = lookup(var).filter(|v| !v.trim().is_empty()) {
+            return Ok(GithubToken {
+                env: var.clone(),
+                value,
+            });
+        }
+    }
+    Err(MissingGithubToken {
+        for_identity: identity
+            .map(|i| format!(" for identity `{}`", i.name))
+            .unwrap_or_default(),
+        tried: candidates.join(" or "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::NetworkMode;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| map.get(k).cloned()
+    }
+
+    fn ident(name: &str, volumes: &[(&str, &str)], keys: &[(&str, &str)]) -> Identity {
+        Identity {
+            name: name.into(),
+            volumes: volumes
+                .iter()
+                .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+                .collect(),
+            api_keys: keys
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            github_token_env: None,
+            cost_ceiling_usd_per_day: None,
+        }
+    }
+
+    fn profile(name: &str, identity: Option<&str>) -> AgentProfile {
+        AgentProfile {
+            name: name.into(),
+            agent_type: AgentType::Claude,
+            cli_command: "claude".into(),
+            context_window_tokens: 200_000,
+            strengths: vec![],
+            event_protocol: "claude-stream-json".into(),
+            auth_path: ".claude".into(),
+            model: None,
+            max_turns: None,
+            image: None,
+            identity: identity.map(String::from),
+            network: NetworkMode::Bridge,
+            deadline_seconds: None,
+            idle_timeout_seconds: None,
+            limits: None,
+        }
+    }
+
+    #[test]
+    fn from_config_expands_and_validates() {
+        let cfg: IdentityConfig = serde_yaml::from_str(
+            "name: work\nvolumes: {claude: ~/.claude, codex: '${AUTH}/codex'}\napi_keys: {ANTHROPIC_API_KEY: WORK_KEY}\ncost_ceiling_usd_per_day: 25\n",
+        )
+        .unwrap();
+        let i = from_config(&cfg, env(&[("HOME", "/home/me"), ("AUTH", "/srv/auth")])).unwrap();
+        assert_eq!(i.volumes["claude"], PathBuf::from("/home/me/.claude"));
+        assert_eq!(i.volumes["codex"], PathBuf::from("/srv/auth/codex"));
+        assert_eq!(i.cost_ceiling_usd_per_day, Some(25.0));
+        assert_eq!(
+            from_config(&cfg, env(&[("HOME", "/home/me")]))
+                .unwrap_err()
+                .to_string(),
+            "identity `work`: cannot expand `${AUTH}/codex`: host variable `AUTH` is not set"
+        );
+    }
+
+    #[test]
+    fn validation_per_spec_7() {
+        fn check(i: Identity, expect: &str) {
+            assert_eq!(validate(&i).unwrap_err().to_string(), expect);
+        }
+        check(
+            ident(" ", &[("claude", "/a")], &[]),
+            "an identity has an empty `name`: every identity in identities.yaml needs one",
+        );
+        check(ident("w", &[], &[]), "identity `w` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)");
+        check(ident("w", &[("cursor", "/a")], &[]), "identity `w`: volume key `cursor` is not an agent type (expected claude, codex, kimi or gemini)");
+        check(ident("w", &[("claude", "rel/dir")], &[]), "identity `w`: volume `claude` path `rel/dir` must be absolute after `~`/`$VAR` expansion");
+        check(
+            ident("w", &[("claude", "/a")], &[("KEY", "bad-name")]),
+            "identity `w`: api_keys entry `KEY: bad-name` is not a valid pair of variable names",
+        );
+        let mut i = ident("w", &[("claude", "/a")], &[]);
+        i.cost_ceiling_usd_per_day = Some(0.0);
+        check(
+            i,
+            "identity `w`: cost_ceiling_usd_per_day must be a positive number, got 0",
+        );
+        assert!(validate(&ident("w", &[("claude", "/a")], &[("K", "H")])).is_ok());
+        assert_eq!(
+            validate_all(&[
+                ident("w", &[("claude", "/a")], &[]),
+                ident("w", &[("codex", "/b")], &[])
+            ])
+            .unwrap_err()
+            .to_string(),
+            "identity `w` appears twice in identities.yaml: names must be unique"
+        );
+    }
+
+    #[test]
+    fn resolution_order() {
+        let ids = vec![
+            ident("rule-id", &[("claude", "/a")], &[]),
+            ident("profile-id", &[("claude", "/b")], &[]),
+            ident("global-id", &[("claude", "/c")], &[]),
+        ];
+        fn check(
+            rule: Option<&str>,
+            prof: Option<&str>,
+            global: Option<&str>,
+            ids: &[Identity],
+            expect: Result<&str, &str>,
+        ) {
+            let got = resolve(rule, &profile("claude-opus", prof), global, ids)
+                .map(|i| i.name.as_str())
+                .map_err(|e| e.to_string());
+            assert_eq!(
+                got,
+                expect.map_err(String::from),
+                "{rule:?} {prof:?} {global:?}"
+            );
+        }
+        check(
+            Some("rule-id"),
+            Some("profile-id"),
+            Some("global-id"),
+            &ids,
+            Ok("rule-id"),
+        );
+        check(
+            None,
+            Some("profile-id"),
+            Some("global-id"),
+            &ids,
+            Ok("profile-id"),
+        );
+        check(None, None, Some("global-id"), &ids, Ok("global-id"));
+        check(None, None, None, &ids[..1], Ok("rule-id"));
+        check(
+            None,
+            None,
+            None,
+            &ids,
+            Err("no identity for agent `claude-opus`: name one on the routing rule, on the agent profile, or as `default_identity` in config.yaml (identities defined: rule-id, profile-id, global-id)"),
+        );
+        check(
+            None,
+            Some("profile-idd"),
+            None,
+            &ids,
+            Err("identity `profile-idd` (named by agent profile `claude-opus`) is not defined in identities.yaml (did you mean `profile-id`?)"),
+        );
+        check(
+            Some("nobody"),
+            None,
+            None,
+            &ids,
+            Err("identity `nobody` (named by the routing rule) is not defined in identities.yaml (defined: rule-id, profile-id, global-id)"),
+        );
+    }
+
+    #[test]
+    fn brokering_mounts_only_the_running_agents_login() {
+        let mut i = ident(
+            "work",
+            &[("claude", "/home/me/.claude"), ("codex", "/home/me/.codex")],
+            &[("ANTHROPIC_API_KEY", "WORK_ANTHROPIC_KEY")],
+        );
+        i.cost_ceiling_usd_per_day = Some(40.0);
+        let b = broker(&i, AgentType::Codex).unwrap();
+        assert_eq!(
+            b.volume_mounts,
+            vec![VolumeMount {
+                host_path: "/home/me/.codex".into(),
+                container_path: "/home/worker/.polyphony-auth/codex".into(),
+                read_only: true,
+            }]
+        );
+        assert_eq!(
+            b.env_overlay,
+            vec![EnvVar {
+                name: "ANTHROPIC_API_KEY".into(),
+                from_host: "WORK_ANTHROPIC_KEY".into()
+            }]
+        );
+        assert_eq!(b.cost_ceiling_usd_per_day, Some(40.0));
+        // Kimi: no volume, but an API key may serve it.
+        assert!(broker(&i, AgentType::Kimi)
+            .unwrap()
+            .volume_mounts
+            .is_empty());
+        let no_keys = ident("sub", &[("claude", "/home/me/.claude")], &[]);
+        assert_eq!(
+            broker(&no_keys, AgentType::Gemini).unwrap_err().to_string(),
+            "identity `sub` has no login for gemini (no `volumes.gemini`) and no api_keys: add a volume for gemini or an API key"
+        );
+    }
+
+    #[test]
+    fn env_overlay_values_come_from_the_host_at_creation() {
+        let vars = vec![
+            EnvVar {
+                name: "ANTHROPIC_API_KEY".into(),
+                from_host: "WORK_KEY".into(),
+            },
+            EnvVar {
+                name: "OPENAI_API_KEY".into(),
+                from_host: "WORK_OPENAI".into(),
+            },
+        ];
+        let ok = read_env_overlay(
+            "work",
+            &vars,
+            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "sk-2")]),
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            vec![
+                ("ANTHROPIC_API_KEY".into(), "sk-1".into()),
+                ("OPENAI_API_KEY".into(), "sk-2".into())
+            ]
+        );
+        for lookup in [
+            env(&[("WORK_KEY", "sk-1")]),
+            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "")]),
+        ] {
+            let err = read_env_overlay("work", &vars, lookup)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(err, "identity `work` needs host variable `WORK_OPENAI` (for container variable `OPENAI_API_KEY`), but it is not set or empty: export it in the daemon's environment");
+            assert!(!err.contains("sk-1"));
+        }
+    }
+
+    #[test]
+    fn github_token_order() {
+        let plain = ident("w", &[("claude", "/a")], &[]);
+        let mut named = plain.clone();
+        named.github_token_env = Some("WORK_GH".into());
+        fn check(id: Option<&Identity>, vars: &[(&str, &str)], expect: Result<&str, &str>) {
+            let got = resolve_github_token(id, env(vars))
+                .map(|t| t.env)
+                .map_err(|e| e.to_string());
+            assert_eq!(got, expect.map(String::from).map_err(String::from));
+        }
+        check(
+            None,
+            &[("GITHUB_TOKEN", "a"), ("GH_TOKEN", "b")],
+            Ok("GITHUB_TOKEN"),
+        );
+        check(None, &[("GH_TOKEN", "b")], Ok("GH_TOKEN"));
+        check(
+            Some(&plain),
+            &[("GITHUB_TOKEN", " "), ("GH_TOKEN", "b")],
+            Ok("GH_TOKEN"),
+        );
+        check(
+            Some(&named),
+            &[("WORK_GH", "x"), ("GITHUB_TOKEN", "a")],
+            Ok("WORK_GH"),
+        );
+        check(
+            Some(&named),
+            &[("GITHUB_TOKEN", "a")],
+            Err("no GitHub token for identity `w`: set WORK_GH"),
+        );
+        check(
+            None,
+            &[],
+            Err("no GitHub token: set GITHUB_TOKEN or GH_TOKEN"),
+        );
+        let t = resolve_github_token(None, env(&[("GITHUB_TOKEN", "ghp_secret")])).unwrap();
+        assert!(!format!("{t:?}").contains("ghp_secret"));
+    }
+}

@@ -1,0 +1,58 @@
+//! `polyphony route --explain TASK [--json]`: how a task would be routed and why.
+//!
+//! Glue only: the caller (cli/mod.rs) loads the config and the task, and picks the
+//! repository directory (the task's local path or its mirror); the work is
+//! `routing::explain_task` and the rendering `routing::explain`.
+
+use std::path::Path;
+
+use crate::config::model::RoutingFile;
+use crate::domain::Task;
+use crate::routing::{ComplexityScore, RouteDecision, TaskFacts};
+
+/// Arguments of `polyphony route`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RouteArgs {
+    /// Task id (`local-3`, `owner/repo#42`).
+    pub task: String,
+    /// Show the complexity score with its evidence and why each earlier rule did not match.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Renders an explanation (text, or JSON with `json`). Pure.
+pub fn render_explanation(
+    task: &Task,
+    facts: &TaskFacts,
+    score: &ComplexityScore,
+    decision: &RouteDecision,
+    json: bool,
+) -> String {
+    crate::routing::render_explanation(task, facts, score, decision, json)
+}
+
+/// Routes `task` and returns what to print: the full explanation with `--explain` or
+/// `--json`, otherwise one line naming the rule and agent chain.
+pub fn execute(
+    args: &RouteArgs,
+    task: &Task,
+    routing: &RoutingFile,
+    repo_dir: Option<&Path>,
+) -> anyhow::Result<String> {
+    let explanation = crate::routing::explain_task(task, routing, repo_dir)
+        .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
+    if args.explain || args.json {
+        return Ok(explanation.render(task, args.json));
+    }
+    let d = &explanation.decision;
+    Ok(format!(
+        "{}: rule `{}` -> {} (complexity {}/10)\n",
+        task.id,
+        d.rule,
+        d.chain().join(" -> "),
+        explanation.score.total
+    ))
+}
