@@ -27,10 +27,12 @@ pub fn task_key(task_id: &str) -> Result<String, WorkspaceError> {
     if task_id.contains(['\0', '\n', '\r']) {
         return Err(invalid("it contains a NUL or newline character"));
     }
-    let replaced: String = task_id
-        .chars()
-        .map(|c| if is_key_char(c) { c } else { '_' })
-        .collect();
+    // `..` is refused inside git ref names, and the key goes into the branch name.
+    let mut replaced = String::with_capacity(task_id.len());
+    for c in task_id.chars() {
+        let keep = is_key_char(c) && !(c == '.' && replaced.ends_with('.'));
+        replaced.push(if keep { c } else { '_' });
+    }
     // A leading `.` or `-` would make a hidden file or an option-looking argument; `.` and
     // `..` would escape the root.
     let trimmed = replaced.trim_start_matches(['.', '-']);
@@ -199,9 +201,10 @@ mod tests {
             "owner/repo#42",
             Ok(&hashed("owner/repo#42", "owner_repo_42")),
         );
-        check("..", Ok(&hashed("..", "")));
+        check("..", Ok(&hashed("..", "_")));
+        check("a..b", Ok(&hashed("a..b", "a._b")));
         check(".", Ok(&hashed(".", "")));
-        check("../../etc", Ok(&hashed("../../etc", "_.._etc")));
+        check("../../etc", Ok(&hashed("../../etc", "__.__etc")));
         check("-rf", Ok(&hashed("-rf", "rf")));
         check(".hidden", Ok(&hashed(".hidden", "hidden")));
         check("tâche-é", Ok(&hashed("tâche-é", "t_che-_")));
@@ -250,11 +253,20 @@ mod tests {
             "a/../b",
             "~root",
             "$HOME",
+            "x.lock",
+            "a@{1}",
+            "a..b",
+            &"ab.".repeat(100),
         ] {
             let k = task_key(id).unwrap();
             assert!(!k.is_empty() && k != "." && k != "..", "{id:?} -> {k:?}");
             assert!(!k.starts_with(['.', '-']), "{id:?} -> {k:?}");
             assert!(k.chars().all(is_key_char), "{id:?} -> {k:?}");
+            let branch = format!("refs/heads/{}", branch_name("polyphony/", &k, 1));
+            assert!(
+                git2::Reference::is_valid_name(&branch),
+                "{id:?} -> {branch}"
+            );
         }
     }
 
