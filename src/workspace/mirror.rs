@@ -88,9 +88,20 @@ impl WorkspaceManager {
         token: Option<&str>,
     ) -> Result<Option<String>, WorkspaceError> {
         let upstream = super::clone::resolve_upstream(repo)?;
-        let (mirror, lock, created) = self.sync_mirror(&upstream, token, false)?;
-        created?;
-        lock.shared()?;
+        let mirror = self
+            .mirror_root
+            .join(super::key::mirror_dir_name(&upstream));
+        // Readers of an existing mirror share the lock; only creating it needs exclusivity.
+        let _lock = if is_bare_repo(&mirror) {
+            let lock = MirrorLock::open(&mirror)?;
+            lock.shared()?;
+            lock
+        } else {
+            let (_, lock, created) = self.sync_mirror(&upstream, token, false)?;
+            created?;
+            lock.shared()?;
+            lock
+        };
         let spec = base_ref.unwrap_or("HEAD");
         let fail = |reason: String| WorkspaceError::Read {
             mirror: mirror.clone(),
