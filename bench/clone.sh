@@ -39,7 +39,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 
 doc=docs/benchmarks.md
 mkdir -p docs
-[ -f "$doc" ] || printf '# Benchmarks\n\nMeasured figures; each section says how to reproduce it.\n\n' >"$doc"
+[ -f "$doc" ] || printf '# Benchmarks\n\nMeasured figures; each section says how to reproduce it.\n' >"$doc"
 # Replace our section (from its heading to the next "## " heading) and keep everything else.
 awk -v section="$table.section" '
   /^## Clone per attempt[[:space:]]*$/ { while ((getline l < section) > 0) print l; skip = 1; done = 1; next }
