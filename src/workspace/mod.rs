@@ -1,1 +1,194 @@
-//! (placeholder: filled in by the issue that owns this layer)
+//! Workspace manager (spec §6): one bare mirror per repository, one full independent clone per
+//! attempt at `{workspace_root}/{task_key}/{attempt}/`, the attempt branch, commit, push and
+//! safe cleanup.
+//!
+//! Owns every git operation on host repositories. Must not know about tasks' states, the
+//! store, Docker or GitHub's API: callers pass plain values and record what comes back.
+//! Everything is synchronous (the orchestrator calls it from `spawn_blocking`).
+//!
+//! Network operations (mirror clone/fetch, per-attempt clone, push) use the git CLI: libgit2 is
+//! several times slower and has no `--reference`/`--dissociate` (NOTES-crates.md). Reading a
+//! file at the base ref uses git2 on our own mirror.
+//!
+//! Trust: after an agent ran, its workspace (including `.git/config` and hooks) is hostile
+//! input. Before any git command there, `harden` checks `.git` is a real directory and rewrites
+//! the config; every command runs without hooks, fsmonitor or credential helpers; push goes to
+//! the upstream recorded at prepare time, never to a URL read from the workspace.
+
+mod cleanup;
+mod clone;
+mod commit;
+mod git;
+pub mod key;
+mod mirror;
+mod push;
+
+pub use cleanup::disk_usage;
+pub use key::{branch_name, parse_owner, task_key};
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Errors a caller can branch on. Messages name the value and, where there is one, the fix.
+/// No variant ever carries a token: git output passes through `key::scrub` first.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkspaceError {
+    #[error("invalid task id {id:?}: {reason}; task ids must be non-empty single-line text")]
+    InvalidTaskId { id: String, reason: &'static str },
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidInput {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("workspace {} already exists: attempts never reuse a directory; use the next attempt number or remove it", path.display())]
+    AlreadyExists { path: PathBuf },
+    #[error("path {} resolves outside the workspace root {}; refusing to touch it", path.display(), root.display())]
+    OutsideRoot { path: PathBuf, root: PathBuf },
+    #[error("base ref {base_ref:?} not found in {repo}: name an existing branch, tag or commit")]
+    BaseRefNotFound { repo: String, base_ref: String },
+    #[error("push of {branch} to {remote} was rejected: {reason}")]
+    PushRejected {
+        branch: String,
+        remote: String,
+        reason: String,
+    },
+    #[error("git {op} failed (exit {code:?}): {stderr}")]
+    Git {
+        op: String,
+        code: Option<i32>,
+        stderr: String,
+    },
+    #[error("cannot run git: {reason}; install git (>= 2.32) and put it on PATH")]
+    GitUnavailable { reason: String },
+    #[error("reading {path} at {base_ref} in mirror {}: {reason}", mirror.display())]
+    Read {
+        mirror: PathBuf,
+        base_ref: String,
+        path: String,
+        reason: String,
+    },
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What `prepare` needs for one attempt.
+#[derive(Debug, Clone)]
+pub struct PrepareRequest {
+    /// Upstream: an https URL, a `file://` URL or a local path (made absolute).
+    pub repo: String,
+    pub task_id: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Branch, tag or commit to start from; `None` = the upstream's default branch.
+    pub base_ref: Option<String>,
+    /// Branch to create, usually `branch_name(prefix, &task_key(id)?, attempt)`.
+    pub branch: String,
+    /// Token for https upstreams (user `x-access-token`). Never written to disk.
+    pub token: Option<String>,
+    /// `(uid, gid)` to chown the workspace to; `None` keeps the daemon's.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// A prepared attempt clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    /// `{workspace_root}/{key}/{attempt}` (canonical).
+    pub path: PathBuf,
+    pub branch: String,
+    /// The ref asked for, or the upstream's default branch name when none was.
+    pub base_ref: String,
+    /// Commit the branch was created at; diffs and the base config are taken against it.
+    pub base_sha: String,
+    /// The upstream as `origin` was set (absolute for local paths); push goes here.
+    pub upstream: String,
+    /// False when the mirror could not be created or fetched and the clone came straight from
+    /// upstream; `mirror_note` says why.
+    pub used_mirror: bool,
+    pub mirror_note: Option<String>,
+}
+
+/// Commit author (config.yaml `git.author_name` / `git.author_email`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// Result of `commit_all`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Branch tip to push when the diff against the base is non-empty.
+    pub sha: Option<String>,
+    /// Whether `commit_all` made a commit (false if the agent had committed everything).
+    pub created_commit: bool,
+    /// Paths changed between `base_sha` and the tip (agent commits included), relative to
+    /// the repository root; a rename lists both sides.
+    pub changed_paths: Vec<String>,
+    /// No difference from the base at all.
+    pub empty: bool,
+}
+
+/// Owns the two roots; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct WorkspaceManager {
+    workspace_root: PathBuf,
+    mirror_root: PathBuf,
+    /// Path of the askpass script, written once under `mirror_root`.
+    askpass: Mutex<Option<PathBuf>>,
+}
+
+impl WorkspaceManager {
+    /// Both roots are created on first use.
+    pub fn new(workspace_root: impl Into<PathBuf>, mirror_root: impl Into<PathBuf>) -> Self {
+        WorkspaceManager {
+            workspace_root: workspace_root.into(),
+            mirror_root: mirror_root.into(),
+            askpass: Mutex::new(None),
+        }
+    }
+
+    pub fn workspace_root(&self) -> &Path {
+        &self.workspace_root
+    }
+
+    pub fn mirror_root(&self) -> &Path {
+        &self.mirror_root
+    }
+
+    /// Where the mirror of `repo` lives (it may not exist yet).
+    pub fn mirror_path(&self, repo: &str) -> Result<PathBuf, WorkspaceError> {
+        let upstream = clone::resolve_upstream(repo)?;
+        Ok(self.mirror_root.join(key::mirror_dir_name(&upstream)))
+    }
+
+    fn askpass(&self) -> Result<PathBuf, WorkspaceError> {
+        let mut guard = self.askpass.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = guard.as_ref() {
+            return Ok(p.clone());
+        }
+        create_dir_all(&self.mirror_root)?;
+        let p = git::ensure_askpass(&self.mirror_root)?;
+        *guard = Some(p.clone());
+        Ok(p)
+    }
+}
+
+fn create_dir_all(p: &Path) -> Result<(), WorkspaceError> {
+    std::fs::create_dir_all(p).map_err(|source| WorkspaceError::Io {
+        op: "create directory",
+        path: p.to_path_buf(),
+        source,
+    })
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+    let path = path.to_path_buf();
+    move |source| WorkspaceError::Io { op, path, source }
+}

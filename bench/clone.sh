@@ -1,0 +1,51 @@
+#!/bin/sh
+# Clone-per-attempt benchmark (issue 4): polyphony's WorkspaceManager::prepare vs
+# `git clone --reference MIRROR --dissociate` vs plain `git clone`, in one run, on a generated
+# repository of >= 5,000 commits (cached under $BENCH_DIR). Records the medians in
+# docs/benchmarks.md under "## Clone per attempt".
+#
+# Usage: bench/clone.sh            (env: BENCH_REPS=7 BENCH_COMMITS=5000 BENCH_DIR=/tmp/polyphony-bench)
+set -eu
+cd "$(dirname "$0")/.."
+export BENCH_DIR="${BENCH_DIR:-/tmp/polyphony-bench}"
+export BENCH_REPS="${BENCH_REPS:-7}"
+export BENCH_COMMITS="${BENCH_COMMITS:-5000}"
+
+cargo build --release --example clone_bench
+bin="${CARGO_TARGET_DIR:-target}/release/examples/clone_bench"
+table=$(mktemp)
+trap 'rm -f "$table" "$table.section" "$table.doc"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+"$bin" >"$table"
+cat "$table"
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+{
+  echo "## Clone per attempt"
+  echo
+  echo "Issue 4 / spec §6. Each attempt gets a full, independent clone: polyphony fetches its bare"
+  echo "mirror under a lock, clones the upstream with the mirror as \`--reference\`, dissociates,"
+  echo "and creates the attempt branch. Compared, in one interleaved run, with the git CLI doing"
+  echo "the same reference clone and with a plain clone."
+  echo
+  echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- Machine: $(nproc) CPUs, ${cpu}, $(git --version)"
+  echo "- Load average at start: ${load_before} (shared build machine)"
+  echo "- Command: \`BENCH_REPS=${BENCH_REPS} BENCH_COMMITS=${BENCH_COMMITS} bench/clone.sh\`"
+  echo
+  cat "$table"
+  echo
+} >"$table.section"
+
+doc=docs/benchmarks.md
+mkdir -p docs
+[ -f "$doc" ] || printf '# Benchmarks\n\nMeasured figures; each section says how to reproduce it.\n' >"$doc"
+# Replace our section (from its heading to the next "## " heading) and keep everything else.
+awk -v section="$table.section" '
+  /^## Clone per attempt[[:space:]]*$/ { while ((getline l < section) > 0) print l; skip = 1; done = 1; next }
+  skip && /^## / { skip = 0 }
+  !skip { print }
+  END { if (!done) { print ""; while ((getline l < section) > 0) print l } }
+' "$doc" >"$table.doc"
+mv "$table.doc" "$doc"
+echo "recorded in $doc"

@@ -1,0 +1,207 @@
+//! Runs the git CLI with a hermetic environment: argv only (never a shell), no prompts, no
+//! system or global config, no hooks, no credential helpers, and the token (when any) only in
+//! the child's environment, answered through `GIT_ASKPASS`.
+//!
+//! Why `GIT_ASKPASS` and not `-c http.extraHeader=...`: command-line arguments are readable by
+//! every user in `/proc/<pid>/cmdline`; a process environment is readable only by its owner and
+//! root. The askpass script holds no secret (it echoes `$POLYPHONY_GIT_TOKEN`), so it can live
+//! on disk. Must not log arguments that could carry secrets; every error text passes `scrub`.
+
+use super::key::scrub;
+use super::WorkspaceError;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Env var the askpass script reads the token from (only ever set on one child process).
+const TOKEN_ENV: &str = "POLYPHONY_GIT_TOKEN";
+
+const ASKPASS_SCRIPT: &str = "#!/bin/sh\n\
+# Polyphony's git askpass: answers GitHub's token login. Holds no secret.\n\
+case \"$1\" in\n\
+  Username*) printf '%s\\n' x-access-token ;;\n\
+  *) printf '%s\\n' \"$POLYPHONY_GIT_TOKEN\" ;;\n\
+esac\n";
+
+/// Variables from the daemon's environment that would redirect or reconfigure git.
+const CLEARED_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_EXEC_PATH",
+    "GIT_TRACE",
+    "GIT_TRACE_CURL",
+    "GIT_TRACE_PACKET",
+    "GIT_REDACT_COOKIES",
+];
+
+/// `-c` options applied to every invocation. Command-line config outranks the repository's
+/// own `.git/config`, which the agent controlled.
+const SAFE_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.sshCommand=ssh",
+    "credential.helper=",
+    "safe.directory=*",
+    "protocol.ext.allow=never",
+    "http.lowSpeedLimit=1000",
+    "http.lowSpeedTime=60",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "advice.detachedHead=false",
+];
+
+/// One git invocation under construction.
+pub(crate) struct Git<'a> {
+    cmd: Command,
+    op: String,
+    token: Option<&'a str>,
+}
+
+impl<'a> Git<'a> {
+    /// `git <safe -c options> <args...>`, run in `cwd` when given.
+    pub(crate) fn new(op: &str) -> Git<'a> {
+        let mut cmd = Command::new("git");
+        for kv in SAFE_CONFIG {
+            cmd.arg("-c").arg(kv);
+        }
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_PAGER", "cat")
+            .env("LC_ALL", "C")
+            .env("LANGUAGE", "C")
+            .env_remove(TOKEN_ENV)
+            .stdin(Stdio::null());
+        Git {
+            cmd,
+            op: op.to_string(),
+            token: None,
+        }
+    }
+
+    pub(crate) fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+        self.cmd.arg(a);
+        self
+    }
+
+    pub(crate) fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    pub(crate) fn env(mut self, k: &str, v: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+
+    /// Runs inside `dir` (`git -C dir` semantics without putting the path before options).
+    pub(crate) fn current_dir(mut self, dir: &Path) -> Self {
+        self.cmd.current_dir(dir);
+        self
+    }
+
+    /// Authenticates https as `x-access-token` with `token` through the askpass script.
+    pub(crate) fn token(mut self, askpass: &Path, token: Option<&'a str>) -> Self {
+        if let Some(t) = token.filter(|t| !t.is_empty()) {
+            self.cmd.env("GIT_ASKPASS", askpass).env(TOKEN_ENV, t);
+            self.token = Some(t);
+        }
+        self
+    }
+
+    /// Runs to completion; a non-zero exit is `WorkspaceError::Git` with scrubbed stderr.
+    pub(crate) fn run(self) -> Result<Output, WorkspaceError> {
+        let (out, op, token) = self.output()?;
+        if out.status.success() {
+            Ok(out)
+        } else {
+            Err(git_error(&op, &out, token))
+        }
+    }
+
+    /// Runs and returns the raw output whatever the exit status (for `--quiet` probes).
+    pub(crate) fn output(mut self) -> Result<(Output, String, Option<&'a str>), WorkspaceError> {
+        let out = self
+            .cmd
+            .output()
+            .map_err(|e| WorkspaceError::GitUnavailable {
+                reason: e.to_string(),
+            })?;
+        Ok((out, self.op, self.token))
+    }
+
+    /// Runs and returns trimmed stdout.
+    pub(crate) fn stdout(self) -> Result<String, WorkspaceError> {
+        let out = self.run()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+pub(crate) fn git_error(op: &str, out: &Output, token: Option<&str>) -> WorkspaceError {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = if stderr.trim().is_empty() {
+        stdout.trim().to_string()
+    } else {
+        stderr.trim().to_string()
+    };
+    WorkspaceError::Git {
+        op: scrub(op, token),
+        code: out.status.code(),
+        stderr: scrub(&text, token),
+    }
+}
+
+/// Writes the askpass script under `dir` (atomically, mode 0700) unless an identical one exists.
+pub(crate) fn ensure_askpass(dir: &Path) -> Result<PathBuf, WorkspaceError> {
+    let path = dir.join(".polyphony-askpass.sh");
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        if existing == ASKPASS_SCRIPT {
+            return Ok(path);
+        }
+    }
+    let io = |op: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| WorkspaceError::Io {
+            op,
+            path: p,
+            source,
+        }
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".askpass")
+        .tempfile_in(dir)
+        .map_err(io("create askpass script in", dir))?;
+    tmp.write_all(ASKPASS_SCRIPT.as_bytes())
+        .map_err(io("write askpass script", tmp.path()))?;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700))
+        .map_err(io("chmod askpass script", tmp.path()))?;
+    tmp.persist(&path).map_err(|e| WorkspaceError::Io {
+        op: "install askpass script",
+        path: path.clone(),
+        source: e.error,
+    })?;
+    Ok(path)
+}

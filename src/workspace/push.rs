@@ -1,0 +1,71 @@
+//! `push`: send the attempt branch to the upstream. https authenticates as `x-access-token` via
+//! the askpass script (token only in the child's environment); local paths and `file://` need
+//! nothing. A rejected ref is an error, never a silent success.
+//!
+//! Must not read the destination from the workspace (the agent could have rewritten
+//! `remote.origin.url` to exfiltrate the token): it pushes to the upstream recorded at prepare.
+
+use super::clone::resolve_upstream;
+use super::commit::harden;
+use super::git::Git;
+use super::key::scrub;
+use super::{Workspace, WorkspaceError, WorkspaceManager};
+
+impl WorkspaceManager {
+    /// Pushes `refs/heads/{ws.branch}` (no force) to `remote` (a URL or path; `None` = the
+    /// upstream `origin` was set to at prepare time).
+    pub fn push(
+        &self,
+        ws: &Workspace,
+        remote: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<(), WorkspaceError> {
+        let target = match remote {
+            Some(r) if r != "origin" => resolve_upstream(r)?,
+            _ => ws.upstream.clone(),
+        };
+        harden(ws)?;
+        let askpass = self.askpass()?;
+        let refspec = format!("refs/heads/{0}:refs/heads/{0}", ws.branch);
+        let (out, op, token) = Git::new("push")
+            .current_dir(&ws.path)
+            .args([
+                "push",
+                "--porcelain",
+                "--no-verify",
+                "--",
+                &target,
+                &refspec,
+            ])
+            .token(&askpass, token)
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // Porcelain: `<flag>\t<from>:<to>\t<summary>`; `!` = rejected by the remote or a hook.
+        if let Some(line) = stdout.lines().find(|l| l.starts_with('!')) {
+            let summary = line.splitn(3, '\t').nth(2).unwrap_or(line);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let detail: Vec<&str> = stderr
+                .lines()
+                .filter(|l| {
+                    l.starts_with("remote:") || l.starts_with("hint:") || l.starts_with("error:")
+                })
+                .take(6)
+                .collect();
+            let reason = if detail.is_empty() {
+                summary.to_string()
+            } else {
+                format!("{summary}; {}", detail.join(" | "))
+            };
+            return Err(WorkspaceError::PushRejected {
+                branch: ws.branch.clone(),
+                remote: scrub(&target, token),
+                reason: scrub(&reason, token),
+            });
+        }
+        if !out.status.success() {
+            return Err(super::git::git_error(&op, &out, token));
+        }
+        tracing::info!(branch = %ws.branch, remote = %scrub(&target, token), "pushed");
+        Ok(())
+    }
+}

@@ -1,0 +1,736 @@
+//! Workspace manager against real git repositories: a local bare origin with history, the
+//! mirror cache, clones per attempt, commit, push, cleanup (spec §6, issue 4).
+
+use polyphony::workspace::{
+    branch_name, disk_usage, task_key, Author, PrepareRequest, Workspace, WorkspaceError,
+    WorkspaceManager,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+/// Runs git for the test's own setup (not the code under test), hermetically.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Upstream Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+        .env("GIT_COMMITTER_NAME", "Upstream Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn write(path: &Path, text: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// A temp dir holding `work/` (a checkout with history), `origin.git` (bare), `ws/` and
+/// `mirrors/` roots.
+struct Fixture {
+    tmp: tempfile::TempDir,
+    mgr: Arc<WorkspaceManager>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        write(&work.join("README.md"), "hello\n");
+        write(&work.join(".polyphony.yaml"), "from: base\n");
+        write(&work.join(".gitignore"), "*.log\n");
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "initial"]);
+        for i in 0..5 {
+            write(
+                &work.join(format!("src/mod{i}.rs")),
+                &format!("pub fn f{i}() {{}}\n"),
+            );
+            git(&work, &["add", "-A"]);
+            git(&work, &["commit", "-qm", &format!("add mod{i}")]);
+        }
+        git(&work, &["tag", "v1"]);
+        git(&work, &["checkout", "-qb", "develop"]);
+        write(&work.join(".polyphony.yaml"), "from: develop\n");
+        git(&work, &["commit", "-qam", "develop config"]);
+        git(&work, &["checkout", "-q", "main"]);
+        git(tmp.path(), &["clone", "-q", "--bare", "work", "origin.git"]);
+        git(&work, &["remote", "add", "origin", "../origin.git"]);
+        let mgr = Arc::new(WorkspaceManager::new(
+            tmp.path().join("ws"),
+            tmp.path().join("mirrors"),
+        ));
+        Fixture { tmp, mgr }
+    }
+
+    fn origin(&self) -> String {
+        self.tmp.path().join("origin.git").display().to_string()
+    }
+
+    fn work(&self) -> PathBuf {
+        self.tmp.path().join("work")
+    }
+
+    fn request(&self, task: &str, attempt: u32) -> PrepareRequest {
+        PrepareRequest {
+            repo: self.origin(),
+            task_id: task.into(),
+            attempt,
+            base_ref: None,
+            branch: branch_name("polyphony/", &task_key(task).unwrap(), attempt),
+            token: None,
+            owner: None,
+        }
+    }
+
+    fn prepare(&self, task: &str, attempt: u32) -> Workspace {
+        self.mgr.prepare(&self.request(task, attempt)).unwrap()
+    }
+
+    /// A new upstream commit on main; returns its sha.
+    fn upstream_commit(&self, file: &str) -> String {
+        let work = self.work();
+        write(&work.join(file), "new upstream content\n");
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", &format!("upstream {file}")]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        git(&work, &["rev-parse", "HEAD"])
+    }
+
+    fn mirror(&self) -> PathBuf {
+        self.mgr.mirror_path(&self.origin()).unwrap()
+    }
+}
+
+fn author() -> Author {
+    Author {
+        name: "Polyphony".into(),
+        email: "polyphony@localhost".into(),
+    }
+}
+
+#[test]
+fn clone_branch_commit_push_round_trip() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("owner/repo#42", 1);
+    let key = task_key("owner/repo#42").unwrap();
+    let root = fx.tmp.path().join("ws").canonicalize().unwrap();
+    assert_eq!(ws.path, root.join(&key).join("1"));
+    assert_eq!(ws.branch, format!("polyphony/{key}-a1"));
+    assert_eq!(ws.base_ref, "main");
+    assert_eq!(ws.base_sha, git(&fx.work(), &["rev-parse", "main"]));
+    assert!(ws.used_mirror && ws.mirror_note.is_none());
+    assert_eq!(
+        git(&ws.path, &["symbolic-ref", "--short", "HEAD"]),
+        ws.branch
+    );
+    // origin is the real upstream, not the mirror.
+    assert_eq!(git(&ws.path, &["remote", "get-url", "origin"]), fx.origin());
+    assert!(!ws.path.join(".git/objects/info/alternates").exists());
+
+    write(&ws.path.join("src/new.rs"), "pub fn new() {}\n");
+    std::fs::remove_file(ws.path.join("src/mod0.rs")).unwrap();
+    write(&ws.path.join("debug.log"), "ignored\n");
+    let out = fx
+        .mgr
+        .commit_all(&ws, &author(), "polyphony: owner/repo#42 attempt 1")
+        .unwrap();
+    assert!(out.created_commit && !out.empty);
+    assert_eq!(out.changed_paths, vec!["src/mod0.rs", "src/new.rs"]);
+    let tip = out.sha.unwrap();
+    fx.mgr.push(&ws, None, None).unwrap();
+
+    let origin = fx.tmp.path().join("origin.git");
+    let log = git(&origin, &["log", "--format=%H %an <%ae> %s", &ws.branch]);
+    let first = log.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!("{tip} Polyphony <polyphony@localhost> polyphony: owner/repo#42 attempt 1")
+    );
+    assert_eq!(
+        git(&origin, &["rev-parse", &format!("{}^", ws.branch)]),
+        ws.base_sha
+    );
+}
+
+#[test]
+fn second_attempt_on_warm_mirror_fetches_only_new_objects() {
+    let fx = Fixture::new();
+    fx.prepare("t", 1);
+    let mirror = fx.mirror();
+    let ino = std::fs::metadata(&mirror).unwrap().ino();
+    let packs = |m: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(m.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".pack"))
+            .collect();
+        v.sort();
+        v
+    };
+    let packs_before = packs(&mirror);
+    let loose_before = count_loose(&mirror);
+
+    let new_sha = fx.upstream_commit("fresh.txt");
+    let ws2 = fx.prepare("t", 2);
+    assert_eq!(ws2.base_sha, new_sha);
+    assert!(ws2.used_mirror);
+    // Same mirror directory (not re-cloned), old packs untouched, only the new commit's
+    // handful of objects (commit, tree, blob) added.
+    assert_eq!(std::fs::metadata(&mirror).unwrap().ino(), ino);
+    let packs_after = packs(&mirror);
+    assert!(packs_before.iter().all(|p| packs_after.contains(p)));
+    let added_loose = count_loose(&mirror) - loose_before;
+    let added_packs = packs_after.len() - packs_before.len();
+    assert!(
+        (added_loose == 3 && added_packs == 0) || (added_loose == 0 && added_packs == 1),
+        "loose +{added_loose}, packs +{added_packs}"
+    );
+    assert_eq!(git(&mirror, &["rev-parse", "main"]), new_sha);
+}
+
+fn count_loose(repo: &Path) -> u64 {
+    let out = git(repo, &["count-objects", "-v"]);
+    out.lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn dissociated_clone_survives_mirror_deletion() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("t", 1);
+    std::fs::remove_dir_all(fx.mirror()).unwrap();
+    git(&ws.path, &["fsck", "--full", "--strict"]);
+    let log = git(&ws.path, &["log", "--format=%s"]);
+    assert_eq!(log.lines().count(), 6);
+    assert!(log.ends_with("initial"));
+    // A later attempt rebuilds the mirror.
+    let ws2 = fx.prepare("t", 2);
+    assert!(ws2.used_mirror);
+}
+
+#[test]
+fn four_concurrent_attempts_on_one_repo() {
+    let fx = Fixture::new();
+    // Cold mirror: the first use races too.
+    let handles: Vec<_> = (1..=4)
+        .map(|attempt| {
+            let mgr = Arc::clone(&fx.mgr);
+            let req = fx.request("concurrent", attempt);
+            std::thread::spawn(move || mgr.prepare(&req))
+        })
+        .collect();
+    let mut paths = Vec::new();
+    for h in handles {
+        let ws = h.join().unwrap().unwrap();
+        assert!(ws.used_mirror, "{:?}", ws.mirror_note);
+        git(&ws.path, &["fsck", "--full"]);
+        paths.push(ws.path);
+    }
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), 4);
+    let mirrors: Vec<_> = std::fs::read_dir(fx.tmp.path().join("mirrors"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".git"))
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+}
+
+#[test]
+fn base_ref_branch_tag_commit_and_missing() {
+    let fx = Fixture::new();
+    let cases = [
+        ("develop", git(&fx.work(), &["rev-parse", "develop"])),
+        (
+            "refs/heads/develop",
+            git(&fx.work(), &["rev-parse", "develop"]),
+        ),
+        ("v1", git(&fx.work(), &["rev-parse", "v1^{commit}"])),
+        ("main~2", git(&fx.work(), &["rev-parse", "main~2"])),
+    ];
+    for (i, (base, sha)) in cases.iter().enumerate() {
+        let mut req = fx.request("bases", i as u32 + 1);
+        req.base_ref = Some(base.to_string());
+        let ws = fx.mgr.prepare(&req).unwrap();
+        assert_eq!(&ws.base_sha, sha, "{base}");
+        assert_eq!(&ws.base_ref, base);
+        assert_eq!(git(&ws.path, &["rev-parse", "HEAD"]), *sha);
+    }
+    let mut req = fx.request("bases", 9);
+    req.base_ref = Some("no-such-branch".into());
+    let err = fx.mgr.prepare(&req).unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::BaseRefNotFound { .. }),
+        "{err}"
+    );
+    // Nothing half-built is left, so the same attempt can be prepared again.
+    let dir = fx.tmp.path().join("ws").join("bases").join("9");
+    assert!(!dir.exists());
+    req.base_ref = None;
+    fx.mgr.prepare(&req).unwrap();
+}
+
+#[test]
+fn existing_attempt_dir_and_escaping_paths_are_refused() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("../../etc", 1);
+    let root = fx.tmp.path().join("ws").canonicalize().unwrap();
+    assert_eq!(ws.path.parent().unwrap().parent().unwrap(), root);
+    assert!(ws.path.starts_with(&root));
+
+    let err = fx.mgr.prepare(&fx.request("../../etc", 1)).unwrap_err();
+    assert!(matches!(err, WorkspaceError::AlreadyExists { .. }), "{err}");
+
+    // A key directory planted as a symlink to elsewhere is refused.
+    let outside = fx.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("planted")).unwrap();
+    let err = fx.mgr.prepare(&fx.request("planted", 1)).unwrap_err();
+    assert!(matches!(err, WorkspaceError::OutsideRoot { .. }), "{err}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
+    for bad in ["a\0b", "a\nb", ""] {
+        let err = fx.mgr.prepare(&fx.request_raw(bad)).unwrap_err();
+        assert!(matches!(err, WorkspaceError::InvalidTaskId { .. }), "{err}");
+    }
+}
+
+impl Fixture {
+    fn request_raw(&self, task: &str) -> PrepareRequest {
+        PrepareRequest {
+            repo: self.origin(),
+            task_id: task.into(),
+            attempt: 1,
+            base_ref: None,
+            branch: "polyphony/x-a1".into(),
+            token: None,
+            owner: None,
+        }
+    }
+}
+
+#[test]
+fn sanitization_table_keys_stay_inside_the_root() {
+    let fx = Fixture::new();
+    let long = "x".repeat(300);
+    let ids = [
+        "owner/repo#42",
+        "..",
+        "../../etc",
+        "tâche/日本",
+        &long,
+        "a/b",
+        "a_b",
+    ];
+    let mut keys = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let ws = fx.prepare(id, i as u32 + 1);
+        let key = task_key(id).unwrap();
+        assert!(key.len() <= 89, "{key}");
+        assert_eq!(ws.path.parent().unwrap().file_name().unwrap(), key.as_str());
+        keys.push(key);
+    }
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), ids.len(), "collision in {keys:?}");
+}
+
+#[test]
+fn non_fast_forward_push_is_rejected() {
+    let fx = Fixture::new();
+    let ws1 = fx.prepare("race", 1);
+    let mut req = fx.request("race", 2);
+    req.branch = ws1.branch.clone();
+    let ws2 = fx.mgr.prepare(&req).unwrap();
+
+    write(&ws1.path.join("one.txt"), "1\n");
+    fx.mgr.commit_all(&ws1, &author(), "attempt one").unwrap();
+    fx.mgr.push(&ws1, None, None).unwrap();
+
+    write(&ws2.path.join("two.txt"), "2\n");
+    fx.mgr.commit_all(&ws2, &author(), "attempt two").unwrap();
+    let err = fx.mgr.push(&ws2, Some("origin"), None).unwrap_err();
+    match &err {
+        WorkspaceError::PushRejected { reason, .. } => {
+            assert!(
+                reason.contains("non-fast-forward") || reason.contains("fetch first"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected PushRejected, got {other}"),
+    }
+    let origin = fx.tmp.path().join("origin.git");
+    assert_eq!(
+        git(&origin, &["log", "-1", "--format=%s", &ws1.branch]),
+        "attempt one"
+    );
+}
+
+#[test]
+fn pre_receive_hook_rejection_is_an_error() {
+    let fx = Fixture::new();
+    let origin = fx.tmp.path().join("origin.git");
+    let hook = origin.join("hooks/pre-receive");
+    write(
+        &hook,
+        "#!/bin/sh\necho 'policy: no pushes today' >&2\nexit 1\n",
+    );
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ws = fx.prepare("hooked", 1);
+    write(&ws.path.join("x.txt"), "x\n");
+    fx.mgr.commit_all(&ws, &author(), "x").unwrap();
+    let err = fx.mgr.push(&ws, None, None).unwrap_err();
+    assert!(matches!(err, WorkspaceError::PushRejected { .. }), "{err}");
+    assert!(err.to_string().contains("policy: no pushes today"), "{err}");
+}
+
+/// A tiny HTTP server that answers every request with 401 Basic and records the
+/// Authorization headers it saw.
+fn auth_recorder() -> (String, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("Authorization: ") {
+                    let _ = tx.send(v.trim().to_string());
+                }
+                line.clear();
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    (format!("http://127.0.0.1:{port}/owner/repo.git"), rx)
+}
+
+fn base64(input: &[u8]) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn token_authenticates_as_x_access_token_and_never_leaks() {
+    const TOKEN: &str = "ghp_SuperSecretToken123";
+    let fx = Fixture::new();
+    let (url, seen) = auth_recorder();
+    let mut req = fx.request("secret", 1);
+    req.repo = url.clone();
+    req.token = Some(TOKEN.into());
+    let err = fx.mgr.prepare(&req).unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains(TOKEN), "{text}");
+    let headers: Vec<String> = seen.try_iter().collect();
+    let expected = format!(
+        "Basic {}",
+        base64(format!("x-access-token:{TOKEN}").as_bytes())
+    );
+    assert!(headers.contains(&expected), "server saw {headers:?}");
+    // Nothing on disk holds the token: no half-built workspace or mirror is left.
+    assert!(!grep_dir(fx.tmp.path(), TOKEN), "token found on disk");
+
+    // An https URL that cannot connect: the error names the URL, never the token.
+    let mut req = fx.request("secret", 2);
+    req.repo = "https://127.0.0.1:1/owner/repo.git".into();
+    req.token = Some(TOKEN.into());
+    let err = fx.mgr.prepare(&req).unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(
+        !text.contains(TOKEN) && text.contains("127.0.0.1"),
+        "{text}"
+    );
+
+    // Push with a token to a failing remote: same.
+    let ws = fx.prepare("secret", 3);
+    write(&ws.path.join("f"), "f\n");
+    fx.mgr.commit_all(&ws, &author(), "f").unwrap();
+    let (url, seen) = auth_recorder();
+    let err = fx.mgr.push(&ws, Some(&url), Some(TOKEN)).unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains(TOKEN), "{text}");
+    assert!(seen.try_iter().any(|h| h == expected));
+    assert!(!grep_dir(fx.tmp.path(), TOKEN), "token found on disk");
+}
+
+fn grep_dir(dir: &Path, needle: &str) -> bool {
+    let out = Command::new("grep")
+        .args(["-r", "-a", "-l", "-F", needle])
+        .arg(dir)
+        .output()
+        .unwrap();
+    !out.stdout.is_empty()
+}
+
+#[test]
+fn read_at_base_reads_the_base_not_the_branch() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("cfg", 1);
+    write(&ws.path.join(".polyphony.yaml"), "from: agent\n");
+    fx.mgr
+        .commit_all(&ws, &author(), "agent edits config")
+        .unwrap();
+    fx.mgr.push(&ws, None, None).unwrap();
+    let origin = fx.origin();
+    let read = |base: Option<&str>, path: &str| fx.mgr.read_at_base(&origin, base, path, None);
+    assert_eq!(
+        read(Some(&ws.base_sha), ".polyphony.yaml")
+            .unwrap()
+            .as_deref(),
+        Some("from: base\n")
+    );
+    assert_eq!(
+        read(None, ".polyphony.yaml").unwrap().as_deref(),
+        Some("from: base\n")
+    );
+    assert_eq!(
+        read(Some("develop"), ".polyphony.yaml").unwrap().as_deref(),
+        Some("from: develop\n")
+    );
+    assert_eq!(read(Some("main"), "missing.yaml").unwrap(), None);
+    assert!(
+        read(Some("main"), "src").is_err(),
+        "a directory is not a file"
+    );
+    assert!(matches!(
+        read(Some("nope"), ".polyphony.yaml").unwrap_err(),
+        WorkspaceError::BaseRefNotFound { .. }
+    ));
+    // Reading works on a cold mirror too (it is created on demand).
+    let fresh = WorkspaceManager::new(fx.tmp.path().join("ws2"), fx.tmp.path().join("m2"));
+    assert_eq!(
+        fresh
+            .read_at_base(&origin, None, ".polyphony.yaml", None)
+            .unwrap()
+            .as_deref(),
+        Some("from: base\n")
+    );
+}
+
+#[test]
+fn commit_all_counts_agent_commits_and_reports_empty_diffs() {
+    let fx = Fixture::new();
+    // Nothing changed.
+    let ws = fx.prepare("commits", 1);
+    let out = fx.mgr.commit_all(&ws, &author(), "nothing").unwrap();
+    assert!(out.empty && !out.created_commit && out.sha.is_none() && out.changed_paths.is_empty());
+
+    // The agent committed one file itself and left another uncommitted.
+    let ws = fx.prepare("commits", 2);
+    write(&ws.path.join("agent_committed.txt"), "a\n");
+    git(&ws.path, &["add", "agent_committed.txt"]);
+    git(&ws.path, &["commit", "-qm", "agent's own commit"]);
+    write(&ws.path.join("left_over.txt"), "b\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "rest").unwrap();
+    assert!(out.created_commit && !out.empty);
+    assert_eq!(
+        out.changed_paths,
+        vec!["agent_committed.txt", "left_over.txt"]
+    );
+    assert_eq!(
+        out.sha.as_deref(),
+        Some(git(&ws.path, &["rev-parse", ws.branch.as_str()]).as_str())
+    );
+
+    // Everything committed by the agent: no new commit, but the diff is not empty.
+    let ws = fx.prepare("commits", 3);
+    write(&ws.path.join("README.md"), "changed\n");
+    git(&ws.path, &["commit", "-qam", "agent"]);
+    let out = fx.mgr.commit_all(&ws, &author(), "rest").unwrap();
+    assert!(!out.created_commit && !out.empty);
+    assert_eq!(out.changed_paths, vec!["README.md"]);
+
+    // Changed then reverted by the agent: empty.
+    let ws = fx.prepare("commits", 4);
+    write(&ws.path.join("README.md"), "changed\n");
+    git(&ws.path, &["commit", "-qam", "agent"]);
+    write(&ws.path.join("README.md"), "hello\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "revert").unwrap();
+    assert!(out.created_commit && out.empty && out.sha.is_none());
+
+    // The agent wandered off to another branch: the attempt branch follows HEAD.
+    let ws = fx.prepare("commits", 5);
+    git(&ws.path, &["checkout", "-qb", "agent-branch"]);
+    write(&ws.path.join("elsewhere.txt"), "e\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "elsewhere").unwrap();
+    assert_eq!(out.changed_paths, vec!["elsewhere.txt"]);
+    assert_eq!(git(&ws.path, &["rev-parse", &ws.branch]), out.sha.unwrap());
+}
+
+#[test]
+fn hostile_git_config_and_hooks_are_ignored() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("hostile", 1);
+    let marker = fx.tmp.path().join("hook-ran");
+    for hook in ["pre-commit", "commit-msg", "post-commit", "pre-push"] {
+        let p = ws.path.join(".git/hooks").join(hook);
+        write(&p, &format!("#!/bin/sh\ntouch {}\n", marker.display()));
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    // The agent points origin at its own repository and adds an fsmonitor command.
+    git(fx.tmp.path(), &["init", "-q", "--bare", "evil.git"]);
+    let evil = fx.tmp.path().join("evil.git");
+    git(
+        &ws.path,
+        &["remote", "set-url", "origin", &evil.display().to_string()],
+    );
+    git(
+        &ws.path,
+        &[
+            "config",
+            "core.fsmonitor",
+            &format!("touch {}; false", marker.display()),
+        ],
+    );
+    write(&ws.path.join("x.txt"), "x\n");
+    fx.mgr.commit_all(&ws, &author(), "x").unwrap();
+    fx.mgr.push(&ws, None, None).unwrap();
+    assert!(
+        !marker.exists(),
+        "a hook or fsmonitor from the workspace ran on the host"
+    );
+    assert!(
+        git(&evil, &["for-each-ref"]).is_empty(),
+        "pushed to the agent's remote"
+    );
+    let origin = fx.tmp.path().join("origin.git");
+    assert_eq!(git(&origin, &["log", "-1", "--format=%s", &ws.branch]), "x");
+
+    // A symlink inside .git is refused outright.
+    let ws = fx.prepare("hostile", 2);
+    std::os::unix::fs::symlink("/etc", ws.path.join(".git/objects/ee")).unwrap();
+    write(&ws.path.join("y.txt"), "y\n");
+    let err = fx.mgr.commit_all(&ws, &author(), "y").unwrap_err();
+    assert!(err.to_string().contains("symlink"), "{err}");
+}
+
+#[test]
+fn failed_mirror_fetch_falls_back_to_upstream() {
+    let fx = Fixture::new();
+    fx.prepare("fallback", 1);
+    // Break the mirror's fetch (its recorded upstream disappears).
+    git(
+        &fx.mirror(),
+        &["config", "remote.origin.url", "/nonexistent/repo.git"],
+    );
+    let new_sha = fx.upstream_commit("after.txt");
+    let ws = fx.prepare("fallback", 2);
+    assert!(!ws.used_mirror);
+    assert!(
+        ws.mirror_note
+            .as_deref()
+            .unwrap()
+            .contains("cloned from upstream"),
+        "{:?}",
+        ws.mirror_note
+    );
+    assert_eq!(ws.base_sha, new_sha);
+    git(&ws.path, &["fsck", "--full"]);
+}
+
+#[test]
+fn remove_frees_bytes_and_stays_inside_the_root() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("cleanup", 1);
+    let usage = disk_usage(&ws.path);
+    assert!(usage > 0);
+    assert_eq!(fx.mgr.remove(&ws.path).unwrap(), usage);
+    assert!(!ws.path.exists());
+    assert!(
+        !ws.path.parent().unwrap().exists(),
+        "empty task dir is removed too"
+    );
+    assert_eq!(fx.mgr.remove(&ws.path).unwrap(), 0, "already gone");
+
+    let root = fx.tmp.path().join("ws");
+    let victim = fx.tmp.path().join("work");
+    for bad in [
+        root.clone(),
+        victim.clone(),
+        root.join("../work"),
+        PathBuf::from("/"),
+    ] {
+        let err = fx.mgr.remove(&bad).unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::OutsideRoot { .. }),
+            "{bad:?}: {err}"
+        );
+    }
+    std::os::unix::fs::symlink(&victim, root.join("link")).unwrap();
+    assert!(fx.mgr.remove(&root.join("link")).is_err());
+    assert!(victim.join("README.md").exists());
+}
+
+#[test]
+fn workspace_is_chowned_to_the_container_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: chown to another uid needs root");
+        return;
+    }
+    let fx = Fixture::new();
+    let mut req = fx.request("owned", 1);
+    req.owner = Some((12345, 23456));
+    let ws = fx.mgr.prepare(&req).unwrap();
+    for p in [
+        ws.path.clone(),
+        ws.path.join("README.md"),
+        ws.path.join(".git/HEAD"),
+        ws.path.join("src"),
+    ] {
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (12345, 23456), "{}", p.display());
+    }
+    // Host-side git still works on a workspace owned by someone else.
+    write(&ws.path.join("z.txt"), "z\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "z").unwrap();
+    assert_eq!(out.changed_paths, vec!["z.txt"]);
+    fx.mgr.push(&ws, None, None).unwrap();
+}
