@@ -439,31 +439,60 @@ impl Config {
         &self.resolved.files
     }
 
-    /// The effective configuration as JSON (`config check --json`). Holds names of
+    /// The effective configuration (`config check`), in file order. Holds names of
     /// environment variables, never their values.
-    pub fn effective_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "home": self.home,
-            "files": self.resolved.files,
-            "resolved": {
-                "workspace_root": self.workspace_root(),
-                "mirror_root": self.mirror_root(),
-                "db_path": self.db_path(),
-                "transcripts_dir": self.transcripts_dir(),
-                "poll_interval_seconds": self.poll_interval().as_secs(),
-                "event_idle_timeout_seconds": self.event_idle_timeout().as_secs(),
-                "container_deadline_seconds": self.container_deadline().as_secs(),
-                "verify_timeout_seconds": self.resolved.verify_timeout.as_secs(),
-                "prompt_template": self.prompt_template(),
-                "limits": self.default_limits(),
-                "network": self.default_network(),
+    pub fn effective(&self) -> EffectiveConfig<'_> {
+        EffectiveConfig {
+            home: &self.home,
+            files: &self.resolved.files,
+            resolved: EffectiveResolved {
+                workspace_root: self.workspace_root(),
+                mirror_root: self.mirror_root(),
+                db_path: self.db_path(),
+                transcripts_dir: self.transcripts_dir(),
+                poll_interval_seconds: self.poll_interval().as_secs(),
+                event_idle_timeout_seconds: self.event_idle_timeout().as_secs(),
+                container_deadline_seconds: self.container_deadline().as_secs(),
+                verify_timeout_seconds: self.resolved.verify_timeout.as_secs(),
+                prompt_template: self.prompt_template(),
+                limits: self.default_limits(),
+                network: self.default_network(),
             },
-            "global": self.global,
-            "identities": self.identities,
-            "agents": self.agents,
-            "routing": self.routing,
-        })
+            global: &self.global,
+            identities: &self.identities,
+            agents: &self.agents,
+            routing: &self.routing,
+        }
     }
+}
+
+/// What `config check` prints (see [`Config::effective`]).
+#[derive(Debug, Serialize)]
+pub struct EffectiveConfig<'a> {
+    pub home: &'a Path,
+    /// File name -> whether it was read (`false`: absent, defaults used).
+    pub files: &'a BTreeMap<&'static str, bool>,
+    pub resolved: EffectiveResolved<'a>,
+    pub global: &'a GlobalConfig,
+    pub identities: &'a [Identity],
+    pub agents: &'a [AgentProfile],
+    pub routing: &'a RoutingFile,
+}
+
+/// Paths, durations and limits after expansion and parsing.
+#[derive(Debug, Serialize)]
+pub struct EffectiveResolved<'a> {
+    pub workspace_root: &'a Path,
+    pub mirror_root: &'a Path,
+    pub db_path: PathBuf,
+    pub transcripts_dir: PathBuf,
+    pub poll_interval_seconds: u64,
+    pub event_idle_timeout_seconds: u64,
+    pub container_deadline_seconds: u64,
+    pub verify_timeout_seconds: u64,
+    pub prompt_template: Option<&'a Path>,
+    pub limits: &'a ResourceLimits,
+    pub network: &'a NetworkMode,
 }
 
 /// `$POLYPHONY_HOME/queue.db`, without loading the config (enqueue and status work on a
