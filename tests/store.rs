@@ -468,7 +468,7 @@ fn events_append_in_order_and_never_duplicate() {
     store.start_attempt(&spec("t", 1, "p"), t0()).unwrap();
     let ev = |seq: u64| TaskEvent {
         seq,
-        kind: if seq % 2 == 0 {
+        kind: if seq.is_multiple_of(2) {
             EventKind::Message
         } else {
             EventKind::ToolCall
