@@ -137,8 +137,13 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
     };
 }
 
-/// Prints a value as one line of JSON on stdout.
+/// Prints a value as one line of JSON on stdout, streamed (a 100k-task listing is tens
+/// of megabytes).
 fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(value)?);
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    out.flush()?;
     Ok(())
 }
