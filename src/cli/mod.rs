@@ -1,1 +1,149 @@
-//! (placeholder: filled in by the issue that owns this layer)
+//! The command line: argument parsing (clap derive), logging setup and one module per
+//! verb. Verbs are thin: they parse, call the library and print.
+//!
+//! Adding a verb: one variant in [`Command`], one module with `Args` and
+//! `run(args, &Context) -> anyhow::Result<Outcome>`, one arm in [`run`].
+//!
+//! Architecture Invariant: no business logic here, and no exit codes: `main` maps an
+//! [`Outcome`] or an error to the process exit code through [`exit_code`].
+//! API Boundary: every `--json` output (scripts parse it).
+
+mod config;
+mod enqueue;
+mod init;
+mod status;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Polyphony turns labelled GitHub issues and locally queued tasks into verified pull
+/// requests, one coding agent per container.
+#[derive(Debug, Parser)]
+#[command(name = "polyphony", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every verb accepts.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG also works.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// Polyphony home (default: $POLYPHONY_HOME, else ~/.polyphony).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub home: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write the commented config templates into the home (never overwrites without --force).
+    Init(init::Args),
+    /// Inspect the configuration.
+    Config(config::Args),
+    /// Add a task to the local queue.
+    Enqueue(enqueue::Args),
+    /// Show tasks, or one task with its transitions and attempts.
+    Status(status::Args),
+}
+
+/// How a verb ended when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0.
+    Success,
+    /// The task ran but did not land: exit 1.
+    NotLanded,
+}
+
+/// What every verb gets besides its own arguments.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The resolved, absolute Polyphony home.
+    pub home: PathBuf,
+}
+
+/// A mistake in how polyphony was called (bad argument value, missing file): exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{message} — fix: {fix}")]
+pub struct UsageError {
+    pub message: String,
+    pub fix: String,
+}
+
+impl UsageError {
+    pub fn new(message: impl Into<String>, fix: impl Into<String>) -> UsageError {
+        UsageError {
+            message: message.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    let home = crate::config::home_from_env(cli.global.home.as_deref())?;
+    tracing::debug!(home = %home.display(), "resolved home");
+    let ctx = Context { home };
+    match cli.command {
+        Command::Init(args) => init::run(args, &ctx),
+        Command::Config(args) => config::run(args, &ctx),
+        Command::Enqueue(args) => enqueue::run(args, &ctx),
+        Command::Status(args) => status::run(args, &ctx),
+    }
+}
+
+/// The exit code for a failed run: 2 for configuration and usage errors, 1 otherwise.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let usage = err
+        .chain()
+        .any(|cause| cause.is::<crate::config::ConfigError>() || cause.is::<UsageError>());
+    if usage {
+        2
+    } else {
+        1
+    }
+}
+
+/// Sets up tracing on stderr. `-v` flags win over RUST_LOG; with neither, warnings only.
+pub fn init_logging(verbose: u8, format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match verbose {
+        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        1 => EnvFilter::new("info"),
+        2 => EnvFilter::new("debug"),
+        _ => EnvFilter::new("trace"),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests calling run twice) is harmless: keep the first.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Prints a value as one line of JSON on stdout, streamed (a 100k-task listing is tens
+/// of megabytes).
+fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}

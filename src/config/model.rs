@@ -38,8 +38,8 @@ pub struct GlobalConfig {
 impl Default for GlobalConfig {
     fn default() -> Self {
         GlobalConfig {
-            workspace_root: "~/.polyphony/workspaces".into(),
-            mirror_root: "~/.polyphony/mirrors".into(),
+            workspace_root: "$POLYPHONY_HOME/workspaces".into(),
+            mirror_root: "$POLYPHONY_HOME/mirrors".into(),
             poll_interval: "30s".into(),
             max_concurrent_agents: 8,
             event_idle_timeout: "5m".into(),

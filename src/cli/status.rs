@@ -1,0 +1,243 @@
+//! `polyphony status`: the queue as a table or JSON, or one task in detail.
+
+use chrono::{DateTime, Utc};
+
+use super::{print_json, Context, Outcome, UsageError};
+use crate::domain::{Task, TaskState};
+use crate::store::Store;
+
+/// Rows the table shows unless `--limit` says otherwise.
+const DEFAULT_TABLE_ROWS: usize = 50;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Show this task with its transitions and attempts.
+    task: Option<String>,
+    /// Only tasks in this state (DISCOVERED, CLAIMED, …, LANDED, FAILED, BLOCKED).
+    #[arg(long, value_name = "STATE")]
+    state: Option<TaskState>,
+    /// At most this many tasks, newest first; 0 means all. Default: 50 in the table,
+    /// all with --json.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Print JSON: an array of tasks, or {task, transitions, attempts, landing}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
+    let db = crate::config::db_path(&ctx.home);
+    // Looking must not create anything: a home without a queue has no tasks.
+    let store = if db.exists() {
+        Some(Store::open(&db)?)
+    } else {
+        None
+    };
+    match &args.task {
+        Some(id) => show_task(store.as_ref(), id, args.json),
+        None => list(store.as_ref(), &args),
+    }
+}
+
+fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
+    let limit = match (args.limit, args.json) {
+        (Some(0), _) | (None, true) => None,
+        (Some(n), _) => Some(n),
+        (None, false) => Some(DEFAULT_TABLE_ROWS),
+    };
+    let tasks = match store {
+        Some(s) => s.list_tasks(args.state, limit)?,
+        None => Vec::new(),
+    };
+    if args.json {
+        print_json(&tasks)?;
+        return Ok(Outcome::Success);
+    }
+    let counts = match store {
+        Some(s) => s.count_by_state()?,
+        None => Default::default(),
+    };
+    let now = Utc::now();
+    let rows: Vec<[String; 6]> = tasks
+        .iter()
+        .map(|t| {
+            [
+                t.id.clone(),
+                t.source_ref.clone(),
+                t.state.to_string(),
+                t.task_type.to_string(),
+                t.attempts.to_string(),
+                age(t.created_at, now),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "SOURCE", "STATE", "TYPE", "ATTEMPT", "AGE"], &rows);
+    let total: u64 = match args.state {
+        Some(s) => counts.get(&s).copied().unwrap_or(0),
+        None => counts.values().sum(),
+    };
+    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let shown = tasks.len() as u64;
+    if total == 0 {
+        println!("no tasks");
+    } else if shown < total {
+        println!(
+            "{shown} of {total} shown (--limit 0 for all); {}",
+            summary.join(", ")
+        );
+    } else {
+        println!("{total} task(s): {}", summary.join(", "));
+    }
+    Ok(Outcome::Success)
+}
+
+fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outcome> {
+    let not_found = || {
+        UsageError::new(
+            format!("no task `{id}`"),
+            "run `polyphony status` to list task ids",
+        )
+    };
+    let store = store.ok_or_else(not_found)?;
+    let task = store.get_task(id)?.ok_or_else(not_found)?;
+    let transitions = store.transitions(id)?;
+    let attempts = store.attempts(id)?;
+    let landing = store.landing(id)?;
+    if json {
+        print_json(&serde_json::json!({
+            "task": task,
+            "transitions": transitions,
+            "attempts": attempts,
+            "landing": landing,
+        }))?;
+        return Ok(Outcome::Success);
+    }
+    print_task(&task);
+    println!("\ntransitions:");
+    if transitions.is_empty() {
+        println!("  (none)");
+    }
+    for t in &transitions {
+        println!(
+            "  {}  {} -> {}  {}",
+            t.at.format("%Y-%m-%d %H:%M:%S"),
+            t.from,
+            t.to,
+            t.reason
+        );
+    }
+    println!("\nattempts:");
+    if attempts.is_empty() {
+        println!("  (none)");
+    }
+    for a in &attempts {
+        let status = a.status.map_or("running".to_string(), |s| s.to_string());
+        let cost = a.cost_usd.map_or(String::new(), |c| format!(" ${c:.2}"));
+        let reason = a
+            .reason
+            .as_deref()
+            .map_or(String::new(), |r| format!(" — {r}"));
+        println!(
+            "  #{} {} via {} ({}){cost}{reason}",
+            a.attempt, status, a.agent, a.branch
+        );
+        for e in &a.evidence {
+            println!(
+                "     {} {}: {}",
+                if e.passed { "pass" } else { "FAIL" },
+                e.name,
+                e.command
+            );
+        }
+    }
+    if let Some(l) = landing {
+        println!(
+            "\nlanded: {} @ {}{}",
+            l.branch,
+            l.commit_sha,
+            l.pr_url.map_or(String::new(), |u| format!(" {u}"))
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_task(t: &Task) {
+    println!("{}  {}", t.id, t.title);
+    println!("  state:    {}", t.state);
+    println!("  source:   {} ({})", t.source_ref, t.source);
+    println!(
+        "  repo:     {}{}",
+        t.repo,
+        t.base_ref
+            .as_deref()
+            .map_or(String::new(), |b| format!(" @ {b}"))
+    );
+    println!(
+        "  type:     {}  risk: {}  scope: {}  web: {}",
+        t.task_type, t.risk, t.scope, t.requires_web
+    );
+    if !t.labels.is_empty() {
+        println!("  labels:   {}", t.labels.join(", "));
+    }
+    println!("  attempts: {}  failures: {}", t.attempts, t.failures);
+    if let Some(next) = t.next_attempt_at {
+        println!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"));
+    }
+    println!(
+        "  created:  {}",
+        t.created_at.format("%Y-%m-%d %H:%M:%S UTC")
+    );
+}
+
+fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(*header);
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
+    }
+}
+
+/// `42s`, `5m`, `3h`, `2d`.
+fn age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (now - then).num_seconds().max(0);
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m", secs / 60),
+        3600..=86_399 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn ages() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap();
+        let check = |secs: i64, want: &str| {
+            assert_eq!(age(now - chrono::Duration::seconds(secs), now), want)
+        };
+        check(0, "0s");
+        check(59, "59s");
+        check(60, "1m");
+        check(3599, "59m");
+        check(7200, "2h");
+        check(86_400 * 3, "3d");
+        check(-5, "0s");
+    }
+}

@@ -1,0 +1,491 @@
+//! Table tests for loading and validation, on in-memory sources.
+
+use super::*;
+
+const HOME: &str = "/srv/poly";
+
+fn env(var: &str) -> Option<String> {
+    match var {
+        "HOME" => Some("/home/op".into()),
+        "CREDS" => Some("/creds".into()),
+        _ => None,
+    }
+}
+
+fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
+    Config::from_sources(Path::new(HOME), sources, &env)
+}
+
+/// The templates with one file replaced.
+fn with(file: &str, text: &str) -> ConfigSources {
+    let mut s = ConfigSources::templates();
+    let slot = match file {
+        CONFIG_FILE => &mut s.config,
+        IDENTITIES_FILE => &mut s.identities,
+        AGENTS_FILE => &mut s.agents,
+        ROUTING_FILE => &mut s.routing,
+        other => panic!("no file {other}"),
+    };
+    *slot = Some(text.to_string());
+    s
+}
+
+/// Loads `file` = `text` on top of the templates and expects an error of `kind` at
+/// `line` whose message and fix contain the given parts.
+fn check_err(file: &str, text: &str, kind: ConfigErrorKind, line: usize, message: &str, fix: &str) {
+    let err = load(&with(file, text)).unwrap_err();
+    assert_eq!(err.kind, kind, "{err}");
+    assert_eq!(err.file, Path::new(HOME).join(file), "{err}");
+    assert_eq!(err.line, line, "{err}");
+    assert!(err.column >= 1, "{err}");
+    assert!(err.message.contains(message), "message: {err}");
+    assert!(err.fix.contains(fix), "fix: {err}");
+}
+
+#[test]
+fn templates_load_cleanly() {
+    let cfg = load(&ConfigSources::templates()).unwrap();
+    assert_eq!(cfg.workspace_root(), Path::new("/srv/poly/workspaces"));
+    assert_eq!(cfg.mirror_root(), Path::new("/srv/poly/mirrors"));
+    assert_eq!(cfg.poll_interval(), Duration::from_secs(30));
+    assert_eq!(cfg.event_idle_timeout(), Duration::from_secs(300));
+    assert_eq!(cfg.max_attempts(), 3);
+    assert_eq!(cfg.max_concurrent_agents(), 8);
+    assert_eq!(cfg.db_path(), Path::new("/srv/poly/queue.db"));
+    assert_eq!(cfg.transcripts_dir(), Path::new("/srv/poly/transcripts"));
+    let names: Vec<&str> = cfg.agents.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["claude", "codex", "kimi", "gemini"]);
+    let personal = cfg.identity("personal").unwrap();
+    assert_eq!(personal.volumes["claude"], Path::new("/home/op/.claude"));
+    assert_eq!(cfg.routing.default.agent, "claude");
+    assert_eq!(cfg.routing.default.fallback, ["codex", "kimi"]);
+    assert!(cfg.files().values().all(|read| *read));
+}
+
+#[test]
+fn profiles_take_type_and_container_defaults() {
+    let cfg = load(&ConfigSources::templates()).unwrap();
+    let claude = cfg.agent("claude").unwrap();
+    assert_eq!(claude.cli_command, "claude");
+    assert_eq!(claude.auth_path, ".claude");
+    assert_eq!(claude.event_protocol, "claude-stream-json");
+    assert_eq!(claude.deadline_seconds, Some(45 * 60));
+    assert_eq!(claude.idle_timeout_seconds, Some(300));
+    let limits = claude.limits.as_ref().unwrap();
+    assert_eq!(limits.memory_bytes, 4 << 30);
+    assert!(limits.cap_drop_all && limits.no_new_privileges && limits.init);
+    let codex = cfg.agent("codex").unwrap();
+    assert_eq!(codex.event_protocol, "codex-exec-json");
+    assert_eq!(codex.context_window_tokens, 272_000);
+    assert!(cfg.agent("nobody").is_none());
+}
+
+#[test]
+fn missing_files_mean_defaults() {
+    let cfg = load(&ConfigSources::default()).unwrap();
+    assert_eq!(cfg.global, GlobalConfig::default());
+    assert!(cfg.identities.is_empty());
+    assert_eq!(cfg.agents.len(), 4);
+    assert!(cfg.routing.rules.is_empty());
+    assert_eq!(cfg.routing.default.agent, "claude");
+    assert_eq!(cfg.routing.default.fallback, ["codex", "kimi", "gemini"]);
+    assert!(cfg.files().values().all(|read| !*read));
+
+    // Without routing.yaml the default rule follows agents.yaml's order.
+    let only = ConfigSources {
+        agents: Some("agents:\n  - name: fast\n    agent_type: codex\n  - name: deep\n    agent_type: claude\n".into()),
+        ..Default::default()
+    };
+    let cfg = load(&only).unwrap();
+    assert_eq!(cfg.routing.default.agent, "fast");
+    assert_eq!(cfg.routing.default.fallback, ["deep"]);
+}
+
+#[test]
+fn repo_overrides_and_verify_merge() {
+    let config = "\
+verify:
+  test: make test
+  lint: make lint
+  timeout: 5m
+repos:
+  - repo: acme/*
+    base_ref: develop
+    image: acme:dev
+    verify:
+      test: npm test
+      timeout: 20m
+  - repo: '**'
+    base_ref: main
+";
+    let cfg = load(&with(CONFIG_FILE, config)).unwrap();
+    assert_eq!(cfg.base_ref_for("acme/widgets"), Some("develop"));
+    assert_eq!(cfg.base_ref_for("/tmp/other"), Some("main"));
+    let v = cfg.verify_for("acme/widgets");
+    assert_eq!(v.test.as_deref(), Some("npm test"));
+    assert_eq!(v.lint.as_deref(), Some("make lint"));
+    assert_eq!(v.timeout, Duration::from_secs(1200));
+    let names: Vec<String> = v.commands().into_iter().map(|c| c.name).collect();
+    assert_eq!(names, ["test", "lint"]);
+    let other = cfg.verify_for("zeta/x");
+    assert_eq!(other.test.as_deref(), Some("make test"));
+    assert_eq!(other.timeout, Duration::from_secs(300));
+    let claude = cfg.agent("claude").unwrap();
+    assert_eq!(cfg.image_for("acme/widgets", claude), "acme:dev");
+    assert_eq!(cfg.image_for("zeta/x", claude), "polyphony-worker:latest");
+}
+
+#[test]
+fn config_yaml_errors() {
+    use ConfigErrorKind::*;
+    check_err(
+        CONFIG_FILE,
+        "poll_interval: 30s\nmax_concurent_agents: 4\n",
+        UnknownField,
+        2,
+        "max_concurent_agents",
+        "rename `max_concurent_agents` to `max_concurrent_agents`",
+    );
+    check_err(
+        CONFIG_FILE,
+        "poll_interval: soon\n",
+        InvalidValue,
+        1,
+        "`poll_interval` is not a valid duration",
+        "30s, 5m or 1h30m",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  deadline: 30\n",
+        InvalidValue,
+        2,
+        "container.deadline",
+        "with a unit",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  memory: 4x\n",
+        InvalidValue,
+        2,
+        "memory",
+        "512m or 4g",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  network: wifi\n",
+        InvalidValue,
+        2,
+        "wifi",
+        "bridge, none or host",
+    );
+    check_err(
+        CONFIG_FILE,
+        "max_attempts: three\n",
+        WrongType,
+        1,
+        "`max_attempts`",
+        "whole number",
+    );
+    check_err(
+        CONFIG_FILE,
+        "max_attempts: 0\n",
+        InvalidValue,
+        1,
+        "max_attempts",
+        "1 or more",
+    );
+    check_err(
+        CONFIG_FILE,
+        "default_identity: persnal\n",
+        UnknownReference,
+        1,
+        "unknown identity `persnal`",
+        "use one of personal",
+    );
+    check_err(
+        CONFIG_FILE,
+        "workspace_root: $NOPE/ws\n",
+        InvalidValue,
+        1,
+        "$NOPE",
+        "export the variable",
+    );
+    check_err(
+        CONFIG_FILE,
+        "repos:\n  - repo: 'a[b'\n",
+        InvalidValue,
+        2,
+        "not a valid glob",
+        "glob",
+    );
+    check_err(
+        CONFIG_FILE,
+        "github:\n  repos: [acme]\n",
+        InvalidValue,
+        2,
+        "not `owner/name`",
+        "owner/name",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  user: bob\n",
+        InvalidValue,
+        2,
+        "container.user",
+        "numeric",
+    );
+    check_err(
+        CONFIG_FILE,
+        "poll_interval: \"30s\nmax_attempts: 3\n",
+        Syntax,
+        3,
+        "invalid YAML",
+        "indentation",
+    );
+}
+
+#[test]
+fn identities_yaml_errors() {
+    use ConfigErrorKind::*;
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: solo\n",
+        InvalidValue,
+        2,
+        "identity `solo` has no volumes",
+        "spec §7",
+    );
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: ''\n    volumes: {claude: ~/.claude}\n",
+        InvalidValue,
+        2,
+        "empty name",
+        "name required",
+    );
+    check_err(IDENTITIES_FILE, "identities:\n  - name: a\n    volumes: {claude: /c}\n  - name: a\n    volumes: {codex: /x}\n", Duplicate, 4, "identity `a` is defined twice", "unique");
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: a\n    volumes:\n      cursor: /c\n",
+        InvalidValue,
+        4,
+        "unknown agent type `cursor`",
+        "claude, codex",
+    );
+    check_err(IDENTITIES_FILE, "identities:\n  - name: a\n    volumes: {claude: /c}\n    api_keys:\n      KEY: sk-ant-123\n", InvalidValue, 5, "not a pair of variable names", "HOST variable");
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: a\n    volumz: {claude: /c}\n",
+        UnknownField,
+        3,
+        "volumz",
+        "rename `volumz` to `volumes`",
+    );
+}
+
+#[test]
+fn agents_yaml_errors() {
+    use ConfigErrorKind::*;
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: x\n    agent_type: cursor\n",
+        InvalidValue,
+        3,
+        "unknown agent type `cursor`",
+        "claude, codex, kimi or gemini",
+    );
+    check_err(AGENTS_FILE, "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude\n    agent_type: codex\n", Duplicate, 4, "agent `claude` is defined twice", "unique");
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: claude\n    agent_type: claude\n    identity: nobody\n",
+        UnknownReference,
+        4,
+        "unknown identity `nobody`",
+        "personal",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: claude\n    agent_type: claude\n    deadline: forever\n",
+        InvalidValue,
+        4,
+        "`deadline`",
+        "30s",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents: []\n",
+        InvalidValue,
+        1,
+        "no agents",
+        "init --force",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: claude\n    agent_type: claude\n    max_turns: many\n",
+        WrongType,
+        4,
+        "max_turns",
+        "whole number",
+    );
+}
+
+const AGENTS4: &str =
+    "agents:\n  - {name: claude, agent_type: claude}\n  - {name: codex, agent_type: codex}\n";
+
+fn routing_err(text: &str, kind: ConfigErrorKind, line: usize, message: &str, fix: &str) {
+    let mut s = with(ROUTING_FILE, text);
+    s.agents = Some(AGENTS4.into());
+    let err = load(&s).unwrap_err();
+    assert_eq!(err.kind, kind, "{err}");
+    assert_eq!(err.line, line, "{err}");
+    assert!(err.message.contains(message), "message: {err}");
+    assert!(err.fix.contains(fix), "fix: {err}");
+}
+
+#[test]
+fn routing_yaml_errors() {
+    use ConfigErrorKind::*;
+    let default = "default:\n  agent: claude\n";
+    routing_err(
+        &format!("rules:\n  - name: hard\n    agent: claud\n{default}"),
+        UnknownReference,
+        3,
+        "rule `hard` names unknown agent `claud`",
+        "use one of claude, codex (or add it to agents.yaml)",
+    );
+    routing_err(
+        &format!("rules:\n  - name: a\n    agent: claude\n    fallback: [codex, kimmi]\n{default}"),
+        UnknownReference,
+        4,
+        "falls back to unknown agent `kimmi`",
+        "claude, codex",
+    );
+    routing_err(
+        &format!("rules:\n  - name: a\n    agent: claude\n    fallback: ['']\n{default}"),
+        InvalidValue,
+        4,
+        "empty fallback entry",
+        "remove the empty entry",
+    );
+    routing_err(
+        &format!(
+            "rules:\n  - name: a\n    agent: claude\n  - name: a\n    agent: codex\n{default}"
+        ),
+        Duplicate,
+        4,
+        "rule `a` is defined twice",
+        "unique",
+    );
+    routing_err(
+        &format!(
+            "rules:\n  - name: a\n    match:\n      task_type: bugfx\n    agent: claude\n{default}"
+        ),
+        InvalidValue,
+        4,
+        "unknown task type `bugfx`",
+        "bugfix",
+    );
+    routing_err(&format!("rules:\n  - name: a\n    match:\n      risk: [low, extreme]\n    agent: claude\n{default}"), InvalidValue, 4, "unknown risk `extreme`", "low, medium or high");
+    routing_err(
+        &format!(
+            "rules:\n  - name: a\n    match:\n      scope: huge\n    agent: claude\n{default}"
+        ),
+        InvalidValue,
+        4,
+        "unknown scope",
+        "small",
+    );
+    routing_err(
+        &format!(
+            "rules:\n  - name: a\n    match:\n      source: jira\n    agent: claude\n{default}"
+        ),
+        InvalidValue,
+        4,
+        "unknown source",
+        "github or local",
+    );
+    routing_err(&format!("rules:\n  - name: a\n    match:\n      complexity: {{min: 8, max: 3}}\n    agent: claude\n{default}"), InvalidValue, 4, "complexity range", "0-10");
+    routing_err(
+        &format!(
+            "rules:\n  - name: a\n    match:\n      task_typ: bugfix\n    agent: claude\n{default}"
+        ),
+        UnknownField,
+        4,
+        "task_typ",
+        "rename `task_typ` to `task_type`",
+    );
+    routing_err(
+        &format!("rules:\n  - name: a\n    agent: claude\n    identity: ghost\n{default}"),
+        UnknownReference,
+        4,
+        "unknown identity `ghost`",
+        "personal",
+    );
+    routing_err(
+        "default:\n  agent: gpt\n",
+        UnknownReference,
+        2,
+        "the default rule names unknown agent `gpt`",
+        "claude, codex",
+    );
+    routing_err(
+        "default:\n  agent: claude\n  fallback: [codex, claude]\n",
+        Duplicate,
+        3,
+        "lists `claude` twice",
+        "remove",
+    );
+    routing_err(
+        "rules: []\n",
+        MissingField,
+        1,
+        "missing field `default`",
+        "add `default: …`",
+    );
+}
+
+#[test]
+fn errors_render_file_line_column_and_fix() {
+    let mut s = with(
+        ROUTING_FILE,
+        "rules:\n  - name: hard\n    agent: claud\ndefault:\n  agent: claude\n",
+    );
+    s.agents = Some(AGENTS4.into());
+    let err = load(&s).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/srv/poly/routing.yaml:3:12: rule `hard` names unknown agent `claud` — fix: use one of claude, codex (or add it to agents.yaml)"
+    );
+}
+
+#[test]
+fn home_resolution() {
+    let lookup = |vars: &'static [(&'static str, &'static str)]| {
+        move |v: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == v)
+                .map(|(_, val)| val.to_string())
+        }
+    };
+    let env1 = lookup(&[("HOME", "/home/op"), ("POLYPHONY_HOME", "/srv/p")]);
+    assert_eq!(resolve_home(None, &env1).unwrap(), Path::new("/srv/p"));
+    assert_eq!(
+        resolve_home(Some(Path::new("~/alt")), &env1).unwrap(),
+        Path::new("/home/op/alt")
+    );
+    let env2 = lookup(&[("HOME", "/home/op")]);
+    assert_eq!(
+        resolve_home(None, &env2).unwrap(),
+        Path::new("/home/op/.polyphony")
+    );
+    let env3 = lookup(&[("HOME", "/home/op"), ("POLYPHONY_HOME", "")]);
+    assert_eq!(
+        resolve_home(None, &env3).unwrap(),
+        Path::new("/home/op/.polyphony")
+    );
+    let env4 = lookup(&[]);
+    assert_eq!(
+        resolve_home(None, &env4).unwrap_err().kind,
+        ConfigErrorKind::Io
+    );
+}

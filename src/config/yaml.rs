@@ -1,0 +1,243 @@
+//! Turns serde YAML errors into [`ConfigError`]s with a kind, a position and a fix.
+
+use std::path::Path;
+
+use super::error::{ConfigError, ConfigErrorKind};
+
+/// Parses one file. A file holding only comments and blank lines reads as `{}`.
+pub fn parse<T: serde::de::DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    let has_content = text.lines().any(|l| {
+        let t = l.trim();
+        !t.is_empty() && !t.starts_with('#') && t != "---"
+    });
+    let source = if has_content { text } else { "{}" };
+    serde_yaml::from_str(source).map_err(|e| from_serde(file, &e))
+}
+
+/// Maps a serde YAML error onto a [`ConfigError`].
+pub fn from_serde(file: &Path, err: &serde_yaml::Error) -> ConfigError {
+    let pos = err
+        .location()
+        .map_or((1, 1), |l| (l.line().max(1), l.column().max(1)));
+    let full = err.to_string();
+    let stripped = strip_position(&full);
+    let message = stripped.as_str();
+    // serde_yaml prefixes semantic errors with the path: `rules[0].match: unknown field …`.
+    let (path, detail) = split_path(message);
+    let field = path.map(last_field);
+
+    if let Some(rest) = detail.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or("");
+        let expected = expected_names(rest);
+        let fix = suggest(name, &expected);
+        return ConfigError::new(
+            ConfigErrorKind::UnknownField,
+            file,
+            pos,
+            format!("unknown field `{name}`{}", in_section(path)),
+            fix,
+        );
+    }
+    if let Some(rest) = detail.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or("");
+        return ConfigError::new(
+            ConfigErrorKind::MissingField,
+            file,
+            pos,
+            format!("missing field `{name}`{}", in_section(path)),
+            format!("add `{name}: …` to this mapping"),
+        );
+    }
+    if detail.starts_with("invalid type:") || detail.starts_with("invalid value:") {
+        let expected = detail
+            .rsplit_once(", expected ")
+            .map_or("another type", |(_, e)| e);
+        let what = field.map_or("this value".to_string(), |f| format!("`{f}`"));
+        return ConfigError::new(
+            ConfigErrorKind::WrongType,
+            file,
+            pos,
+            format!(
+                "{what}: {}",
+                detail.split(", expected").next().unwrap_or(detail)
+            ),
+            format!("make {what} {}", humanize_type(expected)),
+        );
+    }
+    if detail.starts_with("data did not match any variant of untagged enum OneOrMany") {
+        let what = field.map_or("this value".to_string(), |f| format!("`{f}`"));
+        return ConfigError::new(
+            ConfigErrorKind::WrongType,
+            file,
+            pos,
+            format!("{what} must be a string or a list of strings"),
+            format!("write {what} as `value` or `[a, b]`"),
+        );
+    }
+    ConfigError::new(
+        ConfigErrorKind::Syntax,
+        file,
+        pos,
+        format!("invalid YAML: {message}"),
+        "check the indentation, the `key: value` colons and the quotes on this line",
+    )
+}
+
+/// Drops serde_yaml's first ` at line N column M`: that position is in the error's own
+/// fields. Later ones (libyaml's "while scanning … at line 1 column 16") stay as context.
+fn strip_position(message: &str) -> String {
+    let Some(start) = message.find(" at line ") else {
+        return message.to_string();
+    };
+    let rest = &message[start + " at line ".len()..];
+    let skip_number = |s: &str| {
+        s.trim_start_matches(|c: char| c.is_ascii_digit())
+            .to_string()
+    };
+    let after = skip_number(rest);
+    let after = match after.strip_prefix(" column ") {
+        Some(col) => skip_number(col),
+        None => after,
+    };
+    format!("{}{}", &message[..start], after)
+}
+
+fn split_path(message: &str) -> (Option<&str>, &str) {
+    for marker in [
+        ": unknown field",
+        ": missing field",
+        ": invalid type",
+        ": invalid value",
+        ": data did not match",
+    ] {
+        if let Some(i) = message.find(marker) {
+            let path = &message[..i];
+            if !path.contains(' ') {
+                return (Some(path), &message[i + 2..]);
+            }
+        }
+    }
+    (None, message)
+}
+
+fn last_field(path: &str) -> &str {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    last.split('[').next().unwrap_or(last)
+}
+
+fn in_section(path: Option<&str>) -> String {
+    path.map_or(String::new(), |p| format!(" in `{p}`"))
+}
+
+/// The names listed after `expected one of` / `expected`.
+fn expected_names(rest: &str) -> Vec<String> {
+    let Some((_, list)) = rest.split_once("expected") else {
+        return Vec::new();
+    };
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Names the closest valid field, or lists them all when none is close.
+pub fn suggest(name: &str, valid: &[String]) -> String {
+    let best = valid
+        .iter()
+        .map(|v| (strsim::jaro_winkler(name, v), v))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((score, v)) if score >= 0.75 => format!("rename `{name}` to `{v}`"),
+        _ if valid.is_empty() => format!("remove `{name}`: this section takes no fields"),
+        _ => format!("remove `{name}`; valid fields are {}", valid.join(", ")),
+    }
+}
+
+fn humanize_type(expected: &str) -> String {
+    let e = expected.trim();
+    match e {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number (no quotes)".into(),
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number (no quotes)".into(),
+        "f32" | "f64" => "a number (no quotes)".into(),
+        "a boolean" => "true or false".into(),
+        "a string" => "a string".into(),
+        "a sequence" => "a list (`- item` lines or `[a, b]`)".into(),
+        _ if e.starts_with("struct") || e.starts_with("a map") => {
+            "a mapping (`key: value` lines)".into()
+        }
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::model::{GlobalConfig, RoutingFile};
+
+    fn check<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+        text: &str,
+        kind: ConfigErrorKind,
+        pos: (usize, usize),
+        message_part: &str,
+        fix_part: &str,
+    ) {
+        let err = parse::<T>(Path::new("f.yaml"), text).unwrap_err();
+        assert_eq!(err.kind, kind, "{err}");
+        assert_eq!((err.line, err.column), pos, "{err}");
+        assert!(err.message.contains(message_part), "{err}");
+        assert!(err.fix.contains(fix_part), "{err}");
+    }
+
+    #[test]
+    fn serde_errors_become_config_errors() {
+        check::<GlobalConfig>(
+            "poll_interval: 30s\npoll_intervall: 5s\n",
+            ConfigErrorKind::UnknownField,
+            (2, 1),
+            "unknown field `poll_intervall`",
+            "rename `poll_intervall` to `poll_interval`",
+        );
+        check::<GlobalConfig>(
+            "container:\n  imagee: x\n",
+            ConfigErrorKind::UnknownField,
+            (2, 3),
+            "in `container`",
+            "to `image`",
+        );
+        check::<GlobalConfig>(
+            "zzzqqq: 1\n",
+            ConfigErrorKind::UnknownField,
+            (1, 1),
+            "zzzqqq",
+            "valid fields are workspace_root",
+        );
+        check::<GlobalConfig>(
+            "max_concurrent_agents: eight\n",
+            ConfigErrorKind::WrongType,
+            (1, 24),
+            "`max_concurrent_agents`",
+            "a whole number",
+        );
+        check::<RoutingFile>(
+            "rules: []\n",
+            ConfigErrorKind::MissingField,
+            (1, 1),
+            "missing field `default`",
+            "add `default: …`",
+        );
+        check::<GlobalConfig>(
+            "poll_interval: \"30s\nmax_attempts: 3\n",
+            ConfigErrorKind::Syntax,
+            (3, 1),
+            "quoted scalar at line 1 column 16",
+            "indentation",
+        );
+    }
+
+    #[test]
+    fn comment_only_files_are_empty_mappings() {
+        let g: GlobalConfig = parse(Path::new("c.yaml"), "# nothing\n\n").unwrap();
+        assert_eq!(g, GlobalConfig::default());
+    }
+}

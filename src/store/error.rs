@@ -1,0 +1,55 @@
+//! The store's error type: callers branch on `NotFound`, `StaleState`,
+//! `InvalidTransition` and `AttemptExists`.
+
+use std::path::PathBuf;
+
+use crate::domain::{InvalidTransition, TaskState};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("cannot create the directory of the queue database {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the queue database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("queue database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("task `{0}` not found")]
+    NotFound(String),
+    #[error("attempt {attempt} of task `{task_id}` not found")]
+    AttemptNotFound { task_id: String, attempt: u32 },
+    #[error("attempt {attempt} of task `{task_id}` already exists")]
+    AttemptExists { task_id: String, attempt: u32 },
+    #[error("task `{task_id}`: {source}")]
+    InvalidTransition {
+        task_id: String,
+        source: InvalidTransition,
+    },
+    /// The task is not in the state the caller last saw: another worker moved it.
+    #[error("task `{task_id}` is {actual}, expected {expected}: another worker moved it")]
+    StaleState {
+        task_id: String,
+        expected: TaskState,
+        actual: TaskState,
+    },
+    #[error("the queue database {path} has schema version {found}, newer than this polyphony supports ({supported}); upgrade polyphony")]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    /// A stored value that does not parse (a hand-edited row, or a newer binary's data).
+    #[error("corrupt value in the queue database: {0}")]
+    Corrupt(String),
+    #[error("cannot encode {what} as JSON: {source}")]
+    Json {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+}

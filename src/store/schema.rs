@@ -1,0 +1,129 @@
+//! Schema migrations, tracked in SQLite's `user_version` (DESIGN.md "Durability").
+//!
+//! Each entry of [`MIGRATIONS`] moves the schema from version `i` to `i + 1`. Entries are
+//! append-only: never edit one that has shipped, add a new one.
+
+/// Version `i + 1` is reached by running `MIGRATIONS[i]`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: tasks, transitions, attempts, events, landing records, counters.
+    r#"
+CREATE TABLE tasks (
+    id              TEXT NOT NULL UNIQUE,
+    title           TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    source          TEXT NOT NULL,
+    source_ref      TEXT NOT NULL,
+    repo            TEXT NOT NULL,
+    base_ref        TEXT,
+    state           TEXT NOT NULL,
+    task_type       TEXT NOT NULL,
+    scope           TEXT NOT NULL,
+    risk            TEXT NOT NULL,
+    context_tokens  INTEGER NOT NULL,
+    requires_web    INTEGER NOT NULL,
+    labels          TEXT NOT NULL,           -- JSON array of strings
+    metadata        TEXT NOT NULL,           -- JSON object of strings
+    attempts        INTEGER NOT NULL,
+    failures        INTEGER NOT NULL,
+    created_at      TEXT NOT NULL,           -- fixed-width RFC 3339 UTC: sorts as text
+    updated_at      TEXT NOT NULL,
+    next_attempt_at TEXT
+);
+-- The rowid orders tasks by insertion: `status` lists newest first by walking it
+-- backwards, and claims take the oldest first.
+CREATE INDEX tasks_state ON tasks(state);
+CREATE INDEX tasks_source_ref ON tasks(source_ref);
+CREATE INDEX tasks_next_attempt ON tasks(next_attempt_at) WHERE next_attempt_at IS NOT NULL;
+
+-- One row per state change, written in the same transaction as the change.
+CREATE TABLE transitions (
+    id          INTEGER PRIMARY KEY,
+    task_id     TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    from_state  TEXT NOT NULL,
+    to_state    TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    at          TEXT NOT NULL
+);
+CREATE INDEX transitions_task ON transitions(task_id, id);
+
+CREATE TABLE attempts (
+    task_id          TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL,
+    agent            TEXT NOT NULL,
+    identity         TEXT NOT NULL,
+    run_spec         TEXT NOT NULL,          -- JSON RunSpec (names of secrets only)
+    container_id     TEXT,
+    workspace        TEXT NOT NULL,
+    branch           TEXT NOT NULL,
+    status           TEXT,                   -- NULL while running
+    turns            INTEGER,
+    tokens_in        INTEGER,
+    tokens_out       INTEGER,
+    tokens_cached    INTEGER,
+    cost_usd         REAL,
+    exit_code        INTEGER,
+    duration_seconds REAL,
+    final_message    TEXT,
+    reason           TEXT,
+    evidence         TEXT NOT NULL DEFAULT '[]', -- JSON array of CheckEvidence
+    commit_sha       TEXT,
+    pr_url           TEXT,
+    started_at       TEXT NOT NULL,
+    finished_at      TEXT,
+    PRIMARY KEY (task_id, attempt)
+);
+CREATE INDEX attempts_identity ON attempts(identity, started_at);
+
+-- Re-ingesting a transcript after a crash inserts with OR IGNORE: never a duplicate.
+CREATE TABLE events (
+    task_id  TEXT NOT NULL,
+    attempt  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    kind     TEXT NOT NULL,
+    stream   TEXT NOT NULL,
+    summary  TEXT NOT NULL,
+    data     TEXT NOT NULL,                  -- JSON
+    at       TEXT NOT NULL,
+    PRIMARY KEY (task_id, attempt, seq),
+    FOREIGN KEY (task_id, attempt) REFERENCES attempts(task_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- What has been pushed and opened for a task, so a restart never opens a second PR.
+CREATE TABLE landings (
+    task_id     TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL,
+    branch      TEXT NOT NULL,
+    commit_sha  TEXT NOT NULL,
+    pr_url      TEXT,
+    updated_at  TEXT NOT NULL
+);
+
+-- Comments posted at the source, one per (task, purpose), so none is posted twice.
+CREATE TABLE source_comments (
+    task_id     TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    purpose     TEXT NOT NULL,
+    comment_id  INTEGER NOT NULL,
+    at          TEXT NOT NULL,
+    PRIMARY KEY (task_id, purpose)
+);
+
+-- Monotonic counters (local task ids are never reused).
+CREATE TABLE counters (
+    name   TEXT PRIMARY KEY,
+    value  INTEGER NOT NULL
+);
+INSERT INTO counters (name, value) VALUES ('local_task', 0);
+
+-- Small durable facts: poll cursors and the like.
+CREATE TABLE kv (
+    key         TEXT PRIMARY KEY,
+    value       TEXT NOT NULL,
+    updated_at  TEXT NOT NULL
+);
+"#,
+];
+
+/// The schema version this binary writes.
+pub fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}

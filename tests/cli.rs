@@ -1,0 +1,310 @@
+//! The built binary against a temporary POLYPHONY_HOME: init, config check, enqueue,
+//! status, and every kind of malformed config exiting 2 with file:line and a fix.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn polyphony(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("polyphony").unwrap();
+    cmd.env("POLYPHONY_HOME", home).env_remove("RUST_LOG");
+    cmd
+}
+
+fn initialised() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    polyphony(dir.path()).arg("init").assert().success();
+    dir
+}
+
+#[test]
+fn init_then_config_check_succeeds() {
+    let home = tempfile::tempdir().unwrap();
+    let target = home.path().join("fresh");
+    polyphony(&target)
+        .arg("init")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("wrote").and(predicate::str::contains("routing.yaml")));
+    for f in [
+        "config.yaml",
+        "identities.yaml",
+        "agents.yaml",
+        "routing.yaml",
+    ] {
+        assert!(target.join(f).is_file(), "{f}");
+    }
+    polyphony(&target)
+        .args(["config", "check"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("config OK")
+                .and(predicate::str::contains("claude-stream-json")),
+        );
+
+    let out = polyphony(&target)
+        .args(["config", "check", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ws = target.join("workspaces");
+    assert_eq!(
+        json["resolved"]["workspace_root"],
+        ws.to_string_lossy().as_ref()
+    );
+    assert_eq!(json["resolved"]["poll_interval_seconds"], 30);
+    assert_eq!(json["routing"]["default"]["agent"], "claude");
+    assert_eq!(json["agents"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn home_flag_overrides_the_environment() {
+    let env_home = tempfile::tempdir().unwrap();
+    let flag_home = tempfile::tempdir().unwrap();
+    polyphony(env_home.path())
+        .args(["--home"])
+        .arg(flag_home.path())
+        .arg("init")
+        .assert()
+        .success();
+    assert!(flag_home.path().join("config.yaml").exists());
+    assert!(!env_home.path().join("config.yaml").exists());
+}
+
+#[test]
+fn init_twice_without_force_keeps_edits() {
+    let home = initialised();
+    let routing = home.path().join("routing.yaml");
+    std::fs::write(&routing, "# mine\ndefault:\n  agent: codex\n").unwrap();
+    polyphony(home.path())
+        .arg("init")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("skipped").and(predicate::str::contains("--force")));
+    assert_eq!(
+        std::fs::read_to_string(&routing).unwrap(),
+        "# mine\ndefault:\n  agent: codex\n"
+    );
+    polyphony(home.path())
+        .args(["init", "--force"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("overwrote"));
+    assert!(std::fs::read_to_string(&routing)
+        .unwrap()
+        .contains("small-bugfix"));
+}
+
+#[test]
+fn enqueue_then_status_shows_discovered() {
+    let home = initialised();
+    let repo = tempfile::tempdir().unwrap();
+    let body = home.path().join("body.md");
+    std::fs::write(&body, "The parser drops the last line.").unwrap();
+    let out = polyphony(home.path())
+        .args(["enqueue", "--repo"])
+        .arg(repo.path())
+        .args([
+            "--type", "bugfix", "--risk", "medium", "--label", "parser", "--label", "urgent",
+        ])
+        .arg("--body-file")
+        .arg(&body)
+        .args(["--json", "Fix the parser"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["id"], "local-1");
+
+    polyphony(home.path())
+        .args([
+            "enqueue",
+            "--repo",
+            "https://example.com/a/b.git",
+            "--base",
+            "develop",
+            "Write docs",
+        ])
+        .assert()
+        .success()
+        .stdout("local-2\n");
+
+    let out = polyphony(home.path())
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let tasks: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(tasks.len(), 2);
+    let first = &tasks[1];
+    assert_eq!(first["id"], "local-1");
+    assert_eq!(first["state"], "DISCOVERED");
+    assert_eq!(first["task_type"], "bugfix");
+    assert_eq!(first["risk"], "medium");
+    assert_eq!(first["labels"], serde_json::json!(["parser", "urgent"]));
+    assert_eq!(first["body"], "The parser drops the last line.");
+    let canonical = std::fs::canonicalize(repo.path()).unwrap();
+    assert_eq!(first["repo"], canonical.to_string_lossy().as_ref());
+    assert_eq!(tasks[0]["base_ref"], "develop");
+
+    polyphony(home.path())
+        .arg("status")
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("ID")
+                .and(predicate::str::contains("local-1"))
+                .and(predicate::str::contains("DISCOVERED"))
+                .and(predicate::str::contains("2 task(s)")),
+        );
+    polyphony(home.path())
+        .args(["status", "--state", "landed", "--json"])
+        .assert()
+        .success()
+        .stdout("[]\n");
+    let out = polyphony(home.path())
+        .args(["status", "local-1", "--json"])
+        .output()
+        .unwrap();
+    let one: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(one["task"]["title"], "Fix the parser");
+    assert_eq!(one["transitions"], serde_json::json!([]));
+    polyphony(home.path())
+        .args(["status", "local-9"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no task `local-9`"));
+}
+
+#[test]
+fn status_on_an_empty_home_creates_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    polyphony(home.path())
+        .args(["status", "--json"])
+        .assert()
+        .success()
+        .stdout("[]\n");
+    assert!(!home.path().join("queue.db").exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let home = initialised();
+    polyphony(home.path())
+        .args(["enqueue", "--repo", "/definitely/not/here", "T"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("fix:"));
+    polyphony(home.path())
+        .args(["enqueue", "--repo", ".", "--type", "chore", "T"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown task type"));
+    polyphony(home.path()).arg("frobnicate").assert().code(2);
+    polyphony(home.path()).arg("--help").assert().success();
+}
+
+/// Writes `text` into `file` of a fresh initialised home and runs `config check`:
+/// it must exit 2 and print `file:line:` plus every expected part.
+fn check_bad_config(file: &str, text: &str, line: usize, parts: &[&str]) {
+    let home = initialised();
+    std::fs::write(home.path().join(file), text).unwrap();
+    let out = polyphony(home.path())
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
+    let location = format!("{}:{line}:", home.path().join(file).display());
+    assert!(
+        stderr.contains(&location),
+        "expected {location} in: {stderr}"
+    );
+    assert!(stderr.contains("— fix: "), "no fix in: {stderr}");
+    for part in parts {
+        assert!(stderr.contains(part), "expected `{part}` in: {stderr}");
+    }
+}
+
+#[test]
+fn bad_yaml() {
+    check_bad_config(
+        "agents.yaml",
+        "agents:\n  - name: claude\n    agent_type: claude\n   bad indentation: [\n",
+        4,
+        &["invalid YAML", "indentation"],
+    );
+}
+
+#[test]
+fn unknown_field_suggests_the_nearest_name() {
+    check_bad_config(
+        "config.yaml",
+        "poll_interval: 30s\nmax_concurent_agents: 4\n",
+        2,
+        &[
+            "unknown field `max_concurent_agents`",
+            "rename `max_concurent_agents` to `max_concurrent_agents`",
+        ],
+    );
+}
+
+#[test]
+fn unknown_agent_in_a_rule() {
+    check_bad_config(
+        "routing.yaml",
+        "rules:\n  - name: hard\n    match:\n      risk: high\n    agent: claud\ndefault:\n  agent: claude\n",
+        5,
+        &["rule `hard` names unknown agent `claud`", "use one of claude, codex, kimi, gemini"],
+    );
+}
+
+#[test]
+fn identity_without_a_volume() {
+    check_bad_config(
+        "identities.yaml",
+        "identities:\n  - name: personal\n    api_keys: {}\n",
+        2,
+        &["identity `personal` has no volumes", "volumes"],
+    );
+}
+
+#[test]
+fn bad_duration() {
+    check_bad_config(
+        "config.yaml",
+        "event_idle_timeout: 5 minutes-ish\n",
+        1,
+        &[
+            "`event_idle_timeout` is not a valid duration",
+            "30s, 5m or 1h30m",
+        ],
+    );
+}
+
+#[test]
+fn wrong_type() {
+    check_bad_config(
+        "config.yaml",
+        "max_concurrent_agents: lots\n",
+        1,
+        &["`max_concurrent_agents`", "whole number"],
+    );
+}
+
+#[test]
+fn duplicate_name() {
+    check_bad_config(
+        "agents.yaml",
+        "agents:\n  - name: claude\n    agent_type: claude\n  - name: codex\n    agent_type: codex\n  - name: claude\n    agent_type: kimi\n",
+        6,
+        &["agent `claude` is defined twice", "unique"],
+    );
+}

@@ -1,0 +1,507 @@
+//! The store against a real SQLite file: migrations, the transition log, the claim race,
+//! attempts, events and idempotency records.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use polyphony::domain::{
+    AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
+    RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+};
+use polyphony::store::{Store, StoreError};
+use TaskState::*;
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 3, 9, 0, 0).unwrap()
+}
+
+fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("home/queue.db")).unwrap();
+    (dir, store)
+}
+
+fn task(id: &str) -> Task {
+    Task::new(
+        id,
+        SourceKind::Local,
+        format!("local:{id}"),
+        "/srv/repo",
+        format!("Fix {id}"),
+        t0(),
+    )
+}
+
+fn spec(task_id: &str, attempt: u32, identity: &str) -> RunSpec {
+    RunSpec {
+        task_id: task_id.into(),
+        attempt,
+        agent: "claude".into(),
+        agent_type: AgentType::Claude,
+        cli_command: "claude".into(),
+        fallback: vec!["codex".into()],
+        identity: identity.into(),
+        workspace: PathBuf::from(format!("/ws/{task_id}/{attempt}")),
+        branch: format!("polyphony/{task_id}-a{attempt}"),
+        base_ref: None,
+        image: "polyphony-worker:latest".into(),
+        model: None,
+        max_turns: Some(10),
+        env_overlay: vec![],
+        volume_mounts: vec![],
+        deadline_seconds: 1800,
+        idle_timeout_seconds: 300,
+        network: NetworkMode::Bridge,
+        limits: ResourceLimits::default(),
+        verification: vec![],
+        verify_image: "polyphony-worker:latest".into(),
+        rule: "default".into(),
+    }
+}
+
+/// The shortest legal path from DISCOVERED to each state.
+fn path_to(state: TaskState) -> &'static [TaskState] {
+    match state {
+        Discovered => &[],
+        Claimed => &[Claimed],
+        Routed => &[Claimed, Routed],
+        Provisioned => &[Claimed, Routed, Provisioned],
+        Running => &[Claimed, Routed, Provisioned, Running],
+        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
+        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
+        Failed => &[Claimed, Failed],
+        Blocked => &[Claimed, Failed, Blocked],
+    }
+}
+
+fn drive(store: &Store, id: &str, to: TaskState) {
+    let mut at = Discovered;
+    for &next in path_to(to) {
+        store.transition(id, at, next, "setup", t0()).unwrap();
+        at = next;
+    }
+}
+
+#[test]
+fn migrations_create_the_schema_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dir/queue.db");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.schema_version().unwrap(),
+        polyphony::store::schema::latest()
+    );
+    assert!(store.insert_task(&task("local-1")).unwrap());
+    drop(store);
+
+    // Reopening keeps the data and does not re-run migrations.
+    let store = Store::open(&path).unwrap();
+    assert!(store.get_task("local-1").unwrap().is_some());
+
+    // WAL, as seen by an independent connection.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = raw
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+
+    // A database written by a newer polyphony is refused, not silently used.
+    raw.pragma_update(None, "user_version", 99).unwrap();
+    drop(raw);
+    drop(store);
+    match Store::open(&path) {
+        Err(StoreError::SchemaTooNew { found: 99, .. }) => {}
+        other => panic!("expected SchemaTooNew, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn insert_dedupes_and_round_trips_every_field() {
+    let (_dir, store) = temp_store();
+    let mut t = task("acme/widgets#42");
+    t.source = SourceKind::Github;
+    t.source_ref = "acme/widgets#42".into();
+    t.body = "The parser drops the last line.\nSee parser.rs".into();
+    t.base_ref = Some("develop".into());
+    t.labels = vec!["agent-ready".into(), "bug".into()];
+    t.metadata.insert("issue_number".into(), "42".into());
+    t.requires_web = true;
+    t.context_tokens = 1234;
+    t.next_attempt_at = Some(t0() + Duration::seconds(10));
+    assert!(store.insert_task(&t).unwrap());
+    assert_eq!(store.get_task(&t.id).unwrap(), Some(t.clone()));
+    assert_eq!(
+        store.find_by_source_ref("acme/widgets#42").unwrap(),
+        Some(t.clone())
+    );
+
+    let mut changed = t.clone();
+    changed.title = "Something else".into();
+    assert!(
+        !store.insert_task(&changed).unwrap(),
+        "same id must not insert"
+    );
+    assert_eq!(store.get_task(&t.id).unwrap().unwrap().title, t.title);
+    assert_eq!(store.get_task("nope").unwrap(), None);
+}
+
+#[test]
+fn local_ids_are_sequential_and_never_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.next_local_task_id().unwrap(), "local-1");
+    assert_eq!(store.next_local_task_id().unwrap(), "local-2");
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.next_local_task_id().unwrap(), "local-3");
+}
+
+#[test]
+fn every_legal_transition_writes_exactly_one_row() {
+    let (_dir, store) = temp_store();
+    let mut checked = 0;
+    for from in TaskState::ALL {
+        for to in TaskState::ALL {
+            if !polyphony::domain::can_transition(from, to) {
+                continue;
+            }
+            let id = format!("t-{from}-{to}");
+            store.insert_task(&task(&id)).unwrap();
+            drive(&store, &id, from);
+            let before = store.transitions(&id).unwrap();
+            assert_eq!(before.len(), path_to(from).len());
+            let now = t0() + Duration::minutes(5);
+            let moved = store.transition(&id, from, to, "because", now).unwrap();
+            assert_eq!(moved.state, to);
+            assert_eq!(moved.updated_at, now);
+            let after = store.transitions(&id).unwrap();
+            assert_eq!(after.len(), before.len() + 1, "{from} -> {to}");
+            let last = after.last().unwrap();
+            assert_eq!(
+                (last.from, last.to, last.reason.as_str(), last.at),
+                (from, to, "because", now)
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 13);
+}
+
+#[test]
+fn invalid_and_stale_transitions_write_nothing() {
+    let (_dir, store) = temp_store();
+    for from in TaskState::ALL {
+        for to in TaskState::ALL {
+            if polyphony::domain::can_transition(from, to) {
+                continue;
+            }
+            let id = format!("bad-{from}-{to}");
+            store.insert_task(&task(&id)).unwrap();
+            drive(&store, &id, from);
+            let before_task = store.get_task(&id).unwrap().unwrap();
+            let before = store.transitions(&id).unwrap().len();
+            match store.transition(&id, from, to, "nope", t0() + Duration::hours(1)) {
+                Err(StoreError::InvalidTransition { source, .. }) => {
+                    assert_eq!((source.from, source.to), (from, to));
+                }
+                other => panic!("{from} -> {to}: expected InvalidTransition, got {other:?}"),
+            }
+            assert_eq!(store.get_task(&id).unwrap().unwrap(), before_task);
+            assert_eq!(store.transitions(&id).unwrap().len(), before);
+        }
+    }
+
+    // Someone else moved the task: the caller's expectation is stale.
+    store.insert_task(&task("stale")).unwrap();
+    drive(&store, "stale", Routed);
+    match store.transition("stale", Claimed, Routed, "late", t0()) {
+        Err(StoreError::StaleState {
+            expected: Claimed,
+            actual: Routed,
+            ..
+        }) => {}
+        other => panic!("expected StaleState, got {other:?}"),
+    }
+    assert_eq!(store.transitions("stale").unwrap().len(), 2);
+
+    match store.transition("ghost", Discovered, Claimed, "x", t0()) {
+        Err(StoreError::NotFound(id)) => assert_eq!(id, "ghost"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn claims_take_the_oldest_ready_task_and_respect_backoff() {
+    let (_dir, store) = temp_store();
+    for id in ["a", "b", "c"] {
+        store.insert_task(&task(id)).unwrap();
+    }
+    // `a` failed and waits for its retry time; `b` failed and will never retry.
+    drive(&store, "a", Failed);
+    store
+        .set_retry("a", 1, Some(t0() + Duration::seconds(20)))
+        .unwrap();
+    drive(&store, "b", Failed);
+    store.set_retry("b", 3, None).unwrap();
+
+    let got = store.claim_next(t0()).unwrap().unwrap();
+    assert_eq!((got.id.as_str(), got.state), ("c", Claimed));
+    assert_eq!(
+        store.claim_next(t0()).unwrap(),
+        None,
+        "a is backing off, b never retries"
+    );
+
+    let later = t0() + Duration::seconds(20);
+    let retry = store.claim_next(later).unwrap().unwrap();
+    assert_eq!(
+        (retry.id.as_str(), retry.failures, retry.next_attempt_at),
+        ("a", 1, None)
+    );
+    let last = store.transitions("a").unwrap().pop().unwrap();
+    assert_eq!(
+        (last.from, last.to, last.reason.as_str()),
+        (Failed, Claimed, "claimed for retry")
+    );
+    assert_eq!(store.claim_next(later).unwrap(), None);
+
+    // A specific claim.
+    store.insert_task(&task("d")).unwrap();
+    assert_eq!(store.claim("d", t0()).unwrap().unwrap().state, Claimed);
+    assert_eq!(store.claim("d", t0()).unwrap(), None, "already claimed");
+    assert_eq!(store.claim("b", later).unwrap(), None, "no retry time");
+    assert!(matches!(
+        store.claim("zzz", t0()),
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[test]
+fn claim_race_each_task_is_claimed_exactly_once() {
+    const TASKS: usize = 1000;
+    const WORKERS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    {
+        let store = Store::open(&path).unwrap();
+        for i in 0..TASKS {
+            assert!(store.insert_task(&task(&format!("race-{i}"))).unwrap());
+        }
+    }
+    let barrier = Arc::new(Barrier::new(WORKERS));
+    let handles: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let path = path.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                // Each worker has its OWN connection, like separate daemons.
+                let store = Store::open(&path).unwrap();
+                barrier.wait();
+                let mut claimed = Vec::new();
+                while let Some(t) = store.claim_next(t0()).unwrap() {
+                    assert_eq!(t.state, Claimed);
+                    claimed.push(t.id);
+                }
+                claimed
+            })
+        })
+        .collect();
+    let per_worker: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let all: Vec<&String> = per_worker.iter().flatten().collect();
+    let unique: HashSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), TASKS, "claims in total");
+    assert_eq!(unique.len(), TASKS, "no task claimed twice");
+    assert!(
+        per_worker.iter().filter(|w| !w.is_empty()).count() > 1,
+        "the race had several winners"
+    );
+
+    let store = Store::open(&path).unwrap();
+    let counts = store.count_by_state().unwrap();
+    assert_eq!(counts.get(&Claimed), Some(&(TASKS as u64)));
+    assert_eq!(counts.get(&Discovered), None);
+    for i in (0..TASKS).step_by(97) {
+        let log = store.transitions(&format!("race-{i}")).unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!((log[0].from, log[0].to), (Discovered, Claimed));
+    }
+}
+
+#[test]
+fn listing_is_newest_first_and_filters_by_state() {
+    let (_dir, store) = temp_store();
+    for i in 1..=5 {
+        store.insert_task(&task(&format!("local-{i}"))).unwrap();
+    }
+    drive(&store, "local-2", Claimed);
+    drive(&store, "local-4", Claimed);
+    let ids = |tasks: Vec<Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_tasks(None, None).unwrap()),
+        ["local-5", "local-4", "local-3", "local-2", "local-1"]
+    );
+    assert_eq!(
+        ids(store.list_tasks(Some(Claimed), None).unwrap()),
+        ["local-4", "local-2"]
+    );
+    assert_eq!(
+        ids(store.list_tasks(Some(Discovered), Some(2)).unwrap()),
+        ["local-5", "local-3"]
+    );
+    assert!(store.list_tasks(Some(Landed), None).unwrap().is_empty());
+    let counts = store.count_by_state().unwrap();
+    assert_eq!((counts[&Discovered], counts[&Claimed]), (3, 2));
+}
+
+#[test]
+fn attempts_record_spec_result_evidence_and_landing() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("t")).unwrap();
+    store.insert_task(&task("u")).unwrap();
+    store
+        .start_attempt(&spec("t", 1, "personal"), t0())
+        .unwrap();
+    assert!(matches!(
+        store.start_attempt(&spec("t", 1, "personal"), t0()),
+        Err(StoreError::AttemptExists { attempt: 1, .. })
+    ));
+    assert!(matches!(
+        store.start_attempt(&spec("ghost", 1, "p"), t0()),
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.get_task("t").unwrap().unwrap().attempts, 1);
+    store.set_container("t", 1, "abc123").unwrap();
+    assert!(matches!(
+        store.set_container("t", 9, "x"),
+        Err(StoreError::AttemptNotFound { attempt: 9, .. })
+    ));
+
+    let running = store.attempt("t", 1).unwrap().unwrap();
+    assert_eq!(running.status, None);
+    assert_eq!(running.container_id.as_deref(), Some("abc123"));
+    assert_eq!(running.spec().unwrap(), spec("t", 1, "personal"));
+
+    let result = RunResult {
+        task_id: "t".into(),
+        attempt: 1,
+        agent: "claude".into(),
+        status: AttemptStatus::Succeeded,
+        turns: 7,
+        duration_seconds: 61.5,
+        cost_usd: Some(0.42),
+        tokens: TokenUsage {
+            input: 1000,
+            output: 200,
+            cached_input: 50,
+        },
+        exit_code: Some(0),
+        final_message: Some("Fixed the parser".into()),
+        reason: None,
+        events: 12,
+        artifacts: vec![],
+    };
+    let evidence = vec![CheckEvidence {
+        name: "test".into(),
+        command: "cargo test".into(),
+        exit_code: Some(0),
+        duration_ms: 900,
+        passed: true,
+        output_tail: "test result: ok".into(),
+    }];
+    store
+        .finish_attempt(&result, &evidence, t0() + Duration::minutes(2))
+        .unwrap();
+    store
+        .set_attempt_landing("t", 1, "deadbeef", "polyphony/t-a1", None, t0())
+        .unwrap();
+    store
+        .set_attempt_landing(
+            "t",
+            1,
+            "deadbeef",
+            "polyphony/t-a1",
+            Some("https://github.com/a/b/pull/3"),
+            t0(),
+        )
+        .unwrap();
+
+    let done = &store.attempts("t").unwrap()[0];
+    assert_eq!(done.status, Some(AttemptStatus::Succeeded));
+    assert_eq!(
+        (done.turns, done.cost_usd, done.exit_code),
+        (Some(7), Some(0.42), Some(0))
+    );
+    assert_eq!(done.tokens, Some(result.tokens));
+    assert_eq!(done.evidence, evidence);
+    assert_eq!(done.commit_sha.as_deref(), Some("deadbeef"));
+    assert_eq!(done.finished_at, Some(t0() + Duration::minutes(2)));
+    let landing = store.landing("t").unwrap().unwrap();
+    assert_eq!(
+        landing.pr_url.as_deref(),
+        Some("https://github.com/a/b/pull/3")
+    );
+    assert_eq!(store.landing("u").unwrap(), None);
+
+    // The daily ceiling counts spend since a time, per identity.
+    store
+        .start_attempt(&spec("u", 1, "personal"), t0() + Duration::hours(3))
+        .unwrap();
+    let mut r2 = result.clone();
+    r2.task_id = "u".into();
+    r2.cost_usd = Some(1.0);
+    store
+        .finish_attempt(&r2, &[], t0() + Duration::hours(3))
+        .unwrap();
+    let spent = |since| store.cost_spent_since("personal", since).unwrap();
+    assert!((spent(t0()) - 1.42).abs() < 1e-9);
+    assert!((spent(t0() + Duration::hours(1)) - 1.0).abs() < 1e-9);
+    assert_eq!(store.cost_spent_since("work", t0()).unwrap(), 0.0);
+}
+
+#[test]
+fn events_append_in_order_and_never_duplicate() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("t")).unwrap();
+    store.start_attempt(&spec("t", 1, "p"), t0()).unwrap();
+    let ev = |seq: u64| TaskEvent {
+        seq,
+        kind: if seq.is_multiple_of(2) {
+            EventKind::Message
+        } else {
+            EventKind::ToolCall
+        },
+        stream: EventStream::Stdout,
+        summary: format!("event {seq}"),
+        data: serde_json::json!({"n": seq}),
+        at: t0() + Duration::seconds(seq as i64),
+    };
+    let first: Vec<TaskEvent> = (0..5).map(ev).collect();
+    assert_eq!(store.append_events("t", 1, &first).unwrap(), 5);
+    // A crash replays 3..8: only 5..8 are new.
+    let replay: Vec<TaskEvent> = (3..8).map(ev).collect();
+    assert_eq!(store.append_events("t", 1, &replay).unwrap(), 3);
+    let all = store.events("t", 1, None, 100).unwrap();
+    assert_eq!(all.len(), 8);
+    assert_eq!(all, (0..8).map(ev).collect::<Vec<_>>());
+    let page = store.events("t", 1, Some(4), 2).unwrap();
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), [5, 6]);
+    // Events need a started attempt.
+    assert!(store.append_events("t", 2, &first).is_err());
+}
+
+#[test]
+fn comments_and_kv_are_idempotent_records() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("t")).unwrap();
+    assert!(store.record_comment("t", "claimed", 1001, t0()).unwrap());
+    assert!(!store.record_comment("t", "claimed", 1002, t0()).unwrap());
+    assert_eq!(store.comment_id("t", "claimed").unwrap(), Some(1001));
+    assert_eq!(store.comment_id("t", "landed").unwrap(), None);
+    assert_eq!(store.kv_get("cursor").unwrap(), None);
+    store.kv_set("cursor", "a", t0()).unwrap();
+    store.kv_set("cursor", "b", t0()).unwrap();
+    assert_eq!(store.kv_get("cursor").unwrap().as_deref(), Some("b"));
+}
