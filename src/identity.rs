@@ -18,8 +18,10 @@ use crate::config::model::IdentityConfig;
 use crate::domain::{AgentProfile, AgentType, EnvVar, Identity, VolumeMount};
 
 /// Where an identity's login directories are mounted (read-only) in the container:
-/// `{AUTH_STAGING_ROOT}/{agent_type}`.
-pub const AUTH_STAGING_ROOT: &str = "/home/worker/.polyphony-auth";
+/// `{AUTH_STAGING_ROOT}/{auth dir}` (e.g. `/polyphony/credentials/.claude`). The image's
+/// entrypoint copies everything below it into the per-attempt writable HOME, so the CLI
+/// finds `~/.claude` and may rewrite its token files without touching the host's.
+pub const AUTH_STAGING_ROOT: &str = crate::runtime::container_spec::CREDENTIAL_STAGING_DIR;
 
 /// Variables tried for the GitHub token when the identity names none, in order.
 pub const GITHUB_TOKEN_FALLBACKS: [&str; 2] = ["GITHUB_TOKEN", "GH_TOKEN"];
@@ -306,7 +308,7 @@ pub fn resolve<'a>(
 
 /// The container path an agent type's login directory is staged at.
 pub fn staging_path(agent_type: AgentType) -> String {
-    format!("{AUTH_STAGING_ROOT}/{}", agent_type.as_str())
+    format!("{AUTH_STAGING_ROOT}/{}", agent_type.default_auth_path())
 }
 
 /// Read-only mounts for the agent being run: only its own login directory.
@@ -584,7 +586,7 @@ mod tests {
             b.volume_mounts,
             vec![VolumeMount {
                 host_path: "/home/me/.codex".into(),
-                container_path: "/home/worker/.polyphony-auth/codex".into(),
+                container_path: "/polyphony/credentials/.codex".into(),
                 read_only: true,
             }]
         );

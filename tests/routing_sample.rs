@@ -1,4 +1,4 @@
-//! The sample routing.yaml routes a table of realistic tasks, gathered and scored against
+//! The shipped config-examples/routing.yaml routes a table of realistic tasks, gathered and scored against
 //! a real git repository, to the agents its comments promise.
 
 use chrono::TimeZone;
@@ -87,7 +87,7 @@ fn task(title: &str, body: &str, labels: &[&str], repo: &Path) -> Task {
 #[test]
 fn sample_tasks_reach_the_promised_agents() {
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/routing-sample.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config-examples/routing.yaml"),
     )
     .unwrap();
     let routing: RoutingFile = serde_yaml::from_str(&text).unwrap();

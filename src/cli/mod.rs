@@ -11,6 +11,8 @@
 mod config;
 mod enqueue;
 mod init;
+pub mod replay;
+pub mod route;
 mod status;
 
 use std::path::PathBuf;
@@ -58,6 +60,11 @@ pub enum Command {
     Enqueue(enqueue::Args),
     /// Show tasks, or one task with its transitions and attempts.
     Status(status::Args),
+    /// Show how a task routes: complexity score with evidence, the matched rule, and why
+    /// each earlier rule did not match.
+    Route(route::RouteArgs),
+    /// Parse a saved agent transcript and print its events summary and outcome.
+    Replay(replay::ReplayArgs),
 }
 
 /// How a verb ended when it did not fail.
@@ -103,6 +110,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Config(args) => config::run(args, &ctx),
         Command::Enqueue(args) => enqueue::run(args, &ctx),
         Command::Status(args) => status::run(args, &ctx),
+        Command::Route(args) => route::run(args, &ctx),
+        Command::Replay(args) => replay::run(&args),
     }
 }
 

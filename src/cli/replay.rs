@@ -26,8 +26,9 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-/// Runs the verb; returns the process exit code.
-pub fn run(args: &ReplayArgs) -> anyhow::Result<i32> {
+/// Runs the verb. Exit 0 when the transcript shows a successful run, 1 otherwise (failed,
+/// out of quota or incomplete: the printed status says which).
+pub fn run(args: &ReplayArgs) -> anyhow::Result<super::Outcome> {
     let file = File::open(&args.file).with_context(|| {
         format!(
             "cannot open transcript {} (give the path of a saved .ndjson transcript)",
@@ -47,9 +48,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(match summary.status {
-        ReplayStatus::Succeeded => 0,
-        ReplayStatus::Failed => 1,
-        ReplayStatus::Quota => 3,
-        ReplayStatus::Incomplete => 4,
+        ReplayStatus::Succeeded => super::Outcome::Success,
+        ReplayStatus::Failed | ReplayStatus::Quota | ReplayStatus::Incomplete => {
+            super::Outcome::NotLanded
+        }
     })
 }

@@ -56,3 +56,30 @@ pub fn execute(
         explanation.score.total
     ))
 }
+
+/// Runs the verb: loads the task and routing config and explains (or states) the route.
+pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outcome> {
+    use anyhow::Context as _;
+    let config = crate::config::Config::load(&ctx.home)?;
+    let store = crate::store::Store::open(&config.db_path())?;
+    let task = store.get_task(&args.task)?.ok_or_else(|| {
+        super::UsageError::new(
+            format!("no task `{}` in {}", args.task, config.db_path().display()),
+            "list the tasks with `polyphony status`",
+        )
+    })?;
+    let workspaces =
+        crate::workspace::WorkspaceManager::new(config.workspace_root(), config.mirror_root());
+    // A local repository is read in place; a remote one through its mirror, if one exists.
+    let local = Path::new(&task.repo);
+    let mirror = workspaces.mirror_path(&task.repo).ok();
+    let repo_dir = if local.is_dir() {
+        Some(local.to_path_buf())
+    } else {
+        mirror.filter(|m| m.is_dir())
+    };
+    let text = execute(&args, &task, &config.routing, repo_dir.as_deref())
+        .with_context(|| format!("cannot route task {}", task.id))?;
+    print!("{text}");
+    Ok(super::Outcome::Success)
+}

@@ -327,7 +327,7 @@ mod tests {
             identity: "work".into(),
             volume_mounts: vec![VolumeMount {
                 host_path: "/home/me/.codex".into(),
-                container_path: "/home/worker/.polyphony-auth/codex".into(),
+                container_path: "/polyphony/credentials/.codex".into(),
                 read_only: true,
             }],
             env_overlay: vec![EnvVar {
