@@ -16,6 +16,7 @@
 pub mod agents;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod domain;
 pub mod identity;
 pub mod orchestrator;

@@ -103,6 +103,8 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     } else {
         println!("{id}");
     }
+    // A running daemon picks the task up at once instead of at its next poll.
+    crate::orchestrator::daemon::wake(&ctx.home);
     Ok(Outcome::Success)
 }
 

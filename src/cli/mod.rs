@@ -9,10 +9,13 @@
 //! API Boundary: every `--json` output (scripts parse it).
 
 mod config;
+mod daemon;
+mod demo;
 mod enqueue;
 mod init;
 pub mod replay;
 pub mod route;
+mod spawn;
 mod status;
 
 use std::path::PathBuf;
@@ -65,6 +68,14 @@ pub enum Command {
     Route(route::RouteArgs),
     /// Parse a saved agent transcript and print its events summary and outcome.
     Replay(replay::ReplayArgs),
+    /// Take one task through the whole pipeline in the foreground (exit 0 when it lands).
+    Spawn(spawn::Args),
+    /// Run the supervisor: poll sources, dispatch attempts, recover after a crash.
+    Daemon(daemon::Args),
+    /// Build the offline test image, make a sample repository and run four tasks through
+    /// the daemon: one lands, one lands on a repair retry, one on a fallback agent, one
+    /// ends BLOCKED.
+    Demo(demo::Args),
 }
 
 /// How a verb ended when it did not fail.
@@ -112,6 +123,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Status(args) => status::run(args, &ctx),
         Command::Route(args) => route::run(args, &ctx),
         Command::Replay(args) => replay::run(&args),
+        Command::Spawn(args) => spawn::run(args, &ctx),
+        Command::Daemon(args) => daemon::run(args, &ctx),
+        Command::Demo(args) => demo::run(args, &ctx),
     }
 }
 

@@ -400,6 +400,32 @@ impl Store {
         Ok(())
     }
 
+    /// The earliest retry time among FAILED tasks scheduled for one (the daemon sleeps
+    /// until then instead of polling).
+    pub fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>> {
+        let text: Option<String> = self.conn.query_row(
+            "SELECT MIN(next_attempt_at) FROM tasks WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(text
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)))
+    }
+
+    /// Freezes the title and body a source claim returned: later edits at the source never
+    /// reach the agent.
+    pub fn freeze_text(&self, task_id: &str, title: &str, body: &str) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE tasks SET title = ?2, body = ?3 WHERE id = ?1",
+            params![task_id, title, body],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NotFound(task_id.to_string()));
+        }
+        Ok(())
+    }
+
     /// Transitions for one task, oldest first.
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
         let mut stmt = self.conn.prepare_cached(
@@ -634,6 +660,17 @@ impl Store {
             }
             Ok(inserted)
         })
+    }
+
+    /// How many stdout/stderr lines of an attempt are stored: one past the highest seq
+    /// (seqs are dense from 0), so a re-attached stream resumes exactly there.
+    pub fn event_count(&self, task_id: &str, attempt: u32) -> Result<u64> {
+        let max: Option<i64> = self.conn.query_row(
+            "SELECT MAX(seq) FROM events WHERE task_id = ?1 AND attempt = ?2",
+            params![task_id, attempt],
+            |r| r.get(0),
+        )?;
+        Ok(max.map_or(0, |m| m as u64 + 1))
     }
 
     /// Events of one attempt with `seq` greater than `after_seq`, in order, at most `limit`.

@@ -96,8 +96,8 @@ pub struct PrepareRequest {
     pub owner: Option<(u32, u32)>,
 }
 
-/// A prepared attempt clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A prepared attempt clone. Serializable so a restarted daemon can resume verification.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Workspace {
     /// `{workspace_root}/{key}/{attempt}` (canonical).
     pub path: PathBuf,

@@ -110,6 +110,11 @@ impl ResolvedToken {
             value: value.into(),
         }
     }
+
+    /// The token itself, for the one git push that needs it and for the scrubber.
+    pub fn secret(&self) -> &str {
+        &self.value
+    }
 }
 
 impl fmt::Debug for ResolvedToken {

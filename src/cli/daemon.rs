@@ -1,0 +1,77 @@
+//! `polyphony daemon`: the supervisor loop in the foreground (logs on stderr).
+//!
+//! SIGTERM/SIGINT: stop claiming; without `--drain` running attempts are stopped cleanly
+//! at once (retried on the next start); with `--drain` they finish, and a second signal
+//! stops them.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+
+use super::{print_json, Context, Outcome};
+use crate::config::Config;
+use crate::orchestrator::daemon::{self, DaemonOptions};
+use crate::orchestrator::progress::LogProgress;
+use crate::orchestrator::Orchestrator;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// On the first signal let running attempts finish (a second signal stops them).
+    #[arg(long)]
+    drain: bool,
+    /// Exit once nothing is running, claimable or scheduled for a retry.
+    #[arg(long)]
+    exit_when_idle: bool,
+    /// Print a JSON summary (attempts, landed, blocked, resumed) on exit.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
+    let config = Config::load(&ctx.home)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let orch = Arc::new(Orchestrator::connect(config).await?);
+        let (tx, rx) = watch::channel(0u32);
+        tokio::spawn(count_signals(tx));
+        let opts = DaemonOptions {
+            drain: args.drain,
+            exit_when_idle: args.exit_when_idle,
+        };
+        let summary = daemon::run(orch, opts, Arc::new(LogProgress), rx).await?;
+        if args.json {
+            print_json(&serde_json::json!({
+                "attempts": summary.attempts,
+                "landed": summary.landed,
+                "blocked": summary.blocked,
+                "resumed": summary.resumed,
+            }))?;
+        } else {
+            eprintln!(
+                "daemon stopped: {} attempt(s) started, {} resumed, {} landed, {} blocked",
+                summary.attempts, summary.resumed, summary.landed, summary.blocked
+            );
+        }
+        Ok(Outcome::Success)
+    })
+}
+
+/// Counts SIGINT and SIGTERM into `tx`.
+pub(crate) async fn count_signals(tx: watch::Sender<u32>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tx.send_modify(|n| *n += 1);
+    }
+}

@@ -1,0 +1,195 @@
+//! `polyphony spawn owner/repo#N` and `polyphony spawn --task ID`: one task through the
+//! whole pipeline in the foreground, retries included, with live progress on stderr.
+//! Exit 0 when it lands, 1 when it does not.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use tokio::sync::watch;
+
+use super::{print_json, Context, Outcome, UsageError};
+use crate::config::Config;
+use crate::domain::{Task, TaskState};
+use crate::orchestrator::lock::DaemonLock;
+use crate::orchestrator::pipeline::{describe, AttemptEnd, RunOptions};
+use crate::orchestrator::progress::TerminalProgress;
+use crate::orchestrator::Orchestrator;
+use crate::sources::github::IssueRef;
+use crate::store::Store;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The GitHub issue to take, as `owner/repo#N`.
+    #[arg(
+        value_name = "OWNER/REPO#N",
+        required_unless_present = "task",
+        conflicts_with = "task"
+    )]
+    issue: Option<String>,
+    /// Run a task already in the queue (e.g. one made with `enqueue`) instead.
+    #[arg(long, value_name = "ID")]
+    task: Option<String>,
+    /// Take the issue even if it does not carry the ready label.
+    #[arg(long)]
+    force: bool,
+    /// Print the final result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
+    let config = Config::load(&ctx.home)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(spawn(args, config))
+}
+
+async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
+    let home = config.home.clone();
+    std::fs::create_dir_all(&home)?;
+    // spawn and a daemon on one home would both drive the same tasks.
+    let _lock = DaemonLock::acquire(&home).map_err(|e| {
+        UsageError::new(
+            e.to_string(),
+            "let the daemon run it (`polyphony enqueue` or label the issue), or stop the daemon",
+        )
+    })?;
+    let orch = Arc::new(Orchestrator::connect(config).await?);
+    let store = Store::open(&orch.db_path())?;
+    let task = match (&args.issue, &args.task) {
+        (Some(issue), _) => issue_task(&orch, &store, issue, args.force).await?,
+        (None, Some(id)) => store.get_task(id)?.ok_or_else(|| {
+            UsageError::new(
+                format!("no task `{id}` in {}", orch.db_path().display()),
+                "list the tasks with `polyphony status`",
+            )
+        })?,
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\ninterrupted: stopping the attempt (container removed, cancellation recorded)"
+            );
+            let _ = cancel_tx.send(true);
+        }
+    });
+    let opts = RunOptions {
+        progress: Arc::new(TerminalProgress::new()),
+        cancel: cancel_rx.clone(),
+        cancel_means_retry: false,
+    };
+    let id = task.id.clone();
+    let end = drive(&orch, &store, task, &opts, cancel_rx).await?;
+    let task = store.get_task(&id)?;
+    let landing = store.landing(&id)?;
+    if args.json {
+        print_json(&serde_json::json!({
+            "task": id,
+            "state": task.as_ref().map(|t| t.state),
+            "landed": end.as_ref().is_some_and(AttemptEnd::is_landed),
+            "result": end.as_ref().map(describe),
+            "branch": landing.as_ref().map(|l| l.branch.clone()),
+            "pr_url": landing.as_ref().and_then(|l| l.pr_url.clone()),
+            "attempts": task.as_ref().map(|t| t.attempts),
+        }))?;
+    } else if let Some(end) = &end {
+        println!("{id}: {}", describe(end));
+    }
+    Ok(match end {
+        Some(end) if end.is_landed() => Outcome::Success,
+        _ => Outcome::NotLanded,
+    })
+}
+
+/// Fetches the issue and records it as a task (or finds the one already tracked).
+async fn issue_task(
+    orch: &Orchestrator,
+    store: &Store,
+    issue: &str,
+    force: bool,
+) -> anyhow::Result<Task> {
+    let issue_ref = IssueRef::parse(issue).map_err(|e| {
+        UsageError::new(
+            e.to_string(),
+            "name the issue as owner/repo#N, e.g. octo/widgets#42",
+        )
+    })?;
+    let github = orch.github()?;
+    let fetched = github.fetch_task(&issue_ref).await?;
+    if let Some(existing) = store.get_task(&fetched.id)? {
+        return Ok(existing);
+    }
+    let ready = &orch.config.global.github.ready_label;
+    if !force && !fetched.labels.iter().any(|l| l.eq_ignore_ascii_case(ready)) {
+        return Err(UsageError::new(
+            format!("{issue} does not carry the `{ready}` label"),
+            format!("label it `{ready}`, or pass --force to take it anyway"),
+        )
+        .into());
+    }
+    store.insert_task(&fetched)?;
+    Ok(fetched)
+}
+
+/// Runs attempts until the task lands, blocks or is held; waits out retry backoffs.
+async fn drive(
+    orch: &Orchestrator,
+    store: &Store,
+    task: Task,
+    opts: &RunOptions,
+    mut cancel: watch::Receiver<bool>,
+) -> anyhow::Result<Option<AttemptEnd>> {
+    let id = task.id.clone();
+    match task.state {
+        TaskState::Landed | TaskState::Blocked => {
+            eprintln!("{id} is already {}", task.state);
+            return Ok(None);
+        }
+        TaskState::Failed if task.next_attempt_at.is_none() => {
+            // Held (cancelled earlier): a person asked to run it again.
+            store.set_retry(&id, task.failures, Some(Utc::now()))?;
+        }
+        state if state.is_active() => {
+            return Err(UsageError::new(
+                format!("{id} is {state}: another process is running it"),
+                "wait for it, or run `polyphony daemon` to recover it after a crash",
+            )
+            .into());
+        }
+        _ => {}
+    }
+    loop {
+        let current = store
+            .get_task(&id)?
+            .ok_or_else(|| anyhow::anyhow!("task {id} disappeared from the store"))?;
+        if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
+            let wait = (at - Utc::now()).to_std().unwrap_or_default();
+            if !wait.is_zero() {
+                eprintln!(
+                    "waiting {}s before attempt {}",
+                    wait.as_secs(),
+                    current.attempts + 1
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = cancel.changed() => {
+                        store.set_retry(&id, current.failures, None)?;
+                        return Ok(Some(AttemptEnd::Held { reason: "cancelled while waiting for a retry".into() }));
+                    }
+                }
+            }
+        }
+        let Some(claimed) = store.claim(&id, Utc::now())? else {
+            anyhow::bail!("task {id} cannot be claimed now (state {})", current.state);
+        };
+        opts.progress
+            .state(&id, TaskState::Claimed, "claimed for this spawn");
+        let end = orch.run_claimed(claimed, opts).await?;
+        if end.is_final() || *cancel.borrow() {
+            return Ok(Some(end));
+        }
+        eprintln!("{}", describe(&end));
+    }
+}

@@ -1,0 +1,147 @@
+//! The self-contained demonstration (`polyphony demo`) and its fixtures, shared with the
+//! end-to-end tests: a sample repository with a failing test, a home that runs every
+//! agent in the offline test image, and four tasks whose fake agents land first time,
+//! land on the repair retry, land on the fallback agent after a quota hit, and end BLOCKED.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use crate::domain::TaskState;
+
+/// The sample project: `add` subtracts, `test.sh` catches it; `.polyphony.yaml` on the
+/// base branch names the checks the orchestrator re-runs.
+const CALC_SH: &str = "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a - b))\n}\n";
+const TEST_SH: &str = "#!/bin/sh\n. ./calc.sh\ngot=$(add 2 3)\nif [ \"$got\" != 5 ]; then\n    echo \"FAIL: add 2 3 gave $got, expected 5\"\n    exit 1\nfi\necho \"ok: add 2 3 = 5\"\n";
+const POLYPHONY_YAML: &str = "# Checks Polyphony runs (from the base branch) before landing.\ntest: sh test.sh\nlint: sh -n calc.sh\n";
+const README_MD: &str =
+    "# calc\n\nA tiny shell library with a failing test, for `polyphony demo`.\n";
+
+/// The fix the fake agents apply when their scenario says so.
+pub const FIX_DIRECTIVE: &str = "polyphony-fake-sed: calc.sh s/a - b/a + b/";
+
+/// Runs git with a fixed identity and no user config.
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Polyphony Demo",
+            "-c",
+            "user.email=demo@polyphony.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .with_context(|| format!("cannot run git {args:?}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// Creates `dir/calc.git` (a bare origin on `main`) holding the sample project; returns
+/// its path.
+pub fn write_sample_repo(dir: &Path) -> anyhow::Result<PathBuf> {
+    let work = dir.join("calc-src");
+    std::fs::create_dir_all(&work)?;
+    for (name, text) in [
+        ("calc.sh", CALC_SH),
+        ("test.sh", TEST_SH),
+        (".polyphony.yaml", POLYPHONY_YAML),
+        ("README.md", README_MD),
+    ] {
+        std::fs::write(work.join(name), text)?;
+    }
+    git(&work, &["init", "-q"])?;
+    git(&work, &["add", "-A"])?;
+    git(&work, &["commit", "-qm", "calc: add() with a test"])?;
+    let origin = dir.join("calc.git");
+    git(
+        dir,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &work.display().to_string(),
+            &origin.display().to_string(),
+        ],
+    )?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(origin)
+}
+
+/// Writes a home whose agents all run in `image` with dummy logins under `dir/logins`.
+pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(home)?;
+    let logins = dir.join("logins");
+    let mut volumes = String::new();
+    for agent in ["claude", "codex", "kimi", "gemini"] {
+        let login = logins.join(agent);
+        std::fs::create_dir_all(&login)?;
+        std::fs::write(login.join("credentials.json"), "{\"demo\": true}\n")?;
+        volumes.push_str(&format!("      {agent}: {}\n", login.display()));
+    }
+    std::fs::write(
+        home.join("config.yaml"),
+        format!(
+            "# Written by `polyphony demo`.\npoll_interval: 30s\nmax_concurrent_agents: 4\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
+        ),
+    )?;
+    std::fs::write(
+        home.join("identities.yaml"),
+        format!("identities:\n  - name: demo\n    volumes:\n{volumes}"),
+    )?;
+    std::fs::write(
+        home.join("routing.yaml"),
+        "# Everything goes to claude; codex takes over when claude is out of quota.\ndefault:\n  agent: claude\n  fallback: [codex]\n",
+    )?;
+    Ok(())
+}
+
+/// One demo task: title, body (with the fake agents' directives) and the state it must
+/// end in.
+pub struct DemoTask {
+    pub title: &'static str,
+    pub body: String,
+    pub expect: TaskState,
+    pub story: &'static str,
+}
+
+/// The four tasks of the demo.
+pub fn tasks() -> Vec<DemoTask> {
+    vec![
+        DemoTask {
+            title: "Fix add(): it subtracts",
+            body: format!("`add 2 3` prints -1; test.sh fails.\n\npolyphony-fake: succeed\n{FIX_DIRECTIVE}\n"),
+            expect: TaskState::Landed,
+            story: "lands first time",
+        },
+        DemoTask {
+            title: "Fix add() (needs a repair round)",
+            body: format!("`add 2 3` prints -1.\n\npolyphony-fake: fix-on-retry\n{FIX_DIRECTIVE}\n"),
+            expect: TaskState::Landed,
+            story: "fails verification, lands on the repair retry",
+        },
+        DemoTask {
+            title: "Fix add() (claude is out of quota)",
+            body: format!("`add 2 3` prints -1.\n\npolyphony-fake[claude]: quota\npolyphony-fake: succeed\n{FIX_DIRECTIVE}\n"),
+            expect: TaskState::Landed,
+            story: "claude hits its usage limit, codex lands it",
+        },
+        DemoTask {
+            title: "Fix add() (the agent never gets it right)",
+            body: "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n".to_string(),
+            expect: TaskState::Blocked,
+            story: "fails verification 3 times, ends BLOCKED",
+        },
+    ]
+}

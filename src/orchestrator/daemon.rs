@@ -1,0 +1,359 @@
+//! The supervisor loop (spec §2, DESIGN.md "Durability and recovery").
+//!
+//! One daemon per home (an OS lock on `daemon.lock`). On start it reconciles: containers
+//! labelled for this home are re-attached (running or exited) or removed, and tasks
+//! stranded mid-pipeline are resumed or sent back for an immediate retry. Then it polls
+//! GitHub every `poll_interval`, wakes at once when `enqueue` pokes `daemon.sock`, sleeps
+//! until the next retry is due, and runs up to `max_concurrent_agents` attempts.
+//!
+//! Shutdown: the first signal stops claiming; without `--drain` running attempts are
+//! stopped cleanly at once (containers killed, tasks scheduled to retry on the next
+//! start), with `--drain` they finish and a second signal stops them.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::net::UnixListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::domain::{Task, TaskState};
+use crate::runtime::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
+use crate::store::Store;
+
+use super::lock::DaemonLock;
+use super::pipeline::{describe, AttemptEnd, RunOptions};
+use super::{Orchestrator, Progress};
+
+/// Daemon knobs from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// Let running attempts finish on the first signal.
+    pub drain: bool,
+    /// Exit once nothing is running, claimable or scheduled (demos, tests, cron use).
+    pub exit_when_idle: bool,
+}
+
+/// What one daemon run did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct DaemonSummary {
+    pub attempts: u64,
+    pub landed: u64,
+    pub blocked: u64,
+    pub resumed: u64,
+}
+
+/// The socket `enqueue` pokes to wake the daemon.
+pub fn wake_socket(home: &Path) -> PathBuf {
+    home.join("daemon.sock")
+}
+
+/// Wakes a running daemon on this home, if there is one (best effort).
+pub fn wake(home: &Path) {
+    let _ = std::os::unix::net::UnixStream::connect(wake_socket(home));
+}
+
+type Attempts = JoinSet<(String, anyhow::Result<AttemptEnd>)>;
+
+/// Runs the daemon until shutdown. `signals` counts SIGTERM/SIGINT received so far.
+pub async fn run(
+    orch: Arc<Orchestrator>,
+    opts: DaemonOptions,
+    progress: Arc<dyn Progress>,
+    mut signals: watch::Receiver<u32>,
+) -> anyhow::Result<DaemonSummary> {
+    let home = orch.home().to_path_buf();
+    std::fs::create_dir_all(&home)?;
+    let _lock = DaemonLock::acquire(&home)?;
+    let socket_path = wake_socket(&home);
+    let _ = std::fs::remove_file(&socket_path);
+    let listener = UnixListener::bind(&socket_path)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
+    let _socket_guard = RemoveOnDrop(socket_path.clone());
+    let store = Store::open(&orch.db_path())?;
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let run_opts = RunOptions {
+        progress: progress.clone(),
+        cancel: cancel_rx,
+        cancel_means_retry: true,
+    };
+    let mut summary = DaemonSummary::default();
+    let mut attempts: Attempts = JoinSet::new();
+    let max = orch.config.max_concurrent_agents().max(1) as usize;
+    let slots = Arc::new(Semaphore::new(max));
+
+    reconcile(
+        &orch,
+        &store,
+        &run_opts,
+        &slots,
+        &mut attempts,
+        &mut summary,
+    )
+    .await?;
+    tracing::info!(home = %home.display(), max_concurrent = max, "daemon started");
+
+    let poll_interval = orch.config.poll_interval();
+    let mut next_poll = tokio::time::Instant::now();
+    let mut stopping = false;
+    loop {
+        let signal_count = *signals.borrow();
+        if signal_count >= 1 && !stopping {
+            stopping = true;
+            tracing::info!(
+                running = attempts.len(),
+                "shutdown requested: no new claims{}",
+                if opts.drain {
+                    "; running attempts finish (signal again to stop them)"
+                } else {
+                    "; stopping running attempts"
+                }
+            );
+        }
+        if stopping && (!opts.drain || signal_count >= 2) {
+            let _ = cancel_tx.send(true);
+        }
+        if stopping && attempts.is_empty() {
+            break;
+        }
+        if !stopping {
+            if tokio::time::Instant::now() >= next_poll {
+                poll_sources(&orch, &store).await;
+                next_poll = tokio::time::Instant::now() + poll_interval;
+            }
+            dispatch(
+                &orch,
+                &store,
+                &run_opts,
+                &slots,
+                &mut attempts,
+                &mut summary,
+            )?;
+            if opts.exit_when_idle && attempts.is_empty() && is_idle(&store)? {
+                tracing::info!("nothing left to run: exiting");
+                break;
+            }
+        }
+        let retry_due = store.next_retry_at()?.map(|at| {
+            let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            tokio::time::Instant::now() + wait + Duration::from_millis(5)
+        });
+        let wake_at = match retry_due {
+            Some(due) if due < next_poll => due,
+            _ => next_poll,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at), if !stopping => {}
+            accepted = listener.accept(), if !stopping => {
+                if let Err(e) = accepted {
+                    tracing::warn!(error = %e, "wake socket");
+                }
+            }
+            Some(joined) = attempts.join_next(), if !attempts.is_empty() => {
+                record_end(joined, &mut summary);
+            }
+            changed = signals.changed() => {
+                if changed.is_err() {
+                    // The signal source is gone: treat as a stop request.
+                    stopping = true;
+                }
+            }
+        }
+    }
+    while let Some(joined) = attempts.join_next().await {
+        record_end(joined, &mut summary);
+    }
+    tracing::info!(?summary, "daemon stopped");
+    Ok(summary)
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn record_end(
+    joined: Result<(String, anyhow::Result<AttemptEnd>), tokio::task::JoinError>,
+    summary: &mut DaemonSummary,
+) {
+    match joined {
+        Ok((task, Ok(end))) => {
+            match &end {
+                AttemptEnd::Landed { .. } => summary.landed += 1,
+                AttemptEnd::Blocked { .. } => summary.blocked += 1,
+                _ => {}
+            }
+            tracing::info!(task = %task, "{}", describe(&end));
+        }
+        Ok((task, Err(e))) => {
+            tracing::error!(task = %task, error = %format!("{e:#}"), "attempt error")
+        }
+        Err(e) => tracing::error!(error = %e, "attempt task panicked"),
+    }
+}
+
+/// Nothing running, nothing claimable now or later.
+fn is_idle(store: &Store) -> anyhow::Result<bool> {
+    let counts = store.count_by_state()?;
+    let busy = counts
+        .iter()
+        .any(|(state, n)| *n > 0 && (state.is_active() || *state == TaskState::Discovered));
+    Ok(!busy && store.next_retry_at()?.is_none())
+}
+
+async fn poll_sources(orch: &Orchestrator, store: &Store) {
+    let Some(github) = orch.github.as_ref() else {
+        return;
+    };
+    if orch.config.global.github.repos.is_empty() {
+        return;
+    }
+    let (tasks, errors) = github.poll_all().await;
+    for (repo, e) in errors {
+        tracing::warn!(%repo, error = %e, "cannot poll GitHub");
+    }
+    let mut new = 0;
+    for task in tasks {
+        match store.insert_task(&task) {
+            Ok(true) => new += 1,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(task = %task.id, error = %e, "cannot record task"),
+        }
+    }
+    if new > 0 {
+        tracing::info!(new, "new GitHub tasks");
+    }
+}
+
+fn dispatch(
+    orch: &Arc<Orchestrator>,
+    store: &Store,
+    run_opts: &RunOptions,
+    slots: &Arc<Semaphore>,
+    attempts: &mut Attempts,
+    summary: &mut DaemonSummary,
+) -> anyhow::Result<()> {
+    loop {
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            return Ok(());
+        };
+        let Some(task) = store.claim_next(Utc::now())? else {
+            return Ok(());
+        };
+        run_opts
+            .progress
+            .state(&task.id, TaskState::Claimed, "claimed from the queue");
+        summary.attempts += 1;
+        let orch = orch.clone();
+        let opts = run_opts.clone();
+        attempts.spawn(async move {
+            let _permit = permit;
+            let id = task.id.clone();
+            let end = orch.run_claimed(task, &opts).await;
+            (id, end)
+        });
+    }
+}
+
+/// After a restart: re-attach or collect this home's containers, resume or retry
+/// stranded tasks, remove leftovers.
+async fn reconcile(
+    orch: &Arc<Orchestrator>,
+    store: &Store,
+    run_opts: &RunOptions,
+    slots: &Arc<Semaphore>,
+    attempts: &mut Attempts,
+    summary: &mut DaemonSummary,
+) -> anyhow::Result<()> {
+    let labels = vec![(LABEL_HOME.to_string(), orch.home_label.clone())];
+    let containers = orch.runtime.list_by_labels(&labels).await?;
+    let mut live: BTreeMap<(String, u32), String> = BTreeMap::new();
+    for c in containers {
+        let role = c.labels.get(LABEL_ROLE).map(String::as_str).unwrap_or("");
+        let task = c.labels.get(LABEL_TASK).cloned().unwrap_or_default();
+        let attempt: u32 = c
+            .labels
+            .get(LABEL_ATTEMPT)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0);
+        if role == "agent" {
+            live.insert((task, attempt), c.id.clone());
+        } else {
+            // A verification container's run is lost with the daemon: verification restarts.
+            let _ = orch.runtime.kill(&c.id).await;
+            let _ = orch.runtime.remove(&c.id).await;
+        }
+    }
+    let mut handled: HashSet<String> = HashSet::new();
+    for state in [
+        TaskState::Claimed,
+        TaskState::Routed,
+        TaskState::Provisioned,
+        TaskState::Running,
+        TaskState::Verifying,
+    ] {
+        for task in store.list_tasks(Some(state), None)? {
+            let record = store.attempt(&task.id, task.attempts)?;
+            let container = live.remove(&(task.id.clone(), task.attempts));
+            let resumable = match (&record, state) {
+                (Some(r), TaskState::Running | TaskState::Provisioned) => {
+                    container.is_some() && r.status.is_none()
+                }
+                (Some(_), TaskState::Verifying) => true,
+                _ => false,
+            };
+            handled.insert(task.id.clone());
+            if let (true, Some(record)) = (resumable, record) {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    // More in flight than slots: the rest retry normally.
+                    interrupt(store, &task, state)?;
+                    if let Some(id) = container {
+                        let _ = orch.runtime.kill(&id).await;
+                        let _ = orch.runtime.remove(&id).await;
+                    }
+                    continue;
+                };
+                summary.resumed += 1;
+                let orch = orch.clone();
+                let opts = run_opts.clone();
+                tracing::info!(task = %task.id, %state, "resuming after a restart");
+                attempts.spawn(async move {
+                    let _permit = permit;
+                    let id = task.id.clone();
+                    let end = orch.resume(task, record, &opts).await;
+                    (id, end)
+                });
+            } else {
+                if let Some(id) = container {
+                    let _ = orch.runtime.kill(&id).await;
+                    let _ = orch.runtime.remove(&id).await;
+                }
+                interrupt(store, &task, state)?;
+            }
+        }
+    }
+    // Containers no live task owns (finished tasks, older attempts).
+    for ((task, attempt), id) in live {
+        tracing::info!(%task, attempt, "removing an orphan container");
+        let _ = orch.runtime.kill(&id).await;
+        let _ = orch.runtime.remove(&id).await;
+    }
+    Ok(())
+}
+
+/// A task stranded before its container existed (or whose container is gone): FAILED
+/// and due again at once, without counting a failure.
+fn interrupt(store: &Store, task: &Task, state: TaskState) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let reason = format!("interrupted: the daemon stopped while the task was {state}");
+    store.transition(&task.id, state, TaskState::Failed, &reason, now)?;
+    store.set_retry(&task.id, task.failures, Some(now))?;
+    tracing::info!(task = %task.id, "{reason}; retrying");
+    Ok(())
+}

@@ -1,0 +1,1163 @@
+//! One attempt of one task, end to end (spec §4, §6–§10; DESIGN.md "Attempts", "Proof of
+//! work and landing"):
+//!
+//! CLAIMED: clone the workspace, gather facts, route, claim at the source (title and body
+//! frozen) -> ROUTED: identity, cost ceiling, RunSpec -> PROVISIONED: the container is
+//! created -> RUNNING: the agent streams, events are stored as they arrive -> VERIFYING:
+//! commit, diff and protected-path gates, then the test/lint/typecheck commands of the
+//! BASE ref, each in a fresh container with no network -> LANDED: push, PR, comment.
+//!
+//! Any failure moves the task to FAILED from wherever it was, with the reason and the
+//! evidence; [`retry::after_attempt`] then decides retry (backoff), fallback (quota), hold
+//! (cancelled) or BLOCKED (reported where the task came from).
+//!
+//! Must not: decide transitions itself (the store checks the state machine), or let a
+//! secret reach the store, a log line or a transcript (everything passes the scrubber).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+
+use crate::agents::prompt::PromptContext;
+use crate::agents::scrub::Scrubber;
+use crate::agents::{adapter_for, AgentOutcome};
+use crate::domain::{
+    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
+};
+use crate::identity;
+use crate::routing::{self, build_run_spec, RunSpecInputs};
+use crate::runtime::container_spec::{agent_spec, verify_spec};
+use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
+use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo, Landed};
+use crate::store::{AttemptRecord, Store};
+use crate::workspace::{self, Author, PrepareRequest, Workspace};
+
+use super::proof::{self, ProtectedPaths};
+use super::retry::{self, AfterAttempt};
+use super::sink::{short_id, StoreSink};
+use super::{Orchestrator, Progress};
+
+/// How an attempt ended for the task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// Verified and landed: the branch is pushed (and the PR opened for GitHub tasks).
+    Landed {
+        branch: String,
+        pr_url: Option<String>,
+    },
+    /// FAILED; the next attempt is due at `at`.
+    Retry { at: DateTime<Utc>, reason: String },
+    /// FAILED on quota; the next agent of the chain takes over at once.
+    Fallback { next_agent: String, reason: String },
+    /// FAILED and left for a person (cancelled): `spawn --task` picks it up again.
+    Held { reason: String },
+    /// Out of attempts (or agents): BLOCKED, reported at the source.
+    Blocked { reason: String },
+    /// Another Polyphony instance owns the issue: BLOCKED here, nothing reported.
+    Released { reason: String },
+}
+
+impl AttemptEnd {
+    pub fn is_landed(&self) -> bool {
+        matches!(self, AttemptEnd::Landed { .. })
+    }
+
+    /// Whether the task is finished for good (no further attempt will run).
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            AttemptEnd::Landed { .. }
+                | AttemptEnd::Blocked { .. }
+                | AttemptEnd::Released { .. }
+                | AttemptEnd::Held { .. }
+        )
+    }
+}
+
+/// Per-run knobs.
+#[derive(Clone)]
+pub struct RunOptions {
+    pub progress: Arc<dyn Progress>,
+    /// Flips to true to stop the attempt (Ctrl-C, daemon shutdown).
+    pub cancel: watch::Receiver<bool>,
+    /// A cancellation is a daemon shutdown, not a user's decision: retry at once on the
+    /// next start instead of holding the task.
+    pub cancel_means_retry: bool,
+}
+
+/// Why an attempt did not land.
+#[derive(Debug)]
+struct Failure {
+    status: AttemptStatus,
+    reason: String,
+    evidence: Vec<CheckEvidence>,
+    /// Not a failure of the work: wait until then without counting an attempt (cost
+    /// ceiling reached).
+    wait_until: Option<DateTime<Utc>>,
+}
+
+impl Failure {
+    fn new(status: AttemptStatus, reason: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            reason: reason.into(),
+            evidence: Vec::new(),
+            wait_until: None,
+        }
+    }
+
+    fn crash(err: impl std::fmt::Display) -> Failure {
+        Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
+    }
+}
+
+/// The kv key holding an attempt's workspace (for resuming verification after a restart).
+fn workspace_key(task_id: &str, attempt: u32) -> String {
+    format!("workspace:{task_id}:{attempt}")
+}
+
+/// The kv key holding the agents a task has found out of quota.
+fn exhausted_key(task_id: &str) -> String {
+    format!("quota_exhausted:{task_id}")
+}
+
+/// The kv key holding the agent chain a task was routed to.
+fn chain_key(task_id: &str) -> String {
+    format!("chain:{task_id}")
+}
+
+struct Attempt<'a> {
+    orch: &'a Orchestrator,
+    /// Behind a mutex so the attempt future is `Send` (a `Connection` is not `Sync`); never
+    /// held across an await.
+    store: Mutex<Store>,
+    opts: &'a RunOptions,
+    task: Task,
+    state: TaskState,
+    attempt: u32,
+    chain: Vec<String>,
+    agent: String,
+    ws: Option<Workspace>,
+    spec: Option<RunSpec>,
+    result: Option<RunResult>,
+    scrubber: Arc<Scrubber>,
+    started: Instant,
+}
+
+impl Orchestrator {
+    /// Runs one attempt of a task the store has just claimed (state CLAIMED).
+    pub async fn run_claimed(&self, task: Task, opts: &RunOptions) -> anyhow::Result<AttemptEnd> {
+        anyhow::ensure!(
+            task.state == TaskState::Claimed,
+            "task {} is {}, not CLAIMED",
+            task.id,
+            task.state
+        );
+        let mut run = Attempt::new(self, task, opts)?;
+        let outcome = run.fresh().await;
+        run.conclude(outcome).await
+    }
+
+    /// Resumes an attempt after a daemon restart: re-attaches to its container (running
+    /// or exited) without duplicating events, or re-runs verification, then lands.
+    pub async fn resume(
+        &self,
+        task: Task,
+        record: AttemptRecord,
+        opts: &RunOptions,
+    ) -> anyhow::Result<AttemptEnd> {
+        let mut run = Attempt::new(self, task, opts)?;
+        let outcome = run.resumed(record).await;
+        run.conclude(outcome).await
+    }
+}
+
+impl<'a> Attempt<'a> {
+    fn new(orch: &'a Orchestrator, task: Task, opts: &'a RunOptions) -> anyhow::Result<Self> {
+        let store = Mutex::new(Store::open(&orch.db_path())?);
+        let state = task.state;
+        let attempt = task.attempts + 1;
+        Ok(Attempt {
+            orch,
+            store,
+            opts,
+            task,
+            state,
+            attempt,
+            chain: Vec::new(),
+            agent: String::new(),
+            ws: None,
+            spec: None,
+            result: None,
+            scrubber: Arc::new(Scrubber::new(Vec::<String>::new())),
+            started: Instant::now(),
+        })
+    }
+
+    fn db(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock cannot leave the connection half-used: each
+        // store call is one transaction.
+        self.store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn move_to(&mut self, to: TaskState, reason: &str) -> Result<(), Failure> {
+        let reason = self.scrubber.scrub_line(reason).into_owned();
+        let moved = self
+            .db()
+            .transition(&self.task.id, self.state, to, &reason, Utc::now());
+        self.task = moved.map_err(Failure::crash)?;
+        self.state = to;
+        self.opts.progress.state(&self.task.id, to, &reason);
+        Ok(())
+    }
+
+    fn token(&self) -> Option<&str> {
+        match self.task.source {
+            SourceKind::Github => self.orch.github_token.as_ref().map(|t| t.secret()),
+            SourceKind::Local => None,
+        }
+    }
+
+    // ------------------------------------------------------------------ fresh attempt
+
+    async fn fresh(&mut self) -> Result<AttemptEnd, Failure> {
+        let ws = self.prepare_workspace().await?;
+        self.ws = Some(ws.clone());
+        let decision = self.route(&ws).await?;
+        if let Some(end) = self.claim_at_source().await? {
+            return Ok(end);
+        }
+        self.move_to(
+            TaskState::Routed,
+            &format!(
+                "rule `{}`: agent {} (chain {})",
+                decision.rule,
+                self.agent,
+                self.chain.join(" -> ")
+            ),
+        )?;
+        let spec = self.build_spec(&decision, &ws).await?;
+        self.db()
+            .start_attempt(&spec, Utc::now())
+            .map_err(Failure::crash)?;
+        self.spec = Some(spec.clone());
+        self.move_to(
+            TaskState::Provisioned,
+            &format!(
+                "attempt {} in {} on image {}",
+                self.attempt,
+                ws.path.display(),
+                spec.image
+            ),
+        )?;
+        let exec = self.run_agent(&spec, None).await?;
+        self.after_run(exec).await
+    }
+
+    async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
+        let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
+        let branch = workspace::branch_name(
+            &self.orch.config.global.git.branch_prefix,
+            &key,
+            self.attempt,
+        );
+        let base_ref = self.task.base_ref.clone().or_else(|| {
+            self.orch
+                .config
+                .base_ref_for(&self.task.repo)
+                .map(String::from)
+        });
+        let owner = match &self.orch.config.default_limits().user {
+            Some(user) => Some(workspace::parse_owner(user).map_err(Failure::crash)?),
+            None => None,
+        };
+        let req = PrepareRequest {
+            repo: self.task.repo.clone(),
+            task_id: self.task.id.clone(),
+            attempt: self.attempt,
+            base_ref,
+            branch,
+            token: self.token().map(String::from),
+            owner,
+        };
+        let manager = self.orch.workspaces.clone();
+        let ws = tokio::task::spawn_blocking(move || manager.prepare(&req))
+            .await
+            .map_err(Failure::crash)?
+            .map_err(|e| {
+                Failure::new(
+                    AttemptStatus::Crash,
+                    format!("cannot prepare the workspace: {}", one_line(&e.to_string())),
+                )
+            })?;
+        if let Ok(json) = serde_json::to_string(&ws) {
+            let _ = self.db().kv_set(
+                &workspace_key(&self.task.id, self.attempt),
+                &json,
+                Utc::now(),
+            );
+        }
+        Ok(ws)
+    }
+
+    async fn route(&mut self, ws: &Workspace) -> Result<routing::RouteDecision, Failure> {
+        let task = self.task.clone();
+        let dir = ws.path.clone();
+        let (facts, score) =
+            tokio::task::spawn_blocking(move || routing::analyze(&task, Some(&dir)))
+                .await
+                .map_err(Failure::crash)?;
+        routing::facts::enrich_task(&mut self.task, &facts);
+        let _ = self.db().set_task_facts(
+            &self.task.id,
+            self.task.task_type,
+            self.task.scope,
+            self.task.risk,
+            self.task.context_tokens,
+        );
+        let input = routing::route_input(&self.task, &facts, &score);
+        let decision = self.orch.router.route(&input);
+        self.chain = decision.chain().into_iter().map(String::from).collect();
+        let _ = self
+            .db()
+            .kv_set(&chain_key(&self.task.id), &self.chain.join(","), Utc::now());
+        let exhausted = self.exhausted();
+        self.agent = match retry::next_agent(&self.chain, &exhausted) {
+            Some(agent) => agent.to_string(),
+            None => {
+                return Err(Failure::new(
+                    AttemptStatus::Quota,
+                    format!(
+                        "every agent of the chain ({}) is out of quota",
+                        self.chain.join(", ")
+                    ),
+                ))
+            }
+        };
+        Ok(decision)
+    }
+
+    fn exhausted(&self) -> BTreeSet<String> {
+        self.db()
+            .kv_get(&exhausted_key(&self.task.id))
+            .ok()
+            .flatten()
+            .map(|s| {
+                s.split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Claims the issue at the source and freezes its text. `Some(end)` when another
+    /// instance owns it.
+    async fn claim_at_source(&mut self) -> Result<Option<AttemptEnd>, Failure> {
+        if self.task.source != SourceKind::Github {
+            return Ok(None);
+        }
+        let github = self.orch.github().map_err(Failure::crash)?;
+        let info = ClaimInfo {
+            agent: self.agent.clone(),
+            attempt: self.attempt,
+            claimant: self.orch.home_label.clone(),
+        };
+        match github.claim_issue(&self.task, &info).await {
+            Ok(claimed) => {
+                self.db()
+                    .freeze_text(&self.task.id, &claimed.title, &claimed.body)
+                    .map_err(Failure::crash)?;
+                self.task.title = claimed.title;
+                self.task.body = claimed.body;
+                if let Some(id) = claimed.comment_id {
+                    let _ = self.db().record_comment(
+                        &self.task.id,
+                        &format!("claim-{}", self.attempt),
+                        id,
+                        Utc::now(),
+                    );
+                }
+                Ok(None)
+            }
+            Err(ClaimError::NoLongerReady { reason, .. }) => {
+                let reason = format!("released: {reason}");
+                self.move_to(TaskState::Failed, &reason)?;
+                self.move_to(TaskState::Blocked, &reason)?;
+                self.discard_workspace().await;
+                Ok(Some(AttemptEnd::Released { reason }))
+            }
+            Err(ClaimError::Source(e)) => Err(Failure::new(
+                AttemptStatus::Crash,
+                format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
+            )),
+        }
+    }
+
+    async fn build_spec(
+        &mut self,
+        decision: &routing::RouteDecision,
+        ws: &Workspace,
+    ) -> Result<RunSpec, Failure> {
+        let config = &self.orch.config;
+        let profile = config.agent(&self.agent).ok_or_else(|| {
+            Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
+        })?;
+        let ident = identity::resolve(
+            decision.identity.as_deref(),
+            profile,
+            config.global.default_identity.as_deref(),
+            &config.identities,
+        )
+        .map_err(Failure::crash)?;
+        let brokered = identity::broker(ident, profile.agent_type).map_err(Failure::crash)?;
+        // Cost ceiling (per identity, per UTC day): wait for tomorrow without counting.
+        if let Some(ceiling) = brokered.cost_ceiling_usd_per_day {
+            let now = Utc::now();
+            let day_start = now
+                .date_naive()
+                .and_hms_opt(0, 0, 0)
+                .map(|t| t.and_utc())
+                .unwrap_or(now);
+            let spent = self
+                .db()
+                .cost_spent_since(&brokered.identity, day_start)
+                .map_err(Failure::crash)?;
+            if spent >= ceiling {
+                let mut failure = Failure::new(
+                    AttemptStatus::Cancelled,
+                    format!(
+                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC",
+                        brokered.identity
+                    ),
+                );
+                failure.wait_until = Some(day_start + chrono::Duration::days(1));
+                return Err(failure);
+            }
+        }
+        // The project's checks come from the BASE commit, never from the agent's branch.
+        let manager = self.orch.workspaces.clone();
+        let repo = self.task.repo.clone();
+        let base = ws.base_sha.clone();
+        let token = self.token().map(String::from);
+        let text = tokio::task::spawn_blocking(move || {
+            manager.read_at_base(&repo, Some(&base), ".polyphony.yaml", token.as_deref())
+        })
+        .await
+        .map_err(Failure::crash)?
+        .map_err(|e| Failure::crash(format!("cannot read .polyphony.yaml at the base: {e}")))?;
+        let project = match text {
+            Some(text) => Some(
+                routing::run_spec::verification_from_polyphony_yaml(&text)
+                    .map_err(|e| Failure::crash(format!("{e} (in the base branch)")))?,
+            ),
+            None => None,
+        };
+        // Secrets the agent could echo: the values of its env overlay and the token.
+        let mut secrets: Vec<String> = brokered
+            .env_overlay
+            .iter()
+            .filter_map(|v| (self.orch.env)(&v.from_host))
+            .collect();
+        if let Some(token) = &self.orch.github_token {
+            secrets.push(token.secret().to_string());
+        }
+        self.scrubber = Arc::new(Scrubber::new(secrets));
+        build_run_spec(RunSpecInputs {
+            task: &self.task,
+            decision,
+            profile,
+            identity: &brokered,
+            global: &config.global,
+            attempt: self.attempt,
+            workspace: ws.path.clone(),
+            branch: ws.branch.clone(),
+            project_verify: project.as_ref(),
+        })
+        .map_err(Failure::crash)
+    }
+
+    fn previous_failures(&self) -> Vec<CheckEvidence> {
+        self.db()
+            .attempts(&self.task.id)
+            .ok()
+            .and_then(|a| a.into_iter().rfind(|r| r.attempt < self.attempt))
+            .map(|r| r.evidence.into_iter().filter(|e| !e.passed).collect())
+            .unwrap_or_default()
+    }
+
+    async fn run_agent(
+        &mut self,
+        spec: &RunSpec,
+        reattach: Option<(String, u64)>,
+    ) -> Result<AttemptExecution, Failure> {
+        let adapter = adapter_for(spec.agent_type);
+        let previous = self.previous_failures();
+        let prompt = self.orch.prompt.render(&PromptContext {
+            title: &self.task.title,
+            body: &self.task.body,
+            source_ref: &self.task.source_ref,
+            repo: &self.task.repo,
+            branch: &spec.branch,
+            attempt: spec.attempt,
+            previous_failures: &previous,
+            verify_commands: &spec.verification,
+        });
+        let invocation = adapter.invocation(spec, &prompt);
+        let container = agent_spec(
+            spec,
+            &invocation,
+            &self.orch.home_label,
+            &self.orch.default_user,
+        );
+        let limits = RunLimits {
+            deadline: Duration::from_secs(spec.deadline_seconds),
+            idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
+        };
+        let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
+        let scrubber = self.scrubber.clone();
+        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
+        let mut sink = StoreSink {
+            store: &self.store,
+            task_id: self.task.id.clone(),
+            attempt: spec.attempt,
+            agent: spec.agent.clone(),
+            adapter: adapter.as_ref(),
+            progress: self.opts.progress.clone(),
+            live: AgentOutcome::default(),
+            mark_running: reattach.is_none(),
+            error: None,
+        };
+        let exec = match reattach {
+            None => {
+                runtime::run_attempt(
+                    self.orch.runtime.as_ref(),
+                    &container,
+                    adapter.as_ref(),
+                    &mut sink,
+                    limits,
+                    Some(&transcript),
+                    &scrub,
+                    self.opts.cancel.clone(),
+                )
+                .await
+            }
+            Some((id, recorded)) => {
+                runtime::reattach(
+                    self.orch.runtime.as_ref(),
+                    &id,
+                    adapter.as_ref(),
+                    &mut sink,
+                    limits,
+                    Some(&transcript),
+                    &scrub,
+                    self.opts.cancel.clone(),
+                    recorded,
+                )
+                .await
+            }
+        };
+        let sink_error = sink.error.take();
+        if self.state == TaskState::Provisioned && self.task_state_now() == Some(TaskState::Running)
+        {
+            self.state = TaskState::Running;
+        }
+        let exec = exec.map_err(|e| {
+            Failure::new(
+                AttemptStatus::Crash,
+                format!("the container failed: {}", one_line(&e.to_string())),
+            )
+        })?;
+        if let Some(err) = sink_error.or(exec.sink_error.clone()) {
+            return Err(Failure::crash(format!("cannot record the run: {err}")));
+        }
+        Ok(exec)
+    }
+
+    fn task_state_now(&self) -> Option<TaskState> {
+        self.db()
+            .get_task(&self.task.id)
+            .ok()
+            .flatten()
+            .map(|t| t.state)
+    }
+
+    fn run_result(&self, exec: &AttemptExecution) -> RunResult {
+        let spec = self.spec.as_ref();
+        RunResult {
+            task_id: self.task.id.clone(),
+            attempt: self.attempt,
+            agent: spec.map(|s| s.agent.clone()).unwrap_or_default(),
+            status: exec.status,
+            turns: exec.outcome.turns,
+            duration_seconds: exec.duration.as_secs_f64(),
+            cost_usd: exec.outcome.cost_usd,
+            tokens: exec.outcome.tokens,
+            exit_code: exec.exit_code,
+            final_message: exec
+                .outcome
+                .final_message
+                .as_deref()
+                .map(|m| self.scrubber.scrub_line(m).into_owned()),
+            reason: exec
+                .reason
+                .as_deref()
+                .map(|r| self.scrubber.scrub_line(r).into_owned()),
+            events: exec.events,
+            artifacts: vec![
+                TranscriptPaths::under(self.orch.home(), &self.task.id, self.attempt)
+                    .stdout
+                    .display()
+                    .to_string(),
+            ],
+        }
+    }
+
+    /// Everything after the agent's container ended: record, verify, land.
+    async fn after_run(&mut self, exec: AttemptExecution) -> Result<AttemptEnd, Failure> {
+        let result = self.run_result(&exec);
+        let gate = proof::result_gate(exec.status, result.reason.as_deref());
+        self.db()
+            .finish_attempt(&result, std::slice::from_ref(&gate), Utc::now())
+            .map_err(Failure::crash)?;
+        self.result = Some(result.clone());
+        if exec.status != AttemptStatus::Succeeded {
+            let reason = match &result.reason {
+                Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
+                None => format!("agent {} ended {}", result.agent, exec.status),
+            };
+            let mut failure = Failure::new(exec.status, reason);
+            failure.evidence = vec![gate];
+            return Err(failure);
+        }
+        self.move_to(
+            TaskState::Verifying,
+            &format!(
+                "agent {} succeeded in {} turn(s){}",
+                result.agent,
+                result.turns,
+                result
+                    .cost_usd
+                    .map(|c| format!(", ${c:.4}"))
+                    .unwrap_or_default()
+            ),
+        )?;
+        self.verify_and_land(gate).await
+    }
+
+    async fn verify_and_land(&mut self, gate: CheckEvidence) -> Result<AttemptEnd, Failure> {
+        let (sha, evidence) = self.verify(gate).await?;
+        self.land(sha, evidence).await
+    }
+
+    /// Proof of work (spec §10): gates, then each configured check in a fresh container.
+    async fn verify(
+        &mut self,
+        gate: CheckEvidence,
+    ) -> Result<(String, Vec<CheckEvidence>), Failure> {
+        let ws = self
+            .ws
+            .clone()
+            .ok_or_else(|| Failure::crash("no workspace"))?;
+        let spec = self
+            .spec
+            .clone()
+            .ok_or_else(|| Failure::crash("no run spec"))?;
+        let git = &self.orch.config.global.git;
+        let author = Author {
+            name: git.author_name.clone(),
+            email: git.author_email.clone(),
+        };
+        let message = format!(
+            "{}\n\nPolyphony task {} ({}), attempt {} by {}.",
+            one_line(&self.task.title),
+            self.task.id,
+            self.task.source_ref,
+            self.attempt,
+            spec.agent
+        );
+        let manager = self.orch.workspaces.clone();
+        let ws_for_commit = ws.clone();
+        let commit = tokio::task::spawn_blocking(move || {
+            manager.commit_all(&ws_for_commit, &author, &message)
+        })
+        .await
+        .map_err(Failure::crash)?
+        .map_err(|e| Failure::crash(format!("cannot commit the agent's work: {e}")))?;
+        let mut evidence = vec![gate, proof::diff_gate(&commit.changed_paths)];
+        let protected_globs = self.orch.config.verify_for(&self.task.repo).protected_paths;
+        let protected = ProtectedPaths::new(&protected_globs)
+            .map_err(|e| Failure::crash(format!("verify.protected_paths: {e}")))?;
+        evidence.push(proof::protected_gate(&protected, &commit.changed_paths));
+        if !proof::all_passed(&evidence) {
+            return Err(self.verification_failure(evidence));
+        }
+        let scrubber = self.scrubber.clone();
+        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
+        for (n, check) in spec.verification.iter().enumerate() {
+            if *self.opts.cancel.borrow() {
+                return Err(Failure::new(
+                    AttemptStatus::Cancelled,
+                    "cancelled during verification",
+                ));
+            }
+            let container = verify_spec(
+                &spec,
+                n as u32 + 1,
+                &check.command,
+                &self.orch.home_label,
+                &self.orch.default_user,
+            );
+            let run = runtime::run_check(
+                self.orch.runtime.as_ref(),
+                &container,
+                Duration::from_secs(check.timeout_seconds),
+                &scrub,
+            )
+            .await
+            .map_err(|e| Failure::crash(format!("cannot run check `{}`: {e}", check.name)))?;
+            let passed = !run.timed_out && run.exit_code == Some(0);
+            let mut tail = run.output_tail;
+            if run.timed_out {
+                tail.push_str(&format!(
+                    "\n(killed after the {}s timeout)",
+                    check.timeout_seconds
+                ));
+            }
+            evidence.push(CheckEvidence {
+                name: check.name.clone(),
+                command: check.command.clone(),
+                exit_code: run.exit_code,
+                duration_ms: run.duration.as_millis() as u64,
+                passed,
+                output_tail: tail,
+            });
+            self.opts.progress.state(
+                &self.task.id,
+                TaskState::Verifying,
+                &format!(
+                    "{} `{}`: {}",
+                    check.name,
+                    check.command,
+                    if passed { "passed" } else { "FAILED" }
+                ),
+            );
+            if !passed {
+                return Err(self.verification_failure(evidence));
+            }
+        }
+        let sha = commit
+            .sha
+            .ok_or_else(|| Failure::crash("the diff is not empty but there is no commit"))?;
+        Ok((sha, evidence))
+    }
+
+    fn verification_failure(&self, evidence: Vec<CheckEvidence>) -> Failure {
+        let failed: Vec<String> = evidence
+            .iter()
+            .filter(|e| !e.passed)
+            .map(|e| match e.exit_code {
+                Some(code) if !e.command.is_empty() => format!("{} exited {code}", e.name),
+                None if !e.command.is_empty() => format!("{} timed out", e.name),
+                _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
+            })
+            .collect();
+        let mut failure = Failure::new(
+            AttemptStatus::Failed,
+            format!("verification failed: {}", failed.join("; ")),
+        );
+        failure.evidence = evidence;
+        failure
+    }
+
+    async fn land(
+        &mut self,
+        sha: String,
+        evidence: Vec<CheckEvidence>,
+    ) -> Result<AttemptEnd, Failure> {
+        let ws = self
+            .ws
+            .clone()
+            .ok_or_else(|| Failure::crash("no workspace"))?;
+        let manager = self.orch.workspaces.clone();
+        let token = self.token().map(String::from);
+        let ws_for_push = ws.clone();
+        tokio::task::spawn_blocking(move || manager.push(&ws_for_push, None, token.as_deref()))
+            .await
+            .map_err(Failure::crash)?
+            .map_err(|e| {
+                let mut f = Failure::new(
+                    AttemptStatus::Failed,
+                    format!("cannot push {}: {}", ws.branch, one_line(&e.to_string())),
+                );
+                f.evidence = evidence.clone();
+                f
+            })?;
+        let result = self.result.clone();
+        let mut pr_url = None;
+        if self.task.source == SourceKind::Github {
+            let github = self.orch.github().map_err(Failure::crash)?;
+            let landed = Landed {
+                branch: ws.branch.clone(),
+                base_ref: Some(ws.base_ref.clone()),
+                title: String::new(),
+                summary: result
+                    .as_ref()
+                    .and_then(|r| r.final_message.clone())
+                    .unwrap_or_default(),
+                agent: result.as_ref().map(|r| r.agent.clone()).unwrap_or_default(),
+                attempt: self.attempt,
+                evidence: evidence.clone(),
+                turns: result.as_ref().map_or(0, |r| r.turns),
+                tokens: result.as_ref().map(|r| r.tokens).unwrap_or_default(),
+                cost_usd: result.as_ref().and_then(|r| r.cost_usd),
+            };
+            let reported = github.land(&self.task, &landed).await.map_err(|e| {
+                let mut f = Failure::new(
+                    AttemptStatus::Failed,
+                    format!("cannot open the pull request: {}", one_line(&e.to_string())),
+                );
+                f.evidence = evidence.clone();
+                f
+            })?;
+            pr_url = reported.pr_url;
+        }
+        if let Some(result) = &self.result {
+            self.db()
+                .finish_attempt(result, &evidence, Utc::now())
+                .map_err(Failure::crash)?;
+        }
+        self.db()
+            .set_attempt_landing(
+                &self.task.id,
+                self.attempt,
+                &sha,
+                &ws.branch,
+                pr_url.as_deref(),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let reason = match &pr_url {
+            Some(url) => format!(
+                "pushed {} ({}); pull request {url}",
+                ws.branch,
+                &sha[..sha.len().min(10)]
+            ),
+            None => format!(
+                "pushed {} ({}) to {}",
+                ws.branch,
+                &sha[..sha.len().min(10)],
+                ws.upstream
+            ),
+        };
+        self.move_to(TaskState::Landed, &reason)?;
+        Ok(AttemptEnd::Landed {
+            branch: ws.branch,
+            pr_url,
+        })
+    }
+
+    // ------------------------------------------------------------------ resume
+
+    async fn resumed(&mut self, record: AttemptRecord) -> Result<AttemptEnd, Failure> {
+        self.attempt = record.attempt;
+        let spec = record.spec().map_err(Failure::crash)?;
+        self.agent = spec.agent.clone();
+        let ws = self
+            .db()
+            .kv_get(&workspace_key(&self.task.id, record.attempt))
+            .ok()
+            .flatten()
+            .and_then(|json| serde_json::from_str(&json).ok());
+        self.ws = ws;
+        if self.ws.is_none() {
+            return Err(Failure::crash(
+                "the attempt's workspace record is missing; starting over",
+            ));
+        }
+        let chain = self
+            .db()
+            .kv_get(&chain_key(&self.task.id))
+            .ok()
+            .flatten()
+            .map(|c| c.split(',').map(String::from).collect())
+            .unwrap_or_else(|| vec![spec.agent.clone()]);
+        self.chain = chain;
+        let mut secrets: Vec<String> = spec
+            .env_overlay
+            .iter()
+            .filter_map(|v| (self.orch.env)(&v.from_host))
+            .collect();
+        if let Some(token) = &self.orch.github_token {
+            secrets.push(token.secret().to_string());
+        }
+        self.scrubber = Arc::new(Scrubber::new(secrets));
+        self.spec = Some(spec.clone());
+        match self.state {
+            TaskState::Running | TaskState::Provisioned => {
+                let Some(container) = record.container_id.clone() else {
+                    return Err(Failure::crash(
+                        "the daemon stopped before the container existed",
+                    ));
+                };
+                if self.state == TaskState::Provisioned {
+                    self.move_to(
+                        TaskState::Running,
+                        &format!("container {} found after a restart", short_id(&container)),
+                    )?;
+                }
+                let recorded = self
+                    .db()
+                    .event_count(&self.task.id, record.attempt)
+                    .map_err(Failure::crash)?;
+                self.opts.progress.state(
+                    &self.task.id,
+                    TaskState::Running,
+                    &format!(
+                        "re-attached to container {} after {} stored event(s)",
+                        short_id(&container),
+                        recorded
+                    ),
+                );
+                let exec = self.run_agent(&spec, Some((container, recorded))).await?;
+                self.after_run(exec).await
+            }
+            TaskState::Verifying => {
+                let status = record.status.unwrap_or(AttemptStatus::Succeeded);
+                let gate = proof::result_gate(status, record.reason.as_deref());
+                self.result = Some(RunResult {
+                    task_id: self.task.id.clone(),
+                    attempt: record.attempt,
+                    agent: record.agent.clone(),
+                    status,
+                    turns: record.turns.unwrap_or(0),
+                    duration_seconds: record.duration_seconds.unwrap_or(0.0),
+                    cost_usd: record.cost_usd,
+                    tokens: record.tokens.unwrap_or_default(),
+                    exit_code: record.exit_code,
+                    final_message: record.final_message.clone(),
+                    reason: record.reason.clone(),
+                    events: 0,
+                    artifacts: Vec::new(),
+                });
+                self.opts.progress.state(
+                    &self.task.id,
+                    TaskState::Verifying,
+                    "verification restarted after a restart",
+                );
+                self.verify_and_land(gate).await
+            }
+            other => Err(Failure::crash(format!("cannot resume a task in {other}"))),
+        }
+    }
+
+    // ------------------------------------------------------------------ failure
+
+    async fn discard_workspace(&mut self) {
+        if let Some(ws) = self.ws.take() {
+            let manager = self.orch.workspaces.clone();
+            let _ = tokio::task::spawn_blocking(move || manager.remove(&ws.path)).await;
+        }
+    }
+
+    /// Turns the outcome into the task's next state.
+    async fn conclude(
+        &mut self,
+        outcome: Result<AttemptEnd, Failure>,
+    ) -> anyhow::Result<AttemptEnd> {
+        let failure = match outcome {
+            Ok(end) => return Ok(end),
+            Err(failure) => failure,
+        };
+        let now = Utc::now();
+        let reason = self.scrubber.scrub_line(&failure.reason).into_owned();
+        tracing::info!(task = %self.task.id, attempt = self.attempt, status = %failure.status, "{reason}");
+        // Record the attempt's evidence when the attempt row exists.
+        if self.spec.is_some() {
+            let result = match self.result.clone() {
+                Some(mut r) => {
+                    r.status = failure.status;
+                    r.reason = Some(reason.clone());
+                    r
+                }
+                None => RunResult {
+                    task_id: self.task.id.clone(),
+                    attempt: self.attempt,
+                    agent: self.agent.clone(),
+                    status: failure.status,
+                    turns: 0,
+                    duration_seconds: self.started.elapsed().as_secs_f64(),
+                    cost_usd: None,
+                    tokens: Default::default(),
+                    exit_code: None,
+                    final_message: None,
+                    reason: Some(reason.clone()),
+                    events: 0,
+                    artifacts: Vec::new(),
+                },
+            };
+            let mut evidence = failure.evidence.clone();
+            if evidence.is_empty() {
+                evidence.push(proof::gate("result", false, reason.clone()));
+            }
+            self.db()
+                .finish_attempt(&result, &evidence, now)
+                .context("cannot record the attempt")?;
+        } else {
+            // No attempt row: this number is reused, so its directory must go.
+            self.discard_workspace().await;
+        }
+        if !self.state.is_terminal() && self.state != TaskState::Failed {
+            let to_failed = self
+                .db()
+                .transition(&self.task.id, self.state, TaskState::Failed, &reason, now)
+                .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
+            self.task = to_failed;
+            self.state = TaskState::Failed;
+            self.opts
+                .progress
+                .state(&self.task.id, TaskState::Failed, &reason);
+        }
+        if let Some(at) = failure.wait_until {
+            self.db()
+                .set_retry(&self.task.id, self.task.failures, Some(at))?;
+            return Ok(AttemptEnd::Retry { at, reason });
+        }
+        if failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry {
+            self.db()
+                .set_retry(&self.task.id, self.task.failures, Some(now))?;
+            return Ok(AttemptEnd::Retry { at: now, reason });
+        }
+        let mut exhausted = self.exhausted();
+        if failure.status == AttemptStatus::Quota && !self.agent.is_empty() {
+            exhausted.insert(self.agent.clone());
+            let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
+            self.db()
+                .kv_set(&exhausted_key(&self.task.id), &list.join(","), now)?;
+        }
+        let chain = if self.chain.is_empty() {
+            vec![self.agent.clone()]
+        } else {
+            self.chain.clone()
+        };
+        let decision = retry::after_attempt(
+            &self.orch.policy,
+            failure.status,
+            self.task.failures,
+            &chain,
+            &exhausted,
+            now,
+        );
+        match decision {
+            AfterAttempt::Retry { at, failures } => {
+                self.db().set_retry(&self.task.id, failures, Some(at))?;
+                Ok(AttemptEnd::Retry { at, reason })
+            }
+            AfterAttempt::Fallback { next_agent } => {
+                self.db()
+                    .set_retry(&self.task.id, self.task.failures, Some(now))?;
+                Ok(AttemptEnd::Fallback { next_agent, reason })
+            }
+            AfterAttempt::Hold => {
+                self.db()
+                    .set_retry(&self.task.id, self.task.failures, None)?;
+                Ok(AttemptEnd::Held { reason })
+            }
+            AfterAttempt::Block { reason: why } => {
+                let failures = if failure.status == AttemptStatus::Quota {
+                    self.task.failures
+                } else {
+                    self.task.failures + 1
+                };
+                self.db().set_retry(&self.task.id, failures, None)?;
+                let block_reason = format!("{why}; last: {reason}");
+                let moved = self.db().transition(
+                    &self.task.id,
+                    TaskState::Failed,
+                    TaskState::Blocked,
+                    &block_reason,
+                    now,
+                );
+                self.task = moved?;
+                self.state = TaskState::Blocked;
+                self.opts
+                    .progress
+                    .state(&self.task.id, TaskState::Blocked, &block_reason);
+                self.report_blocked().await;
+                Ok(AttemptEnd::Blocked {
+                    reason: block_reason,
+                })
+            }
+        }
+    }
+
+    async fn report_blocked(&self) {
+        if self.task.source != SourceKind::Github {
+            return;
+        }
+        let Ok(github) = self.orch.github() else {
+            return;
+        };
+        let attempts = self.db().attempts(&self.task.id).unwrap_or_default();
+        let blocked = Blocked {
+            attempts: attempts
+                .iter()
+                .rev()
+                .take(5)
+                .rev()
+                .map(|a| BlockedAttempt {
+                    attempt: a.attempt,
+                    agent: a.agent.clone(),
+                    reason: a.reason.clone().unwrap_or_else(|| "unknown".into()),
+                })
+                .collect(),
+        };
+        if let Err(e) = github.block(&self.task, &blocked).await {
+            tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub");
+        }
+    }
+}
+
+/// The first line of a message, for transition reasons.
+fn one_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut out: String = line.trim().chars().take(300).collect();
+    if text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+        out.push_str(" …");
+    }
+    out
+}
+
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Failure {
+        Failure::crash(e)
+    }
+}
+
+/// The reason an outcome is printed with.
+pub fn describe(end: &AttemptEnd) -> String {
+    match end {
+        AttemptEnd::Landed { branch, pr_url } => match pr_url {
+            Some(url) => format!("LANDED: {url} (branch {branch})"),
+            None => format!("LANDED: branch {branch} pushed"),
+        },
+        AttemptEnd::Retry { at, reason } => {
+            format!(
+                "FAILED ({reason}); next attempt at {}",
+                at.format("%H:%M:%S UTC")
+            )
+        }
+        AttemptEnd::Fallback { next_agent, reason } => {
+            format!("FAILED ({reason}); falling back to {next_agent}")
+        }
+        AttemptEnd::Held { reason } => format!("FAILED ({reason}); held"),
+        AttemptEnd::Blocked { reason } => format!("BLOCKED: {reason}"),
+        AttemptEnd::Released { reason } => format!("released: {reason}"),
+    }
+}

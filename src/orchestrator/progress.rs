@@ -1,0 +1,213 @@
+//! Live progress of attempts: state changes and agent activity (turns, cost, last event).
+//!
+//! The pipeline reports through the [`Progress`] trait; `spawn` prints it for a person,
+//! the daemon logs it. Rendering of one line is pure ([`progress_line`]).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::domain::TaskState;
+
+/// Receives what an attempt is doing.
+pub trait Progress: Send + Sync {
+    /// The task moved to `state`; `detail` is the transition reason.
+    fn state(&self, task_id: &str, state: TaskState, detail: &str);
+    /// The agent produced output: turns and cost so far, and a one-line summary.
+    fn activity(&self, task_id: &str, agent: &str, turns: u32, cost_usd: Option<f64>, last: &str);
+}
+
+/// Reports nothing (tests, benchmarks).
+pub struct QuietProgress;
+
+impl Progress for QuietProgress {
+    fn state(&self, _: &str, _: TaskState, _: &str) {}
+    fn activity(&self, _: &str, _: &str, _: u32, _: Option<f64>, _: &str) {}
+}
+
+/// Logs through tracing (the daemon).
+pub struct LogProgress;
+
+impl Progress for LogProgress {
+    fn state(&self, task_id: &str, state: TaskState, detail: &str) {
+        tracing::info!(task = task_id, %state, "{detail}");
+    }
+    fn activity(&self, task_id: &str, agent: &str, turns: u32, cost: Option<f64>, last: &str) {
+        tracing::debug!(task = task_id, agent, turns, cost, "{last}");
+    }
+}
+
+/// One progress line: `[00:42] RUNNING claude · 3 turns · $0.0421 · tool Bash: cargo test`.
+pub fn progress_line(
+    elapsed: Duration,
+    state: TaskState,
+    agent: &str,
+    turns: u32,
+    cost_usd: Option<f64>,
+    detail: &str,
+) -> String {
+    let secs = elapsed.as_secs();
+    let mut line = format!("[{:02}:{:02}] {state}", secs / 60, secs % 60);
+    if !agent.is_empty() {
+        line.push_str(&format!(" {agent}"));
+    }
+    if turns > 0 {
+        line.push_str(&format!(
+            " · {turns} turn{}",
+            if turns == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(cost) = cost_usd {
+        line.push_str(&format!(" · ${cost:.4}"));
+    }
+    let detail = detail.trim();
+    if !detail.is_empty() {
+        let short: String = detail.chars().take(100).collect();
+        line.push_str(&format!(" · {short}"));
+    }
+    line
+}
+
+struct TermState {
+    state: TaskState,
+    agent: String,
+    turns: u32,
+    cost: Option<f64>,
+    last_activity_print: Option<Instant>,
+}
+
+/// Prints progress for a person on stderr: every state change on its own line, and agent
+/// activity at most once a second (a spinner line on a terminal, plain lines otherwise).
+pub struct TerminalProgress {
+    started: Instant,
+    tty: bool,
+    inner: Mutex<TermState>,
+}
+
+impl TerminalProgress {
+    pub fn new() -> TerminalProgress {
+        TerminalProgress {
+            started: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            inner: Mutex::new(TermState {
+                state: TaskState::Discovered,
+                agent: String::new(),
+                turns: 0,
+                cost: None,
+                last_activity_print: None,
+            }),
+        }
+    }
+}
+
+impl Default for TerminalProgress {
+    fn default() -> Self {
+        TerminalProgress::new()
+    }
+}
+
+impl Progress for TerminalProgress {
+    fn state(&self, _task_id: &str, state: TaskState, detail: &str) {
+        let Ok(mut s) = self.inner.lock() else { return };
+        s.state = state;
+        let line = progress_line(
+            self.started.elapsed(),
+            state,
+            &s.agent,
+            s.turns,
+            s.cost,
+            detail,
+        );
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K");
+        }
+        let _ = writeln!(err, "{line}");
+    }
+
+    fn activity(&self, _task_id: &str, agent: &str, turns: u32, cost: Option<f64>, last: &str) {
+        let Ok(mut s) = self.inner.lock() else { return };
+        s.agent = agent.to_string();
+        s.turns = turns;
+        s.cost = cost;
+        let due = s
+            .last_activity_print
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if !due {
+            return;
+        }
+        s.last_activity_print = Some(Instant::now());
+        let line = progress_line(self.started.elapsed(), s.state, agent, turns, cost, last);
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let width = 120;
+            let short: String = line.chars().take(width).collect();
+            let _ = write!(err, "\r\x1b[2K{short}");
+            let _ = err.flush();
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+/// Prints every state change of every task as one line on stderr (many tasks at once:
+/// the demo, a daemon in the foreground for a person).
+pub struct LineProgress {
+    started: Instant,
+}
+
+impl LineProgress {
+    pub fn new() -> LineProgress {
+        LineProgress {
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Default for LineProgress {
+    fn default() -> Self {
+        LineProgress::new()
+    }
+}
+
+impl Progress for LineProgress {
+    fn state(&self, task_id: &str, state: TaskState, detail: &str) {
+        let secs = self.started.elapsed().as_secs();
+        let detail: String = detail.trim().chars().take(140).collect();
+        eprintln!(
+            "[{:02}:{:02}] {task_id:<10} {:<11} {detail}",
+            secs / 60,
+            secs % 60,
+            state.as_str()
+        );
+    }
+    fn activity(&self, _: &str, _: &str, _: u32, _: Option<f64>, _: &str) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines() {
+        assert_eq!(
+            progress_line(
+                Duration::from_secs(62),
+                TaskState::Running,
+                "claude",
+                3,
+                Some(0.0421),
+                "tool Bash: cargo test"
+            ),
+            "[01:02] RUNNING claude · 3 turns · $0.0421 · tool Bash: cargo test"
+        );
+        assert_eq!(
+            progress_line(Duration::ZERO, TaskState::Claimed, "", 0, None, ""),
+            "[00:00] CLAIMED"
+        );
+        assert_eq!(
+            progress_line(Duration::ZERO, TaskState::Running, "codex", 1, None, "x"),
+            "[00:00] RUNNING codex · 1 turn · x"
+        );
+    }
+}
