@@ -1,0 +1,1350 @@
+//! End to end (issue 7 "Done when"): the BUILT binary (`CARGO_BIN_EXE_polyphony`) against
+//! the real Docker engine and the offline test image, the stateful fake GitHub
+//! (tests/support/fake_github.rs) and local bare origins made by `demo::write_sample_repo`.
+//!
+//! Each test has its own homes (so its own `polyphony.home` container label), its own
+//! sample origin and, for GitHub, its own repository on a fake. Assertions read real state:
+//! the fake's issues, comments, labels and pull requests, branches of the bare origin,
+//! `polyphony status [TASK] --json`, the store's SQLite file and `docker ps`.
+//!
+//! Without an engine: fails when `CI` is set, otherwise prints `SKIPPED: <why>`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
+use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
+use serde_json::Value;
+use support::fake_github::{FakeGithub, NewIssue};
+use tokio::process::{Child, Command};
+use tokio::sync::OnceCell;
+
+static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
+
+/// The test image tag, or `None` after printing SKIPPED (a failure under CI).
+async fn image() -> Option<String> {
+    IMAGE
+        .get_or_init(|| async {
+            let rt = match DockerRuntime::connect().await {
+                Ok(rt) => rt,
+                Err(e) => {
+                    if std::env::var_os("CI").is_some() {
+                        panic!("Docker is required under CI: {e}");
+                    }
+                    println!("SKIPPED: no Docker engine ({e})");
+                    return None;
+                }
+            };
+            let tag = ensure_test_image(rt.client())
+                .await
+                .unwrap_or_else(|e| panic!("building the test image: {e}"));
+            Some(tag)
+        })
+        .await
+        .clone()
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
+/// No single binary run in these tests may take longer (a hang is a failure, not a stall).
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// The sample project (`add` subtracts, `sh test.sh` fails) as a bare origin.
+struct Origin {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Origin {
+    fn new() -> Origin {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = write_sample_repo(dir.path()).expect("sample repo");
+        Origin { _dir: dir, path }
+    }
+
+    fn url(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+
+    /// Branches under `polyphony/` in the origin.
+    fn branches(&self) -> Vec<String> {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.path)
+            .args(["branch", "--list", "polyphony/*", "--format=%(refname:short)"])
+            .output()
+            .expect("git branch");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Commits a new `.polyphony.yaml` on `main` (the checks verification runs).
+    fn set_checks(&self, yaml: &str) {
+        let work = self.path.with_extension("edit");
+        let git = |args: &[&str], cwd: &std::path::Path| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+                .args(args)
+                .current_dir(cwd)
+                .output()
+                .expect("git");
+            assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        };
+        git(
+            &[
+                "clone",
+                "-q",
+                &self.path.display().to_string(),
+                &work.display().to_string(),
+            ],
+            self.path.parent().expect("parent"),
+        );
+        std::fs::write(work.join(".polyphony.yaml"), yaml).expect("write");
+        git(&["commit", "-qam", "slower checks"], &work);
+        git(&["push", "-q", "origin", "main"], &work);
+        std::fs::remove_dir_all(&work).expect("rm");
+    }
+
+    fn show(&self, rev_path: &str) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.path)
+            .args(["show", rev_path])
+            .output()
+            .expect("git show");
+        assert!(out.status.success(), "git show {rev_path}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Knobs of a test home's config.yaml.
+struct Conf<'a> {
+    poll: &'a str,
+    deadline: &'a str,
+    max_concurrent: u32,
+    /// Default agent of routing.yaml (its fallback chain is `[codex]` unless it is codex).
+    agent: &'a str,
+    repos: Vec<String>,
+}
+
+impl Default for Conf<'_> {
+    fn default() -> Self {
+        Conf {
+            poll: "30s",
+            deadline: "2m",
+            max_concurrent: 4,
+            agent: "claude",
+            repos: Vec::new(),
+        }
+    }
+}
+
+/// A Polyphony home in a temp dir. Dropping it removes every container labelled for it.
+struct Home {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    label: String,
+    github: Option<(String, String)>,
+    logs: std::sync::atomic::AtomicU32,
+}
+
+impl Home {
+    fn new(image: &str, conf: Conf<'_>, github: Option<&FakeGithub>) -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("home");
+        write_home(&path, dir.path(), image).expect("home");
+        let repos = if conf.repos.is_empty() {
+            String::new()
+        } else {
+            format!("github:\n  repos: [{}]\n", conf.repos.join(", "))
+        };
+        std::fs::write(
+            path.join("config.yaml"),
+            format!(
+                "poll_interval: {}\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: {}\n  memory: 512m\n  cpus: 1\n{repos}",
+                conf.poll, conf.max_concurrent, conf.deadline
+            ),
+        )
+        .expect("config.yaml");
+        let fallback = if conf.agent == "codex" { "[]" } else { "[codex]" };
+        std::fs::write(
+            path.join("routing.yaml"),
+            format!("default:\n  agent: {}\n  fallback: {fallback}\n", conf.agent),
+        )
+        .expect("routing.yaml");
+        let label = home_label(&path);
+        Home {
+            dir,
+            path,
+            label,
+            github: github.map(|g| (g.base_url().to_string(), g.token())),
+            logs: Default::default(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("POLYPHONY_HOME", &self.path)
+            .env_remove("RUST_LOG")
+            .env_remove("GH_TOKEN")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        match &self.github {
+            Some((url, token)) => {
+                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
+            }
+            None => {
+                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
+            }
+        }
+        cmd
+    }
+
+    /// Runs the binary to completion (at most [`RUN_LIMIT`]).
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn polyphony");
+        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
+            Ok(out) => out.expect("wait for polyphony"),
+            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
+        }
+    }
+
+    /// Starts a long-running verb (daemon) with stdout and stderr in a log file.
+    fn start(&self, args: &[&str]) -> Daemon {
+        let n = self.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = self.dir.path().join(format!("{}-{n}.log", args[0]));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = self
+            .cmd(args)
+            .stdout(file.try_clone().expect("dup log"))
+            .stderr(file)
+            .spawn()
+            .expect("spawn polyphony");
+        Daemon { child, log }
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        let out = self.run(&["status", id, "--json"]).await;
+        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+    }
+
+    async fn tasks(&self) -> Vec<Value> {
+        let out = self.run(&["status", "--json"]).await;
+        assert!(out.status.success(), "status: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status --json")
+    }
+
+    /// Polls `status TASK --json` until `done` holds (panics after `limit`, with `context`).
+    async fn wait_for(
+        &self,
+        id: &str,
+        limit: Duration,
+        context: &dyn Fn() -> String,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let started = Instant::now();
+        loop {
+            let out = self.run(&["status", id, "--json"]).await;
+            if out.status.success() {
+                let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+                if done(&v) {
+                    return v;
+                }
+                if started.elapsed() > limit {
+                    panic!(
+                        "{id} did not reach the expected state within {limit:?}: {}\n{}",
+                        serde_json::to_string_pretty(&v["task"]).unwrap_or_default(),
+                        context()
+                    );
+                }
+            } else if started.elapsed() > limit {
+                panic!(
+                    "{id} never appeared within {limit:?}: {}\n{}",
+                    text(&out.stderr),
+                    context()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.path.join("queue.db")).expect("open queue.db")
+    }
+
+    /// Ids of containers labelled for this home (any state).
+    fn containers(&self) -> Vec<String> {
+        containers_of(&self.label, "")
+    }
+
+    /// Ids of this home's containers matching an extra `docker ps` filter.
+    fn containers_where(&self, filter: &str) -> Vec<String> {
+        containers_of(&self.label, filter)
+    }
+
+    /// Attempt directories left under the workspace root.
+    fn workspace_dirs(&self) -> Vec<PathBuf> {
+        let root = self.path.join("workspaces");
+        let mut out = Vec::new();
+        for task in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            for attempt in std::fs::read_dir(task.path()).into_iter().flatten().flatten() {
+                out.push(attempt.path());
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let ids = self.containers();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
+fn containers_of(label: &str, filter: &str) -> Vec<String> {
+    let mut cmd = std::process::Command::new("docker");
+    cmd.args([
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=polyphony.home={label}"),
+    ]);
+    if !filter.is_empty() {
+        cmd.args(["--filter", filter]);
+    }
+    let out = cmd.output().expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A daemon (or other long verb) running in the background.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id().expect("running child") as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill {sig}");
+    }
+
+    async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => status.expect("wait"),
+            Err(_) => panic!(
+                "{} did not exit within {limit:?}; log:\n{}",
+                self.log.display(),
+                self.log()
+            ),
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn output(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn state(v: &Value) -> &str {
+    v["task"]["state"].as_str().unwrap_or("")
+}
+
+fn transitions(v: &Value) -> Vec<(String, String)> {
+    v["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .map(|t| {
+            (
+                t["from"].as_str().unwrap_or("").to_string(),
+                t["to"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn chain(states: &[&str]) -> Vec<(String, String)> {
+    states
+        .windows(2)
+        .map(|w| (w[0].to_string(), w[1].to_string()))
+        .collect()
+}
+
+const HAPPY: &[&str] = &[
+    "DISCOVERED",
+    "CLAIMED",
+    "ROUTED",
+    "PROVISIONED",
+    "RUNNING",
+    "VERIFYING",
+    "LANDED",
+];
+
+fn attempts(v: &Value) -> &Vec<Value> {
+    v["attempts"].as_array().expect("attempts")
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| panic!("not a timestamp: {v}"))
+}
+
+fn count_containing(items: &[String], needle: &str) -> usize {
+    items.iter().filter(|c| c.contains(needle)).count()
+}
+
+/// An issue body that makes the fake agents apply the fix under `scenario`.
+fn body_with(scenario: &str) -> String {
+    format!("`add 2 3` prints -1; test.sh fails.\n\n{scenario}\n{FIX_DIRECTIVE}\n")
+}
+
+/// A repository `acme/<name>` on the fake, cloned from `origin`.
+fn github_repo(fake: &FakeGithub, name: &str, origin: &Origin) -> String {
+    let full = format!("acme/{name}");
+    fake.add_repo(&full, &origin.url(), "main");
+    full
+}
+
+fn ready_issue(fake: &FakeGithub, repo: &str, title: &str, body: &str) -> u64 {
+    fake.add_issue(
+        repo,
+        NewIssue::new(title).body(body).labels(&["agent-ready"]),
+    )
+}
+
+/// No two events of one attempt share a seq.
+fn duplicate_seqs(home: &Home) -> Vec<(String, i64, i64, i64)> {
+    let db = home.db();
+    let mut stmt = db
+        .prepare(
+            "SELECT task_id, attempt, seq, COUNT(*) FROM events \
+             GROUP BY task_id, attempt, seq HAVING COUNT(*) > 1",
+        )
+        .expect("prepare");
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+// ---------------------------------------------------------------------------- tests
+
+/// Labelled issue -> `spawn owner/repo#N` -> PR with the evidence table, one claim and one
+/// landed comment, labels swapped, the branch with the fix in the origin, every
+/// transition recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawn_lands_a_labelled_issue_as_a_pull_request() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-spawn", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add(): it subtracts",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let issue = format!("{repo}#{n}");
+
+    let out = home.run(&["spawn", &issue]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+
+    let pulls = fake.pulls(&repo);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let pr = &pulls[0];
+    assert!(
+        pr.head.starts_with("polyphony/") && pr.head.ends_with("-a1"),
+        "{pr:?}"
+    );
+    assert_eq!(pr.base, "main");
+    assert!(
+        pr.body.contains("| Check | Command | Exit | Duration | Result |")
+            && pr.body.contains("sh test.sh")
+            && pr.body.contains("sh -n calc.sh"),
+        "evidence table missing from the PR body:\n{}",
+        pr.body
+    );
+    let comments = fake.comments(&repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:claim"),
+        1,
+        "{comments:#?}"
+    );
+    assert_eq!(
+        count_containing(&comments, "polyphony:landed"),
+        1,
+        "{comments:#?}"
+    );
+    let landed = comments
+        .iter()
+        .find(|c| c.contains("polyphony:landed"))
+        .expect("landed comment");
+    assert!(
+        landed.contains(&format!("/pull/{}", pr.number)),
+        "the landed comment links the PR: {landed}"
+    );
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l == "agent-ready" || l == "agent-claimed"),
+        "{labels:?}"
+    );
+    assert_eq!(origin.branches(), vec![pr.head.clone()]);
+    assert!(origin
+        .show(&format!("{}:calc.sh", pr.head))
+        .contains("a + b"));
+
+    let v = home.task(&issue).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(transitions(&v), chain(HAPPY));
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0]["status"], "succeeded");
+    let pr_url = v["landing"]["pr_url"].as_str().expect("pr_url");
+    assert!(landed.contains(pr_url), "{landed} vs {pr_url}");
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("spawn_lands_a_labelled_issue: {:?}", started.elapsed());
+}
+
+/// Verification fails on attempt 1, the repair attempt gets the failure in its prompt and
+/// lands (`spawn --task` on a locally enqueued task; gemini echoes its prompt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_failure_is_repaired_on_the_retry() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            agent: "gemini",
+            ..Conf::default()
+        },
+        None,
+    );
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--type",
+            "bugfix",
+            "--body",
+            &body_with("polyphony-fake: fix-on-retry"),
+            "Fix add() (needs a repair round)",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text(&out.stdout).trim().to_string();
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["task"]["failures"], 1);
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    let test1 = a[0]["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .find(|e| e["name"] == "test")
+        .expect("attempt 1 ran the test check");
+    assert_eq!(test1["exit_code"], 1);
+    assert_eq!(test1["passed"], false);
+    assert!(test1["output_tail"]
+        .as_str()
+        .unwrap_or("")
+        .contains("FAIL: add 2 3 gave -1"));
+    assert_eq!(a[1]["status"], "succeeded");
+    assert!(a[1]["commit_sha"].is_string());
+    assert_eq!(v["landing"]["branch"], a[1]["branch"]);
+    let mut states = HAPPY[..6].to_vec();
+    states.extend(["FAILED", "CLAIMED", "ROUTED", "PROVISIONED", "RUNNING"]);
+    states.extend(["VERIFYING", "LANDED"]);
+    assert_eq!(transitions(&v), chain(&states));
+
+    // The repair prompt carried attempt 1's failing check and its output.
+    let dir = home.path.join("transcripts").join(&id);
+    let t1 = std::fs::read_to_string(dir.join("1.ndjson")).expect("transcript 1");
+    let t2 = std::fs::read_to_string(dir.join("2.ndjson")).expect("transcript 2");
+    assert!(t1.contains("None: this is the first attempt."), "{t1}");
+    assert!(
+        t2.contains("failed verification") && t2.contains("FAIL: add 2 3 gave -1"),
+        "{t2}"
+    );
+    let branch = a[1]["branch"].as_str().expect("branch");
+    assert_eq!(origin.branches(), vec![branch.to_string()]);
+    assert!(origin.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    println!("verification_failure_is_repaired: {:?}", started.elapsed());
+}
+
+/// Claude is out of quota: codex takes over at once and lands; no failure is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_falls_back_to_the_next_agent() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--body",
+            &body_with("polyphony-fake[claude]: quota\npolyphony-fake: succeed"),
+            "Fix add() (claude is out of quota)",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text(&out.stdout).trim().to_string();
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    let agents: Vec<&str> = a.iter().map(|x| x["agent"].as_str().unwrap_or("")).collect();
+    assert_eq!(agents, ["claude", "codex"]);
+    assert_eq!(a[0]["status"], "quota");
+    assert_eq!(a[1]["status"], "succeeded");
+    // The fallback is immediate: no backoff between the two attempts.
+    let gap = time(&a[1]["started_at"]) - time(&a[0]["finished_at"]);
+    assert!(gap.num_seconds() < 5, "fallback waited {gap}");
+    println!("quota_falls_back: {:?}", started.elapsed());
+}
+
+/// An agent that never gets it right: three attempts, then BLOCKED with one comment and
+/// the blocked label on the issue; spawn exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_failing_issue_ends_blocked_with_one_comment() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-blocked", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() (never right)",
+        "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n",
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let issue = format!("{repo}#{n}");
+
+    let out = home.run(&["spawn", &issue]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+
+    let v = home.task(&issue).await;
+    assert_eq!(state(&v), "BLOCKED");
+    assert_eq!(v["task"]["attempts"], 3);
+    assert_eq!(v["task"]["failures"], 3);
+    assert!(v["task"]["next_attempt_at"].is_null());
+    let a = attempts(&v);
+    assert_eq!(a.len(), 3);
+    for x in a {
+        assert_eq!(x["status"], "failed", "{x:#}");
+    }
+    // Backoff 10 s then 20 s between the attempts.
+    let gap1 = time(&a[1]["started_at"]) - time(&a[0]["finished_at"]);
+    let gap2 = time(&a[2]["started_at"]) - time(&a[1]["finished_at"]);
+    assert!((9..=14).contains(&gap1.num_seconds()), "gap 1: {gap1}");
+    assert!((19..=24).contains(&gap2.num_seconds()), "gap 2: {gap2}");
+
+    let comments = fake.comments(&repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:blocked"),
+        1,
+        "{comments:#?}"
+    );
+    assert_eq!(count_containing(&comments, "polyphony:landed"), 0);
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l == "agent-ready" || l == "agent-claimed" || l == "agent-landed"),
+        "{labels:?}"
+    );
+    assert!(fake.pulls(&repo).is_empty());
+    assert!(origin.branches().is_empty(), "nothing is pushed");
+    println!("always_failing_blocked: {:?}", started.elapsed());
+}
+
+/// A hanging agent is killed at its deadline; the attempt ends `timeout` and the retry is
+/// scheduled 10 s later. The task is enqueued while the daemon waits on a 30 s poll
+/// interval: the wake socket must start it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_times_out_and_schedules_a_retry() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            deadline: "4s",
+            ..Conf::default()
+        },
+        None,
+    );
+    let mut daemon = home.start(&["daemon"]);
+    let sock = home.path.join("daemon.sock");
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no wake socket; log:\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let enqueued = Instant::now();
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--body",
+            "polyphony-fake: hang\n",
+            "Hang forever",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text(&out.stdout).trim().to_string();
+
+    let log = || daemon_log(&home);
+    let v = home
+        .wait_for(&id, Duration::from_secs(15), &log, |v| {
+            state(v) != "DISCOVERED"
+        })
+        .await;
+    assert!(
+        enqueued.elapsed() < Duration::from_secs(10),
+        "enqueue did not wake the daemon (took {:?}): {}",
+        enqueued.elapsed(),
+        state(&v)
+    );
+    let v = home
+        .wait_for(&id, Duration::from_secs(40), &log, |v| {
+            state(v) == "FAILED" && !v["task"]["next_attempt_at"].is_null()
+        })
+        .await;
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "daemon: {status:?}\n{}", daemon.log());
+
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0]["status"], "timeout", "{:#}", a[0]);
+    let took = time(&a[0]["finished_at"]) - time(&a[0]["started_at"]);
+    assert!(
+        took.num_milliseconds() <= 9_000,
+        "a 4 s deadline took {took}"
+    );
+    let failed_at = v["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .rev()
+        .find(|t| t["to"] == "FAILED")
+        .map(|t| time(&t["at"]))
+        .expect("FAILED transition");
+    let backoff = time(&v["task"]["next_attempt_at"]) - failed_at;
+    assert!(
+        (9_000..=11_500).contains(&backoff.num_milliseconds()),
+        "retry due {backoff} after the failure"
+    );
+    assert_eq!(v["task"]["failures"], 1);
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("deadline_timeout_retry: {:?}", started.elapsed());
+}
+
+fn daemon_log(home: &Home) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(home.dir.path()).into_iter().flatten().flatten() {
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == "log") {
+            out.push_str(&format!("--- {}\n", p.display()));
+            out.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// `kill -9` of the daemon while the agent runs; the restarted daemon re-attaches to the
+/// still-running container and lands exactly once without duplicate events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_run_then_restart_lands_exactly_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-kill9", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() slowly",
+        &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 8"),
+    );
+    let home = Home::new(
+        &image,
+        Conf {
+            poll: "1s",
+            repos: vec![repo.clone()],
+            ..Conf::default()
+        },
+        Some(&fake),
+    );
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    // Let a few progress events be stored before the crash.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let running = home.containers();
+    assert_eq!(running.len(), 1, "the agent container outlives the daemon");
+    let before: i64 = home
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert!(before > 0, "events were stored before the crash");
+
+    let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let summary: Value = second
+        .log()
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok().filter(|v: &Value| v["resumed"].is_number()))
+        .expect("JSON summary");
+    assert_eq!(summary["resumed"], 1, "{summary}");
+    assert_eq!(summary["attempts"], 0, "{summary}");
+
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", second.log());
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(transitions(&v), chain(HAPPY));
+    assert_eq!(fake.pulls(&repo).len(), 1);
+    let comments = fake.comments(&repo, n);
+    assert_eq!(count_containing(&comments, "polyphony:landed"), 1);
+    assert_eq!(count_containing(&comments, "polyphony:claim"), 1);
+    assert!(duplicate_seqs(&home).is_empty(), "{:?}", duplicate_seqs(&home));
+    let db = home.db();
+    for i in 1..=8 {
+        let copies: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND attempt = 1 AND data LIKE ?2",
+                rusqlite::params![id, format!("%Progress {i}/8%")],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(copies, 1, "Progress {i}/8 stored {copies} times");
+    }
+    assert_eq!(origin.branches().len(), 1);
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("kill_9_restart_lands_once: {:?}", started.elapsed());
+}
+
+/// Two daemons with separate homes on one fake GitHub: every issue is landed by exactly
+/// one of them, the one whose claim comment came first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_handle_every_issue_exactly_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-two", &origin);
+    let issues: Vec<u64> = (1..=6)
+        .map(|i| {
+            ready_issue(
+                &fake,
+                &repo,
+                &format!("Fix add() #{i}"),
+                &body_with("polyphony-fake: succeed"),
+            )
+        })
+        .collect();
+    let conf = || Conf {
+        poll: "1s",
+        max_concurrent: 3,
+        repos: vec![repo.clone()],
+        ..Conf::default()
+    };
+    let a = Home::new(&image, conf(), Some(&fake));
+    let b = Home::new(&image, conf(), Some(&fake));
+    let mut da = a.start(&["daemon", "--exit-when-idle"]);
+    let mut db = b.start(&["daemon", "--exit-when-idle"]);
+    let sa = da.wait(Duration::from_secs(150)).await;
+    let sb = db.wait(Duration::from_secs(150)).await;
+    assert!(sa.success(), "daemon A: {}", da.log());
+    assert!(sb.success(), "daemon B: {}", db.log());
+
+    let pulls = fake.pulls(&repo);
+    assert_eq!(pulls.len(), 6, "{pulls:#?}");
+    let mut heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
+    heads.sort();
+    heads.dedup();
+    assert_eq!(heads.len(), 6);
+    let (ta, tb) = (a.tasks().await, b.tasks().await);
+    let state_in = |tasks: &[Value], id: &str| {
+        tasks
+            .iter()
+            .find(|t| t["id"] == id)
+            .map(|t| t["state"].as_str().unwrap_or("").to_string())
+    };
+    let mut landed_by = [0, 0];
+    for n in &issues {
+        let id = format!("{repo}#{n}");
+        let comments = fake.comments(&repo, *n);
+        assert_eq!(
+            count_containing(&comments, "polyphony:landed"),
+            1,
+            "{id}: {comments:#?}"
+        );
+        let (sa, sb) = (state_in(&ta, &id), state_in(&tb, &id));
+        let winner = match (sa.as_deref(), sb.as_deref()) {
+            (Some("LANDED"), other) => {
+                assert!(matches!(other, None | Some("BLOCKED")), "{id}: B {other:?}");
+                0
+            }
+            (other, Some("LANDED")) => {
+                assert!(matches!(other, None | Some("BLOCKED")), "{id}: A {other:?}");
+                1
+            }
+            other => panic!("{id} landed nowhere: {other:?}"),
+        };
+        landed_by[winner] += 1;
+        // The lander is the first claimant.
+        let label = [&a.label, &b.label][winner];
+        let first_claim = comments
+            .iter()
+            .find(|c| c.contains("polyphony:claim"))
+            .expect("claim comment");
+        assert!(
+            first_claim.contains(&format!("by={label}")),
+            "{id}: landed by {label} but first claimed: {first_claim}"
+        );
+        let labels = fake.issue_labels(&repo, *n);
+        assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+        assert!(!labels.iter().any(|l| l == "agent-claimed"), "{labels:?}");
+    }
+    assert_eq!(landed_by[0] + landed_by[1], 6);
+    assert_eq!(origin.branches().len(), 6);
+    assert!(a.containers().is_empty() && b.containers().is_empty());
+    println!(
+        "two_daemons: {:?} (A landed {}, B landed {})",
+        started.elapsed(),
+        landed_by[0],
+        landed_by[1]
+    );
+}
+
+/// SIGTERM (no --drain) while an attempt runs: the daemon stops promptly, removes the
+/// container, and the next start lands the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_and_a_restart_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-term", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() slowly",
+        &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 6"),
+    );
+    let home = Home::new(
+        &image,
+        Conf {
+            poll: "1s",
+            repos: vec![repo.clone()],
+            ..Conf::default()
+        },
+        Some(&fake),
+    );
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    let signalled = Instant::now();
+    first.signal(libc::SIGTERM);
+    let status = first.wait(Duration::from_secs(20)).await;
+    let stop = signalled.elapsed();
+    assert!(status.success(), "daemon: {status:?}\n{}", first.log());
+    assert!(stop < Duration::from_secs(10), "SIGTERM took {stop:?}");
+    assert!(home.containers().is_empty(), "the container was removed");
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "FAILED", "{}", first.log());
+    assert_eq!(v["task"]["failures"], 0, "a shutdown is not a failure");
+    assert_eq!(attempts(&v)[0]["status"], "cancelled");
+
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", second.log());
+    assert_eq!(v["task"]["attempts"], 2);
+    let pulls = fake.pulls(&repo);
+    assert_eq!(pulls.len(), 1);
+    assert!(pulls[0].head.ends_with("-a2"), "{pulls:?}");
+    let comments = fake.comments(&repo, n);
+    assert_eq!(count_containing(&comments, "polyphony:landed"), 1);
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!(
+        "sigterm_restart_lands: {:?} (stopped in {stop:?})",
+        started.elapsed()
+    );
+}
+
+/// The README's main-job command, then `cleanup` leaves no container or workspace of the
+/// demo's home behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_runs_and_cleanup_leaves_nothing_behind() {
+    let Some(_image) = image().await else { return };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(BIN)
+        .args(["demo", "--json", "--dir"])
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(RUN_LIMIT, out)
+        .await
+        .expect("demo finished in time")
+        .expect("run demo");
+    assert!(out.status.success(), "demo: {}", output(&out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("demo --json");
+    let states: Vec<&str> = rows.iter().map(|r| r["state"].as_str().unwrap_or("")).collect();
+    assert_eq!(states, ["LANDED", "LANDED", "LANDED", "BLOCKED"]);
+    assert!(rows.iter().all(|r| r["as_promised"] == true));
+    let path = dir.path().join("home").canonicalize().expect("demo home");
+    let home = Home {
+        label: home_label(&path),
+        path,
+        dir,
+        github: None,
+        logs: Default::default(),
+    };
+    assert!(home.containers().is_empty(), "the demo left containers");
+    assert!(!home.workspace_dirs().is_empty(), "the demo kept its workspaces");
+
+    let out = home.run(&["cleanup", "--json"]).await;
+    assert!(out.status.success(), "cleanup: {}", output(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("cleanup --json");
+    assert!(report["bytes_freed"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    assert!(
+        home.workspace_dirs().is_empty(),
+        "workspaces left: {:?}\n{report:#}",
+        home.workspace_dirs()
+    );
+    assert!(home.containers().is_empty());
+    println!("demo_and_cleanup: {:?}", started.elapsed());
+}
+
+/// A GitHub home polling `repo` every second.
+fn polling_home(image: &str, fake: &FakeGithub, repo: &str) -> Home {
+    Home::new(
+        image,
+        Conf {
+            poll: "1s",
+            repos: vec![repo.to_string()],
+            ..Conf::default()
+        },
+        Some(fake),
+    )
+}
+
+/// Asserts the task landed once: one PR, one landed comment, one branch, no containers,
+/// no duplicate events.
+async fn assert_landed_once(home: &Home, fake: &FakeGithub, repo: &str, n: u64, origin: &Origin) {
+    let id = format!("{repo}#{n}");
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon_log(home));
+    let pulls = fake.pulls(repo);
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let comments = fake.comments(repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:landed"),
+        1,
+        "{comments:#?}"
+    );
+    assert_eq!(origin.branches(), vec![pulls[0].head.clone()]);
+    assert!(
+        duplicate_seqs(home).is_empty(),
+        "{:?}",
+        duplicate_seqs(home)
+    );
+    assert!(home.containers().is_empty(), "containers left behind");
+}
+
+/// `kill -9` while the agent runs, and the container finishes before the restart: the
+/// restarted daemon collects the exited container's output and carries it on to
+/// verification and landing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_then_container_exits_then_restart_collects_and_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-exited", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() slowly",
+        &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 4"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    while home.containers_where("status=exited").is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the agent never exited");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(transitions(&v), chain(HAPPY));
+    let db = home.db();
+    for i in 1..=4 {
+        let copies: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND attempt = 1 AND data LIKE ?2",
+                rusqlite::params![id, format!("%Progress {i}/4%")],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(copies, 1, "Progress {i}/4 stored {copies} times");
+    }
+    println!("kill_9_exited_collect: {:?}", started.elapsed());
+}
+
+/// `kill -9` during verification (a slow check): the restart removes the orphaned check
+/// container, re-runs verification and lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_verification_reverifies_and_lands_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    origin.set_checks("test: sleep 6 && sh test.sh\n");
+    let repo = github_repo(&fake, "calc-verify", &origin);
+    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "VERIFYING"
+    })
+    .await;
+    let t0 = Instant::now();
+    while home
+        .containers_where("label=polyphony.role=verify")
+        .is_empty()
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no check container");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(transitions(&v), chain(HAPPY));
+    let evidence = attempts(&v)[0]["evidence"].as_array().expect("evidence").clone();
+    let tests: Vec<&Value> = evidence.iter().filter(|e| e["name"] == "test").collect();
+    assert_eq!(tests.len(), 1, "{evidence:#?}");
+    assert_eq!(tests[0]["passed"], true);
+    println!("kill_9_during_verification: {:?}", started.elapsed());
+}
+
+/// `kill -9` while the pull request is being opened (GitHub is slow to answer; the
+/// branch is already pushed): the restart finds the branch and the PR (or opens it) and
+/// comments once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_landing_opens_one_pull_request() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-landing", &origin);
+    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    fake.inject(
+        Some("POST"),
+        "/pulls",
+        1,
+        support::fake_github::FaultKind::Delay(Duration::from_secs(3)),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let t0 = Instant::now();
+    while origin.branches().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "never pushed:\n{}",
+            first.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "VERIFYING", "killed mid-landing");
+    // Whatever GitHub did with the request in flight is done before the restart.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    println!("kill_9_while_landing: {:?}", started.elapsed());
+}
+
+/// Ctrl-C during `spawn`: the container is killed and removed, the cancellation is
+/// recorded, the task is held (not retried on its own) and spawn exits 1; a second
+/// `spawn --task` picks it up and lands it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_spawn_cancels_cleanly() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--body",
+            &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 5"),
+            "Fix add() slowly",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text(&out.stdout).trim().to_string();
+    let mut spawn = home.start(&["spawn", "--task", &id]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    spawn.signal(libc::SIGINT);
+    let status = spawn.wait(Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(1), "{}", spawn.log());
+    assert!(home.containers().is_empty(), "the container was removed");
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "FAILED");
+    assert!(v["task"]["next_attempt_at"].is_null(), "held, not retried");
+    assert_eq!(v["task"]["failures"], 0);
+    assert_eq!(attempts(&v)[0]["status"], "cancelled");
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn again: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["task"]["attempts"], 2);
+    println!("ctrl_c_spawn: {:?}", started.elapsed());
+}
+
+/// One daemon per home: a second one (or a spawn) gets a clear error naming the pid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_one_home_is_refused() {
+    let Some(image) = image().await else { return };
+    let home = Home::new(&image, Conf::default(), None);
+    let mut first = home.start(&["daemon"]);
+    let sock = home.path.join("daemon.sock");
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", first.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = home.run(&["daemon", "--exit-when-idle"]).await;
+    assert!(!out.status.success(), "{}", output(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains(&first.pid().to_string()), "{err}");
+    assert!(sock.exists(), "the refused daemon must not remove the wake socket");
+    let out = home.run(&["spawn", "--task", "local-1"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", output(&out));
+    first.signal(libc::SIGTERM);
+    let status = first.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", first.log());
+    assert!(!sock.exists(), "the socket goes with the daemon");
+}
