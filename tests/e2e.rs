@@ -74,7 +74,12 @@ impl Origin {
         let out = std::process::Command::new("git")
             .arg("-C")
             .arg(&self.path)
-            .args(["branch", "--list", "polyphony/*", "--format=%(refname:short)"])
+            .args([
+                "branch",
+                "--list",
+                "polyphony/*",
+                "--format=%(refname:short)",
+            ])
             .output()
             .expect("git branch");
         assert!(out.status.success());
@@ -172,10 +177,17 @@ impl Home {
             ),
         )
         .expect("config.yaml");
-        let fallback = if conf.agent == "codex" { "[]" } else { "[codex]" };
+        let fallback = if conf.agent == "codex" {
+            "[]"
+        } else {
+            "[codex]"
+        };
         std::fs::write(
             path.join("routing.yaml"),
-            format!("default:\n  agent: {}\n  fallback: {fallback}\n", conf.agent),
+            format!(
+                "default:\n  agent: {}\n  fallback: {fallback}\n",
+                conf.agent
+            ),
         )
         .expect("routing.yaml");
         let label = home_label(&path);
@@ -300,7 +312,11 @@ impl Home {
         let root = self.path.join("workspaces");
         let mut out = Vec::new();
         for task in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-            for attempt in std::fs::read_dir(task.path()).into_iter().flatten().flatten() {
+            for attempt in std::fs::read_dir(task.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 out.push(attempt.path());
             }
         }
@@ -502,7 +518,8 @@ async fn spawn_lands_a_labelled_issue_as_a_pull_request() {
     );
     assert_eq!(pr.base, "main");
     assert!(
-        pr.body.contains("| Check | Command | Exit | Duration | Result |")
+        pr.body
+            .contains("| Check | Command | Exit | Duration | Result |")
             && pr.body.contains("sh test.sh")
             && pr.body.contains("sh -n calc.sh"),
         "evidence table missing from the PR body:\n{}",
@@ -651,7 +668,10 @@ async fn quota_falls_back_to_the_next_agent() {
     assert_eq!(state(&v), "LANDED");
     assert_eq!(v["task"]["failures"], 0);
     let a = attempts(&v);
-    let agents: Vec<&str> = a.iter().map(|x| x["agent"].as_str().unwrap_or("")).collect();
+    let agents: Vec<&str> = a
+        .iter()
+        .map(|x| x["agent"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(agents, ["claude", "codex"]);
     assert_eq!(a[0]["status"], "quota");
     assert_eq!(a[1]["status"], "succeeded");
@@ -808,7 +828,11 @@ async fn deadline_times_out_and_schedules_a_retry() {
 
 fn daemon_log(home: &Home) -> String {
     let mut out = String::new();
-    for entry in std::fs::read_dir(home.dir.path()).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(home.dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let p = entry.path();
         if p.extension().is_some_and(|e| e == "log") {
             out.push_str(&format!("--- {}\n", p.display()));
@@ -871,7 +895,11 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
     let summary: Value = second
         .log()
         .lines()
-        .find_map(|l| serde_json::from_str(l).ok().filter(|v: &Value| v["resumed"].is_number()))
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["resumed"].is_number())
+        })
         .expect("JSON summary");
     assert_eq!(summary["resumed"], 1, "{summary}");
     assert_eq!(summary["attempts"], 0, "{summary}");
@@ -884,7 +912,11 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
     let comments = fake.comments(&repo, n);
     assert_eq!(count_containing(&comments, "polyphony:landed"), 1);
     assert_eq!(count_containing(&comments, "polyphony:claim"), 1);
-    assert!(duplicate_seqs(&home).is_empty(), "{:?}", duplicate_seqs(&home));
+    assert!(
+        duplicate_seqs(&home).is_empty(),
+        "{:?}",
+        duplicate_seqs(&home)
+    );
     let db = home.db();
     for i in 1..=8 {
         let copies: i64 = db
@@ -895,6 +927,26 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
             )
             .expect("count");
         assert_eq!(copies, 1, "Progress {i}/8 stored {copies} times");
+    }
+    // What a person reads says the same: the transcript file and `logs`.
+    let transcript = std::fs::read_to_string(
+        home.path
+            .join("transcripts")
+            .join(polyphony::runtime::container_spec::container_key(&id))
+            .join("1.ndjson"),
+    )
+    .expect("transcript");
+    let out = home.run(&["logs", &id, "--attempt", "1"]).await;
+    assert!(out.status.success(), "logs: {}", output(&out));
+    let logs = text(&out.stdout);
+    for i in 1..=8 {
+        let needle = format!("Progress {i}/8");
+        assert_eq!(
+            transcript.matches(&needle).count(),
+            1,
+            "{needle} in:\n{transcript}"
+        );
+        assert_eq!(logs.matches(&needle).count(), 1, "{needle} in:\n{logs}");
     }
     assert_eq!(origin.branches().len(), 1);
     assert!(home.containers().is_empty(), "containers left behind");
@@ -1077,7 +1129,10 @@ async fn demo_runs_and_cleanup_leaves_nothing_behind() {
         .expect("run demo");
     assert!(out.status.success(), "demo: {}", output(&out));
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("demo --json");
-    let states: Vec<&str> = rows.iter().map(|r| r["state"].as_str().unwrap_or("")).collect();
+    let states: Vec<&str> = rows
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(states, ["LANDED", "LANDED", "LANDED", "BLOCKED"]);
     assert!(rows.iter().all(|r| r["as_promised"] == true));
     let path = dir.path().join("home").canonicalize().expect("demo home");
@@ -1089,12 +1144,18 @@ async fn demo_runs_and_cleanup_leaves_nothing_behind() {
         logs: Default::default(),
     };
     assert!(home.containers().is_empty(), "the demo left containers");
-    assert!(!home.workspace_dirs().is_empty(), "the demo kept its workspaces");
+    assert!(
+        !home.workspace_dirs().is_empty(),
+        "the demo kept its workspaces"
+    );
 
     let out = home.run(&["cleanup", "--json"]).await;
     assert!(out.status.success(), "cleanup: {}", output(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("cleanup --json");
-    assert!(report["bytes_freed"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    assert!(
+        report["bytes_freed"].as_u64().unwrap_or(0) > 0,
+        "{report:#}"
+    );
     assert!(
         home.workspace_dirs().is_empty(),
         "workspaces left: {:?}\n{report:#}",
@@ -1122,7 +1183,14 @@ fn polling_home(image: &str, fake: &FakeGithub, repo: &str) -> Home {
 async fn assert_landed_once(home: &Home, fake: &FakeGithub, repo: &str, n: u64, origin: &Origin) {
     let id = format!("{repo}#{n}");
     let v = home.task(&id).await;
-    assert_eq!(state(&v), "LANDED", "{}", daemon_log(home));
+    assert_eq!(
+        state(&v),
+        "LANDED",
+        "{}\n{}\n{}",
+        serde_json::to_string_pretty(&v["transitions"]).unwrap_or_default(),
+        serde_json::to_string_pretty(&v["attempts"]).unwrap_or_default(),
+        daemon_log(home)
+    );
     let pulls = fake.pulls(repo);
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     let comments = fake.comments(repo, n);
@@ -1169,7 +1237,10 @@ async fn kill_9_then_container_exits_then_restart_collects_and_lands() {
     first.wait(Duration::from_secs(10)).await;
     let t0 = Instant::now();
     while home.containers_where("status=exited").is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the agent never exited");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the agent never exited"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
@@ -1203,7 +1274,12 @@ async fn kill_9_during_verification_reverifies_and_lands_once() {
     let origin = Origin::new();
     origin.set_checks("test: sleep 6 && sh test.sh\n");
     let repo = github_repo(&fake, "calc-verify", &origin);
-    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
     let mut first = home.start(&["daemon"]);
@@ -1229,7 +1305,10 @@ async fn kill_9_during_verification_reverifies_and_lands_once() {
     let v = home.task(&id).await;
     assert_eq!(v["task"]["attempts"], 1);
     assert_eq!(transitions(&v), chain(HAPPY));
-    let evidence = attempts(&v)[0]["evidence"].as_array().expect("evidence").clone();
+    let evidence = attempts(&v)[0]["evidence"]
+        .as_array()
+        .expect("evidence")
+        .clone();
     let tests: Vec<&Value> = evidence.iter().filter(|e| e["name"] == "test").collect();
     assert_eq!(tests.len(), 1, "{evidence:#?}");
     assert_eq!(tests[0]["passed"], true);
@@ -1246,7 +1325,12 @@ async fn kill_9_while_landing_opens_one_pull_request() {
     let fake = FakeGithub::start().await;
     let origin = Origin::new();
     let repo = github_repo(&fake, "calc-landing", &origin);
-    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
     fake.inject(
         Some("POST"),
         "/pulls",
@@ -1340,11 +1424,106 @@ async fn a_second_daemon_on_one_home_is_refused() {
     assert!(!out.status.success(), "{}", output(&out));
     let err = text(&out.stderr);
     assert!(err.contains(&first.pid().to_string()), "{err}");
-    assert!(sock.exists(), "the refused daemon must not remove the wake socket");
+    assert!(
+        sock.exists(),
+        "the refused daemon must not remove the wake socket"
+    );
     let out = home.run(&["spawn", "--task", "local-1"]).await;
     assert_eq!(out.status.code(), Some(2), "{}", output(&out));
     first.signal(libc::SIGTERM);
     let status = first.wait(Duration::from_secs(20)).await;
     assert!(status.success(), "{}", first.log());
     assert!(!sock.exists(), "the socket goes with the daemon");
+}
+
+/// `kill -9` before the container exists (GitHub is slow to take the claim comment): the
+/// restart sends the stranded task back for an immediate retry, which lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_before_the_container_exists_retries_and_lands_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-stranded", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    fake.inject(
+        Some("POST"),
+        "/comments",
+        1,
+        support::fake_github::FaultKind::Delay(Duration::from_secs(3)),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "CLAIMED"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "CLAIMED", "killed before the container existed");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["failures"], 0, "an interruption is not a failure");
+    let comments = fake.comments(&repo, n);
+    assert!(
+        count_containing(&comments, "polyphony:claim") <= 2,
+        "{comments:#?}"
+    );
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+    assert!(!labels.iter().any(|l| l == "agent-claimed"), "{labels:?}");
+    println!("kill_9_before_container: {:?}", started.elapsed());
+}
+
+/// SIGTERM with `--drain`: no new claims, the running attempt finishes and lands, then
+/// the daemon exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_drain_lets_the_attempt_land() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-drain", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() slowly",
+        &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 4"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut daemon = home.start(&["daemon", "--drain"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    // Labelled after the signal: must not be claimed.
+    daemon.signal(libc::SIGTERM);
+    let late = ready_issue(&fake, &repo, "Late", &body_with("polyphony-fake: succeed"));
+    let status = daemon.wait(Duration::from_secs(60)).await;
+    assert!(status.success(), "{}", daemon.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon.log());
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(fake.pulls(&repo).len(), 1);
+    assert!(
+        fake.comments(&repo, late).is_empty(),
+        "the late issue was not claimed"
+    );
+    assert!(home.containers().is_empty());
+    println!("sigterm_drain: {:?}", started.elapsed());
 }

@@ -330,6 +330,39 @@ async fn claim_swaps_labels_comments_once_and_freezes_the_text() {
     assert!(comments[1].contains("attempt=2 by=home-a -->"));
 }
 
+/// Regression (e2e `kill_9_before_the_container_exists…`): a claim that dies after the
+/// label swap but before its comment left an issue labelled claimed with no owner, which
+/// the retry then refused as "no longer offered". The comment now goes first, so a claim
+/// cut short anywhere can be completed by the retry.
+#[tokio::test]
+async fn a_claim_cut_short_before_its_comment_can_be_retried() {
+    let w = world().await;
+    let n = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Cut short").labels(&["agent-ready"]));
+    let source = source_for(&w.fake, &[REPO], false);
+    let task = poll_one(&source, n).await;
+    w.fake.inject(
+        Some("POST"),
+        &format!("/issues/{n}/comments"),
+        1,
+        FaultKind::Status(422),
+    );
+    assert!(source.claim(&task, &info(1)).await.is_err());
+    assert!(w.fake.comments(REPO, n).is_empty());
+    assert_eq!(
+        w.fake.issue_labels(REPO, n),
+        vec!["agent-ready"],
+        "labels change only once the claim comment exists"
+    );
+    source
+        .claim(&task, &info(1))
+        .await
+        .expect("the retry claims");
+    assert_eq!(w.fake.comments(REPO, n).len(), 1);
+    assert_eq!(w.fake.issue_labels(REPO, n), vec!["agent-claimed"]);
+}
+
 #[tokio::test]
 async fn a_second_instance_cannot_claim_an_issue_another_holds() {
     let w = world().await;

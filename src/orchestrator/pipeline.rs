@@ -287,7 +287,27 @@ impl<'a> Attempt<'a> {
             owner,
         };
         let manager = self.orch.workspaces.clone();
-        let ws = tokio::task::spawn_blocking(move || manager.prepare(&req))
+        // An attempt number is reused when no attempt row was written for it (the daemon
+        // died before the container existed). Its half-made directory is a leftover of that
+        // run, never another attempt's work; without this every retry would fail on it.
+        let leftover = self
+            .orch
+            .config
+            .workspace_root()
+            .join(&key)
+            .join(self.attempt.to_string());
+        let recorded = self
+            .db()
+            .attempt(&self.task.id, self.attempt)
+            .map_err(Failure::crash)?
+            .is_some();
+        let ws = tokio::task::spawn_blocking(move || {
+            if !recorded && leftover.exists() {
+                tracing::info!(path = %leftover.display(), "removing the workspace of an interrupted attempt");
+                manager.remove(&leftover)?;
+            }
+            manager.prepare(&req)
+        })
             .await
             .map_err(Failure::crash)?
             .map_err(|e| {

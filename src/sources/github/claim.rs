@@ -1,7 +1,7 @@
 //! Claiming an issue for one attempt (spec §2 `mark_claimed`).
 //!
-//! Owns: re-reading the issue (still open, still offered), the label swap ready -> claimed,
-//! and the one claim comment per (task, attempt), found again by its hidden marker.
+//! Owns: re-reading the issue (still open, still offered), the one claim comment per (task,
+//! attempt), found again by its hidden marker, then the label swap ready -> claimed.
 //! Also the shared "comment once" helper landing uses.
 //! Must not: post a comment without first looking for its marker; freeze anything but the
 //! title and body read here.
@@ -96,12 +96,10 @@ pub async fn claim_issue(
             labels.ready
         )));
     }
-    if has(&labels.ready) {
-        remove_label(client, issue, &labels.ready).await?;
-    }
-    if !has(&labels.claimed) {
-        add_labels(client, issue, &[labels.claimed.as_str()]).await?;
-    }
+    // The comment is the record of ownership, so it goes first and the labels follow:
+    // a crash between the two leaves the issue offered with our marker (the retry
+    // finishes the swap), never claimed-labelled with no owner (which nobody would take
+    // again), and an instance that lost the race never touches the labels.
     let marker = claim_marker(task_id, info.attempt, &info.claimant);
     let body = format!(
         "Polyphony claimed this issue as task `{task_id}`: attempt {} by agent `{}`.\n\n{marker}",
@@ -120,6 +118,12 @@ pub async fn claim_issue(
                 )));
             }
         }
+    }
+    if has(&labels.ready) {
+        remove_label(client, issue, &labels.ready).await?;
+    }
+    if !has(&labels.claimed) {
+        add_labels(client, issue, &[labels.claimed.as_str()]).await?;
     }
     Ok(ClaimedTask {
         task_id: task_id.to_string(),
