@@ -1527,3 +1527,69 @@ async fn sigterm_with_drain_lets_the_attempt_land() {
     assert!(home.containers().is_empty());
     println!("sigterm_drain: {:?}", started.elapsed());
 }
+
+/// `kill -9`, and the agent's container is gone too (engine restarted, removed by hand):
+/// the restart records attempt 1 as ended (not "running" forever), retries without
+/// counting a failure, and lands on attempt 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--body",
+            &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 4"),
+            "Fix add() slowly",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text(&out.stdout).trim().to_string();
+    let mut first = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let ids = home.containers();
+    assert_eq!(ids.len(), 1);
+    let rm = std::process::Command::new("docker")
+        .args(["rm", "-f", &ids[0]])
+        .output()
+        .expect("docker rm");
+    assert!(rm.status.success());
+
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", second.log());
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert!(
+        a[0]["status"].is_string() && a[0]["finished_at"].is_string(),
+        "attempt 1 must not stay `running`: {:#}",
+        a[0]
+    );
+    assert_ne!(a[0]["status"], "succeeded");
+    assert_eq!(a[1]["status"], "succeeded");
+    assert!(home.containers().is_empty());
+
+    // Nothing of this home is live any more: cleanup removes both attempts' workspaces.
+    let out = home.run(&["cleanup", "--json"]).await;
+    assert!(out.status.success(), "cleanup: {}", output(&out));
+    assert!(
+        home.workspace_dirs().is_empty(),
+        "workspaces left: {:?}\n{}",
+        home.workspace_dirs(),
+        text(&out.stdout)
+    );
+    println!("kill_9_container_lost: {:?}", started.elapsed());
+}

@@ -20,9 +20,9 @@ use tokio::net::UnixListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::domain::{Task, TaskState};
+use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
 use crate::runtime::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
-use crate::store::Store;
+use crate::store::{AttemptRecord, Store};
 
 use super::lock::DaemonLock;
 use super::pipeline::{describe, AttemptEnd, RunOptions};
@@ -309,32 +309,35 @@ async fn reconcile(
                 _ => false,
             };
             handled.insert(task.id.clone());
-            if let (true, Some(record)) = (resumable, record) {
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    // More in flight than slots: the rest retry normally.
-                    interrupt(store, &task, state)?;
+            match (resumable, record) {
+                (true, Some(record)) => {
+                    let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        // More in flight than slots: the rest retry normally.
+                        interrupt(store, &task, state, Some(&record))?;
+                        if let Some(id) = container {
+                            let _ = orch.runtime.kill(&id).await;
+                            let _ = orch.runtime.remove(&id).await;
+                        }
+                        continue;
+                    };
+                    summary.resumed += 1;
+                    let orch = orch.clone();
+                    let opts = run_opts.clone();
+                    tracing::info!(task = %task.id, %state, "resuming after a restart");
+                    attempts.spawn(async move {
+                        let _permit = permit;
+                        let id = task.id.clone();
+                        let end = orch.resume(task, record, &opts).await;
+                        (id, end)
+                    });
+                }
+                (_, record) => {
                     if let Some(id) = container {
                         let _ = orch.runtime.kill(&id).await;
                         let _ = orch.runtime.remove(&id).await;
                     }
-                    continue;
-                };
-                summary.resumed += 1;
-                let orch = orch.clone();
-                let opts = run_opts.clone();
-                tracing::info!(task = %task.id, %state, "resuming after a restart");
-                attempts.spawn(async move {
-                    let _permit = permit;
-                    let id = task.id.clone();
-                    let end = orch.resume(task, record, &opts).await;
-                    (id, end)
-                });
-            } else {
-                if let Some(id) = container {
-                    let _ = orch.runtime.kill(&id).await;
-                    let _ = orch.runtime.remove(&id).await;
+                    interrupt(store, &task, state, record.as_ref())?;
                 }
-                interrupt(store, &task, state)?;
             }
         }
     }
@@ -349,9 +352,35 @@ async fn reconcile(
 
 /// A task stranded before its container existed (or whose container is gone): FAILED
 /// and due again at once, without counting a failure.
-fn interrupt(store: &Store, task: &Task, state: TaskState) -> anyhow::Result<()> {
+fn interrupt(
+    store: &Store,
+    task: &Task,
+    state: TaskState,
+    record: Option<&AttemptRecord>,
+) -> anyhow::Result<()> {
     let now = Utc::now();
     let reason = format!("interrupted: the daemon stopped while the task was {state}");
+    // The attempt row of a run that will never be collected: close it, or `status` shows it
+    // running forever and cleanup keeps its workspace as live.
+    if let Some(r) = record.filter(|r| r.status.is_none()) {
+        let result = RunResult {
+            task_id: task.id.clone(),
+            attempt: r.attempt,
+            agent: r.agent.clone(),
+            status: AttemptStatus::Crash,
+            turns: 0,
+            duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
+            cost_usd: None,
+            tokens: Default::default(),
+            exit_code: None,
+            final_message: None,
+            reason: Some(format!("{reason}; its container was gone")),
+            events: store.event_count(&task.id, r.attempt)?,
+            artifacts: Vec::new(),
+        };
+        let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
+        store.finish_attempt(&result, &[gate], now)?;
+    }
     store.transition(&task.id, state, TaskState::Failed, &reason, now)?;
     store.set_retry(&task.id, task.failures, Some(now))?;
     tracing::info!(task = %task.id, "{reason}; retrying");
