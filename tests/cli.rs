@@ -95,7 +95,7 @@ fn init_twice_without_force_keeps_edits() {
         .stdout(predicate::str::contains("overwrote"));
     assert!(std::fs::read_to_string(&routing)
         .unwrap()
-        .contains("small-bugfix"));
+        .contains("bugfix-one-file"));
 }
 
 #[test]
