@@ -306,6 +306,15 @@ fn logs_of_unknown_task_or_attempt_is_a_usage_error() {
         .stderr(predicates::str::contains(
             "no attempts yet (state DISCOVERED)",
         ));
+    // --follow on a task that ended without an attempt does not wait forever.
+    store.insert_task(&task("local-2")).unwrap();
+    drive(&store, "local-2", TaskState::Blocked);
+    polyphony(home.path())
+        .args(["logs", "local-2", "--follow"])
+        .timeout(Duration::from_secs(10))
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("state BLOCKED"));
     drive(&store, "local-1", TaskState::Running);
     store
         .start_attempt(&spec("local-1", 1, home.path().join("ws")), Utc::now())
