@@ -662,10 +662,13 @@ async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
             "{text}"
         );
         assert!(
-            text.contains("a daemon runs and may be preparing them"),
+            text.contains("a daemon runs and may be preparing it"),
             "{text}"
         );
-        assert!(!text.contains("zz-orphan"), "{text}");
+        assert!(
+            !text.contains("zz-orphan ("),
+            "orphan planned while a daemon runs: {text}"
+        );
     }
 
     // --all (no daemon): the RUNNING container, FAILED workspace and the orphan go too.
