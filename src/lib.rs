@@ -11,15 +11,21 @@
 //! - `agents`: one adapter per agent CLI: argv, line classification, outcome (pure)
 //! - `sources`: work intake (local queue, GitHub issues) and reporting back
 //! - `orchestrator`: attempt pipeline, proof of work, landing, supervisor loop
+//! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
+//! - `doctor`: environment checks (engine, images, git, config, credentials, token)
+//! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
 
 pub mod agents;
+pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod doctor;
 pub mod domain;
 pub mod identity;
 pub mod orchestrator;
+pub mod report;
 pub mod routing;
 pub mod runtime;
 pub mod sources;

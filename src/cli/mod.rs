@@ -8,11 +8,14 @@
 //! [`Outcome`] or an error to the process exit code through [`exit_code`].
 //! API Boundary: every `--json` output (scripts parse it).
 
+mod cleanup;
 mod config;
 mod daemon;
 mod demo;
+mod doctor;
 mod enqueue;
 mod init;
+mod logs;
 pub mod replay;
 pub mod route;
 mod spawn;
@@ -76,6 +79,12 @@ pub enum Command {
     /// the daemon: one lands, one lands on a repair retry, one on a fallback agent, one
     /// ends BLOCKED.
     Demo(demo::Args),
+    /// Print an attempt's transcript: assistant text, tool calls, results (--follow tails it).
+    Logs(logs::Args),
+    /// Check the engine, images, git, config, credentials and GitHub token; say how to fix.
+    Doctor(doctor::Args),
+    /// Remove this home's leftover containers, finished workspaces and stale locks.
+    Cleanup(cleanup::Args),
 }
 
 /// How a verb ended when it did not fail.
@@ -126,6 +135,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Spawn(args) => spawn::run(args, &ctx),
         Command::Daemon(args) => daemon::run(args, &ctx),
         Command::Demo(args) => demo::run(args, &ctx),
+        Command::Logs(args) => logs::run(args, &ctx),
+        Command::Doctor(args) => doctor::run(args, &ctx),
+        Command::Cleanup(args) => cleanup::run(args, &ctx),
     }
 }
 
@@ -169,4 +181,14 @@ fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     writeln!(out)?;
     out.flush()?;
     Ok(())
+}
+
+/// Runs a future to completion on a fresh single-threaded runtime (verbs are synchronous;
+/// only their Docker and GitHub calls are async).
+fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
+    Ok(rt.block_on(future))
 }

@@ -25,6 +25,17 @@ use super::{
 };
 use crate::domain::EventStream;
 
+/// What the engine says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineVersion {
+    /// Engine release, e.g. `20.10.24`.
+    pub version: String,
+    /// Highest API version the engine speaks, e.g. `1.41`.
+    pub api_version: String,
+    /// The API version this client negotiated.
+    pub negotiated_api: String,
+}
+
 /// The Docker engine. Cheap to clone (bollard's client is reference counted).
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
@@ -55,6 +66,29 @@ impl DockerRuntime {
     /// The bollard client, for image builds (`test_image`).
     pub fn client(&self) -> &Docker {
         &self.docker
+    }
+
+    /// The engine's version and API version, and the API version spoken to it (`doctor`).
+    pub async fn engine_version(&self) -> Result<EngineVersion, RuntimeError> {
+        let v = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| engine("version", e))?;
+        Ok(EngineVersion {
+            version: v.version.unwrap_or_else(|| "unknown".into()),
+            api_version: v.api_version.unwrap_or_else(|| "unknown".into()),
+            negotiated_api: self.docker.client_version().to_string(),
+        })
+    }
+
+    /// Whether `image` (name:tag or id) exists in the engine (`doctor`, before a run).
+    pub async fn image_present(&self, image: &str) -> Result<bool, RuntimeError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, 404) => Ok(false),
+            Err(e) => Err(engine("inspect image", e)),
+        }
     }
 
     async fn remove_leftover(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {

@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 use crate::domain::EventStream;
 
 pub use container_spec::{ContainerSpec, Role};
-pub use docker::DockerRuntime;
+pub use docker::{DockerRuntime, EngineVersion};
 pub use execute::{
     reattach, run_attempt, run_check, AttemptExecution, CheckRun, EventSink, RunLimits,
     TranscriptPaths,

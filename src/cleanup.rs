@@ -1,0 +1,803 @@
+//! `polyphony cleanup`: what to remove (a pure plan over gathered facts) and the thin IO
+//! that gathers those facts and carries the plan out (issue 7 item 6).
+//!
+//! Owns the decision of which containers, workspaces and lock files of ONE home are
+//! leftovers. [`plan`] is pure (no disk, Docker, clock or store) and table-tested; the IO
+//! half ([`task_facts`], [`container_facts`], [`workspace_dirs`], [`lock_facts`],
+//! [`execute`]) only reads facts and removes what the plan names.
+//!
+//! Architecture Invariant: never touches another home's containers: facts are gathered with
+//! the `polyphony.home` label filter and [`plan`] refuses any container whose label differs.
+//! Architecture Invariant: never removes a path outside `workspace_root`: the plan refuses
+//! such paths and `WorkspaceManager::remove` refuses them again after resolving symlinks.
+//! Must not: remove a live attempt's container or workspace, or anything under `mirror_root`
+//! except an unheld `*.lock` file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::domain::TaskState;
+use crate::runtime::{
+    RunState, RuntimeError, WorkerRuntime, LABEL_ATTEMPT, LABEL_HOME, LABEL_TASK,
+};
+use crate::store::{Store, StoreError};
+use crate::workspace::WorkspaceManager;
+
+/// Failures while gathering facts. Removal failures are collected in the [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+// ---------------------------------------------------------------------------- facts
+
+/// One attempt as the store recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFact {
+    pub attempt: u32,
+    /// The recorded workspace, resolved when it exists.
+    pub workspace: PathBuf,
+    /// Whether the workspace directory exists now.
+    pub exists: bool,
+}
+
+/// One task with its attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFact {
+    pub id: String,
+    pub state: TaskState,
+    pub attempts: Vec<AttemptFact>,
+}
+
+impl TaskFact {
+    fn latest_attempt(&self) -> u32 {
+        self.attempts.iter().map(|a| a.attempt).max().unwrap_or(0)
+    }
+}
+
+/// One container carrying this home's label (as listed by the engine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerFact {
+    pub id: String,
+    pub name: String,
+    /// The `polyphony.home` label.
+    pub home: Option<String>,
+    pub task: Option<String>,
+    pub attempt: Option<u32>,
+    pub running: bool,
+}
+
+/// Which lock a lock file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    /// `$POLYPHONY_HOME/daemon.lock`.
+    Daemon,
+    /// `<mirror_root>/<mirror>.lock`.
+    Mirror,
+}
+
+/// One lock file and whether some process holds it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockFact {
+    pub path: PathBuf,
+    pub kind: LockKind,
+    pub held: bool,
+}
+
+/// Everything [`plan`] decides on. Paths are resolved (canonical) where they exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// This home's `polyphony.home` label value.
+    pub home_label: String,
+    pub workspace_root: PathBuf,
+    pub mirror_root: PathBuf,
+    pub tasks: Vec<TaskFact>,
+    pub containers: Vec<ContainerFact>,
+    /// Real directories (never symlinks) one and two levels below `workspace_root`.
+    pub workspace_dirs: Vec<PathBuf>,
+    pub locks: Vec<LockFact>,
+    pub daemon_running: bool,
+}
+
+// ---------------------------------------------------------------------------- plan
+
+/// A container to remove and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerRemoval {
+    pub id: String,
+    pub name: String,
+    pub task: Option<String>,
+    pub attempt: Option<u32>,
+    pub running: bool,
+    pub why: String,
+}
+
+/// A workspace directory to remove and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkspaceRemoval {
+    pub path: PathBuf,
+    /// `None` for an orphan directory no attempt recorded.
+    pub task: Option<String>,
+    pub attempt: Option<u32>,
+    pub why: String,
+}
+
+/// A lock file to remove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockRemoval {
+    pub path: PathBuf,
+    pub kind: LockKind,
+}
+
+/// Something left alone on purpose, with the reason (shown so nothing is silently kept).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kept {
+    pub what: String,
+    pub why: String,
+}
+
+/// What cleanup removes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CleanupPlan {
+    pub containers: Vec<ContainerRemoval>,
+    pub workspaces: Vec<WorkspaceRemoval>,
+    pub locks: Vec<LockRemoval>,
+    pub kept: Vec<Kept>,
+}
+
+impl CleanupPlan {
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty() && self.workspaces.is_empty() && self.locks.is_empty()
+    }
+}
+
+/// Decides what to remove. Pure.
+///
+/// Containers: one is kept only while an attempt owns it — with a daemon holding the lock,
+/// the latest attempt of a task in CLAIMED…VERIFYING; with no daemon, the latest attempt of
+/// a RUNNING task (recovery re-attaches to it), and with `all` not even that.
+/// Workspaces: those recorded for LANDED and BLOCKED tasks; with `all` also FAILED tasks'
+/// and, when no daemon runs (it may be preparing one), directories no attempt recorded.
+/// Locks: unheld `daemon.lock`; unheld mirror locks when no daemon runs.
+pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
+    let mut out = CleanupPlan::default();
+    plan_containers(facts, all, &mut out);
+    plan_workspaces(facts, all, &mut out);
+    for lock in &facts.locks {
+        let removable = !lock.held && (lock.kind == LockKind::Daemon || !facts.daemon_running);
+        if removable {
+            out.locks.push(LockRemoval {
+                path: lock.path.clone(),
+                kind: lock.kind,
+            });
+        }
+    }
+    out
+}
+
+fn plan_containers(facts: &Facts, all: bool, out: &mut CleanupPlan) {
+    let tasks: BTreeMap<&str, &TaskFact> = facts.tasks.iter().map(|t| (t.id.as_str(), t)).collect();
+    for c in &facts.containers {
+        if c.home.as_deref() != Some(facts.home_label.as_str()) {
+            out.kept.push(Kept {
+                what: format!("container {}", c.name),
+                why: format!(
+                    "labelled for another home ({LABEL_HOME}={})",
+                    c.home.as_deref().unwrap_or("<none>")
+                ),
+            });
+            continue;
+        }
+        let owner = c
+            .task
+            .as_deref()
+            .and_then(|id| tasks.get(id).copied())
+            .zip(c.attempt);
+        let (keep, why) = match owner {
+            None => (false, "no task in the store owns it".to_string()),
+            Some((task, attempt)) => {
+                let current = attempt >= task.latest_attempt();
+                let live = if facts.daemon_running {
+                    task.state.is_active()
+                } else {
+                    !all && task.state == TaskState::Running
+                };
+                if current && live {
+                    let by = if facts.daemon_running {
+                        "the running daemon"
+                    } else {
+                        "recovery (no daemon runs; --all removes it)"
+                    };
+                    (
+                        true,
+                        format!(
+                            "attempt {attempt} of {} ({}) is live for {by}",
+                            task.id, task.state
+                        ),
+                    )
+                } else if !current {
+                    (
+                        false,
+                        format!(
+                            "attempt {attempt} of {} was superseded by attempt {}",
+                            task.id,
+                            task.latest_attempt()
+                        ),
+                    )
+                } else {
+                    (false, format!("task {} is {}", task.id, task.state))
+                }
+            }
+        };
+        if keep {
+            out.kept.push(Kept {
+                what: format!("container {}", c.name),
+                why,
+            });
+        } else {
+            out.containers.push(ContainerRemoval {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                task: c.task.clone(),
+                attempt: c.attempt,
+                running: c.running,
+                why,
+            });
+        }
+    }
+}
+
+/// `a` is `b`, or one contains the other.
+fn related(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
+    let root = &facts.workspace_root;
+    let inside = |p: &Path| p != root && p.starts_with(root) && !related(p, &facts.mirror_root);
+    for task in &facts.tasks {
+        let removable = match task.state {
+            TaskState::Landed | TaskState::Blocked => true,
+            TaskState::Failed => all,
+            _ => false,
+        };
+        if !removable {
+            continue;
+        }
+        for a in task.attempts.iter().filter(|a| a.exists) {
+            if !inside(&a.workspace) {
+                out.kept.push(Kept {
+                    what: format!("workspace {}", a.workspace.display()),
+                    why: format!(
+                        "recorded for {} attempt {} but outside workspace_root {} (or overlapping mirror_root)",
+                        task.id,
+                        a.attempt,
+                        root.display()
+                    ),
+                });
+                continue;
+            }
+            out.workspaces.push(WorkspaceRemoval {
+                path: a.workspace.clone(),
+                task: Some(task.id.clone()),
+                attempt: Some(a.attempt),
+                why: format!("task {} is {}", task.id, task.state),
+            });
+        }
+    }
+    let recorded: Vec<&Path> = facts
+        .tasks
+        .iter()
+        .flat_map(|t| t.attempts.iter().map(|a| a.workspace.as_path()))
+        .collect();
+    let orphans: BTreeSet<&Path> = facts
+        .workspace_dirs
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|d| inside(d) && !recorded.iter().any(|r| related(d, r)))
+        .collect();
+    // Only the outermost orphan: removing `root/k` takes `root/k/1` with it.
+    let outermost: Vec<&Path> = orphans
+        .iter()
+        .copied()
+        .filter(|d| !orphans.iter().any(|o| o != d && d.starts_with(o)))
+        .collect();
+    if outermost.is_empty() {
+        return;
+    }
+    if !all || facts.daemon_running {
+        let why = if all {
+            "no attempt recorded it, but a daemon runs and may be preparing it"
+        } else {
+            "no attempt recorded it; --all removes it"
+        };
+        out.kept.extend(outermost.iter().map(|d| Kept {
+            what: format!("workspace {}", d.display()),
+            why: why.to_string(),
+        }));
+        return;
+    }
+    for d in outermost {
+        out.workspaces.push(WorkspaceRemoval {
+            path: d.to_path_buf(),
+            task: None,
+            attempt: None,
+            why: "no attempt recorded this directory".to_string(),
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------- gather (IO)
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CleanupError + '_ {
+    move |source| CleanupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `path` resolved when it exists, else as given.
+fn resolve(path: &Path) -> (PathBuf, bool) {
+    match path.canonicalize() {
+        Ok(p) => (p, true),
+        Err(_) => (path.to_path_buf(), false),
+    }
+}
+
+/// Every task with its recorded attempt workspaces.
+pub fn task_facts(store: &Store) -> Result<Vec<TaskFact>, CleanupError> {
+    let mut out = Vec::new();
+    for task in store.list_tasks(None, None)? {
+        let attempts = store
+            .attempts(&task.id)?
+            .into_iter()
+            .map(|a| {
+                let (workspace, exists) = resolve(&a.workspace);
+                AttemptFact {
+                    attempt: a.attempt,
+                    workspace,
+                    exists,
+                }
+            })
+            .collect();
+        out.push(TaskFact {
+            id: task.id,
+            state: task.state,
+            attempts,
+        });
+    }
+    Ok(out)
+}
+
+/// Containers carrying `polyphony.home=<home_label>`, any state.
+pub async fn container_facts(
+    runtime: &dyn WorkerRuntime,
+    home_label: &str,
+) -> Result<Vec<ContainerFact>, CleanupError> {
+    let filter = [(LABEL_HOME.to_string(), home_label.to_string())];
+    let found = runtime.list_by_labels(&filter).await?;
+    Ok(found
+        .into_iter()
+        .map(|c| ContainerFact {
+            home: c.labels.get(LABEL_HOME).cloned(),
+            task: c.labels.get(LABEL_TASK).cloned(),
+            attempt: c.labels.get(LABEL_ATTEMPT).and_then(|a| a.parse().ok()),
+            running: c.state == RunState::Running,
+            id: c.id,
+            name: c.name,
+        })
+        .collect())
+}
+
+/// Real directories one and two levels below `root` (resolved), never following symlinks.
+/// A missing root has none.
+pub fn workspace_dirs(root: &Path) -> Result<Vec<PathBuf>, CleanupError> {
+    let root = match root.canonicalize() {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(root)(e)),
+    };
+    let mut out = Vec::new();
+    for first in real_dirs(&root)? {
+        out.extend(real_dirs(&first)?);
+        out.push(first);
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn real_dirs(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        // `file_type` does not follow symlinks.
+        if entry.file_type().map_err(io_err(&entry.path()))?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
+}
+
+/// `daemon.lock` of the home and `*.lock` files directly under `mirror_root`, each with
+/// whether a process holds it now.
+pub fn lock_facts(home: &Path, mirror_root: &Path) -> Result<Vec<LockFact>, CleanupError> {
+    let mut out = Vec::new();
+    let daemon = home.join("daemon.lock");
+    if daemon.is_file() {
+        out.push(LockFact {
+            held: crate::orchestrator::lock::DaemonLock::is_held(home),
+            path: daemon,
+            kind: LockKind::Daemon,
+        });
+    }
+    let entries = match std::fs::read_dir(mirror_root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err(mirror_root)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_err(mirror_root))?;
+        let path = entry.path();
+        let is_file = entry.file_type().map_err(io_err(&path))?.is_file();
+        if is_file && path.extension().is_some_and(|e| e == "lock") {
+            out.push(LockFact {
+                held: try_hold(&path).is_none(),
+                path,
+                kind: LockKind::Mirror,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The file locked exclusively by us, or `None` when another process holds it (or it
+/// cannot be opened).
+fn try_hold(path: &Path) -> Option<File> {
+    let file = OpenOptions::new().read(true).write(true).open(path).ok()?;
+    file.try_lock().ok()?;
+    Some(file)
+}
+
+// ---------------------------------------------------------------------------- execute (IO)
+
+/// One thing removed (or, in a dry run, that would be).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Removed<T> {
+    #[serde(flatten)]
+    pub item: T,
+    /// Bytes on disk freed (workspaces and lock files; containers report 0).
+    pub bytes: u64,
+}
+
+/// What [`execute`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub dry_run: bool,
+    pub containers: Vec<Removed<ContainerRemoval>>,
+    pub workspaces: Vec<Removed<WorkspaceRemoval>>,
+    pub locks: Vec<Removed<LockRemoval>>,
+    pub kept: Vec<Kept>,
+    pub bytes_freed: u64,
+    /// Removals that failed, one line each with the fix where there is one.
+    pub errors: Vec<String>,
+}
+
+/// Carries out `plan` (or, with `dry_run`, only measures it). Failures do not stop the
+/// rest; they are listed in [`Report::errors`]. Containers are skipped when `runtime` is
+/// `None` (the caller reports why).
+pub async fn execute(
+    plan: CleanupPlan,
+    runtime: Option<&dyn WorkerRuntime>,
+    workspaces: &WorkspaceManager,
+    dry_run: bool,
+) -> Report {
+    let mut report = Report {
+        dry_run,
+        kept: plan.kept,
+        ..Report::default()
+    };
+    for c in plan.containers {
+        match runtime {
+            _ if dry_run => report.containers.push(Removed { item: c, bytes: 0 }),
+            Some(rt) => match rt.remove(&c.id).await {
+                Ok(()) => report.containers.push(Removed { item: c, bytes: 0 }),
+                Err(e) => report.errors.push(format!("container {}: {e}", c.name)),
+            },
+            None => report.errors.push(format!(
+                "container {}: not removed, the Docker engine is unreachable",
+                c.name
+            )),
+        }
+    }
+    for w in plan.workspaces {
+        let result = if dry_run {
+            Ok(crate::workspace::disk_usage(&w.path))
+        } else {
+            workspaces.remove(&w.path)
+        };
+        match result {
+            Ok(bytes) => {
+                report.bytes_freed += bytes;
+                report.workspaces.push(Removed { item: w, bytes });
+            }
+            Err(e) => report
+                .errors
+                .push(format!("workspace {}: {e}", w.path.display())),
+        }
+    }
+    for l in plan.locks {
+        match remove_lock(&l.path, dry_run) {
+            Ok(Some(bytes)) => {
+                report.bytes_freed += bytes;
+                report.locks.push(Removed { item: l, bytes });
+            }
+            Ok(None) => report.kept.push(Kept {
+                what: format!("lock {}", l.path.display()),
+                why: "a process took it since it was checked".to_string(),
+            }),
+            Err(e) => report
+                .errors
+                .push(format!("lock {}: {e}", l.path.display())),
+        }
+    }
+    report
+}
+
+/// Removes a lock file while holding it, so a process that opened it earlier cannot take
+/// it between our check and the unlink. `None` when someone holds it now.
+fn remove_lock(path: &Path, dry_run: bool) -> std::io::Result<Option<u64>> {
+    let Some(file) = try_hold(path) else {
+        return Ok(None);
+    };
+    let bytes = file.metadata().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.blocks() * 512
+    })?;
+    if !dry_run {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    drop(file);
+    Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOME: &str = "abc123";
+
+    fn task(id: &str, state: TaskState, attempts: &[u32]) -> TaskFact {
+        TaskFact {
+            id: id.into(),
+            state,
+            attempts: attempts
+                .iter()
+                .map(|&n| AttemptFact {
+                    attempt: n,
+                    workspace: PathBuf::from(format!("/ws/{id}/{n}")),
+                    exists: true,
+                })
+                .collect(),
+        }
+    }
+
+    fn container(task: &str, attempt: u32) -> ContainerFact {
+        ContainerFact {
+            id: format!("id-{task}-{attempt}"),
+            name: format!("polyphony-{task}-{attempt}"),
+            home: Some(HOME.into()),
+            task: Some(task.into()),
+            attempt: Some(attempt),
+            running: true,
+        }
+    }
+
+    fn facts(tasks: Vec<TaskFact>, containers: Vec<ContainerFact>, daemon: bool) -> Facts {
+        Facts {
+            home_label: HOME.into(),
+            workspace_root: "/ws".into(),
+            mirror_root: "/mirrors".into(),
+            tasks,
+            containers,
+            workspace_dirs: Vec::new(),
+            locks: Vec::new(),
+            daemon_running: daemon,
+        }
+    }
+
+    /// Names of removed containers and workspaces, for compact expectations.
+    fn removed(p: &CleanupPlan) -> (Vec<String>, Vec<String>) {
+        (
+            p.containers.iter().map(|c| c.name.clone()).collect(),
+            p.workspaces
+                .iter()
+                .map(|w| w.path.display().to_string())
+                .collect(),
+        )
+    }
+
+    fn check(facts: &Facts, all: bool, containers: &[&str], workspaces: &[&str]) {
+        let p = plan(facts, all);
+        let (c, w) = removed(&p);
+        assert_eq!(c, containers, "containers; plan: {p:#?}");
+        assert_eq!(w, workspaces, "workspaces; plan: {p:#?}");
+    }
+
+    use TaskState::*;
+
+    #[test]
+    fn containers_by_state_and_daemon() {
+        // (state, daemon running, all, removed?)
+        let cases = [
+            (Running, true, false, false),
+            (Running, true, true, false),
+            (Verifying, true, false, false),
+            (Claimed, true, false, false),
+            (Running, false, false, false),
+            (Running, false, true, true),
+            (Verifying, false, false, true),
+            (Provisioned, false, false, true),
+            (Landed, true, false, true),
+            (Failed, true, false, true),
+            (Blocked, false, false, true),
+            (Discovered, true, false, true),
+        ];
+        for (state, daemon, all, gone) in cases {
+            let f = facts(
+                vec![task("t", state, &[1])],
+                vec![container("t", 1)],
+                daemon,
+            );
+            let p = plan(&f, all);
+            assert_eq!(
+                p.containers.len() == 1,
+                gone,
+                "{state} daemon={daemon} all={all}: {p:#?}"
+            );
+            assert_eq!(p.kept.len() == 1, !gone, "{state}: kept is listed");
+        }
+    }
+
+    #[test]
+    fn superseded_attempt_container_goes_even_while_live() {
+        let f = facts(
+            vec![task("t", Running, &[1, 2])],
+            vec![container("t", 1), container("t", 2)],
+            true,
+        );
+        check(&f, false, &["polyphony-t-1"], &[]);
+    }
+
+    #[test]
+    fn unowned_and_foreign_containers() {
+        let mut foreign = container("t", 1);
+        foreign.home = Some("other".into());
+        foreign.name = "foreign".into();
+        let mut unlabelled = container("x", 1);
+        unlabelled.task = None;
+        unlabelled.name = "nolabel".into();
+        let f = facts(
+            vec![task("t", Running, &[1])],
+            vec![foreign, unlabelled, container("ghost", 3)],
+            true,
+        );
+        let p = plan(&f, true);
+        check(&f, true, &["nolabel", "polyphony-ghost-3"], &[]);
+        assert!(p.kept.iter().any(|k| k.what == "container foreign"));
+    }
+
+    #[test]
+    fn workspaces_by_state() {
+        let tasks = vec![
+            task("landed", Landed, &[1, 2]),
+            task("blocked", Blocked, &[1]),
+            task("failed", Failed, &[1]),
+            task("running", Running, &[1]),
+        ];
+        let f = facts(tasks, vec![], false);
+        check(
+            &f,
+            false,
+            &[],
+            &["/ws/landed/1", "/ws/landed/2", "/ws/blocked/1"],
+        );
+        check(
+            &f,
+            true,
+            &[],
+            &[
+                "/ws/landed/1",
+                "/ws/landed/2",
+                "/ws/blocked/1",
+                "/ws/failed/1",
+            ],
+        );
+    }
+
+    #[test]
+    fn missing_and_outside_workspaces_are_not_removed() {
+        let mut t = task("t", Landed, &[1, 2, 3]);
+        t.attempts[0].exists = false;
+        t.attempts[1].workspace = "/etc".into();
+        t.attempts[2].workspace = "/ws".into();
+        let f = facts(vec![t], vec![], false);
+        let p = plan(&f, true);
+        check(&f, true, &[], &[]);
+        assert_eq!(p.kept.len(), 2, "{p:#?}");
+    }
+
+    #[test]
+    fn orphans_only_with_all_and_no_daemon() {
+        let mut f = facts(vec![task("t", Running, &[1])], vec![], false);
+        f.workspace_dirs = [
+            "/ws/t",
+            "/ws/t/1",
+            "/ws/t/9",
+            "/ws/old",
+            "/ws/old/1",
+            "/mirrors",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        check(&f, false, &[], &[]);
+        check(&f, true, &[], &["/ws/old", "/ws/t/9"]);
+        f.daemon_running = true;
+        check(&f, true, &[], &[]);
+        assert!(plan(&f, true).kept.iter().any(|k| k.why.contains("daemon")));
+    }
+
+    #[test]
+    fn mirror_root_inside_workspace_root_is_never_an_orphan() {
+        let mut f = facts(vec![], vec![], false);
+        f.mirror_root = "/ws/mirrors".into();
+        f.workspace_dirs = vec!["/ws/mirrors".into(), "/ws/mirrors/a.git".into()];
+        check(&f, true, &[], &[]);
+    }
+
+    #[test]
+    fn locks() {
+        let lock = |p: &str, kind, held| LockFact {
+            path: p.into(),
+            kind,
+            held,
+        };
+        let mut f = facts(vec![], vec![], false);
+        f.locks = vec![
+            lock("/h/daemon.lock", LockKind::Daemon, false),
+            lock("/m/a.lock", LockKind::Mirror, false),
+            lock("/m/b.lock", LockKind::Mirror, true),
+        ];
+        let paths =
+            |p: CleanupPlan| -> Vec<PathBuf> { p.locks.into_iter().map(|l| l.path).collect() };
+        assert_eq!(
+            paths(plan(&f, false)),
+            vec![PathBuf::from("/h/daemon.lock"), PathBuf::from("/m/a.lock")]
+        );
+        f.daemon_running = true;
+        f.locks[0].held = true;
+        assert!(paths(plan(&f, false)).is_empty());
+    }
+
+    #[test]
+    fn empty_facts_plan_nothing() {
+        assert!(plan(&facts(vec![], vec![], false), true).is_empty());
+    }
+}

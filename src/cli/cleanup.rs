@@ -1,0 +1,135 @@
+//! `polyphony cleanup`: gathers facts about this home (store, containers labelled for it,
+//! workspace directories, lock files), plans with `cleanup::plan` and carries the plan out
+//! (or, with `--dry-run`, only measures it). Exit 1 when any removal failed or Docker was
+//! unreachable, so a script knows leftovers may remain.
+
+use anyhow::Context as _;
+
+use super::{print_json, Context, Outcome};
+use crate::cleanup::{self, Facts, Report};
+use crate::config::Config;
+use crate::report::human_bytes;
+use crate::runtime::{home_label, DockerRuntime, WorkerRuntime};
+use crate::store::Store;
+use crate::workspace::WorkspaceManager;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only print what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also FAILED tasks' workspaces, directories no attempt recorded, and (with no daemon
+    /// running) containers of RUNNING attempts.
+    #[arg(long)]
+    all: bool,
+    /// Print JSON: {dry_run, containers, workspaces, locks, kept, bytes_freed, errors}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
+    let config = Config::load(&ctx.home)?;
+    let db = crate::config::db_path(&ctx.home);
+    let tasks = if db.exists() {
+        cleanup::task_facts(&Store::open(&db)?)?
+    } else {
+        Vec::new()
+    };
+    let label = home_label(&ctx.home);
+    let resolve = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (runtime, containers, docker_error) = super::block_on(async {
+        match DockerRuntime::connect().await {
+            Ok(rt) => match cleanup::container_facts(&rt, &label).await {
+                Ok(c) => (Some(rt), c, None),
+                Err(e) => (None, Vec::new(), Some(e.to_string())),
+            },
+            Err(e) => (None, Vec::new(), Some(e.to_string())),
+        }
+    })?;
+    let facts = Facts {
+        home_label: label,
+        workspace_root: resolve(config.workspace_root()),
+        mirror_root: resolve(config.mirror_root()),
+        tasks,
+        containers,
+        workspace_dirs: cleanup::workspace_dirs(config.workspace_root())?,
+        locks: cleanup::lock_facts(&ctx.home, config.mirror_root())?,
+        daemon_running: crate::orchestrator::lock::DaemonLock::is_held(&ctx.home),
+    };
+    let plan = cleanup::plan(&facts, args.all);
+    let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());
+    let mut report = super::block_on(cleanup::execute(
+        plan,
+        runtime.as_ref().map(|r| r as &dyn WorkerRuntime),
+        &workspaces,
+        args.dry_run,
+    ))?;
+    if let Some(e) = docker_error {
+        report.errors.push(format!(
+            "containers not checked: {e}; start the engine and run cleanup again"
+        ));
+    }
+    if args.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", render(&report, facts.daemon_running));
+    }
+    if report.errors.is_empty() {
+        Ok(Outcome::Success)
+    } else {
+        Err(anyhow::anyhow!(
+            "{} cleanup step(s) failed",
+            report.errors.len()
+        ))
+        .context("cleanup is incomplete; see the errors above")
+    }
+}
+
+fn render(r: &Report, daemon_running: bool) -> String {
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    let mut out = String::new();
+    for c in &r.containers {
+        let running = if c.item.running { " (running)" } else { "" };
+        out.push_str(&format!(
+            "{verb} container {}{running} — {}\n",
+            c.item.name, c.item.why
+        ));
+    }
+    for w in &r.workspaces {
+        out.push_str(&format!(
+            "{verb} workspace {} ({}) — {}\n",
+            w.item.path.display(),
+            human_bytes(w.bytes),
+            w.item.why
+        ));
+    }
+    for l in &r.locks {
+        out.push_str(&format!("{verb} stale lock {}\n", l.item.path.display()));
+    }
+    for k in &r.kept {
+        out.push_str(&format!("kept {} — {}\n", k.what, k.why));
+    }
+    for e in &r.errors {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    let n = r.containers.len() + r.workspaces.len() + r.locks.len();
+    if n == 0 {
+        out.push_str("nothing to clean up");
+    } else {
+        out.push_str(&format!(
+            "{}: {} container(s), {} workspace(s), {} lock(s); {} {}",
+            if r.dry_run { "dry run" } else { "done" },
+            r.containers.len(),
+            r.workspaces.len(),
+            r.locks.len(),
+            human_bytes(r.bytes_freed),
+            if r.dry_run { "would be freed" } else { "freed" }
+        ));
+    }
+    out.push_str(if daemon_running {
+        " (a daemon is running: its live attempts were left alone)\n"
+    } else {
+        "\n"
+    });
+    out
+}
