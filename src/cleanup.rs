@@ -308,31 +308,34 @@ fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
         .map(PathBuf::as_path)
         .filter(|d| inside(d) && !recorded.iter().any(|r| related(d, r)))
         .collect();
-    if orphans.is_empty() {
+    // Only the outermost orphan: removing `root/k` takes `root/k/1` with it.
+    let outermost: Vec<&Path> = orphans
+        .iter()
+        .copied()
+        .filter(|d| !orphans.iter().any(|o| o != d && d.starts_with(o)))
+        .collect();
+    if outermost.is_empty() {
         return;
     }
     if !all || facts.daemon_running {
-        out.kept.push(Kept {
-            what: format!("{} unrecorded workspace director(ies)", orphans.len()),
-            why: if all {
-                "a daemon runs and may be preparing them".to_string()
-            } else {
-                "no attempt recorded them; --all removes them".to_string()
-            },
-        });
+        let why = if all {
+            "no attempt recorded it, but a daemon runs and may be preparing it"
+        } else {
+            "no attempt recorded it; --all removes it"
+        };
+        out.kept.extend(outermost.iter().map(|d| Kept {
+            what: format!("workspace {}", d.display()),
+            why: why.to_string(),
+        }));
         return;
     }
-    // Only the outermost orphan: removing `root/k` takes `root/k/1` with it.
-    for d in &orphans {
-        let covered = orphans.iter().any(|o| o != d && d.starts_with(o));
-        if !covered {
-            out.workspaces.push(WorkspaceRemoval {
-                path: d.to_path_buf(),
-                task: None,
-                attempt: None,
-                why: "no attempt recorded this directory".to_string(),
-            });
-        }
+    for d in outermost {
+        out.workspaces.push(WorkspaceRemoval {
+            path: d.to_path_buf(),
+            task: None,
+            attempt: None,
+            why: "no attempt recorded this directory".to_string(),
+        });
     }
 }
 

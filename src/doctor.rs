@@ -8,8 +8,8 @@
 //!
 //! Architecture Invariant: secret values never appear in a check: tokens and API keys are
 //! named by their variable, never shown, not even in part.
-//! Must not: create or change anything in the home (it only looks), or fail on the first
-//! problem (every check runs so one run lists everything to fix).
+//! Must not: create anything in the home (the queue is opened only when it exists), or stop
+//! at the first problem (every check runs so one run lists everything to fix).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -63,12 +63,17 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         let attempts = store.attempts(&task.id)?;
         match pick(&attempts, args.attempt, &task.id)? {
             Some(a) => break a,
-            None if args.follow => std::thread::sleep(POLL),
+            // A task that ended without an attempt never gets one: nothing to wait for.
+            None if args.follow && !current_state(&store, &task.id)?.is_terminal() => {
+                std::thread::sleep(POLL)
+            }
             None => {
                 // Nothing to show is not an error: the task may simply not have started.
                 eprintln!(
                     "task {} has no attempts yet (state {}); `polyphony logs {} --follow` waits for the first",
-                    task.id, task.state, task.id
+                    task.id,
+                    current_state(&store, &task.id)?,
+                    task.id
                 );
                 return Ok(Outcome::Success);
             }
@@ -106,6 +111,12 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     }
     out.flush()?;
     Ok(Outcome::Success)
+}
+
+fn current_state(store: &Store, id: &str) -> anyhow::Result<crate::domain::TaskState> {
+    Ok(store
+        .get_task(id)?
+        .map_or(crate::domain::TaskState::Discovered, |t| t.state))
 }
 
 /// The requested attempt, the latest when none is named, or `None` when there is none yet.

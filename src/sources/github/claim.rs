@@ -6,8 +6,7 @@
 //! Must not: post a comment without first looking for its marker; freeze anything but the
 //! title and body read here.
 
-use octocrab::models::issues::{Comment, Issue};
-use octocrab::models::IssueState;
+use super::model::{Comment, Issue};
 use serde_json::json;
 
 use super::client::{encode_component, GithubClient, GithubError, Repeat};
@@ -35,7 +34,7 @@ pub fn first_claimant(comments: &[Comment], task_id: &str) -> Option<String> {
                 .find_map(|word| word.strip_prefix("by="))
                 .unwrap_or("")
                 .to_string();
-            Some((c.id.0, claimant))
+            Some((c.id, claimant))
         })
         .min_by_key(|(id, _)| *id)
         .map(|(_, claimant)| claimant)
@@ -65,7 +64,7 @@ pub async fn claim_issue(
         task_id: task_id.to_string(),
         reason,
     };
-    if found.state != IssueState::Open {
+    if !found.is_open() {
         return Err(no_longer(format!("{issue} was closed")));
     }
     if found.pull_request.is_some() {
@@ -167,7 +166,7 @@ pub async fn ensure_comment(
             .iter()
             .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
         {
-            return Ok((existing.id.0, false));
+            return Ok((existing.id, false));
         }
         let posted = client
             .post_json::<Comment>(
@@ -178,7 +177,7 @@ pub async fn ensure_comment(
             )
             .await;
         match posted {
-            Ok(comment) => return Ok((comment.id.0, true)),
+            Ok(comment) => return Ok((comment.id, true)),
             Err(e) if e.outcome_unknown() && !retried => {
                 tracing::warn!(%issue, error = %e, "comment outcome unknown: looking before retrying");
                 retried = true;

@@ -8,9 +8,8 @@
 
 use std::collections::HashMap;
 
+use super::model::{Issue, Repository};
 use chrono::{DateTime, Utc};
-use octocrab::models::issues::Issue;
-use octocrab::models::{IssueState, Repository};
 use serde_json::Value;
 
 use super::client::{encode_component, GithubClient, GithubError};
@@ -105,7 +104,7 @@ pub async fn fetch_task(
 fn is_offered(issue: &Issue, ready: &str) -> bool {
     issue.pull_request.is_none()
         && !issue.locked
-        && issue.state == IssueState::Open
+        && issue.is_open()
         && issue
             .labels
             .iter()
@@ -145,9 +144,16 @@ fn task_from_issue(
     let meta = [
         ("repo", repo.to_string()),
         ("number", issue.number.to_string()),
-        ("html_url", issue.html_url.to_string()),
-        ("node_id", issue.node_id.clone()),
-        ("author", issue.user.login.clone()),
+        ("html_url", issue.html_url.clone().unwrap_or_default()),
+        ("node_id", issue.node_id.clone().unwrap_or_default()),
+        (
+            "author",
+            issue
+                .user
+                .as_ref()
+                .map(|u| u.login.clone())
+                .unwrap_or_default(),
+        ),
     ];
     task.metadata = meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     task

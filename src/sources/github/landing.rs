@@ -7,7 +7,7 @@
 //! Must not: push (the workspace pushed the branch already), or retry a create whose outcome
 //! it has not checked.
 
-use octocrab::models::pulls::PullRequest;
+use super::model::PullRequest;
 use serde_json::json;
 
 use super::claim::{add_labels, ensure_comment, remove_label};

@@ -11,6 +11,7 @@ pub mod claim;
 pub mod client;
 pub mod intake;
 pub mod landing;
+pub mod model;
 
 use std::fmt;
 
