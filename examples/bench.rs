@@ -132,7 +132,11 @@ fn bare_connection(path: &Path) -> anyhow::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(30))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    ensure!(mode.eq_ignore_ascii_case("wal"), "{} refused WAL", path.display());
+    ensure!(
+        mode.eq_ignore_ascii_case("wal"),
+        "{} refused WAL",
+        path.display()
+    );
     conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
     Ok(conn)
 }
@@ -213,7 +217,8 @@ fn drain(path: &Path, flavor: Flavor) -> anyhow::Result<usize> {
             // The minimal atomic claim: take the write lock, flip the oldest DISCOVERED row.
             let conn = bare_connection(path)?;
             loop {
-                let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
+                let tx =
+                    rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
                 let now = Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true);
                 let id: Option<String> = {
                     let mut stmt = tx.prepare_cached(
@@ -282,7 +287,9 @@ fn claim_rate(
             barrier.wait();
             let mut sum = 0;
             for h in handles {
-                sum += h.join().map_err(|_| anyhow::anyhow!("claimer panicked"))??;
+                sum += h
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("claimer panicked"))??;
             }
             sum
         }
@@ -303,7 +310,9 @@ fn claim_rate(
             for c in children {
                 let out = c.wait_with_output()?;
                 ensure!(out.status.success(), "claim-worker failed");
-                sum += String::from_utf8_lossy(&out.stdout).trim().parse::<usize>()?;
+                sum += String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse::<usize>()?;
             }
             sum
         }
@@ -358,7 +367,14 @@ fn queue(cfg: &Config) -> anyhow::Result<String> {
         c.arg("--home")
             .arg(&home)
             .args(["enqueue", "--repo", "https://example.com/acme/widgets.git"])
-            .args(["--type", "bugfix", "--label", "polyphony", "--label", "parser"])
+            .args([
+                "--type",
+                "bugfix",
+                "--label",
+                "polyphony",
+                "--label",
+                "parser",
+            ])
             .args(["--body", BODY])
             .arg(format!("Fix the flaky parser test number {i}"));
         cli.push(time_command(&mut c)?);
@@ -377,7 +393,10 @@ fn queue(cfg: &Config) -> anyhow::Result<String> {
         .count_by_state()?
         .values()
         .sum::<u64>();
-    ensure!(cli_count as usize == sample, "enqueue stored {cli_count} of {sample}");
+    ensure!(
+        cli_count as usize == sample,
+        "enqueue stored {cli_count} of {sample}"
+    );
 
     // Claims.
     let mut claims = Vec::new();
@@ -389,8 +408,20 @@ fn queue(cfg: &Config) -> anyhow::Result<String> {
         let (mut o, mut b) = (Vec::new(), Vec::new());
         for _ in 0..cfg.reps {
             eprintln!("queue: claims {} ...", claimers_label(claimers));
-            o.push(claim_rate(&template, &dir.join("claim-store.db"), Flavor::Store, claimers, n)?);
-            b.push(claim_rate(&bare_template, &dir.join("claim-bare.db"), Flavor::Bare, claimers, n)?);
+            o.push(claim_rate(
+                &template,
+                &dir.join("claim-store.db"),
+                Flavor::Store,
+                claimers,
+                n,
+            )?);
+            b.push(claim_rate(
+                &bare_template,
+                &dir.join("claim-bare.db"),
+                Flavor::Bare,
+                claimers,
+                n,
+            )?);
         }
         claims.push((claimers, median(&mut o), median(&mut b)));
     }
@@ -399,7 +430,10 @@ fn queue(cfg: &Config) -> anyhow::Result<String> {
     let (cli_s, shell_s, floor_s) = (median(&mut cli), median(&mut shell), median(&mut floor));
     let mut md = String::new();
     writeln!(md, "{n} tasks, each a ~37-byte title, a {}-byte body and two labels; {} repetitions, medians; bare SQLite uses the same schema and pragmas (WAL, synchronous=NORMAL, busy_timeout 30 s). Ratios are time per operation over bare SQLite's (above 1.00x: slower).\n", BODY.len(), cfg.reps)?;
-    writeln!(md, "| Enqueue | median | per task | tasks/s | vs bare SQLite |")?;
+    writeln!(
+        md,
+        "| Enqueue | median | per task | tasks/s | vs bare SQLite |"
+    )?;
     writeln!(md, "|---|---|---|---|---|")?;
     writeln!(
         md,
@@ -579,7 +613,11 @@ fn write_transcript(path: &Path, fixture: &Path, size: u64) -> anyhow::Result<u6
     let text = std::fs::read_to_string(fixture)
         .with_context(|| format!("reading {}", fixture.display()))?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    ensure!(lines.len() >= 3, "{} has fewer than 3 lines", fixture.display());
+    ensure!(
+        lines.len() >= 3,
+        "{} has fewer than 3 lines",
+        fixture.display()
+    );
     let (first, middle, last) = (lines[0], &lines[1..lines.len() - 1], lines[lines.len() - 1]);
     let mut out = std::io::BufWriter::new(File::create(path)?);
     let mut written = 0u64;
@@ -633,14 +671,29 @@ fn ingest(cfg: &Config) -> anyhow::Result<String> {
     let small = big / 10;
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let files = [
-        ("claude", fixtures.join("claude/gump_write_file_success.ndjson"), small),
-        ("claude", fixtures.join("claude/gump_write_file_success.ndjson"), big),
-        ("codex", fixtures.join("codex/gump_stream_success.ndjson"), big),
+        (
+            "claude",
+            fixtures.join("claude/gump_write_file_success.ndjson"),
+            small,
+        ),
+        (
+            "claude",
+            fixtures.join("claude/gump_write_file_success.ndjson"),
+            big,
+        ),
+        (
+            "codex",
+            fixtures.join("codex/gump_stream_success.ndjson"),
+            big,
+        ),
     ];
     let reps = cfg.reps.max(3);
     let mut md = String::new();
     writeln!(md, "Transcripts are fixture lines (`tests/fixtures/claude/gump_write_file_success.ndjson`, `tests/fixtures/codex/gump_stream_success.ndjson`) repeated: the first line, the middle lines until the size is reached, the last (result) line. {reps} runs each after one warm-up (page cache warm), output to /dev/null; MB = 10^6 bytes; peak RSS from `/usr/bin/time -v`.\n")?;
-    writeln!(md, "| Transcript | Command | median | MB/s | peak RSS | vs `wc -l` |")?;
+    writeln!(
+        md,
+        "| Transcript | Command | median | MB/s | peak RSS | vs `wc -l` |"
+    )?;
     writeln!(md, "|---|---|---|---|---|---|")?;
     let mut rss_by_size = Vec::new();
     for (agent, fixture, size) in &files {
@@ -659,7 +712,11 @@ fn ingest(cfg: &Config) -> anyhow::Result<String> {
         let out = Command::new(&bin)
             .args(["replay", &p, "--agent", agent, "--json"])
             .output()?;
-        ensure!(out.status.success(), "replay {p} did not succeed: {}", String::from_utf8_lossy(&out.stdout));
+        ensure!(
+            out.status.success(),
+            "replay {p} did not succeed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         ensure!(
             summary["lines"] == lines && summary["status"] == "succeeded",
@@ -668,7 +725,10 @@ fn ingest(cfg: &Config) -> anyhow::Result<String> {
             summary["status"]
         );
         let contenders: [(&str, Vec<&str>); 3] = [
-            ("`polyphony replay`", vec![&bin, "replay", &p, "--agent", agent]),
+            (
+                "`polyphony replay`",
+                vec![&bin, "replay", &p, "--agent", agent],
+            ),
             ("`wc -l`", vec!["wc", "-l", &p]),
             ("`cat > /dev/null`", vec!["cat", &p]),
         ];

@@ -20,7 +20,9 @@ pub struct Args {
     /// all with --json.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// Print JSON: an array of tasks, or {task, transitions, attempts, landing}.
+    /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
+    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at), or, for
+    /// one TASK, {task, transitions, attempts, landing} in full.
     #[arg(long)]
     json: bool,
 }
@@ -45,39 +47,38 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
         (Some(n), _) => Some(n),
         (None, false) => Some(DEFAULT_TABLE_ROWS),
     };
-    let tasks = match store {
-        Some(s) => s.list_tasks(args.state, limit)?,
-        None => Vec::new(),
-    };
     if args.json {
-        print_json(&tasks)?;
-        return Ok(Outcome::Success);
+        return list_json(store, args.state, limit);
     }
     let counts = match store {
         Some(s) => s.count_by_state()?,
         None => Default::default(),
     };
     let now = Utc::now();
-    let rows: Vec<[String; 6]> = tasks
-        .iter()
-        .map(|t| {
-            [
-                t.id.clone(),
-                t.source_ref.clone(),
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    if let Some(s) = store {
+        s.for_each_task_summary(args.state, limit, |t| -> anyhow::Result<()> {
+            let created = DateTime::parse_from_rfc3339(t.created_at)
+                .map(|c| age(c.with_timezone(&Utc), now))
+                .unwrap_or_else(|_| "?".to_string());
+            rows.push([
+                t.id.to_string(),
+                t.source_ref.to_string(),
                 t.state.to_string(),
                 t.task_type.to_string(),
                 t.attempts.to_string(),
-                age(t.created_at, now),
-            ]
-        })
-        .collect();
+                created,
+            ]);
+            Ok(())
+        })?;
+    }
     print_table(&["ID", "SOURCE", "STATE", "TYPE", "ATTEMPT", "AGE"], &rows);
     let total: u64 = match args.state {
         Some(s) => counts.get(&s).copied().unwrap_or(0),
         None => counts.values().sum(),
     };
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    let shown = tasks.len() as u64;
+    let shown = rows.len() as u64;
     if total == 0 {
         println!("no tasks");
     } else if shown < total {
@@ -88,6 +89,34 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
     } else {
         println!("{total} task(s): {}", summary.join(", "));
     }
+    Ok(Outcome::Success)
+}
+
+/// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
+/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at;
+/// `status TASK --json` has the full task), streamed row by row from SQLite into a
+/// buffered stdout. 100k tasks must list in well under 100 ms (docs/benchmarks.md).
+fn list_json(
+    store: Option<&Store>,
+    state: Option<TaskState>,
+    limit: Option<usize>,
+) -> anyhow::Result<Outcome> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    out.write_all(b"[")?;
+    if let Some(s) = store {
+        let mut first = true;
+        s.for_each_task_summary(state, limit, |t| -> anyhow::Result<()> {
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            serde_json::to_writer(&mut out, t)?;
+            Ok(())
+        })?;
+    }
+    out.write_all(b"]\n")?;
+    out.flush()?;
     Ok(Outcome::Success)
 }
 
