@@ -638,7 +638,6 @@ fn write_transcript(path: &Path, fixture: &Path, size: u64) -> anyhow::Result<u6
         }
     }
     put(last)?;
-    drop(put);
     out.flush()?;
     Ok(count)
 }
