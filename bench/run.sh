@@ -26,7 +26,7 @@ for arg in "$@"; do
        esac ;;
   esac
 done
-[ -n "$sections" ] || sections=$ALL
+[ -n "$sections" ] || sections=" $ALL"
 if [ "$quick" = 1 ]; then
   export BENCH_REPS="${BENCH_REPS:-1}" BENCH_TASKS="${BENCH_TASKS:-2000}"
   export BENCH_CLI_SAMPLE="${BENCH_CLI_SAMPLE:-20}" BENCH_STATUS_TASKS="${BENCH_STATUS_TASKS:-10000}"
@@ -51,7 +51,7 @@ section_queue() {
   echo "Issue 8 item 3 / DESIGN.md \"Queue: thousands of claims per second\". In-process through"
   echo "the store API (what the daemon calls) and through the real binary, each beside bare SQLite."
   echo
-  echo "- Command: \`$(env_line BENCH_REPS BENCH_TASKS BENCH_CLI_SAMPLE) bench/run.sh queue\` (examples/bench.rs \`queue\`)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_TASKS BENCH_CLI_SAMPLE)bench/run.sh queue\` (examples/bench.rs \`queue\`)"
   echo
   "$harness" queue
 }
@@ -60,7 +60,7 @@ section_status() {
   echo "Issue 8 item 3 / DESIGN.md \"\`status\` over 100k tasks under 100 ms\". Wall time of the real"
   echo "binary (process start, open, query, print) beside the \`sqlite3\` shell printing the same rows."
   echo
-  echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS) bench/run.sh status\` (examples/bench.rs \`status\`)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS)bench/run.sh status\` (examples/bench.rs \`status\`)"
   echo
   "$harness" status
 }
@@ -69,7 +69,7 @@ section_ingest() {
   echo "Issue 8 item 5. \`polyphony replay FILE --agent A\` streams a saved transcript through the"
   echo "agent's adapter (the same classify/observe path the daemon uses on live output)."
   echo
-  echo "- Command: \`$(env_line BENCH_REPS BENCH_INGEST_MB) bench/run.sh ingest\` (examples/bench.rs \`ingest\`)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_INGEST_MB)bench/run.sh ingest\` (examples/bench.rs \`ingest\`)"
   echo
   "$harness" ingest
 }
@@ -89,7 +89,7 @@ env_line() {
   for v in "$@"; do
     eval "val=\${$v:-}"
     [ -z "$val" ] || printf '%s=%s ' "$v" "$val"
-  done | sed 's/ $//'
+  done
 }
 
 pending() {
@@ -126,7 +126,8 @@ mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
 {
   echo "## Run"
   echo
-  echo "Sections below marked \"bench/run.sh\" come from one run of \`bench/run.sh\`:"
+  echo "Every section below comes from this one run of \`bench/run.sh\` (Clone per attempt through"
+  echo "\`bench/clone.sh\`, which it calls); pending sections wait for \`spawn\` and \`daemon\`."
   echo
   echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- Machine: $(nproc) CPUs ($cpu), $mem RAM, Linux $(uname -r), $(sqlite3 --version | cut -d' ' -f1) (sqlite3 shell), $(rustc --version)"
