@@ -51,6 +51,7 @@ section_queue() {
   echo "Issue 8 item 3 / DESIGN.md \"Queue: thousands of claims per second\". In-process through"
   echo "the store API (what the daemon calls) and through the real binary, each beside bare SQLite."
   echo
+  echo "- Date: $(stamp)"
   echo "- Command: \`$(env_line BENCH_REPS BENCH_TASKS BENCH_CLI_SAMPLE)bench/run.sh queue\` (examples/bench.rs \`queue\`)"
   echo
   "$harness" queue
@@ -60,6 +61,7 @@ section_status() {
   echo "Issue 8 item 3 / DESIGN.md \"\`status\` over 100k tasks under 100 ms\". Wall time of the real"
   echo "binary (process start, open, query, print) beside the \`sqlite3\` shell printing the same rows."
   echo
+  echo "- Date: $(stamp)"
   echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS)bench/run.sh status\` (examples/bench.rs \`status\`)"
   echo
   "$harness" status
@@ -69,6 +71,7 @@ section_ingest() {
   echo "Issue 8 item 5. \`polyphony replay FILE --agent A\` streams a saved transcript through the"
   echo "agent's adapter (the same classify/observe path the daemon uses on live output)."
   echo
+  echo "- Date: $(stamp)"
   echo "- Command: \`$(env_line BENCH_REPS BENCH_INGEST_MB)bench/run.sh ingest\` (examples/bench.rs \`ingest\`)"
   echo
   "$harness" ingest
@@ -90,6 +93,10 @@ env_line() {
     eval "val=\${$v:-}"
     [ -z "$val" ] || printf '%s=%s ' "$v" "$val"
   done
+}
+
+stamp() {
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 pending() {
@@ -135,7 +142,8 @@ mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
   echo "- Command: \`bench/run.sh$( [ "$quick" = 1 ] && echo ' --quick')$sections\`"
   echo
 } >"$work/run.md"
-[ "$quick" = 1 ] || record "Run" "$work/run.md"
+# The Run section describes a full run only; a partial run dates its own sections.
+[ "$quick" = 1 ] || [ "$sections" != " $ALL" ] || record "Run" "$work/run.md"
 cat "$work/run.md"
 
 for s in $sections; do
