@@ -149,10 +149,26 @@ fn enqueue_then_status_shows_discovered() {
     assert_eq!(first["task_type"], "bugfix");
     assert_eq!(first["risk"], "medium");
     assert_eq!(first["labels"], serde_json::json!(["parser", "urgent"]));
-    assert_eq!(first["body"], "The parser drops the last line.");
+    assert_eq!(first["title"], "Fix the parser");
+    assert_eq!(first["source_ref"], "local:local-1");
+    assert_eq!(first["attempts"], 0);
+    assert_eq!(first["next_attempt_at"], serde_json::Value::Null);
+    // The listing leaves the unbounded fields to `status TASK --json`.
+    assert!(first.get("body").is_none(), "{first}");
+    assert!(first.get("metadata").is_none(), "{first}");
+    let full = |id: &str| -> serde_json::Value {
+        let out = polyphony(home.path())
+            .args(["status", id, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let one = full("local-1");
+    assert_eq!(one["task"]["body"], "The parser drops the last line.");
     let canonical = std::fs::canonicalize(repo.path()).unwrap();
-    assert_eq!(first["repo"], canonical.to_string_lossy().as_ref());
-    assert_eq!(tasks[0]["base_ref"], "develop");
+    assert_eq!(one["task"]["repo"], canonical.to_string_lossy().as_ref());
+    assert_eq!(full("local-2")["task"]["base_ref"], "develop");
 
     polyphony(home.path())
         .arg("status")

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use polyphony::domain::{
     AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
-    RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    Risk, RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
 };
 use polyphony::store::{Store, StoreError};
 use TaskState::*;
@@ -354,6 +354,74 @@ fn listing_is_newest_first_and_filters_by_state() {
     assert!(store.list_tasks(Some(Landed), None).unwrap().is_empty());
     let counts = store.count_by_state().unwrap();
     assert_eq!((counts[&Discovered], counts[&Claimed]), (3, 2));
+}
+
+/// The streamed listing (`status --json`) sees what `list_tasks` sees, field for field.
+#[test]
+fn summaries_match_the_listing_and_stream_in_order() {
+    let (_dir, store) = temp_store();
+    for i in 1..=5 {
+        let mut t = task(&format!("local-{i}"));
+        t.labels = vec!["plain".into(), format!("quote \" and \\ {i}")];
+        t.risk = Risk::High;
+        store.insert_task(&t).unwrap();
+    }
+    drive(&store, "local-2", Claimed);
+    store
+        .set_retry("local-3", 2, Some(t0() + Duration::minutes(5)))
+        .unwrap();
+    let summaries = |state: Option<TaskState>, limit: Option<usize>| {
+        let mut seen = Vec::new();
+        store
+            .for_each_task_summary(state, limit, |s| -> Result<(), StoreError> {
+                seen.push(serde_json::to_value(s).unwrap());
+                Ok(())
+            })
+            .unwrap();
+        seen
+    };
+    let check = |state: Option<TaskState>, limit: Option<usize>| {
+        let full = store.list_tasks(state, limit).unwrap();
+        let seen = summaries(state, limit);
+        assert_eq!(seen.len(), full.len());
+        for (s, t) in seen.iter().zip(&full) {
+            assert_eq!(s["id"], t.id.as_str());
+            assert_eq!(s["title"], t.title.as_str());
+            assert_eq!(s["source_ref"], t.source_ref.as_str());
+            assert_eq!(s["state"], t.state.as_str());
+            assert_eq!(s["task_type"], t.task_type.as_str());
+            assert_eq!(s["risk"], "high");
+            assert_eq!(s["labels"], serde_json::json!(t.labels));
+            assert_eq!(
+                (s["attempts"].as_u64(), s["failures"].as_u64()),
+                (Some(t.attempts.into()), Some(t.failures.into()))
+            );
+            let at = |v: &serde_json::Value| {
+                v.as_str()
+                    .map(|s| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc))
+            };
+            assert_eq!(at(&s["created_at"]), Some(t.created_at));
+            assert_eq!(at(&s["updated_at"]), Some(t.updated_at));
+            assert_eq!(at(&s["next_attempt_at"]), t.next_attempt_at);
+            assert!(s.get("body").is_none());
+        }
+    };
+    check(None, None);
+    check(Some(Claimed), None);
+    check(Some(Discovered), Some(2));
+    check(Some(Landed), None);
+    assert_eq!(summaries(None, None)[2]["failures"], 2);
+
+    // An error from the callback stops the walk and comes back unchanged.
+    let mut calls = 0;
+    let err = store
+        .for_each_task_summary(None, None, |_| {
+            calls += 1;
+            Err(StoreError::NotFound("stop".into()))
+        })
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(ref s) if s == "stop"));
+    assert_eq!(calls, 1);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::{print_json, Context, Outcome, UsageError};
 use crate::domain::{Task, TaskState};
-use crate::store::Store;
+use crate::store::{Store, TaskSummary};
 
 /// Rows the table shows unless `--limit` says otherwise.
 const DEFAULT_TABLE_ROWS: usize = 50;
@@ -20,7 +20,9 @@ pub struct Args {
     /// all with --json.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// Print JSON: an array of tasks, or {task, transitions, attempts, landing}.
+    /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
+    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at), or, for
+    /// one TASK, {task, transitions, attempts, landing} in full.
     #[arg(long)]
     json: bool,
 }
@@ -45,39 +47,38 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
         (Some(n), _) => Some(n),
         (None, false) => Some(DEFAULT_TABLE_ROWS),
     };
-    let tasks = match store {
-        Some(s) => s.list_tasks(args.state, limit)?,
-        None => Vec::new(),
-    };
     if args.json {
-        print_json(&tasks)?;
-        return Ok(Outcome::Success);
+        return list_json(store, args.state, limit);
     }
     let counts = match store {
         Some(s) => s.count_by_state()?,
         None => Default::default(),
     };
     let now = Utc::now();
-    let rows: Vec<[String; 6]> = tasks
-        .iter()
-        .map(|t| {
-            [
-                t.id.clone(),
-                t.source_ref.clone(),
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    if let Some(s) = store {
+        s.for_each_task_summary(args.state, limit, |t| -> anyhow::Result<()> {
+            let created = DateTime::parse_from_rfc3339(t.created_at)
+                .map(|c| age(c.with_timezone(&Utc), now))
+                .unwrap_or_else(|_| "?".to_string());
+            rows.push([
+                t.id.to_string(),
+                t.source_ref.to_string(),
                 t.state.to_string(),
                 t.task_type.to_string(),
                 t.attempts.to_string(),
-                age(t.created_at, now),
-            ]
-        })
-        .collect();
+                created,
+            ]);
+            Ok(())
+        })?;
+    }
     print_table(&["ID", "SOURCE", "STATE", "TYPE", "ATTEMPT", "AGE"], &rows);
     let total: u64 = match args.state {
         Some(s) => counts.get(&s).copied().unwrap_or(0),
         None => counts.values().sum(),
     };
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    let shown = tasks.len() as u64;
+    let shown = rows.len() as u64;
     if total == 0 {
         println!("no tasks");
     } else if shown < total {
@@ -89,6 +90,85 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
         println!("{total} task(s): {}", summary.join(", "));
     }
     Ok(Outcome::Success)
+}
+
+/// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
+/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at;
+/// `status TASK --json` has the full task), streamed row by row from SQLite into a
+/// buffered stdout. 100k tasks must list in well under 100 ms (docs/benchmarks.md).
+fn list_json(
+    store: Option<&Store>,
+    state: Option<TaskState>,
+    limit: Option<usize>,
+) -> anyhow::Result<Outcome> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    out.write_all(b"[")?;
+    if let Some(s) = store {
+        let mut first = true;
+        s.for_each_task_summary(state, limit, |t| -> anyhow::Result<()> {
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            write_summary(&mut out, t)?;
+            Ok(())
+        })?;
+    }
+    out.write_all(b"]\n")?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// Writes one summary as the JSON object `serde_json::to_writer(t)` would, faster: the
+/// keys are literals and strings without characters JSON escapes are copied as they are.
+/// At 100k tasks serde's per-key escaping was an eighth of `status --json` (perf, see
+/// docs/benchmarks.md); the `writes_what_serde_writes` test keeps the two identical.
+fn write_summary(out: &mut impl std::io::Write, t: &TaskSummary<'_>) -> std::io::Result<()> {
+    fn string(out: &mut impl std::io::Write, s: &str) -> std::io::Result<()> {
+        if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            return serde_json::to_writer(out, s).map_err(std::io::Error::other);
+        }
+        out.write_all(b"\"")?;
+        out.write_all(s.as_bytes())?;
+        out.write_all(b"\"")
+    }
+    fn opt(out: &mut impl std::io::Write, s: Option<&str>) -> std::io::Result<()> {
+        match s {
+            Some(s) => string(out, s),
+            None => out.write_all(b"null"),
+        }
+    }
+    out.write_all(b"{\"id\":")?;
+    string(out, t.id)?;
+    out.write_all(b",\"title\":")?;
+    string(out, t.title)?;
+    out.write_all(b",\"source_ref\":")?;
+    string(out, t.source_ref)?;
+    out.write_all(b",\"state\":")?;
+    string(out, t.state.as_str())?;
+    out.write_all(b",\"task_type\":")?;
+    string(out, t.task_type.as_str())?;
+    out.write_all(b",\"risk\":")?;
+    string(out, t.risk.as_str())?;
+    out.write_all(b",\"labels\":[")?;
+    for (i, l) in t.labels.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        string(out, &l.0)?;
+    }
+    write!(
+        out,
+        "],\"attempts\":{},\"failures\":{},\"created_at\":",
+        t.attempts, t.failures
+    )?;
+    string(out, t.created_at)?;
+    out.write_all(b",\"updated_at\":")?;
+    string(out, t.updated_at)?;
+    out.write_all(b",\"next_attempt_at\":")?;
+    opt(out, t.next_attempt_at)?;
+    out.write_all(b"}")
 }
 
 fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outcome> {
@@ -225,6 +305,47 @@ fn age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn writes_what_serde_writes() {
+        use crate::domain::{Risk, TaskType};
+        use crate::store::Label;
+        use std::borrow::Cow;
+        let check = |t: TaskSummary<'_>| {
+            let mut ours = Vec::new();
+            write_summary(&mut ours, &t).unwrap();
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(&t).unwrap()
+            );
+        };
+        let base = TaskSummary {
+            id: "local-1",
+            title: "Fix the parser",
+            source_ref: "local:local-1",
+            state: TaskState::Failed,
+            task_type: TaskType::Bugfix,
+            risk: Risk::High,
+            labels: vec![],
+            attempts: 3,
+            failures: 2,
+            created_at: "2026-11-30T01:51:22.943138Z",
+            updated_at: "2026-11-30T01:52:22.000000Z",
+            next_attempt_at: None,
+        };
+        check(base.clone());
+        check(TaskSummary {
+            title: "quote \" backslash \\ tab \t newline \n nul \u{0} é 🎻",
+            labels: vec![Label(Cow::Borrowed("a")), Label(Cow::Owned("b\"c".into()))],
+            next_attempt_at: Some("2026-11-30T02:00:00.000000Z"),
+            ..base.clone()
+        });
+        check(TaskSummary {
+            id: "owner/repo#42",
+            labels: vec![Label(Cow::Borrowed("\u{1f}"))],
+            ..base
+        });
+    }
 
     #[test]
     fn ages() {

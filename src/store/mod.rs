@@ -95,6 +95,32 @@ pub struct Landing {
     pub updated_at: DateTime<Utc>,
 }
 
+/// One task as a listing shows it (`polyphony status --json`): what identifies it, where
+/// it stands and when it moves next, borrowed from the row so a 100k-task listing streams
+/// without building a [`Task`] per row. The full task (body, repo, metadata, routing facts)
+/// is [`Store::get_task`]. Timestamps are the stored text: RFC 3339 UTC, fixed-width
+/// microseconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskSummary<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub source_ref: &'a str,
+    pub state: TaskState,
+    pub task_type: TaskType,
+    pub risk: Risk,
+    pub labels: Vec<Label<'a>>,
+    pub attempts: u32,
+    pub failures: u32,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub next_attempt_at: Option<&'a str>,
+}
+
+/// A label as stored, borrowed unless the JSON escaped it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Label<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
+
 /// A handle on the queue database. See the module docs for threading.
 pub struct Store {
     conn: Connection,
@@ -104,6 +130,9 @@ pub struct Store {
 const TASK_COLS: &str = "id, title, body, source, source_ref, repo, base_ref, state, task_type, \
      scope, risk, context_tokens, requires_web, labels, metadata, attempts, failures, \
      created_at, updated_at, next_attempt_at";
+
+const SUMMARY_COLS: &str = "id, title, source_ref, state, task_type, risk, labels, attempts, \
+     failures, created_at, updated_at, next_attempt_at";
 
 const ATTEMPT_COLS: &str = "task_id, attempt, agent, identity, run_spec, container_id, workspace, \
      branch, status, turns, tokens_in, tokens_out, tokens_cached, cost_usd, exit_code, \
@@ -265,6 +294,39 @@ impl Store {
             }
         };
         Ok(rows)
+    }
+
+    /// Calls `each` with every task, newest first, optionally only those in `state`, at
+    /// most `limit` of them, as a [`TaskSummary`] borrowed from the row: nothing is
+    /// collected, so memory stays flat however many tasks there are. Stops at the first
+    /// error `each` returns.
+    pub fn for_each_task_summary<E>(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+        mut each: impl FnMut(&TaskSummary<'_>) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let limit = limit.map_or(-1, |l| l as i64);
+        let sql = match state {
+            Some(_) => format!(
+                "SELECT {SUMMARY_COLS} FROM tasks WHERE state = ?2 ORDER BY rowid DESC LIMIT ?1"
+            ),
+            None => format!(
+                "SELECT {SUMMARY_COLS} FROM tasks WHERE ?2 IS NULL ORDER BY rowid DESC LIMIT ?1"
+            ),
+        };
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(StoreError::from)?;
+        let mut rows = stmt
+            .query(params![limit, state.map(TaskState::as_str)])
+            .map_err(StoreError::from)?;
+        while let Some(row) = rows.next().map_err(StoreError::from)? {
+            let summary = summary_from_row(row).map_err(StoreError::from)?;
+            each(&summary)?;
+        }
+        Ok(())
     }
 
     /// Number of tasks in each state (states with none are absent).
@@ -872,6 +934,55 @@ fn task_from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         created_at: time_col(r, 17)?,
         updated_at: time_col(r, 18)?,
         next_attempt_at: opt_time_col(r, 19)?,
+    })
+}
+
+/// A text column borrowed from the row.
+fn str_col<'r>(r: &'r Row<'_>, idx: usize) -> rusqlite::Result<&'r str> {
+    r.get_ref(idx)?.as_str().map_err(Into::into)
+}
+
+fn opt_str_col<'r>(r: &'r Row<'_>, idx: usize) -> rusqlite::Result<Option<&'r str>> {
+    r.get_ref(idx)?.as_str_or_null().map_err(Into::into)
+}
+
+/// Parses a stored enum: the stored text is the canonical name, so compare first and only
+/// fall back to the (allocating, lenient) `FromStr` for anything else.
+fn enum_col<T>(
+    r: &Row<'_>,
+    idx: usize,
+    all: &[T],
+    name: fn(&T) -> &'static str,
+) -> rusqlite::Result<T>
+where
+    T: Copy + FromStr,
+    T::Err: std::fmt::Display,
+{
+    let text = str_col(r, idx)?;
+    match all.iter().find(|v| name(v) == text) {
+        Some(v) => Ok(*v),
+        None => text
+            .parse::<T>()
+            .map_err(|e| conversion(idx, format!("`{text}`: {e}"))),
+    }
+}
+
+fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
+    let labels = str_col(r, 6)?;
+    Ok(TaskSummary {
+        id: str_col(r, 0)?,
+        title: str_col(r, 1)?,
+        source_ref: str_col(r, 2)?,
+        state: enum_col(r, 3, &TaskState::ALL, |v| v.as_str())?,
+        task_type: enum_col(r, 4, &TaskType::ALL, |v| v.as_str())?,
+        risk: enum_col(r, 5, &[Risk::Low, Risk::Medium, Risk::High], |v| v.as_str())?,
+        labels: serde_json::from_str(labels)
+            .map_err(|e| conversion(6, format!("labels JSON `{labels}`: {e}")))?,
+        attempts: r.get(7)?,
+        failures: r.get(8)?,
+        created_at: str_col(r, 9)?,
+        updated_at: str_col(r, 10)?,
+        next_attempt_at: opt_str_col(r, 11)?,
     })
 }
 

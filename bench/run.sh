@@ -1,0 +1,165 @@
+#!/bin/sh
+# Benchmarks of issue 8, one command: builds the release binaries, runs each section, prints
+# its Markdown and records it in docs/benchmarks.md (each section replaced in place, the
+# others kept), under a "Run" section naming the machine and the command.
+#
+# Usage: bench/run.sh [--quick] [SECTION ...]
+#   SECTION: queue status ingest clone spawn daemon (default: all of them)
+#   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
+# Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
+#      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB (see examples/bench.rs).
+#
+# Adding a section: write `section_NAME` printing its Markdown body, add NAME to ALL below.
+set -eu
+cd "$(dirname "$0")/.."
+
+ALL="queue status ingest clone spawn daemon"
+quick=0
+sections=""
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) case " $ALL " in
+         *" $arg "*) sections="$sections $arg" ;;
+         *) echo "bench/run.sh: unknown section \`$arg\` (expected one of: $ALL)" >&2; exit 2 ;;
+       esac ;;
+  esac
+done
+[ -n "$sections" ] || sections=" $ALL"
+if [ "$quick" = 1 ]; then
+  export BENCH_REPS="${BENCH_REPS:-1}" BENCH_TASKS="${BENCH_TASKS:-2000}"
+  export BENCH_CLI_SAMPLE="${BENCH_CLI_SAMPLE:-20}" BENCH_STATUS_TASKS="${BENCH_STATUS_TASKS:-10000}"
+  export BENCH_INGEST_MB="${BENCH_INGEST_MB:-10}" BENCH_COMMITS="${BENCH_COMMITS:-500}"
+fi
+export BENCH_DIR="${BENCH_DIR:-/tmp/polyphony-bench}"
+command -v /usr/bin/time >/dev/null || { echo "bench/run.sh: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
+command -v sqlite3 >/dev/null || { echo "bench/run.sh: sqlite3 missing (apt-get install sqlite3)" >&2; exit 2; }
+
+cargo build --release --bin polyphony --example bench
+target="${CARGO_TARGET_DIR:-target}"
+export POLYPHONY_BIN="$(cd "$target/release" && pwd)/polyphony"
+harness="$target/release/examples/bench"
+doc=docs/benchmarks.md
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# ------------------------------------------------------------------ sections
+# Each prints the section's body (Markdown, no heading) on stdout.
+
+section_queue() {
+  echo "Issue 8 item 3 / DESIGN.md \"Queue: thousands of claims per second\". In-process through"
+  echo "the store API (what the daemon calls) and through the real binary, each beside bare SQLite."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_TASKS BENCH_CLI_SAMPLE)bench/run.sh queue\` (examples/bench.rs \`queue\`)"
+  echo
+  "$harness" queue
+}
+
+section_status() {
+  echo "Issue 8 item 3 / DESIGN.md \"\`status\` over 100k tasks under 100 ms\". Wall time of the real"
+  echo "binary (process start, open, query, print) beside the \`sqlite3\` shell printing the same rows."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS)bench/run.sh status\` (examples/bench.rs \`status\`)"
+  echo
+  "$harness" status
+}
+
+section_ingest() {
+  echo "Issue 8 item 5. \`polyphony replay FILE --agent A\` streams a saved transcript through the"
+  echo "agent's adapter (the same classify/observe path the daemon uses on live output)."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_INGEST_MB)bench/run.sh ingest\` (examples/bench.rs \`ingest\`)"
+  echo
+  "$harness" ingest
+}
+
+section_spawn() {
+  pending "needs spawn: \`polyphony spawn\` of a no-op task (fake agent exits at once, verification \`true\`) beside a shell script doing the bare steps (reference clone, \`docker run\` of the agent, \`docker run\` of the check, \`git push\`). Target: at most 1.2x."
+}
+
+section_daemon() {
+  pending "needs daemon: RSS idle, and with 16 concurrent fake agents streaming output (flat, not growing with transcript size)."
+}
+
+# ------------------------------------------------------------------ plumbing
+
+# `NAME=value ...` for the variables that are set, so the recorded command reproduces the run.
+env_line() {
+  for v in "$@"; do
+    eval "val=\${$v:-}"
+    [ -z "$val" ] || printf '%s=%s ' "$v" "$val"
+  done
+}
+
+stamp() {
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+pending() {
+  echo "**Pending** — $1"
+}
+
+heading() {
+  case "$1" in
+    queue) echo "Queue" ;;
+    status) echo "Status at scale" ;;
+    ingest) echo "Ingestion through replay" ;;
+    clone) echo "Clone per attempt" ;;
+    spawn) echo "Spawn overhead" ;;
+    daemon) echo "Daemon memory" ;;
+  esac
+}
+
+# Replaces the section `## TITLE` (up to the next `## `) with FILE, or appends it.
+record() {
+  title=$1 file=$2
+  [ -f "$doc" ] || printf '# Benchmarks\n\nMeasured figures; each section says how to reproduce it.\n' >"$doc"
+  awk -v title="## $title" -v section="$file" '
+    $0 == title { while ((getline l < section) > 0) print l; skip = 1; done = 1; next }
+    skip && /^## / { skip = 0 }
+    !skip { print }
+    END { if (!done) { print ""; while ((getline l < section) > 0) print l } }
+  ' "$doc" >"$work/doc"
+  # No blank line piles up at the end of the file.
+  awk 'NF { for (; blank > 0; blank--) print ""; print; next } { blank++ }' "$work/doc" >"$doc"
+}
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+{
+  echo "## Run"
+  echo
+  echo "Every section below comes from this one run of \`bench/run.sh\` (Clone per attempt through"
+  echo "\`bench/clone.sh\`, which it calls); pending sections wait for \`spawn\` and \`daemon\`."
+  echo
+  echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- Machine: $(nproc) CPUs ($cpu), $mem RAM, Linux $(uname -r), $(sqlite3 --version | cut -d' ' -f1) (sqlite3 shell), $(rustc --version)"
+  echo "- Load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (a build machine shared with other jobs: expect noise)"
+  echo "- Command: \`bench/run.sh$( [ "$quick" = 1 ] && echo ' --quick')$sections\`"
+  echo
+} >"$work/run.md"
+# The Run section describes a full run only; a partial run dates its own sections.
+[ "$quick" = 1 ] || [ "$sections" != " $ALL" ] || record "Run" "$work/run.md"
+cat "$work/run.md"
+
+for s in $sections; do
+  title=$(heading "$s")
+  echo "== $title" >&2
+  if [ "$s" = clone ]; then
+    # bench/clone.sh records its own section.
+    if [ "$quick" = 1 ]; then
+      echo "(clone skipped in --quick: run bench/clone.sh)"
+    else
+      bench/clone.sh
+    fi
+    continue
+  fi
+  { echo "## $title"; echo; "section_$s"; echo; } >"$work/$s.md"
+  cat "$work/$s.md"
+  [ "$quick" = 1 ] || record "$title" "$work/$s.md"
+done
+[ "$quick" = 1 ] && echo "(--quick: docs/benchmarks.md left as it was)" || echo "recorded in $doc"
