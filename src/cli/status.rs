@@ -55,24 +55,36 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
         None => Default::default(),
     };
     let now = Utc::now();
-    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut rows: Vec<[String; COLUMNS]> = Vec::new();
     if let Some(s) = store {
         s.for_each_task_summary(args.state, limit, |t| -> anyhow::Result<()> {
             let created = DateTime::parse_from_rfc3339(t.created_at)
                 .map(|c| age(c.with_timezone(&Utc), now))
                 .unwrap_or_else(|_| "?".to_string());
+            let (agent, cost) = s.attempt_brief(t.id)?;
+            let next = t
+                .next_attempt_at
+                .and_then(|n| DateTime::parse_from_rfc3339(n).ok())
+                .map(|n| n.with_timezone(&Utc));
             rows.push([
                 t.id.to_string(),
                 t.source_ref.to_string(),
                 t.state.to_string(),
-                t.task_type.to_string(),
+                agent.unwrap_or_else(|| "-".into()),
                 t.attempts.to_string(),
                 created,
+                cost.map_or_else(|| "-".into(), |c| format!("${c:.2}")),
+                next_step(t.state, next, now),
             ]);
             Ok(())
         })?;
     }
-    print_table(&["ID", "SOURCE", "STATE", "TYPE", "ATTEMPT", "AGE"], &rows);
+    print_table(
+        &[
+            "ID", "SOURCE", "STATE", "AGENT", "ATTEMPT", "AGE", "COST", "NEXT",
+        ],
+        &rows,
+    );
     let total: u64 = match args.state {
         Some(s) => counts.get(&s).copied().unwrap_or(0),
         None => counts.values().sum(),
@@ -222,12 +234,12 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             a.attempt, status, a.agent, a.branch
         );
         for e in &a.evidence {
-            println!(
-                "     {} {}: {}",
-                if e.passed { "pass" } else { "FAIL" },
-                e.name,
-                e.command
-            );
+            println!("     {}", evidence_line(e));
+            if !e.passed {
+                for line in tail_lines(&e.output_tail, 8) {
+                    println!("       | {line}");
+                }
+            }
         }
     }
     if let Some(l) = landing {
@@ -239,6 +251,30 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
         );
     }
     Ok(Outcome::Success)
+}
+
+/// `pass test: sh test.sh (exit 0, 1.2s)`, or a gate with its detail.
+fn evidence_line(e: &crate::domain::CheckEvidence) -> String {
+    let verdict = if e.passed { "pass" } else { "FAIL" };
+    if e.command.is_empty() {
+        let detail = e.output_tail.lines().next().unwrap_or("").trim();
+        return format!("{verdict} {}: {detail}", e.name);
+    }
+    let exit = e
+        .exit_code
+        .map_or_else(|| "timed out".to_string(), |c| format!("exit {c}"));
+    format!(
+        "{verdict} {}: {} ({exit}, {:.1}s)",
+        e.name,
+        e.command,
+        e.duration_ms as f64 / 1000.0
+    )
+}
+
+/// The last `n` non-empty lines of an output tail.
+fn tail_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 fn print_task(t: &Task) {
@@ -260,8 +296,17 @@ fn print_task(t: &Task) {
         println!("  labels:   {}", t.labels.join(", "));
     }
     println!("  attempts: {}  failures: {}", t.attempts, t.failures);
-    if let Some(next) = t.next_attempt_at {
-        println!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"));
+    match (t.state, t.next_attempt_at) {
+        (TaskState::Failed, Some(next)) => {
+            println!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"))
+        }
+        (TaskState::Failed, None) => {
+            println!(
+                "  held:     `polyphony spawn --task {}` runs it again",
+                t.id
+            )
+        }
+        _ => {}
     }
     println!(
         "  created:  {}",
@@ -269,14 +314,29 @@ fn print_task(t: &Task) {
     );
 }
 
-fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {
+/// Columns of the `status` table.
+const COLUMNS: usize = 8;
+
+/// What happens next to a task, in a few words.
+fn next_step(state: TaskState, next: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match (state, next) {
+        (TaskState::Failed, Some(at)) if at > now => format!("retry in {}", age(now, at)),
+        (TaskState::Failed, Some(_)) => "retry now".into(),
+        (TaskState::Failed, None) => "held: spawn --task to retry".into(),
+        (TaskState::Discovered, _) => "waiting for a slot".into(),
+        (s, _) if s.is_active() => "in progress".into(),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(header: &[&str; COLUMNS], rows: &[[String; COLUMNS]]) {
     let mut widths = header.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 6]| {
+    let line = |cells: [&str; COLUMNS]| {
         let parts: Vec<String> = cells
             .iter()
             .zip(widths)
@@ -345,6 +405,41 @@ mod tests {
             labels: vec![Label(Cow::Borrowed("\u{1f}"))],
             ..base
         });
+    }
+
+    #[test]
+    fn next_steps() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let later = now + chrono::Duration::seconds(20);
+        assert_eq!(
+            next_step(TaskState::Failed, Some(later), now),
+            "retry in 20s"
+        );
+        assert_eq!(next_step(TaskState::Failed, Some(now), now), "retry now");
+        assert_eq!(
+            next_step(TaskState::Failed, None, now),
+            "held: spawn --task to retry"
+        );
+        assert_eq!(next_step(TaskState::Running, None, now), "in progress");
+        assert_eq!(next_step(TaskState::Landed, None, now), "-");
+    }
+
+    #[test]
+    fn evidence_lines() {
+        let mut e = crate::domain::CheckEvidence {
+            name: "test".into(),
+            command: "sh test.sh".into(),
+            exit_code: Some(1),
+            duration_ms: 1234,
+            passed: false,
+            output_tail: "a\n\nFAIL: add 2 3 gave -1\n".into(),
+        };
+        assert_eq!(evidence_line(&e), "FAIL test: sh test.sh (exit 1, 1.2s)");
+        assert_eq!(tail_lines(&e.output_tail, 1), vec!["FAIL: add 2 3 gave -1"]);
+        e.exit_code = None;
+        assert_eq!(evidence_line(&e), "FAIL test: sh test.sh (timed out, 1.2s)");
+        let gate = crate::orchestrator::proof::diff_gate(&[]);
+        assert_eq!(evidence_line(&gate), "FAIL diff: the agent changed no file");
     }
 
     #[test]

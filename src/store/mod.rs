@@ -462,6 +462,16 @@ impl Store {
         Ok(())
     }
 
+    /// The latest attempt's agent and the cost of all attempts of a task (for the
+    /// `status` table).
+    pub fn attempt_brief(&self, task_id: &str) -> Result<(Option<String>, Option<f64>)> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT (SELECT agent FROM attempts WHERE task_id = ?1 ORDER BY attempt DESC LIMIT 1), \
+                    (SELECT SUM(cost_usd) FROM attempts WHERE task_id = ?1)",
+        )?;
+        Ok(stmt.query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
     /// The earliest retry time among FAILED tasks scheduled for one (the daemon sleeps
     /// until then instead of polling).
     pub fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>> {
