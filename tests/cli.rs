@@ -324,3 +324,109 @@ fn duplicate_name() {
         &["agent `claude` is defined twice", "unique"],
     );
 }
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn route_explain_shows_the_files_a_task_names() {
+    let home = initialised();
+    let repo = tempfile::tempdir().unwrap();
+    let src = repo.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let session: String = (0..60)
+        .map(|i| format!("fn refresh_token_{i}() {{ let lock = Mutex::new(0); }}\n"))
+        .collect();
+    std::fs::write(src.join("session.rs"), session).unwrap();
+    std::fs::write(src.join("util.rs"), "fn refresh_token() {}\n").unwrap();
+    git(repo.path(), &["init", "-q"]);
+    git(repo.path(), &["add", "-A"]);
+    git(repo.path(), &["commit", "-qm", "init"]);
+    let out = polyphony(home.path())
+        .args([
+            "enqueue",
+            "--repo",
+            &repo.path().display().to_string(),
+            "--type",
+            "bugfix",
+            "--body",
+            "The token refresh in src/session.rs races; `refresh_token` is called from src/util.rs too.",
+            "Fix the session refresh race",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    polyphony(home.path())
+        .args(["route", &id, "--explain"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("src/session.rs (60 LOC)")
+                .and(predicate::str::contains("src/util.rs"))
+                .and(predicate::str::contains("refresh_token"))
+                .and(predicate::str::contains("rule")),
+        );
+    let out = polyphony(home.path())
+        .args(["route", &id, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["decision"]["agent"].is_string(), "{json}");
+    polyphony(home.path())
+        .args(["route", "local-99"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("polyphony status"));
+}
+
+#[test]
+fn replay_reads_a_real_claude_transcript() {
+    let home = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude");
+    let out = polyphony(home.path())
+        .args(["replay", "--agent", "claude", "--json"])
+        .arg(fixtures.join("gump_write_file_success.ndjson"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"], "succeeded", "{json}");
+    // A usage-limit stream is not a success: exit 1, status quota.
+    let out = polyphony(home.path())
+        .args(["replay", "--agent", "claude", "--json"])
+        .arg(fixtures.join("usage_limit_constructed.ndjson"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"], "quota", "{json}");
+    polyphony(home.path())
+        .args(["replay", "--agent", "claude", "/nonexistent.ndjson"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot open transcript"));
+}

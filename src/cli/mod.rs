@@ -143,9 +143,18 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
 
 /// The exit code for a failed run: 2 for configuration and usage errors, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
-    let usage = err
-        .chain()
-        .any(|cause| cause.is::<crate::config::ConfigError>() || cause.is::<UsageError>());
+    use crate::sources::{GithubError, SourceError};
+    let usage = err.chain().any(|cause| {
+        cause.is::<crate::config::ConfigError>()
+            || cause.is::<UsageError>()
+            || cause.is::<crate::orchestrator::lock::LockError>()
+            || cause
+                .downcast_ref::<GithubError>()
+                .is_some_and(GithubError::is_config_error)
+            || cause
+                .downcast_ref::<SourceError>()
+                .is_some_and(SourceError::is_config_error)
+    });
     if usage {
         2
     } else {

@@ -29,10 +29,10 @@ pub struct ReplayArgs {
 /// Runs the verb. Exit 0 when the transcript shows a successful run, 1 otherwise (failed,
 /// out of quota or incomplete: the printed status says which).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<super::Outcome> {
-    let file = File::open(&args.file).with_context(|| {
-        format!(
-            "cannot open transcript {} (give the path of a saved .ndjson transcript)",
-            args.file.display()
+    let file = File::open(&args.file).map_err(|e| {
+        super::UsageError::new(
+            format!("cannot open transcript {}: {e}", args.file.display()),
+            "give the path of a saved .ndjson transcript (e.g. $POLYPHONY_HOME/transcripts/<task>/<attempt>.ndjson)",
         )
     })?;
     let adapter = adapter_for(args.agent);
