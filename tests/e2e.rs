@@ -452,6 +452,10 @@ fn count_containing(items: &[String], needle: &str) -> usize {
 }
 
 /// An issue body that makes the fake agents apply the fix under `scenario`.
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
 fn body_with(scenario: &str) -> String {
     format!("`add 2 3` prints -1; test.sh fails.\n\n{scenario}\n{FIX_DIRECTIVE}\n")
 }
@@ -679,6 +683,83 @@ async fn quota_falls_back_to_the_next_agent() {
     let gap = time(&a[1]["started_at"]) - time(&a[0]["finished_at"]);
     assert!(gap.num_seconds() < 5, "fallback waited {gap}");
     println!("quota_falls_back: {:?}", started.elapsed());
+}
+
+/// An identity that has spent its daily cost ceiling waits (spec: the scheduler holds its
+/// tasks) without spending an attempt, and `status` says why and when it goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_over_its_daily_ceiling_waits_and_status_says_so() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            max_concurrent: 1,
+            ..Conf::default()
+        },
+        None,
+    );
+    // The fake claude reports $0.0421 per run: the first task spends the ceiling.
+    let identities = home.path.join("identities.yaml");
+    let written = std::fs::read_to_string(&identities).expect("identities.yaml");
+    std::fs::write(
+        &identities,
+        written.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 0.04\n",
+        ),
+    )
+    .expect("write identities.yaml");
+    let mut ids = Vec::new();
+    for title in ["Fix add() first", "Fix add() second"] {
+        let out = home
+            .run(&[
+                "enqueue",
+                "--repo",
+                &origin.path.display().to_string(),
+                "--body",
+                &body_with("polyphony-fake: succeed"),
+                title,
+            ])
+            .await;
+        assert!(out.status.success(), "{}", output(&out));
+        ids.push(text_of(&out.stdout));
+    }
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&ids[0], Duration::from_secs(60), &log, |v| {
+        state(v) == "LANDED"
+    })
+    .await;
+    let v = home
+        .wait_for(&ids[1], Duration::from_secs(60), &log, |v| {
+            state(v) == "FAILED"
+        })
+        .await;
+    let last = transitions(&v).last().cloned().expect("a transition");
+    assert_eq!(last.1, "FAILED");
+    let reasons: Vec<String> = v["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .filter_map(|t| t["reason"].as_str().map(String::from))
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("daily ceiling")),
+        "{reasons:?}"
+    );
+    assert_eq!(v["task"]["failures"], 0, "waiting is not a failure");
+    assert_eq!(v["task"]["attempts"], 0, "no attempt was spent");
+    let next = time(&v["task"]["next_attempt_at"]);
+    assert!(next > chrono::Utc::now() + chrono::Duration::minutes(1));
+    assert!(next.format("%H:%M:%S").to_string() == "00:00:00", "{next}");
+    let out = home.run(&["status"]).await;
+    assert!(out.status.success());
+    let table = text(&out.stdout);
+    assert!(table.contains("retry in"), "{table}");
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", daemon.log());
 }
 
 /// An agent that never gets it right: three attempts, then BLOCKED with one comment and
