@@ -10,7 +10,7 @@
 //! stopped cleanly at once (containers killed, tasks scheduled to retry on the next
 //! start), with `--drain` they finish and a second signal stops them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -286,11 +286,9 @@ async fn reconcile(
             live.insert((task, attempt), c.id.clone());
         } else {
             // A verification container's run is lost with the daemon: verification restarts.
-            let _ = orch.runtime.kill(&c.id).await;
-            let _ = orch.runtime.remove(&c.id).await;
+            discard_container(orch, &c.id).await;
         }
     }
-    let mut handled: HashSet<String> = HashSet::new();
     for state in [
         TaskState::Claimed,
         TaskState::Routed,
@@ -308,15 +306,13 @@ async fn reconcile(
                 (Some(_), TaskState::Verifying) => true,
                 _ => false,
             };
-            handled.insert(task.id.clone());
             match (resumable, record) {
                 (true, Some(record)) => {
                     let Ok(permit) = slots.clone().try_acquire_owned() else {
                         // More in flight than slots: the rest retry normally.
                         interrupt(store, &task, state, Some(&record))?;
                         if let Some(id) = container {
-                            let _ = orch.runtime.kill(&id).await;
-                            let _ = orch.runtime.remove(&id).await;
+                            discard_container(orch, &id).await;
                         }
                         continue;
                     };
@@ -333,8 +329,7 @@ async fn reconcile(
                 }
                 (_, record) => {
                     if let Some(id) = container {
-                        let _ = orch.runtime.kill(&id).await;
-                        let _ = orch.runtime.remove(&id).await;
+                        discard_container(orch, &id).await;
                     }
                     interrupt(store, &task, state, record.as_ref())?;
                 }
@@ -344,10 +339,15 @@ async fn reconcile(
     // Containers no live task owns (finished tasks, older attempts).
     for ((task, attempt), id) in live {
         tracing::info!(%task, attempt, "removing an orphan container");
-        let _ = orch.runtime.kill(&id).await;
-        let _ = orch.runtime.remove(&id).await;
+        discard_container(orch, &id).await;
     }
     Ok(())
+}
+
+/// Kills and removes a container nothing will collect (best effort: it may be gone).
+async fn discard_container(orch: &Orchestrator, id: &str) {
+    let _ = orch.runtime.kill(id).await;
+    let _ = orch.runtime.remove(id).await;
 }
 
 /// A task stranded before its container existed (or whose container is gone): FAILED

@@ -26,7 +26,7 @@ use crate::agents::prompt::PromptContext;
 use crate::agents::scrub::Scrubber;
 use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{
-    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
+    AttemptStatus, CheckEvidence, EnvVar, RunResult, RunSpec, SourceKind, Task, TaskState,
 };
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
@@ -479,16 +479,7 @@ impl<'a> Attempt<'a> {
             ),
             None => None,
         };
-        // Secrets the agent could echo: the values of its env overlay and the token.
-        let mut secrets: Vec<String> = brokered
-            .env_overlay
-            .iter()
-            .filter_map(|v| (self.orch.env)(&v.from_host))
-            .collect();
-        if let Some(token) = &self.orch.github_token {
-            secrets.push(token.secret().to_string());
-        }
-        self.scrubber = Arc::new(Scrubber::new(secrets));
+        self.scrub_secrets_of(&brokered.env_overlay);
         build_run_spec(RunSpecInputs {
             task: &self.task,
             decision,
@@ -501,6 +492,19 @@ impl<'a> Attempt<'a> {
             project_verify: project.as_ref(),
         })
         .map_err(Failure::crash)
+    }
+
+    /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
+    /// values of its env overlay and the GitHub token.
+    fn scrub_secrets_of(&mut self, overlay: &[EnvVar]) {
+        let mut secrets: Vec<String> = overlay
+            .iter()
+            .filter_map(|v| (self.orch.env)(&v.from_host))
+            .collect();
+        if let Some(token) = &self.orch.github_token {
+            secrets.push(token.secret().to_string());
+        }
+        self.scrubber = Arc::new(Scrubber::new(secrets));
     }
 
     fn previous_failures(&self) -> Vec<CheckEvidence> {
@@ -909,15 +913,7 @@ impl<'a> Attempt<'a> {
             .map(|c| c.split(',').map(String::from).collect())
             .unwrap_or_else(|| vec![spec.agent.clone()]);
         self.chain = chain;
-        let mut secrets: Vec<String> = spec
-            .env_overlay
-            .iter()
-            .filter_map(|v| (self.orch.env)(&v.from_host))
-            .collect();
-        if let Some(token) = &self.orch.github_token {
-            secrets.push(token.secret().to_string());
-        }
-        self.scrubber = Arc::new(Scrubber::new(secrets));
+        self.scrub_secrets_of(&spec.env_overlay);
         self.spec = Some(spec.clone());
         match self.state {
             TaskState::Running | TaskState::Provisioned => {

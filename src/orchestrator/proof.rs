@@ -95,44 +95,6 @@ pub fn all_passed(evidence: &[CheckEvidence]) -> bool {
     !evidence.is_empty() && evidence.iter().all(|e| e.passed)
 }
 
-/// The failed checks, written for the next attempt's prompt (the repair loop). Bounded:
-/// each output tail is cut to its last `max_tail` bytes.
-pub fn failures_for_prompt(evidence: &[CheckEvidence], max_tail: usize) -> String {
-    let mut out = String::new();
-    for e in evidence.iter().filter(|e| !e.passed) {
-        if e.command.is_empty() {
-            out.push_str(&format!("- {} failed: {}\n", e.name, e.output_tail.trim()));
-        } else {
-            let code = e
-                .exit_code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "none (timed out)".into());
-            out.push_str(&format!(
-                "- {} failed: `{}` exited {}\n",
-                e.name, e.command, code
-            ));
-            let tail = tail_chars(e.output_tail.trim(), max_tail);
-            if !tail.is_empty() {
-                out.push_str("```\n");
-                out.push_str(tail);
-                out.push_str("\n```\n");
-            }
-        }
-    }
-    out
-}
-
-fn tail_chars(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,25 +135,5 @@ mod tests {
         assert!(!diff_gate(&[]).passed);
         assert!(diff_gate(&paths(&["a"])).passed);
         assert!(!all_passed(&[]));
-    }
-
-    #[test]
-    fn prompt_failures_are_bounded() {
-        let evidence = vec![
-            gate("diff", true, "1 file"),
-            CheckEvidence {
-                name: "test".into(),
-                command: "sh test.sh".into(),
-                exit_code: Some(1),
-                duration_ms: 10,
-                passed: false,
-                output_tail: format!("{}FAIL: add 2 3 = -1", "x".repeat(5000)),
-            },
-        ];
-        let text = failures_for_prompt(&evidence, 100);
-        assert!(text.contains("- test failed: `sh test.sh` exited 1"));
-        assert!(text.contains("FAIL: add 2 3 = -1"));
-        assert!(text.len() < 300, "{}", text.len());
-        assert!(!text.contains("diff"));
     }
 }
