@@ -685,6 +685,74 @@ async fn quota_falls_back_to_the_next_agent() {
     println!("quota_falls_back: {:?}", started.elapsed());
 }
 
+/// The attempt's branch name already exists upstream with unrelated history (a reset home,
+/// another instance): the verified work lands under this home's variant of the name, on
+/// the same attempt, without a failure and without force-pushing over the other branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_branch_name_lands_under_this_homes_variant() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    // Someone else's `polyphony/local-1-a1`, with history of its own.
+    let other = tempfile::tempdir().expect("temp dir");
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=o", "-c", "user.email=o@o"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    git(&["init", "-q", "-b", "elsewhere"], other.path());
+    std::fs::write(other.path().join("other.txt"), "not ours\n").expect("write");
+    git(&["add", "-A"], other.path());
+    git(&["commit", "-qm", "unrelated"], other.path());
+    git(
+        &[
+            "push",
+            "-q",
+            &origin.path.display().to_string(),
+            "elsewhere:refs/heads/polyphony/local-1-a1",
+        ],
+        other.path(),
+    );
+    let home = Home::new(&image, Conf::default(), None);
+    let out = home
+        .run(&[
+            "enqueue",
+            "--repo",
+            &origin.path.display().to_string(),
+            "--body",
+            &body_with("polyphony-fake: succeed"),
+            "Fix add()",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", output(&out));
+    let id = text_of(&out.stdout);
+    assert_eq!(id, "local-1");
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(v["task"]["failures"], 0);
+    let landed = v["landing"]["branch"]
+        .as_str()
+        .expect("landing branch")
+        .to_string();
+    assert!(landed.starts_with("polyphony/local-1-a1-"), "{landed}");
+    let branches = origin.branches();
+    assert!(branches.contains(&landed), "{branches:?}");
+    // The other branch is untouched.
+    let other_tip = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&origin.path)
+        .args(["log", "-1", "--format=%s", "polyphony/local-1-a1"])
+        .output()
+        .expect("git log");
+    assert_eq!(text(&other_tip.stdout).trim(), "unrelated");
+}
+
 /// An identity that has spent its daily cost ceiling waits (spec: the scheduler holds its
 /// tasks) without spending an attempt, and `status` says why and when it goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -436,7 +436,21 @@ impl<'a> Attempt<'a> {
             &config.identities,
         )
         .map_err(Failure::crash)?;
-        let brokered = identity::broker(ident, profile.agent_type).map_err(Failure::crash)?;
+        let mut brokered = identity::broker(ident, profile.agent_type).map_err(Failure::crash)?;
+        // A login directory that does not exist on this host cannot be mounted (Docker
+        // refuses the bind); run without it and say so: the agent then reports its own
+        // authentication error, and `polyphony doctor` names the missing path.
+        brokered.volume_mounts.retain(|m| {
+            let present = m.host_path.exists();
+            if !present {
+                tracing::warn!(
+                    identity = %brokered.identity,
+                    path = %m.host_path.display(),
+                    "credential directory does not exist; running the agent without it"
+                );
+            }
+            present
+        });
         // Cost ceiling (per identity, per UTC day): wait for tomorrow without counting.
         if let Some(ceiling) = brokered.cost_ceiling_usd_per_day {
             let now = Utc::now();
@@ -812,17 +826,38 @@ impl<'a> Attempt<'a> {
         let manager = self.orch.workspaces.clone();
         let token = self.token().map(String::from);
         let ws_for_push = ws.clone();
-        tokio::task::spawn_blocking(move || manager.push(&ws_for_push, None, token.as_deref()))
-            .await
-            .map_err(Failure::crash)?
-            .map_err(|e| {
-                let mut f = Failure::new(
-                    AttemptStatus::Failed,
-                    format!("cannot push {}: {}", ws.branch, one_line(&e.to_string())),
-                );
-                f.evidence = evidence.clone();
-                f
-            })?;
+        // The attempt's branch name may already exist upstream with unrelated history (a
+        // reset home, another instance): push under a name of this home's instead of
+        // failing the verified work. Never force.
+        let fallback_name = format!(
+            "{}-{}",
+            ws.branch,
+            &self.orch.home_label[..self.orch.home_label.len().min(6)]
+        );
+        let pushed = tokio::task::spawn_blocking(move || {
+            match manager.push(&ws_for_push, None, token.as_deref()) {
+                Err(crate::workspace::WorkspaceError::PushRejected { reason, .. })
+                    if is_name_taken(&reason) =>
+                {
+                    manager
+                        .push_as(&ws_for_push, None, &fallback_name, token.as_deref())
+                        .map(|()| fallback_name)
+                }
+                other => other.map(|()| ws_for_push.branch.clone()),
+            }
+        })
+        .await
+        .map_err(Failure::crash)?
+        .map_err(|e| {
+            let mut f = Failure::new(
+                AttemptStatus::Failed,
+                format!("cannot push {}: {}", ws.branch, one_line(&e.to_string())),
+            );
+            f.evidence = evidence.clone();
+            f
+        })?;
+        let mut ws = ws;
+        ws.branch = pushed;
         let result = self.result.clone();
         let mut pr_url = None;
         if self.task.source == SourceKind::Github {
@@ -1138,6 +1173,12 @@ impl<'a> Attempt<'a> {
             tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub");
         }
     }
+}
+
+/// Whether a push rejection means the branch name exists upstream with other history.
+fn is_name_taken(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    reason.contains("non-fast-forward") || reason.contains("fetch first")
 }
 
 /// The first line of a message, for transition reasons.

@@ -20,13 +20,25 @@ impl WorkspaceManager {
         remote: Option<&str>,
         token: Option<&str>,
     ) -> Result<(), WorkspaceError> {
+        self.push_as(ws, remote, &ws.branch, token)
+    }
+
+    /// Pushes the attempt branch to `remote_branch` at the remote (no force): used when the
+    /// attempt's own name is already taken there by unrelated history.
+    pub fn push_as(
+        &self,
+        ws: &Workspace,
+        remote: Option<&str>,
+        remote_branch: &str,
+        token: Option<&str>,
+    ) -> Result<(), WorkspaceError> {
         let target = match remote {
             Some(r) if r != "origin" => resolve_upstream(r)?,
             _ => ws.upstream.clone(),
         };
         harden(ws)?;
         let askpass = self.askpass()?;
-        let refspec = format!("refs/heads/{0}:refs/heads/{0}", ws.branch);
+        let refspec = format!("refs/heads/{}:refs/heads/{remote_branch}", ws.branch);
         let (out, op, token) = Git::new("push")
             .current_dir(&ws.path)
             .args([
@@ -57,7 +69,7 @@ impl WorkspaceManager {
                 format!("{summary}; {}", detail.join(" | "))
             };
             return Err(WorkspaceError::PushRejected {
-                branch: ws.branch.clone(),
+                branch: remote_branch.to_string(),
                 remote: scrub(&target, token),
                 reason: scrub(&reason, token),
             });
@@ -65,7 +77,7 @@ impl WorkspaceManager {
         if !out.status.success() {
             return Err(super::git::git_error(&op, &out, token));
         }
-        tracing::info!(branch = %ws.branch, remote = %scrub(&target, token), "pushed");
+        tracing::info!(branch = %remote_branch, remote = %scrub(&target, token), "pushed");
         Ok(())
     }
 }
