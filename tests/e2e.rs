@@ -685,6 +685,33 @@ async fn quota_falls_back_to_the_next_agent() {
     println!("quota_falls_back: {:?}", started.elapsed());
 }
 
+/// A token GitHub refuses is a configuration error: `spawn` exits 2 and says which
+/// variable the token came from, never its value; the daemon refuses to start the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_exits_2_naming_the_variable() {
+    let Some(image) = image().await else { return };
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-token", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let sent = fake.token();
+    fake.set_token("a-different-token");
+    let out = home.run(&["spawn", &format!("{repo}#{n}")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", output(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    assert!(!err.contains(&sent), "the token leaked: {err}");
+    // Nothing was claimed or changed at the source.
+    assert_eq!(fake.issue_labels(&repo, n), vec!["agent-ready"]);
+    assert!(fake.comments(&repo, n).is_empty());
+}
+
 /// The attempt's branch name already exists upstream with unrelated history (a reset home,
 /// another instance): the verified work lands under this home's variant of the name, on
 /// the same attempt, without a failure and without force-pushing over the other branch.
