@@ -145,10 +145,11 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
             );
         }
         println!();
-        println!(
-            "Inspect: polyphony --home {} status | status local-2 | logs local-3",
-            home.display()
-        );
+        let h = home.display();
+        println!("Inspect it:");
+        println!("  polyphony --home {h} status");
+        println!("  polyphony --home {h} status local-2   # the repair round, with evidence");
+        println!("  polyphony --home {h} logs local-3     # the quota hit, then codex");
         println!("Branches landed in {}", origin.display());
     }
     Ok(if all_ok {
