@@ -149,7 +149,9 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         println!("Inspect it:");
         println!("  polyphony --home {h} status");
         println!("  polyphony --home {h} status local-2   # the repair round, with evidence");
-        println!("  polyphony --home {h} logs local-3     # codex; --attempt 1 shows claude's quota hit");
+        println!(
+            "  polyphony --home {h} logs local-3     # codex; --attempt 1 shows claude's quota hit"
+        );
         println!("Branches landed in {}", origin.display());
     }
     Ok(if all_ok {
