@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use super::{print_json, Context, Outcome};
 use crate::config::Config;
 use crate::orchestrator::daemon::{self, DaemonOptions};
-use crate::orchestrator::progress::LogProgress;
-use crate::orchestrator::Orchestrator;
+use crate::orchestrator::progress::{LineProgress, LogProgress};
+use crate::orchestrator::{Orchestrator, Progress};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -30,6 +30,7 @@ pub struct Args {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
+    let log_json = ctx.log_json;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let orch = Arc::new(Orchestrator::connect(config).await?);
@@ -39,7 +40,13 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             drain: args.drain,
             exit_when_idle: args.exit_when_idle,
         };
-        let summary = daemon::run(orch, opts, Arc::new(LogProgress), rx).await?;
+        // A person reads one line per state change; a log collector gets JSON events.
+        let progress: Arc<dyn Progress> = if log_json {
+            Arc::new(LogProgress)
+        } else {
+            Arc::new(LineProgress::new())
+        };
+        let summary = daemon::run(orch, opts, progress, rx).await?;
         if args.json {
             print_json(&serde_json::json!({
                 "attempts": summary.attempts,

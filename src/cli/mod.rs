@@ -101,6 +101,9 @@ pub enum Outcome {
 pub struct Context {
     /// The resolved, absolute Polyphony home.
     pub home: PathBuf,
+    /// Logs are JSON lines (`--log-format json`): long-running verbs then report progress
+    /// through the log instead of human lines.
+    pub log_json: bool,
 }
 
 /// A mistake in how polyphony was called (bad argument value, missing file): exit 2.
@@ -124,7 +127,10 @@ impl UsageError {
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let home = crate::config::home_from_env(cli.global.home.as_deref())?;
     tracing::debug!(home = %home.display(), "resolved home");
-    let ctx = Context { home };
+    let ctx = Context {
+        home,
+        log_json: cli.global.log_format == LogFormat::Json,
+    };
     match cli.command {
         Command::Init(args) => init::run(args, &ctx),
         Command::Config(args) => config::run(args, &ctx),
