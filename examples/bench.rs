@@ -47,7 +47,9 @@ fn main() -> anyhow::Result<()> {
         "spawn" => attempts::spawn(&cfg)?,
         "daemon" => attempts::daemon(&cfg)?,
         "claim-worker" => return claim_worker(),
-        other => bail!("unknown section `{other}` (expected queue, status, ingest, spawn or daemon)"),
+        other => {
+            bail!("unknown section `{other}` (expected queue, status, ingest, spawn or daemon)")
+        }
     };
     print!("{markdown}");
     Ok(())

@@ -158,7 +158,8 @@ pub fn spawn(cfg: &Config) -> anyhow::Result<String> {
     );
     let store = Store::open(&polyphony_db(&home))?;
     let pid = std::process::id();
-    let body = "A no-op task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
+    let body =
+        "A no-op task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
     let reps = env_or("BENCH_REPS", 7)?.max(1);
 
     let run_poly = |n: usize| -> anyhow::Result<(f64, Vec<f64>)> {
@@ -253,7 +254,11 @@ pub fn spawn(cfg: &Config) -> anyhow::Result<String> {
     for n in 1..=reps {
         eprintln!("spawn: pair {n}/{reps} ...");
         // Alternate which goes first so neither always runs on a freshly idle engine.
-        let order = if n % 2 == 1 { [true, false] } else { [false, true] };
+        let order = if n % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        };
         for is_poly in order {
             if is_poly {
                 let (wall, steps) = run_poly(n)?;
@@ -520,7 +525,10 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
                 break;
             }
             if t.elapsed() > limit {
-                bail!("phase {n} did not finish within {limit:?} (see {})", log.display());
+                bail!(
+                    "phase {n} did not finish within {limit:?} (see {})",
+                    log.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -529,9 +537,8 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
         let mut events = 0;
         for id in &ids {
             let key = polyphony::runtime::container_spec::container_key(id);
-            transcript_bytes += super::file_size(
-                &home.join("transcripts").join(&key).join("1.ndjson"),
-            );
+            transcript_bytes +=
+                super::file_size(&home.join("transcripts").join(&key).join("1.ndjson"));
             events += store.event_count(id, 1)?;
         }
         phases.push(Phase {
@@ -560,9 +567,21 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
             "| {} | {:.0} s | {} | {} | {} | {} | {} |",
             p.label,
             p.secs,
-            if loaded { p.max_running.to_string() } else { "-".into() },
-            if loaded { bytes(p.transcript_bytes) } else { "-".into() },
-            if loaded { p.events.to_string() } else { "-".into() },
+            if loaded {
+                p.max_running.to_string()
+            } else {
+                "-".into()
+            },
+            if loaded {
+                bytes(p.transcript_bytes)
+            } else {
+                "-".into()
+            },
+            if loaded {
+                p.events.to_string()
+            } else {
+                "-".into()
+            },
             mib_k(p.median_kib),
             mib_k(p.peak_kib),
         )?;

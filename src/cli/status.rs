@@ -288,12 +288,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("queue.db")).unwrap();
         let now = Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap();
-        let mut t = Task::new("local-1", SourceKind::Local, "local:local-1", "/r", TRICKY, now);
+        let mut t = Task::new(
+            "local-1",
+            SourceKind::Local,
+            "local:local-1",
+            "/r",
+            TRICKY,
+            now,
+        );
         t.labels = vec!["a".into(), "b\"c".into(), "\u{1f}".into(), "é/\\x".into()];
         store.insert_task(&t).unwrap();
         for (i, task_type) in TaskType::ALL.iter().enumerate() {
             let id = format!("owner/repo#{i}");
-            let mut t = Task::new(&id, SourceKind::Github, &id, "https://x/r.git", "Plain", now);
+            let mut t = Task::new(
+                &id,
+                SourceKind::Github,
+                &id,
+                "https://x/r.git",
+                "Plain",
+                now,
+            );
             t.task_type = *task_type;
             t.risk = [Risk::Low, Risk::Medium, Risk::High][i % 3];
             t.state = TaskState::ALL[i % TaskState::ALL.len()];
@@ -308,7 +322,9 @@ mod tests {
             .set_task_facts("local-1", TaskType::Refactor, Scope::Large, Risk::High, 7)
             .unwrap();
         check_stored_json(&store);
-        store.freeze_text("local-1", "frozen \"title\"\n", "body").unwrap();
+        store
+            .freeze_text("local-1", "frozen \"title\"\n", "body")
+            .unwrap();
         check_stored_json(&store);
         store
             .transition("local-1", TaskState::Claimed, TaskState::Failed, "x", now)
@@ -325,10 +341,14 @@ mod tests {
         let path = dir.path().join("queue.db");
         {
             let conn = rusqlite::Connection::open(&path).unwrap();
-            conn.execute_batch(crate::store::schema::MIGRATIONS[0]).unwrap();
+            conn.execute_batch(crate::store::schema::MIGRATIONS[0])
+                .unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
             let labels = serde_json::to_string(&["x\"y", "\u{1}", "z"]).unwrap();
-            for (id, next) in [("local-1", None), ("local-2", Some("2026-11-30T02:00:00.000000Z"))] {
+            for (id, next) in [
+                ("local-1", None),
+                ("local-2", Some("2026-11-30T02:00:00.000000Z")),
+            ] {
                 conn.execute(
                     "INSERT INTO tasks VALUES (?1, ?2, 'body', 'local', ?1, '/r', NULL, 'FAILED', \
                      'bugfix', 'small', 'medium', 3, 0, ?3, '{}', 1, 1, \
