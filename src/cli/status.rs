@@ -103,7 +103,12 @@ fn list_json(
     limit: Option<usize>,
 ) -> anyhow::Result<Outcome> {
     use std::io::Write as _;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    use std::os::fd::AsFd as _;
+    // A duplicate of fd 1 rather than `Stdout`: `Stdout` is line-buffered and scanned each
+    // 64 KiB chunk for a newline (`memrchr`, 11% of the listing in perf); stdout is not
+    // used otherwise while this runs.
+    let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::from(fd));
     out.write_all(b"[")?;
     if let Some(s) = store {
         let mut first = true;
