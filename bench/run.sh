@@ -7,7 +7,8 @@
 #   SECTION: queue status ingest clone spawn daemon (default: all of them)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
-#      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB (see examples/bench.rs).
+#      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
+#      examples/bench.rs and examples/bench/attempts.rs). spawn and daemon need a Docker engine.
 #
 # Adding a section: write `section_NAME` printing its Markdown body, add NAME to ALL below.
 set -eu
@@ -19,7 +20,7 @@ sections=""
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) case " $ALL " in
          *" $arg "*) sections="$sections $arg" ;;
          *) echo "bench/run.sh: unknown section \`$arg\` (expected one of: $ALL)" >&2; exit 2 ;;
@@ -31,6 +32,7 @@ if [ "$quick" = 1 ]; then
   export BENCH_REPS="${BENCH_REPS:-1}" BENCH_TASKS="${BENCH_TASKS:-2000}"
   export BENCH_CLI_SAMPLE="${BENCH_CLI_SAMPLE:-20}" BENCH_STATUS_TASKS="${BENCH_STATUS_TASKS:-10000}"
   export BENCH_INGEST_MB="${BENCH_INGEST_MB:-10}" BENCH_COMMITS="${BENCH_COMMITS:-500}"
+  export BENCH_DAEMON_SECS="${BENCH_DAEMON_SECS:-3}"
 fi
 export BENCH_DIR="${BENCH_DIR:-/tmp/polyphony-bench}"
 command -v /usr/bin/time >/dev/null || { echo "bench/run.sh: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
@@ -78,11 +80,23 @@ section_ingest() {
 }
 
 section_spawn() {
-  pending "needs spawn: \`polyphony spawn\` of a no-op task (fake agent exits at once, verification \`true\`) beside a shell script doing the bare steps (reference clone, \`docker run\` of the agent, \`docker run\` of the check, \`git push\`). Target: at most 1.2x."
+  echo "Issue 8 item 1. One no-op attempt through \`polyphony spawn --task ID\` beside a shell script"
+  echo "doing the same bare steps with the git and docker CLIs, on the same repository and image."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS)bench/run.sh spawn\` (examples/bench/attempts.rs \`spawn\`, bench/bare_attempt.sh)"
+  echo
+  "$harness" spawn
 }
 
 section_daemon() {
-  pending "needs daemon: RSS idle, and with 16 concurrent fake agents streaming output (flat, not growing with transcript size)."
+  echo "Issue 8 item 4. Resident memory of \`polyphony daemon\` idle and with 16 concurrent fake agents"
+  echo "streaming output, then with transcripts about 10 times larger."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_DAEMON_SECS)bench/run.sh daemon\` (examples/bench/attempts.rs \`daemon\`)"
+  echo
+  "$harness" daemon
 }
 
 # ------------------------------------------------------------------ plumbing
@@ -97,10 +111,6 @@ env_line() {
 
 stamp() {
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-}
-
-pending() {
-  echo "**Pending** — $1"
 }
 
 heading() {
@@ -134,7 +144,8 @@ mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
   echo "## Run"
   echo
   echo "Every section below comes from this one run of \`bench/run.sh\` (Clone per attempt through"
-  echo "\`bench/clone.sh\`, which it calls); pending sections wait for \`spawn\` and \`daemon\`."
+  echo "\`bench/clone.sh\`, which it calls). Sections marked \"written by hand\" are profiles kept"
+  echo "between runs; their figures come from the profiling runs they name."
   echo
   echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- Machine: $(nproc) CPUs ($cpu), $mem RAM, Linux $(uname -r), $(sqlite3 --version | cut -d' ' -f1) (sqlite3 shell), $(rustc --version)"

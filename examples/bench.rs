@@ -12,8 +12,10 @@
 //! - `ingest`: `polyphony replay` of 10 MB and 100 MB Claude and 100 MB Codex transcripts
 //!   (fixture lines repeated) under `/usr/bin/time -v`, beside `wc -l` and `cat`.
 //!
-//! Adding a section (spawn overhead, daemon memory) is one more function returning its
-//! Markdown and one arm in `main`, plus one line in bench/run.sh.
+//! - `spawn`, `daemon`: real attempts on the Docker engine (examples/bench/attempts.rs).
+//!
+//! Adding a section is one more function returning its Markdown and one arm in `main`,
+//! plus one line in bench/run.sh.
 //!
 //! Environment: `POLYPHONY_BIN` (the release binary), `BENCH_DIR` (scratch, default
 //! /tmp/polyphony-bench), `BENCH_REPS` (repetitions, default 5), `BENCH_TASKS`,
@@ -32,6 +34,9 @@ use polyphony::domain::{Risk, Scope, SourceKind, Task, TaskState, TaskType};
 use polyphony::store::{schema, Store};
 use rusqlite::{Connection, TransactionBehavior};
 
+#[path = "bench/attempts.rs"]
+mod attempts;
+
 fn main() -> anyhow::Result<()> {
     let section = std::env::args().nth(1).unwrap_or_default();
     let cfg = Config::from_env()?;
@@ -39,8 +44,12 @@ fn main() -> anyhow::Result<()> {
         "queue" => queue(&cfg)?,
         "status" => status(&cfg)?,
         "ingest" => ingest(&cfg)?,
+        "spawn" => attempts::spawn(&cfg)?,
+        "daemon" => attempts::daemon(&cfg)?,
         "claim-worker" => return claim_worker(),
-        other => bail!("unknown section `{other}` (expected queue, status or ingest)"),
+        other => {
+            bail!("unknown section `{other}` (expected queue, status, ingest, spawn or daemon)")
+        }
     };
     print!("{markdown}");
     Ok(())

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::{print_json, Context, Outcome, UsageError};
 use crate::domain::{Task, TaskState};
-use crate::store::{Store, TaskSummary};
+use crate::store::Store;
 
 /// Rows the table shows unless `--limit` says otherwise.
 const DEFAULT_TABLE_ROWS: usize = 50;
@@ -106,81 +106,36 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
 
 /// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
 /// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at;
-/// `status TASK --json` has the full task), streamed row by row from SQLite into a
-/// buffered stdout. 100k tasks must list in well under 100 ms (docs/benchmarks.md).
+/// `status TASK --json` has the full task). The store keeps each summary's JSON as text,
+/// so listing copies stored bytes into a buffered stdout: 100k tasks must list in under
+/// 100 ms (docs/benchmarks.md "Status: profile and fix").
 fn list_json(
     store: Option<&Store>,
     state: Option<TaskState>,
     limit: Option<usize>,
 ) -> anyhow::Result<Outcome> {
     use std::io::Write as _;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    use std::os::fd::AsFd as _;
+    // A duplicate of fd 1 rather than `Stdout`: `Stdout` is line-buffered and scanned each
+    // 64 KiB chunk for a newline (`memrchr`, 11% of the listing in perf); stdout is not
+    // used otherwise while this runs.
+    let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::from(fd));
     out.write_all(b"[")?;
     if let Some(s) = store {
         let mut first = true;
-        s.for_each_task_summary(state, limit, |t| -> anyhow::Result<()> {
+        s.for_each_summary_json(state, limit, |json| -> anyhow::Result<()> {
             if !first {
                 out.write_all(b",")?;
             }
             first = false;
-            write_summary(&mut out, t)?;
+            out.write_all(json)?;
             Ok(())
         })?;
     }
     out.write_all(b"]\n")?;
     out.flush()?;
     Ok(Outcome::Success)
-}
-
-/// Writes one summary as the JSON object `serde_json::to_writer(t)` would, faster: the
-/// keys are literals and strings without characters JSON escapes are copied as they are.
-/// At 100k tasks serde's per-key escaping was an eighth of `status --json` (perf, see
-/// docs/benchmarks.md); the `writes_what_serde_writes` test keeps the two identical.
-fn write_summary(out: &mut impl std::io::Write, t: &TaskSummary<'_>) -> std::io::Result<()> {
-    fn string(out: &mut impl std::io::Write, s: &str) -> std::io::Result<()> {
-        if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-            return serde_json::to_writer(out, s).map_err(std::io::Error::other);
-        }
-        out.write_all(b"\"")?;
-        out.write_all(s.as_bytes())?;
-        out.write_all(b"\"")
-    }
-    fn opt(out: &mut impl std::io::Write, s: Option<&str>) -> std::io::Result<()> {
-        match s {
-            Some(s) => string(out, s),
-            None => out.write_all(b"null"),
-        }
-    }
-    out.write_all(b"{\"id\":")?;
-    string(out, t.id)?;
-    out.write_all(b",\"title\":")?;
-    string(out, t.title)?;
-    out.write_all(b",\"source_ref\":")?;
-    string(out, t.source_ref)?;
-    out.write_all(b",\"state\":")?;
-    string(out, t.state.as_str())?;
-    out.write_all(b",\"task_type\":")?;
-    string(out, t.task_type.as_str())?;
-    out.write_all(b",\"risk\":")?;
-    string(out, t.risk.as_str())?;
-    out.write_all(b",\"labels\":[")?;
-    for (i, l) in t.labels.iter().enumerate() {
-        if i > 0 {
-            out.write_all(b",")?;
-        }
-        string(out, &l.0)?;
-    }
-    write!(
-        out,
-        "],\"attempts\":{},\"failures\":{},\"created_at\":",
-        t.attempts, t.failures
-    )?;
-    string(out, t.created_at)?;
-    out.write_all(b",\"updated_at\":")?;
-    string(out, t.updated_at)?;
-    out.write_all(b",\"next_attempt_at\":")?;
-    opt(out, t.next_attempt_at)?;
-    out.write_all(b"}")
 }
 
 fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outcome> {
@@ -366,45 +321,111 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
+    /// Every stored summary against `serde_json` of the same task's [`TaskSummary`], for
+    /// the whole list and per state.
+    fn check_stored_json(store: &Store) {
+        use crate::store::StoreError;
+        for state in std::iter::once(None).chain(TaskState::ALL.iter().copied().map(Some)) {
+            let mut stored = Vec::new();
+            store
+                .for_each_summary_json(state, None, |j| -> Result<(), StoreError> {
+                    stored.push(String::from_utf8(j.to_vec()).unwrap());
+                    Ok(())
+                })
+                .unwrap();
+            let mut serde = Vec::new();
+            store
+                .for_each_task_summary(state, None, |t| -> Result<(), StoreError> {
+                    serde.push(serde_json::to_string(t).unwrap());
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(stored, serde, "state filter {state:?}");
+        }
+    }
+
+    const TRICKY: &str = "quote \" backslash \\ tab \t newline \n cr \r bs \u{8} ff \u{c} \
+        nul \u{0} us \u{1f} del \u{7f} é 🎻 \u{2028} </script> slash /";
+
     #[test]
-    fn writes_what_serde_writes() {
-        use crate::domain::{Risk, TaskType};
-        use crate::store::Label;
-        use std::borrow::Cow;
-        let check = |t: TaskSummary<'_>| {
-            let mut ours = Vec::new();
-            write_summary(&mut ours, &t).unwrap();
-            assert_eq!(
-                String::from_utf8(ours).unwrap(),
-                serde_json::to_string(&t).unwrap()
+    fn stored_summaries_are_what_serde_writes() {
+        use crate::domain::{Risk, Scope, SourceKind, TaskType};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap();
+        let mut t = Task::new(
+            "local-1",
+            SourceKind::Local,
+            "local:local-1",
+            "/r",
+            TRICKY,
+            now,
+        );
+        t.labels = vec!["a".into(), "b\"c".into(), "\u{1f}".into(), "é/\\x".into()];
+        store.insert_task(&t).unwrap();
+        for (i, task_type) in TaskType::ALL.iter().enumerate() {
+            let id = format!("owner/repo#{i}");
+            let mut t = Task::new(
+                &id,
+                SourceKind::Github,
+                &id,
+                "https://x/r.git",
+                "Plain",
+                now,
             );
-        };
-        let base = TaskSummary {
-            id: "local-1",
-            title: "Fix the parser",
-            source_ref: "local:local-1",
-            state: TaskState::Failed,
-            task_type: TaskType::Bugfix,
-            risk: Risk::High,
-            labels: vec![],
-            attempts: 3,
-            failures: 2,
-            created_at: "2026-11-30T01:51:22.943138Z",
-            updated_at: "2026-11-30T01:52:22.000000Z",
-            next_attempt_at: None,
-        };
-        check(base.clone());
-        check(TaskSummary {
-            title: "quote \" backslash \\ tab \t newline \n nul \u{0} é 🎻",
-            labels: vec![Label(Cow::Borrowed("a")), Label(Cow::Owned("b\"c".into()))],
-            next_attempt_at: Some("2026-11-30T02:00:00.000000Z"),
-            ..base.clone()
-        });
-        check(TaskSummary {
-            id: "owner/repo#42",
-            labels: vec![Label(Cow::Borrowed("\u{1f}"))],
-            ..base
-        });
+            t.task_type = *task_type;
+            t.risk = [Risk::Low, Risk::Medium, Risk::High][i % 3];
+            t.state = TaskState::ALL[i % TaskState::ALL.len()];
+            t.attempts = i as u32;
+            store.insert_task(&t).unwrap();
+        }
+        check_stored_json(&store);
+        // Every write path that changes a summary field.
+        store.claim("local-1", now).unwrap().unwrap();
+        check_stored_json(&store);
+        store
+            .set_task_facts("local-1", TaskType::Refactor, Scope::Large, Risk::High, 7)
+            .unwrap();
+        check_stored_json(&store);
+        store
+            .freeze_text("local-1", "frozen \"title\"\n", "body")
+            .unwrap();
+        check_stored_json(&store);
+        store
+            .transition("local-1", TaskState::Claimed, TaskState::Failed, "x", now)
+            .unwrap();
+        store.set_retry("local-1", 2, Some(now)).unwrap();
+        check_stored_json(&store);
+        store.set_retry("local-1", 2, None).unwrap();
+        check_stored_json(&store);
+    }
+
+    #[test]
+    fn migration_backfills_summaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(crate::store::schema::MIGRATIONS[0])
+                .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            let labels = serde_json::to_string(&["x\"y", "\u{1}", "z"]).unwrap();
+            for (id, next) in [
+                ("local-1", None),
+                ("local-2", Some("2026-11-30T02:00:00.000000Z")),
+            ] {
+                conn.execute(
+                    "INSERT INTO tasks VALUES (?1, ?2, 'body', 'local', ?1, '/r', NULL, 'FAILED', \
+                     'bugfix', 'small', 'medium', 3, 0, ?3, '{}', 1, 1, \
+                     '2026-11-30T01:00:00.000000Z', '2026-11-30T01:30:00.000000Z', ?4)",
+                    rusqlite::params![id, TRICKY, labels, next],
+                )
+                .unwrap();
+            }
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        check_stored_json(&store);
     }
 
     #[test]

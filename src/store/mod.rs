@@ -329,6 +329,44 @@ impl Store {
         Ok(())
     }
 
+    /// Calls `each` with the JSON object of every task's [`TaskSummary`] (exactly the bytes
+    /// `serde_json::to_writer` writes for it), newest first, optionally only those in
+    /// `state`, at most `limit` of them. The objects are stored text (schema version 2
+    /// keeps them current by trigger), handed over without decoding or UTF-8 checks: this
+    /// is `status --json` at 100k tasks (docs/benchmarks.md). Stops at the first error
+    /// `each` returns.
+    pub fn for_each_summary_json<E>(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+        mut each: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let limit = limit.map_or(-1, |l| l as i64);
+        let sql = match state {
+            // The state index yields the rowids in order; each summary is one lookup.
+            Some(_) => {
+                "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
+                 WHERE t.state = ?2 ORDER BY t.rowid DESC LIMIT ?1"
+            }
+            None => "SELECT json FROM task_summaries WHERE ?2 IS NULL ORDER BY seq DESC LIMIT ?1",
+        };
+        let mut stmt = self.conn.prepare_cached(sql).map_err(StoreError::from)?;
+        let mut rows = stmt
+            .query(params![limit, state.map(TaskState::as_str)])
+            .map_err(StoreError::from)?;
+        while let Some(row) = rows.next().map_err(StoreError::from)? {
+            let json = row
+                .get_ref(0)
+                .and_then(|v| v.as_bytes().map_err(rusqlite::Error::from))
+                .map_err(StoreError::from)?;
+            each(json)?;
+        }
+        Ok(())
+    }
+
     /// Number of tasks in each state (states with none are absent).
     pub fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
         let mut stmt = self

@@ -121,6 +121,31 @@ CREATE TABLE kv (
     updated_at  TEXT NOT NULL
 );
 "#,
+    // 2: `status --json` prints stored text. Each task's summary object (the bytes
+    // `serde_json` writes for a `TaskSummary`) lives in a narrow side table kept current by
+    // triggers, in the same statement as every insert, update or delete of the task, so no
+    // write path can forget it. Listing walks this ~330-byte-a-row table instead of the
+    // task rows with their bodies (docs/benchmarks.md "Status: profile and fix").
+    // `seq` is the task's insertion order (its rowid at insert): newest first is `seq DESC`.
+    r#"
+CREATE TABLE task_summaries (
+    seq   INTEGER PRIMARY KEY,
+    id    TEXT NOT NULL UNIQUE,
+    json  TEXT NOT NULL
+);
+INSERT INTO task_summaries (seq, id, json)
+    SELECT rowid, id, json_object('id', tasks.id, 'title', tasks.title, 'source_ref', tasks.source_ref, 'state', tasks.state, 'task_type', tasks.task_type, 'risk', tasks.risk, 'labels', json(tasks.labels), 'attempts', tasks.attempts, 'failures', tasks.failures, 'created_at', tasks.created_at, 'updated_at', tasks.updated_at, 'next_attempt_at', tasks.next_attempt_at) FROM tasks ORDER BY rowid;
+CREATE TRIGGER task_summaries_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_summaries (seq, id, json) VALUES (NEW.rowid, NEW.id, json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at));
+END;
+CREATE TRIGGER task_summaries_update AFTER UPDATE OF id, title, source_ref, state, task_type,
+    risk, labels, attempts, failures, created_at, updated_at, next_attempt_at ON tasks BEGIN
+    UPDATE task_summaries SET id = NEW.id, json = json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at) WHERE id = OLD.id;
+END;
+CREATE TRIGGER task_summaries_delete AFTER DELETE ON tasks BEGIN
+    DELETE FROM task_summaries WHERE id = OLD.id;
+END;
+"#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,605 @@
+//! The sections that run real attempts on the Docker engine: `spawn` (orchestration
+//! overhead of one no-op attempt beside the bare git and docker steps, issue 8 item 1) and
+//! `daemon` (the daemon's resident memory idle and with 16 concurrent fake agents streaming
+//! output, issue 8 item 4).
+//!
+//! Both use the offline test image `polyphony-test:latest` (built here when missing) and a
+//! bare origin made like `demo::write_sample_repo`, whose `.polyphony.yaml` verifies with
+//! `true`. Task ids carry this process id, so container names (`polyphony-<id>-<n>`) never
+//! clash with other homes sharing the engine; every container is removed by its run.
+//!
+//! Environment: `BENCH_REPS` (spawn: 7 pairs by default, one warm-up pair first),
+//! `BENCH_DAEMON_SECS` (daemon: how long each fake agent streams in the first loaded phase,
+//! default 10; the second phase streams 10 times as long).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use chrono::{DateTime, Utc};
+use polyphony::domain::{SourceKind, Task, TaskState, TaskType};
+use polyphony::store::Store;
+
+use super::{bytes, env_or, median, polyphony_db, Config};
+
+const IMAGE: &str = "polyphony-test:latest";
+
+/// Makes sure the offline test image exists (building it takes a few seconds, no registry).
+fn ensure_image() -> anyhow::Result<()> {
+    let present = Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if present {
+        return Ok(());
+    }
+    eprintln!("building {IMAGE} ...");
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let docker = polyphony::runtime::DockerRuntime::connect().await?;
+        polyphony::runtime::ensure_test_image(docker.client()).await?;
+        anyhow::Ok(())
+    })
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Polyphony Bench",
+            "-c",
+            "user.email=bench@polyphony.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .with_context(|| format!("running git {args:?}"))?;
+    ensure!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// `dir/origin.git`: a bare origin on `main` whose checks are `test: "true"`.
+fn write_origin(dir: &Path) -> anyhow::Result<PathBuf> {
+    let work = dir.join("origin-src");
+    std::fs::create_dir_all(&work)?;
+    std::fs::write(work.join("calc.sh"), "add() {\n    echo $(($1 + $2))\n}\n")?;
+    std::fs::write(work.join("README.md"), "# calc\n\nA benchmark project.\n")?;
+    std::fs::write(
+        work.join(".polyphony.yaml"),
+        "# The no-op attempt's only check.\ntest: \"true\"\n",
+    )?;
+    git(&work, &["init", "-q"])?;
+    git(&work, &["add", "-A"])?;
+    git(&work, &["commit", "-qm", "calc"])?;
+    let origin = dir.join("origin.git");
+    git(
+        dir,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &work.to_string_lossy(),
+            &origin.to_string_lossy(),
+        ],
+    )?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(origin)
+}
+
+fn insert_task(store: &Store, id: &str, origin: &Path, body: &str) -> anyhow::Result<()> {
+    let mut task = Task::new(
+        id,
+        SourceKind::Local,
+        format!("local:{id}"),
+        origin.to_string_lossy(),
+        format!("Benchmark task {id}"),
+        Utc::now(),
+    );
+    task.body = body.to_string();
+    task.task_type = TaskType::Bugfix;
+    store.insert_task(&task)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------- spawn
+
+/// The polyphony steps, from the task's transition timestamps.
+const POLY_STEPS: [&str; 7] = [
+    "process start, config, Docker connect, claim",
+    "mirror fetch + reference clone + branch, route (CLAIMED -> ROUTED)",
+    "identity, .polyphony.yaml at the base, attempt row (ROUTED -> PROVISIONED)",
+    "create the agent container, record its id (PROVISIONED -> RUNNING)",
+    "start, agent runs, events stored, exit collected, container removed (RUNNING -> VERIFYING)",
+    "commit, gates, check container, push (VERIFYING -> LANDED)",
+    "print the result, exit",
+];
+const BARE_STEPS: [&str; 5] = ["clone", "agent", "commit", "check", "push"];
+
+pub fn spawn(cfg: &Config) -> anyhow::Result<String> {
+    ensure_image()?;
+    let dir = cfg.scratch("spawn")?;
+    let origin = write_origin(&dir)?;
+    let home = dir.join("home");
+    polyphony::demo::write_home(&home, &dir, IMAGE)?;
+    let creds = dir.join("logins").join("claude");
+    let mirror = dir.join("bare-mirror.git");
+    git(
+        &dir,
+        &[
+            "clone",
+            "-q",
+            "--mirror",
+            &origin.to_string_lossy(),
+            &mirror.to_string_lossy(),
+        ],
+    )?;
+    let bare_script = std::env::current_dir()?.join("bench/bare_attempt.sh");
+    ensure!(
+        bare_script.is_file(),
+        "{} is missing (run from the repository root)",
+        bare_script.display()
+    );
+    let store = Store::open(&polyphony_db(&home))?;
+    let pid = std::process::id();
+    let body =
+        "A no-op task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
+    let reps = env_or("BENCH_REPS", 7)?.max(1);
+
+    let run_poly = |n: usize| -> anyhow::Result<(f64, Vec<f64>)> {
+        let id = format!("bench{pid}-{n}");
+        insert_task(&store, &id, &origin, body)?;
+        let log = dir.join(format!("{id}.log"));
+        let began = Utc::now();
+        let t = Instant::now();
+        let status = Command::new(&cfg.bin)
+            .args(["--home"])
+            .arg(&home)
+            .args(["spawn", "--task", &id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .status()?;
+        let wall = t.elapsed().as_secs_f64();
+        let ended = began + chrono::Duration::from_std(t.elapsed())?;
+        ensure!(
+            status.success(),
+            "polyphony spawn --task {id} did not land (see {})",
+            log.display()
+        );
+        let mut marks: Vec<DateTime<Utc>> = vec![began];
+        for to in [
+            TaskState::Claimed,
+            TaskState::Routed,
+            TaskState::Provisioned,
+            TaskState::Running,
+            TaskState::Verifying,
+            TaskState::Landed,
+        ] {
+            let at = store
+                .transitions(&id)?
+                .into_iter()
+                .find(|r| r.to == to)
+                .map(|r| r.at)
+                .with_context(|| format!("{id} has no transition to {to}"))?;
+            marks.push(at);
+        }
+        marks.push(ended);
+        let steps = marks
+            .windows(2)
+            .map(|w| (w[1] - w[0]).num_microseconds().unwrap_or(0) as f64 / 1e6)
+            .collect();
+        Ok((wall, steps))
+    };
+    let run_bare = |n: usize| -> anyhow::Result<(f64, Vec<f64>)> {
+        let steps_file = dir.join(format!("bare-{n}.steps"));
+        let t = Instant::now();
+        let out = Command::new("sh")
+            .arg(&bare_script)
+            .arg(&origin)
+            .arg(&mirror)
+            .arg(dir.join(format!("bare-ws-{n}")))
+            .arg(format!("bare/{pid}-{n}"))
+            .arg(format!("bench{pid}-bare-{n}"))
+            .arg(&creds)
+            .arg(body)
+            .env("BARE_STEPS", &steps_file)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::null())
+            .output()?;
+        let wall = t.elapsed().as_secs_f64();
+        ensure!(
+            out.status.success(),
+            "bench/bare_attempt.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&steps_file)?;
+        let steps = BARE_STEPS
+            .iter()
+            .map(|name| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(f64::NAN)
+            })
+            .collect();
+        Ok((wall, steps))
+    };
+
+    // Warm-up pair: creates polyphony's mirror and warms the page cache and the engine.
+    eprintln!("spawn: warm-up ...");
+    run_poly(0)?;
+    run_bare(0)?;
+    let mut poly = Vec::new();
+    let mut bare = Vec::new();
+    let mut poly_steps: Vec<Vec<f64>> = vec![Vec::new(); POLY_STEPS.len()];
+    let mut bare_steps: Vec<Vec<f64>> = vec![Vec::new(); BARE_STEPS.len()];
+    for n in 1..=reps {
+        eprintln!("spawn: pair {n}/{reps} ...");
+        // Alternate which goes first so neither always runs on a freshly idle engine.
+        let order = if n % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_poly in order {
+            if is_poly {
+                let (wall, steps) = run_poly(n)?;
+                poly.push(wall);
+                for (i, s) in steps.into_iter().enumerate() {
+                    poly_steps[i].push(s);
+                }
+            } else {
+                let (wall, steps) = run_bare(n)?;
+                bare.push(wall);
+                for (i, s) in steps.into_iter().enumerate() {
+                    bare_steps[i].push(s);
+                }
+            }
+        }
+    }
+    let all = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.iter()
+            .map(|s| format!("{s:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pm = median(&mut poly.clone());
+    let bm = median(&mut bare.clone());
+    let min = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
+    let mut md = String::new();
+    writeln!(md, "A local task on a bare origin (`file://` path), the fake `claude` in `{IMAGE}` with scenario `succeed` (appends a note to `POLYPHONY_FAKE.md`), one check `test: \"true\"` from `.polyphony.yaml`. Beside it, `bench/bare_attempt.sh` does the same bare steps by hand: `git clone --reference MIRROR --dissociate`, `git checkout -b`, `docker run --rm` of the fake agent (same image, same argv as the claude adapter builds, same hardening and limits, workspace and credentials bind-mounted), `git add -A && git commit`, `docker run --rm --network none` of `/bin/sh -c true`, `git push`. {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of the whole process.\n")?;
+    writeln!(md, "| One no-op attempt | median | min | vs bare steps |")?;
+    writeln!(md, "|---|---|---|---|")?;
+    writeln!(
+        md,
+        "| `polyphony spawn --task ID` | {:.3} s | {:.3} s | {:.2}x |",
+        pm,
+        min(&poly),
+        pm / bm
+    )?;
+    writeln!(
+        md,
+        "| `bench/bare_attempt.sh` (git + docker CLIs) | {:.3} s | {:.3} s | 1.00x |",
+        bm,
+        min(&bare)
+    )?;
+    writeln!(md)?;
+    writeln!(
+        md,
+        "All runs (s): polyphony {}; bare {}.\n",
+        all(&poly),
+        all(&bare)
+    )?;
+    writeln!(md, "Where the time goes (medians; polyphony's from the task's transition timestamps, the script's from `date` between steps):\n")?;
+    writeln!(md, "| polyphony step | median |")?;
+    writeln!(md, "|---|---|")?;
+    for (name, v) in POLY_STEPS.iter().zip(&poly_steps) {
+        writeln!(md, "| {name} | {:.0} ms |", median(&mut v.clone()) * 1e3)?;
+    }
+    writeln!(md)?;
+    writeln!(md, "| bare step | median |")?;
+    writeln!(md, "|---|---|")?;
+    for (name, v) in BARE_STEPS.iter().zip(&bare_steps) {
+        writeln!(md, "| {name} | {:.0} ms |", median(&mut v.clone()) * 1e3)?;
+    }
+    writeln!(md)?;
+    let ratio = pm / bm;
+    writeln!(
+        md,
+        "Target (issue 8): at most 1.2x the bare steps: **{}** ({ratio:.2}x).",
+        if ratio <= 1.2 { "met" } else { "missed" }
+    )?;
+    Ok(md)
+}
+
+// ---------------------------------------------------------------------- daemon
+
+/// VmRSS of `pid` in KiB (None once the process is gone).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Samples a process's RSS every 100 ms on a thread.
+struct Sampler {
+    samples: Arc<Mutex<Vec<u64>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                if let Some(kib) = rss_kib(pid) {
+                    s.lock().unwrap_or_else(|p| p.into_inner()).push(kib);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler {
+            samples,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn mark(&self) -> usize {
+        self.samples.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// (median, peak, count) of the samples in `from..to`.
+    fn window(&self, from: usize, to: usize) -> (u64, u64, usize) {
+        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w: Vec<u64> = s[from.min(s.len())..to.min(s.len())].to_vec();
+        w.sort_unstable();
+        if w.is_empty() {
+            return (0, 0, 0);
+        }
+        (w[w.len() / 2], w[w.len() - 1], w.len())
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Stops the daemon with SIGTERM when dropped (a failed run leaves no daemon behind).
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid touches no memory.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Phase {
+    label: String,
+    secs: f64,
+    median_kib: u64,
+    peak_kib: u64,
+    samples: usize,
+    max_running: u64,
+    transcript_bytes: u64,
+    events: u64,
+}
+
+fn mib_k(k: u64) -> String {
+    format!("{:.1} MiB", k as f64 / 1024.0)
+}
+
+pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
+    ensure_image()?;
+    let agents = 16usize;
+    let base_secs = env_or("BENCH_DAEMON_SECS", 10)?.max(1);
+    let dir = cfg.scratch("daemon")?;
+    let origin = write_origin(&dir)?;
+    let home = dir.join("home");
+    polyphony::demo::write_home(&home, &dir, IMAGE)?;
+    // 16 attempts at once; generous limits so no fake agent is cut short.
+    std::fs::write(
+        home.join("config.yaml"),
+        format!("poll_interval: 30s\nmax_concurrent_agents: {agents}\nevent_idle_timeout: 5m\nmax_attempts: 1\ndefault_identity: demo\ncontainer:\n  image: {IMAGE}\n  deadline: 30m\n  memory: 256m\n  cpus: 1\n"),
+    )?;
+    let store = Store::open(&polyphony_db(&home))?;
+    let log = dir.join("daemon.log");
+    let child = Command::new(&cfg.bin)
+        .arg("--home")
+        .arg(&home)
+        .arg("daemon")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting polyphony daemon")?;
+    let pid = child.id();
+    let daemon = Daemon(child);
+    let sampler = Sampler::start(pid);
+    let mut phases = Vec::new();
+
+    let idle = |label: &str, secs: u64| -> Phase {
+        let from = sampler.mark();
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_secs(secs));
+        let (median_kib, peak_kib, samples) = sampler.window(from, sampler.mark());
+        Phase {
+            label: label.to_string(),
+            secs: t.elapsed().as_secs_f64(),
+            median_kib,
+            peak_kib,
+            samples,
+            max_running: 0,
+            transcript_bytes: 0,
+            events: 0,
+        }
+    };
+    // Let it settle (reconcile, socket, first poll) before calling it idle.
+    std::thread::sleep(Duration::from_secs(2));
+    phases.push(idle("idle (no tasks)", 5));
+
+    let me = std::process::id();
+    for (n, secs) in [base_secs, base_secs * 10].into_iter().enumerate() {
+        eprintln!("daemon: {agents} agents streaming for {secs} s ...");
+        let ids: Vec<String> = (0..agents).map(|i| format!("bench{me}-d{n}-{i}")).collect();
+        let body = format!(
+            "Stream progress lines.\n\npolyphony-fake: slow\npolyphony-fake-sleep: {secs}\n"
+        );
+        let from = sampler.mark();
+        let t = Instant::now();
+        for id in &ids {
+            insert_task(&store, id, &origin, &body)?;
+        }
+        polyphony::orchestrator::daemon::wake(&home);
+        let limit = Duration::from_secs(secs as u64 * 3 + 180);
+        let mut max_running = 0;
+        loop {
+            ensure!(
+                rss_kib(pid).is_some(),
+                "the daemon exited (see {})",
+                log.display()
+            );
+            let running = store
+                .count_by_state()?
+                .get(&TaskState::Running)
+                .copied()
+                .unwrap_or(0);
+            max_running = max_running.max(running);
+            let mut done = 0;
+            for id in &ids {
+                let task = store.get_task(id)?.context("task vanished")?;
+                if task.state.is_terminal() {
+                    ensure!(
+                        task.state == TaskState::Landed,
+                        "{id} ended {} (see {} and `polyphony --home {} status {id}`)",
+                        task.state,
+                        log.display(),
+                        home.display()
+                    );
+                    done += 1;
+                }
+            }
+            if done == ids.len() {
+                break;
+            }
+            if t.elapsed() > limit {
+                bail!(
+                    "phase {n} did not finish within {limit:?} (see {})",
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let (median_kib, peak_kib, samples) = sampler.window(from, sampler.mark());
+        let mut transcript_bytes = 0;
+        let mut events = 0;
+        for id in &ids {
+            let key = polyphony::runtime::container_spec::container_key(id);
+            transcript_bytes +=
+                super::file_size(&home.join("transcripts").join(&key).join("1.ndjson"));
+            events += store.event_count(id, 1)?;
+        }
+        phases.push(Phase {
+            label: format!("{agents} agents streaming {secs} s each"),
+            secs: t.elapsed().as_secs_f64(),
+            median_kib,
+            peak_kib,
+            samples,
+            max_running,
+            transcript_bytes: transcript_bytes / agents as u64,
+            events: events / agents as u64,
+        });
+    }
+    phases.push(idle("idle again (all landed)", 5));
+    drop(sampler);
+    drop(daemon);
+
+    let mut md = String::new();
+    writeln!(md, "`polyphony daemon` with `max_concurrent_agents: {agents}`, its VmRSS read from `/proc/PID/status` every 100 ms. Each loaded phase enqueues {agents} local tasks at once (the daemon is woken through its socket); each fake `claude` runs scenario `slow` (`polyphony-fake-sleep: N`: an assistant event every second for N seconds, then a successful result), and every attempt is verified (`true`) and lands. The second loaded phase streams 10 times as long (a transcript holds a fixed start and end besides the progress lines, so it grows a little less than 10 times).\n")?;
+    writeln!(md, "| Phase | wall | most attempts RUNNING at once | transcript per attempt | events per attempt | RSS median | RSS peak |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    for p in &phases {
+        let loaded = p.transcript_bytes > 0;
+        writeln!(
+            md,
+            "| {} | {:.0} s | {} | {} | {} | {} | {} |",
+            p.label,
+            p.secs,
+            if loaded {
+                p.max_running.to_string()
+            } else {
+                "-".into()
+            },
+            if loaded {
+                bytes(p.transcript_bytes)
+            } else {
+                "-".into()
+            },
+            if loaded {
+                p.events.to_string()
+            } else {
+                "-".into()
+            },
+            mib_k(p.median_kib),
+            mib_k(p.peak_kib),
+        )?;
+        let _ = p.samples;
+    }
+    writeln!(md)?;
+    let (small, large) = (&phases[1], &phases[2]);
+    let growth = large.peak_kib as f64 / small.peak_kib.max(1) as f64;
+    writeln!(
+        md,
+        "Peak RSS with {:.1}x the transcript bytes and events per attempt: {:.2}x ({} vs {}); steady (median) {} vs {}. Target (issue 8): flat, not growing with transcript size: **{}**.",
+        large.transcript_bytes as f64 / small.transcript_bytes.max(1) as f64,
+        growth,
+        mib_k(large.peak_kib),
+        mib_k(small.peak_kib),
+        mib_k(large.median_kib),
+        mib_k(small.median_kib),
+        if growth <= 1.25 { "met" } else { "missed" }
+    )?;
+    Ok(md)
+}
