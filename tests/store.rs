@@ -304,6 +304,10 @@ fn claim_race_each_task_is_claimed_exactly_once() {
                 while let Some(t) = store.claim_next(t0()).unwrap() {
                     assert_eq!(t.state, Claimed);
                     claimed.push(t.id);
+                    // A daemon works between claims. Without a pause the holder of the
+                    // write lock re-takes it before SQLite's busy handler wakes the
+                    // waiters (it sleeps 1 ms, 2 ms, 5 ms, …), and no race happens at all.
+                    std::thread::sleep(std::time::Duration::from_micros(500));
                 }
                 claimed
             })
