@@ -219,6 +219,22 @@ impl Home {
         cmd
     }
 
+    /// Enqueues a local task on `origin` and returns its id.
+    async fn enqueue(&self, origin: &Origin, body: &str, title: &str) -> String {
+        let out = self
+            .run(&[
+                "enqueue",
+                "--repo",
+                &origin.path.display().to_string(),
+                "--body",
+                body,
+                title,
+            ])
+            .await;
+        assert!(out.status.success(), "{}", output(&out));
+        text(&out.stdout).trim().to_string()
+    }
+
     /// Runs the binary to completion (at most [`RUN_LIMIT`]).
     async fn run(&self, args: &[&str]) -> Output {
         let child = self
@@ -653,18 +669,13 @@ async fn quota_falls_back_to_the_next_agent() {
     let started = Instant::now();
     let origin = Origin::new();
     let home = Home::new(&image, Conf::default(), None);
-    let out = home
-        .run(&[
-            "enqueue",
-            "--repo",
-            &origin.path.display().to_string(),
-            "--body",
+    let id = home
+        .enqueue(
+            &origin,
             &body_with("polyphony-fake[claude]: quota\npolyphony-fake: succeed"),
             "Fix add() (claude is out of quota)",
-        ])
+        )
         .await;
-    assert!(out.status.success(), "{}", output(&out));
-    let id = text(&out.stdout).trim().to_string();
 
     let out = home.run(&["spawn", "--task", &id]).await;
     assert!(out.status.success(), "spawn: {}", output(&out));
@@ -744,18 +755,9 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
         other.path(),
     );
     let home = Home::new(&image, Conf::default(), None);
-    let out = home
-        .run(&[
-            "enqueue",
-            "--repo",
-            &origin.path.display().to_string(),
-            "--body",
-            &body_with("polyphony-fake: succeed"),
-            "Fix add()",
-        ])
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
         .await;
-    assert!(out.status.success(), "{}", output(&out));
-    let id = text_of(&out.stdout);
     assert_eq!(id, "local-1");
     let out = home.run(&["spawn", "--task", &id]).await;
     assert!(out.status.success(), "spawn: {}", output(&out));
@@ -1548,18 +1550,13 @@ async fn ctrl_c_during_spawn_cancels_cleanly() {
     let started = Instant::now();
     let origin = Origin::new();
     let home = Home::new(&image, Conf::default(), None);
-    let out = home
-        .run(&[
-            "enqueue",
-            "--repo",
-            &origin.path.display().to_string(),
-            "--body",
+    let id = home
+        .enqueue(
+            &origin,
             &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 5"),
             "Fix add() slowly",
-        ])
+        )
         .await;
-    assert!(out.status.success(), "{}", output(&out));
-    let id = text(&out.stdout).trim().to_string();
     let mut spawn = home.start(&["spawn", "--task", &id]);
     let log = || daemon_log(&home);
     home.wait_for(&id, Duration::from_secs(40), &log, |v| {
@@ -1713,18 +1710,13 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
     let started = Instant::now();
     let origin = Origin::new();
     let home = Home::new(&image, Conf::default(), None);
-    let out = home
-        .run(&[
-            "enqueue",
-            "--repo",
-            &origin.path.display().to_string(),
-            "--body",
+    let id = home
+        .enqueue(
+            &origin,
             &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 4"),
             "Fix add() slowly",
-        ])
+        )
         .await;
-    assert!(out.status.success(), "{}", output(&out));
-    let id = text(&out.stdout).trim().to_string();
     let mut first = home.start(&["daemon"]);
     let log = || daemon_log(&home);
     home.wait_for(&id, Duration::from_secs(40), &log, |v| {
