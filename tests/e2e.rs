@@ -696,6 +696,27 @@ async fn quota_falls_back_to_the_next_agent() {
     println!("quota_falls_back: {:?}", started.elapsed());
 }
 
+/// A home with no identities.yaml still runs agents (without credentials) instead of
+/// failing every attempt on the missing identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_without_identities_runs_agents_without_credentials() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    std::fs::remove_file(home.path.join("identities.yaml")).expect("remove identities.yaml");
+    let config = home.path.join("config.yaml");
+    let text_now = std::fs::read_to_string(&config).expect("config.yaml");
+    std::fs::write(&config, text_now.replace("default_identity: demo\n", "")).expect("write");
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["attempts"][0]["identity"], "(none)");
+}
+
 /// A token GitHub refuses is a configuration error: `spawn` exits 2 and says which
 /// variable the token came from, never its value; the daemon refuses to start the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -429,14 +429,32 @@ impl<'a> Attempt<'a> {
         let profile = config.agent(&self.agent).ok_or_else(|| {
             Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
         })?;
-        let ident = identity::resolve(
-            decision.identity.as_deref(),
-            profile,
-            config.global.default_identity.as_deref(),
-            &config.identities,
-        )
-        .map_err(Failure::crash)?;
-        let mut brokered = identity::broker(ident, profile.agent_type).map_err(Failure::crash)?;
+        let named = decision.identity.is_some()
+            || profile.identity.is_some()
+            || config.global.default_identity.is_some();
+        let mut brokered = if config.identities.is_empty() && !named {
+            // No identities.yaml at all: run without credentials rather than refuse; the
+            // agent reports its own authentication error if it needs one.
+            tracing::warn!(
+                agent = %profile.name,
+                "no identity is configured (identities.yaml): running the agent without credentials"
+            );
+            identity::Brokered {
+                identity: "(none)".into(),
+                volume_mounts: Vec::new(),
+                env_overlay: Vec::new(),
+                cost_ceiling_usd_per_day: None,
+            }
+        } else {
+            let ident = identity::resolve(
+                decision.identity.as_deref(),
+                profile,
+                config.global.default_identity.as_deref(),
+                &config.identities,
+            )
+            .map_err(Failure::crash)?;
+            identity::broker(ident, profile.agent_type).map_err(Failure::crash)?
+        };
         // A login directory that does not exist on this host cannot be mounted (Docker
         // refuses the bind); run without it and say so: the agent then reports its own
         // authentication error, and `polyphony doctor` names the missing path.
