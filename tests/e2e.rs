@@ -784,7 +784,7 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
     assert!(out.status.success(), "spawn: {}", output(&out));
     let v = home.task(&id).await;
     assert_eq!(state(&v), "LANDED");
-    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(v["task"]["attempts"], 1, "{:#}", v["transitions"]);
     assert_eq!(v["task"]["failures"], 0);
     let landed = v["landing"]["branch"]
         .as_str()

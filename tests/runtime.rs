@@ -900,7 +900,7 @@ fn chown_r(path: &Path, uid: u32, gid: u32) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leftover_container_is_replaced_and_foreign_one_refused() {
+async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
     let w = world!("leftover");
     let spec = w.run_spec(AgentType::Codex, "leftover", 1);
     let adapter = adapter_for(AgentType::Codex);
@@ -928,17 +928,38 @@ async fn leftover_container_is_replaced_and_foreign_one_refused() {
         Err(RuntimeError::NotFound(_))
     ));
 
-    // The same name owned by another home is not ours to remove.
+    // The same name owned by another home (two homes on one engine both running
+    // `local-1`) is not ours to remove: ours is created under the name plus this home's
+    // label, and theirs survives.
     let mut foreign = cspec.clone();
     foreign
         .labels
         .insert(LABEL_HOME.into(), format!("{}-other", w.label));
     let other_id = w.rt.create(&foreign).await.expect("foreign create");
-    let err = w.rt.create(&cspec).await.expect_err("must refuse");
-    assert!(
-        matches!(err, RuntimeError::NameTakenByOtherHome { .. }),
-        "{err}"
+    let ours =
+        w.rt.create(&cspec)
+            .await
+            .expect("created beside the foreign one");
+    assert_ne!(ours, other_id);
+    let info = w.rt.inspect(&ours).await.expect("inspect ours");
+    assert_eq!(
+        info.labels.get(LABEL_HOME).map(String::as_str),
+        Some(w.label.as_str())
     );
+    assert!(w.rt.inspect(&other_id).await.is_ok(), "theirs survives");
+    // A second create replaces our own leftover under the variant name, still leaving
+    // theirs alone.
+    let again = w.rt.create(&cspec).await.expect("replaces our leftover");
+    assert_ne!(again, ours);
+    assert!(matches!(
+        w.rt.inspect(&ours).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(
+        w.rt.inspect(&other_id).await.is_ok(),
+        "theirs still survives"
+    );
+    w.rt.remove(&again).await.unwrap();
     w.rt.remove(&other_id).await.unwrap();
     w.assert_no_containers().await;
 }

@@ -91,10 +91,25 @@ impl DockerRuntime {
         }
     }
 
-    async fn remove_leftover(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    /// The name to create `spec` under: its own, or — when another home's container holds
+    /// that name (two homes on one engine both run `local-1`) — the name with this home's
+    /// label appended. Leftovers of this home under either name are removed first.
+    async fn free_name(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        match self.remove_leftover(spec, &spec.name).await {
+            Ok(()) => Ok(spec.name.clone()),
+            Err(RuntimeError::NameTakenByOtherHome { .. }) => {
+                let name = home_variant(spec);
+                self.remove_leftover(spec, &name).await?;
+                Ok(name)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn remove_leftover(&self, spec: &ContainerSpec, name: &str) -> Result<(), RuntimeError> {
         let existing = match self
             .docker
-            .inspect_container(&spec.name, None::<InspectContainerOptions>)
+            .inspect_container(name, None::<InspectContainerOptions>)
             .await
         {
             Ok(c) => c,
@@ -109,7 +124,7 @@ impl DockerRuntime {
         let ours = spec.labels.get(LABEL_HOME).cloned().unwrap_or_default();
         if theirs != ours {
             return Err(RuntimeError::NameTakenByOtherHome {
-                name: spec.name.clone(),
+                name: name.to_string(),
                 other: if theirs.is_empty() {
                     "<none: not a Polyphony container>".to_string()
                 } else {
@@ -117,8 +132,8 @@ impl DockerRuntime {
                 },
             });
         }
-        tracing::warn!(container = %spec.name, "removing a leftover container from an earlier run");
-        self.remove(&spec.name).await
+        tracing::warn!(container = %name, "removing a leftover container from an earlier run");
+        self.remove(name).await
     }
 
     fn create_body(&self, spec: &ContainerSpec) -> Result<ContainerCreateBody, RuntimeError> {
@@ -206,26 +221,30 @@ impl WorkerRuntime for DockerRuntime {
         spec: &'a ContainerSpec,
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(async move {
-            self.remove_leftover(spec).await?;
+            let mut name = self.free_name(spec).await?;
             let body = self.create_body(spec)?;
-            let options = CreateContainerOptionsBuilder::default()
-                .name(&spec.name)
-                .build();
-            let created = self
+            let options = CreateContainerOptionsBuilder::default().name(&name).build();
+            let mut created = self
                 .docker
-                .create_container(Some(options), body)
-                .await
-                .map_err(|e| {
-                    if is_status(&e, 404) {
-                        RuntimeError::ImageMissing {
-                            image: spec.image.clone(),
-                            hint: "build it first (see images/) or fix `container.image`"
-                                .to_string(),
-                        }
-                    } else {
-                        engine("create", e)
+                .create_container(Some(options), body.clone())
+                .await;
+            // Another home created the same name between our look and our create.
+            if matches!(&created, Err(e) if is_status(e, 409)) && name == spec.name {
+                name = home_variant(spec);
+                self.remove_leftover(spec, &name).await?;
+                let options = CreateContainerOptionsBuilder::default().name(&name).build();
+                created = self.docker.create_container(Some(options), body).await;
+            }
+            let created = created.map_err(|e| {
+                if is_status(&e, 404) {
+                    RuntimeError::ImageMissing {
+                        image: spec.image.clone(),
+                        hint: "build it first (see images/) or fix `container.image`".to_string(),
                     }
-                })?;
+                } else {
+                    engine("create", e)
+                }
+            })?;
             if let Some(input) = &spec.stdin {
                 if let Err(e) = self.upload_stdin(&created.id, input).await {
                     let _ = self.remove(&created.id).await;
@@ -439,4 +458,14 @@ fn not_found_or(id: &str, op: &'static str, e: bollard::errors::Error) -> Runtim
     } else {
         engine(op, e)
     }
+}
+
+/// `spec.name` with this home's label appended, for when another home holds the name.
+fn home_variant(spec: &ContainerSpec) -> String {
+    let home = spec
+        .labels
+        .get(LABEL_HOME)
+        .map(String::as_str)
+        .unwrap_or("");
+    format!("{}-{}", spec.name, &home[..home.len().min(8)])
 }
