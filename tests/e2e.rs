@@ -1056,15 +1056,7 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
         "Fix add() slowly",
         &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 8"),
     );
-    let home = Home::new(
-        &image,
-        Conf {
-            poll: "1s",
-            repos: vec![repo.clone()],
-            ..Conf::default()
-        },
-        Some(&fake),
-    );
+    let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
     let mut first = home.start(&["daemon"]);
     let log = || daemon_log(&home);
@@ -1261,15 +1253,7 @@ async fn sigterm_stops_cleanly_and_a_restart_lands() {
         "Fix add() slowly",
         &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 6"),
     );
-    let home = Home::new(
-        &image,
-        Conf {
-            poll: "1s",
-            repos: vec![repo.clone()],
-            ..Conf::default()
-        },
-        Some(&fake),
-    );
+    let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
     let mut first = home.start(&["daemon"]);
     let log = || daemon_log(&home);
