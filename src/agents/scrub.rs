@@ -1,13 +1,32 @@
-//! Secret scrubbing for every stored line (spec §9, DESIGN "Secrets never reach logs").
+//! Secret scrubbing for every stored line, and secret detection for the pre-push diff scan
+//! (spec §9, DESIGN "Secrets never reach logs", issue 11 "Scrubbing that holds").
 //!
-//! [`Scrubber`] replaces each known secret value (at least 4 bytes; shorter values would
-//! blank ordinary words) with `***`, including its JSON-escaped spelling, since stored lines
-//! are mostly JSON. [`scrub_known_patterns`] catches token shapes we were never told about
-//! (`ghp_…`, `github_pat_…`, `sk-ant-…`, `sk-…`, Google `AIza…`, Slack `xox?-…`).
+//! One [`Scrubber`] knows the secret set and both redacts ([`Scrubber::scrub_line`],
+//! [`Scrubber::scrub_text`]) and detects ([`Scrubber::find_secret`]), so whatever spelling
+//! is masked in logs is also refused in a diff. For each secret value (at least
+//! [`MIN_SECRET_LEN`] bytes; shorter values would blank ordinary words) it matches:
+//! - the value itself and its JSON-escaped spelling (stored lines are mostly JSON);
+//! - for values of at least [`MIN_ENCODED_LEN`] bytes: base64 and base64url at each of the
+//!   three byte alignments (so the value is found inside a longer encoded string, padded or
+//!   not), lower- and upper-case hex, and URL-encoded forms (reserved bytes only, every
+//!   non-alphanumeric byte, every byte; upper- and lower-case escapes).
 //!
-//! Architecture Invariant: pure; secret values live only inside the compiled matcher and are
-//! never printed (`Debug` shows only the count).
+//! A secret split across lines (`fold`, `base64` wrapping at 76 columns, two `echo`s) is
+//! caught by [`StreamScrub`], which holds back a line whose end could be the start of a
+//! secret until the next line shows whether it is, and masks the pieces on both sides.
+//! Chunk boundaries inside a line never matter: lines are reassembled before scrubbing
+//! (`runtime::stream`). [`scrub_known_patterns`] catches token shapes we were never told
+//! about (`ghp_…`, `github_pat_…`, `sk-ant-…`, `sk-…`, Google `AIza…`, Slack `xox?-…`).
+//! [`credential_file_tokens`] picks the token values out of a CLI's credential file so they
+//! join the set.
+//!
+//! Architecture Invariant: pure; secret values live only inside the matcher and are never
+//! printed (`Debug` shows only the count, a [`SecretHit`] only the form and line).
 
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use regex::Regex;
 use std::borrow::Cow;
 use std::fmt;
@@ -19,11 +38,141 @@ pub const MASK: &str = "***";
 /// Shortest secret value that is scrubbed.
 pub const MIN_SECRET_LEN: usize = 4;
 
-/// Replaces known secret values in lines.
+/// Shortest secret value whose encoded forms are scrubbed too: the base64 core of a 4-byte
+/// value is 4 characters, short enough to hit ordinary text.
+pub const MIN_ENCODED_LEN: usize = 8;
+
+/// A line is held back at most this many lines waiting for the rest of a split secret.
+const MAX_HELD_LINES: usize = 64;
+/// … and at most this many bytes.
+const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
+
+/// RFC 3986 unreserved characters stay; everything else is escaped (`encodeURIComponent`).
+const URL_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The spelling a secret was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecretForm {
+    Plain,
+    JsonEscaped,
+    Base64,
+    Base64Url,
+    Hex,
+    UrlEncoded,
+}
+
+impl fmt::Display for SecretForm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SecretForm::Plain => "as plain text",
+            SecretForm::JsonEscaped => "JSON-escaped",
+            SecretForm::Base64 => "base64-encoded",
+            SecretForm::Base64Url => "base64url-encoded",
+            SecretForm::Hex => "hex-encoded",
+            SecretForm::UrlEncoded => "URL-encoded",
+        })
+    }
+}
+
+/// Where [`Scrubber::find_secret`] found a secret; never the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretHit {
+    pub form: SecretForm,
+    /// 1-based line of the text the match starts on.
+    pub line: usize,
+    /// The match spans a line break (the secret was split across lines).
+    pub split: bool,
+}
+
+impl fmt::Display for SecretHit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a known secret {} on line {}", self.form, self.line)?;
+        if self.split {
+            f.write_str(" (split across lines)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every spelling of `secret` the scrubber matches, with its form. Pure.
+pub fn secret_forms(secret: &str) -> Vec<(String, SecretForm)> {
+    let mut out = vec![(secret.to_string(), SecretForm::Plain)];
+    // The spelling the secret has inside a JSON string ("a\"b" for a"b).
+    if let Ok(quoted) = serde_json::to_string(secret) {
+        out.push((
+            quoted[1..quoted.len() - 1].to_string(),
+            SecretForm::JsonEscaped,
+        ));
+    }
+    if secret.len() >= MIN_ENCODED_LEN {
+        let bytes = secret.as_bytes();
+        for k in 0..3 {
+            out.push((base64_core(bytes, k, false), SecretForm::Base64));
+            out.push((base64_core(bytes, k, true), SecretForm::Base64Url));
+        }
+        let lower = hex::encode(bytes);
+        out.push((lower.to_ascii_uppercase(), SecretForm::Hex));
+        out.push((lower, SecretForm::Hex));
+        let every_byte: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
+        for encoded in [
+            utf8_percent_encode(secret, URL_COMPONENT).to_string(),
+            utf8_percent_encode(secret, NON_ALPHANUMERIC).to_string(),
+            every_byte,
+        ] {
+            out.push((lowercase_escapes(&encoded), SecretForm::UrlEncoded));
+            out.push((encoded, SecretForm::UrlEncoded));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|(text, _)| !text.is_empty() && seen.insert(text.clone()));
+    out
+}
+
+/// The base64 characters that depend only on `bytes` when they sit at offset `k` (mod 3)
+/// of a longer encoded string: the first and last characters, which share bits with the
+/// neighbours, are dropped.
+fn base64_core(bytes: &[u8], k: usize, url: bool) -> String {
+    let mut padded = vec![0u8; k];
+    padded.extend_from_slice(bytes);
+    let encoded = if url {
+        URL_SAFE_NO_PAD.encode(&padded)
+    } else {
+        STANDARD_NO_PAD.encode(&padded)
+    };
+    let start = (8 * k).div_ceil(6);
+    let end = (8 * (k + bytes.len())) / 6;
+    encoded.get(start..end).unwrap_or_default().to_string()
+}
+
+/// `%2F` -> `%2f`: both spellings are valid URL encoding.
+fn lowercase_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut escape = 0;
+    for c in s.chars() {
+        if c == '%' {
+            escape = 2;
+            out.push(c);
+        } else if escape > 0 {
+            escape -= 1;
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Replaces known secret values, in every spelling, in lines and texts.
 pub struct Scrubber {
-    // Invariant: `None` when there is nothing to scrub; alternatives longest first so a
-    // secret containing another is masked whole.
-    matcher: Option<Regex>,
+    // Invariant: `None` when there is nothing to scrub; leftmost-longest so a secret
+    // containing another is masked whole. `patterns[i]` and `forms[i]` describe pattern i.
+    matcher: Option<AhoCorasick>,
+    patterns: Vec<String>,
+    forms: Vec<SecretForm>,
     count: usize,
 }
 
@@ -39,40 +188,42 @@ impl Scrubber {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut variants: Vec<String> = Vec::new();
-        let mut count = 0;
-        for secret in secret_values {
-            let s = secret.as_ref();
-            if s.len() < MIN_SECRET_LEN {
-                continue;
-            }
-            count += 1;
-            variants.push(s.to_string());
-            // The spelling the secret has inside a JSON string ("a\"b" for a"b).
-            if let Ok(quoted) = serde_json::to_string(s) {
-                let inner = &quoted[1..quoted.len() - 1];
-                if inner != s {
-                    variants.push(inner.to_string());
+        let mut values: Vec<String> = secret_values
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .filter(|s| s.len() >= MIN_SECRET_LEN)
+            .collect();
+        values.sort();
+        values.dedup();
+        let mut patterns = Vec::new();
+        let mut forms = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for value in &values {
+            for (text, form) in secret_forms(value) {
+                if seen.insert(text.clone()) {
+                    patterns.push(text);
+                    forms.push(form);
                 }
             }
         }
-        variants.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        variants.dedup();
-        let matcher = if variants.is_empty() {
+        let matcher = if patterns.is_empty() {
             None
         } else {
-            let pattern = variants
-                .iter()
-                .map(|v| regex::escape(v))
-                .collect::<Vec<_>>()
-                .join("|");
-            // Escaped literals always compile; the size limit is raised for long key lists.
-            regex::RegexBuilder::new(&pattern)
-                .size_limit(64 * 1024 * 1024)
-                .build()
-                .ok()
+            // Literal patterns always build; on the impossible failure nothing would be
+            // masked, so refuse to run instead of leaking.
+            Some(
+                AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&patterns)
+                    .unwrap_or_else(|e| panic!("cannot build the secret matcher: {e}")),
+            )
         };
-        Scrubber { matcher, count }
+        Scrubber {
+            matcher,
+            patterns,
+            forms,
+            count: values.len(),
+        }
     }
 
     /// Number of secret values this scrubber masks.
@@ -84,21 +235,213 @@ impl Scrubber {
         self.count == 0
     }
 
-    /// `line` with every known secret value masked.
+    /// `line` with every known secret value masked (no line-split handling).
     pub fn scrub<'a>(&self, line: &'a str) -> Cow<'a, str> {
         match &self.matcher {
-            Some(m) => m.replace_all(line, MASK),
-            None => Cow::Borrowed(line),
+            Some(m) if m.is_match(line) => {
+                Cow::Owned(m.replace_all(line, &vec![MASK; self.patterns.len()]))
+            }
+            _ => Cow::Borrowed(line),
         }
     }
 
-    /// Known values, then known token shapes: what every stored line goes through.
+    /// Known values in every spelling (also split across the text's line breaks), then
+    /// known token shapes: what every stored line or message goes through.
     pub fn scrub_line<'a>(&self, line: &'a str) -> Cow<'a, str> {
+        if line.contains('\n') {
+            return Cow::Owned(self.scrub_text(line));
+        }
         match self.scrub(line) {
             Cow::Borrowed(b) => scrub_known_patterns(b),
             Cow::Owned(o) => Cow::Owned(scrub_known_patterns(&o).into_owned()),
         }
     }
+
+    /// A multi-line text scrubbed as a stream: secrets split across its lines are masked.
+    pub fn scrub_text(&self, text: &str) -> String {
+        let mut guard = StreamScrub::default();
+        let mut out: Vec<String> = Vec::new();
+        for line in text.split('\n') {
+            out.extend(
+                guard
+                    .push(self, line.to_string(), false, ())
+                    .into_iter()
+                    .map(|(l, _)| l),
+            );
+        }
+        out.extend(guard.finish(self).into_iter().map(|(l, _)| l));
+        out.join("\n")
+    }
+
+    /// The first known secret in `text`, in any spelling, also when split across its
+    /// lines (line breaks are ignored for that second look). For the pre-push diff scan:
+    /// pass the added content.
+    pub fn find_secret(&self, text: &str) -> Option<SecretHit> {
+        let m = self.matcher.as_ref()?;
+        if let Some(hit) = m.find(text) {
+            return Some(SecretHit {
+                form: self.forms[hit.pattern().as_usize()],
+                line: 1 + text[..hit.start()].matches('\n').count(),
+                split: false,
+            });
+        }
+        let (joined, origin) = join_lines(text);
+        let hit = m.find(&joined)?;
+        Some(SecretHit {
+            form: self.forms[hit.pattern().as_usize()],
+            line: 1 + text[..origin[hit.start()]].matches('\n').count(),
+            split: true,
+        })
+    }
+
+    /// Length of the longest end of `s` that is a proper beginning of some spelling: how
+    /// much of `s` could be the first part of a secret continued on the next line.
+    fn partial_tail(&self, s: &str) -> usize {
+        let s = s.as_bytes();
+        let mut best = 0;
+        for p in &self.patterns {
+            let p = p.as_bytes();
+            let window = s.len().min(p.len() - 1);
+            let from = s.len() - window;
+            for j in from..s.len() {
+                if s[j] == p[0] && p.starts_with(&s[j..]) {
+                    best = best.max(s.len() - j);
+                    break;
+                }
+            }
+        }
+        best
+    }
+}
+
+/// `text` without line breaks, and for each of its bytes the offset it came from.
+fn join_lines(text: &str) -> (String, Vec<usize>) {
+    let mut joined = String::with_capacity(text.len());
+    let mut origin = Vec::with_capacity(text.len());
+    for (i, c) in text.char_indices() {
+        if c == '\n' || c == '\r' {
+            continue;
+        }
+        joined.push(c);
+        origin.extend(std::iter::repeat_n(i, c.len_utf8()));
+    }
+    (joined, origin)
+}
+
+/// Scrubs a stream of lines so that a secret split across line breaks is masked too.
+///
+/// Each line is pushed with a tag (the caller's metadata) and comes back scrubbed, in
+/// order, possibly later: a line whose end could begin a secret is held until the next
+/// line settles it (at most [`MAX_HELD_LINES`] lines or [`MAX_HELD_BYTES`]). Call
+/// [`StreamScrub::finish`] at the end of the stream for what is still held.
+#[derive(Debug)]
+pub struct StreamScrub<T> {
+    held: Vec<(String, T)>,
+    held_bytes: usize,
+}
+
+impl<T> Default for StreamScrub<T> {
+    fn default() -> Self {
+        StreamScrub {
+            held: Vec::new(),
+            held_bytes: 0,
+        }
+    }
+}
+
+impl<T> StreamScrub<T> {
+    /// Feeds one line (without its newline). `cut` says the line was truncated, so a
+    /// secret may continue in bytes nobody will see: its unfinished end is masked and
+    /// nothing is held.
+    pub fn push(&mut self, s: &Scrubber, line: String, cut: bool, tag: T) -> Vec<(String, T)> {
+        self.held_bytes += line.len();
+        self.held.push((line, tag));
+        if s.matcher.is_none() {
+            return self.release(s, false);
+        }
+        if cut {
+            return self.release(s, true);
+        }
+        let tail_could_continue = {
+            let last = &self.held[self.held.len() - 1].0;
+            let body = last.strip_suffix('\r').unwrap_or(last);
+            if body.is_empty() && self.held.len() > 1 {
+                // An empty line between two halves: keep waiting.
+                true
+            } else {
+                let joined: String = self.held.iter().map(|(l, _)| trim_cr(l)).collect();
+                s.partial_tail(&joined) > 0
+            }
+        };
+        if tail_could_continue
+            && self.held.len() < MAX_HELD_LINES
+            && self.held_bytes < MAX_HELD_BYTES
+        {
+            return Vec::new();
+        }
+        self.release(s, false)
+    }
+
+    /// Whatever is still held, scrubbed.
+    pub fn finish(&mut self, s: &Scrubber) -> Vec<(String, T)> {
+        self.release(s, false)
+    }
+
+    fn release(&mut self, s: &Scrubber, mask_unfinished_end: bool) -> Vec<(String, T)> {
+        let held = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
+        if held.is_empty() {
+            return Vec::new();
+        }
+        let Some(m) = &s.matcher else {
+            return held
+                .into_iter()
+                .map(|(l, t)| (scrub_known_patterns(&l).into_owned(), t))
+                .collect();
+        };
+        // Join the bodies (a trailing \r is kept aside), find matches in the join, and
+        // mask each line's share of every match.
+        let mut joined = String::new();
+        let mut ranges = Vec::with_capacity(held.len());
+        for (line, _) in &held {
+            let start = joined.len();
+            joined.push_str(trim_cr(line));
+            ranges.push(start..joined.len());
+        }
+        let mut masks: Vec<std::ops::Range<usize>> =
+            m.find_iter(&joined).map(|hit| hit.range()).collect();
+        if mask_unfinished_end {
+            let tail = s.partial_tail(&joined);
+            if tail >= MIN_SECRET_LEN {
+                masks.push(joined.len() - tail..joined.len());
+            }
+        }
+        held.into_iter()
+            .zip(ranges)
+            .map(|((line, tag), range)| {
+                let mut out = String::with_capacity(line.len());
+                let mut at = range.start;
+                for mask in &masks {
+                    let (a, b) = (mask.start.max(range.start), mask.end.min(range.end));
+                    if a >= b {
+                        continue;
+                    }
+                    out.push_str(&joined[at..a]);
+                    out.push_str(MASK);
+                    at = b;
+                }
+                out.push_str(&joined[at..range.end]);
+                if line.ends_with('\r') {
+                    out.push('\r');
+                }
+                (scrub_known_patterns(&out).into_owned(), tag)
+            })
+            .collect()
+    }
+}
+
+fn trim_cr(line: &str) -> &str {
+    line.strip_suffix('\r').unwrap_or(line)
 }
 
 static TOKEN_SHAPES: LazyLock<Regex> = LazyLock::new(|| {
@@ -120,6 +463,49 @@ pub fn scrub_known_patterns(line: &str) -> Cow<'_, str> {
     TOKEN_SHAPES.replace_all(line, MASK)
 }
 
+/// Token values in a CLI credential file (Claude `.credentials.json`, Codex `auth.json`,
+/// Gemini `oauth_creds.json`, …): every string of at least [`MIN_ENCODED_LEN`] bytes under
+/// a key naming a token, secret, key or password, at any depth. Not JSON: nothing.
+pub fn credential_file_tokens(text: &str) -> Vec<String> {
+    fn secret_key(key: &str) -> bool {
+        let k = key.to_ascii_lowercase();
+        [
+            "token",
+            "secret",
+            "key",
+            "password",
+            "credential",
+            "cookie",
+            "session",
+        ]
+        .iter()
+        .any(|w| k.contains(w))
+    }
+    fn walk(value: &serde_json::Value, under_secret_key: bool, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::String(s) if under_secret_key && s.len() >= MIN_ENCODED_LEN => {
+                out.push(s.clone())
+            }
+            serde_json::Value::Array(items) => {
+                for v in items {
+                    walk(v, under_secret_key, out);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    walk(v, under_secret_key || secret_key(k), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+        walk(&value, false, &mut out);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +518,8 @@ mod tests {
             "secrets {secrets:?} line {line:?}"
         );
     }
+
+    const TOKEN: &str = "tok-Zq8/+r~x.y_9KpW3";
 
     #[test]
     fn masks_values() {
@@ -146,6 +534,129 @@ mod tests {
         check(&["a\"b\\c"], r#"{"t":"a\"b\\c"}"#, r#"{"t":"***"}"#);
         check(&["ünïcødé"], "key ünïcødé!", "key ***!");
         check(&["a.b*c"], "a.b*c axbbc", "*** axbbc");
+    }
+
+    #[test]
+    fn masks_every_encoding() {
+        let b64 = STANDARD_NO_PAD.encode(TOKEN);
+        let b64_padded = base64::engine::general_purpose::STANDARD.encode(TOKEN);
+        let b64url = URL_SAFE_NO_PAD.encode(TOKEN);
+        let hex_lower = hex::encode(TOKEN);
+        let url = utf8_percent_encode(TOKEN, URL_COMPONENT).to_string();
+        for encoded in [
+            b64.clone(),
+            b64_padded,
+            b64url,
+            hex_lower.clone(),
+            hex_lower.to_ascii_uppercase(),
+            url.clone(),
+            lowercase_escapes(&url),
+            utf8_percent_encode(TOKEN, NON_ALPHANUMERIC).to_string(),
+        ] {
+            let s = Scrubber::new([TOKEN]);
+            let line = format!("leak: {encoded} end");
+            let out = s.scrub_line(&line);
+            assert!(!out.contains(&encoded), "{encoded} survived: {out}");
+            assert!(out.starts_with("leak: ") && out.ends_with(" end"), "{out}");
+            assert!(s.find_secret(&line).is_some(), "{encoded} not detected");
+        }
+        // Inside a longer encoded string, at each alignment.
+        for prefix in ["", "a", "ab", "abc"] {
+            let wrapped = STANDARD_NO_PAD.encode(format!("{prefix}token={TOKEN}&x=1"));
+            let s = Scrubber::new([TOKEN]);
+            assert!(s.scrub_line(&wrapped).contains(MASK), "prefix {prefix:?}");
+            assert_eq!(
+                s.find_secret(&wrapped).map(|h| h.form),
+                Some(SecretForm::Base64)
+            );
+        }
+    }
+
+    #[test]
+    fn encodings_of_short_values_are_not_matched() {
+        // A 4-byte value's base64 core would hit ordinary words.
+        check(&["abcd"], "YWJj is base64 of abc", "YWJj is base64 of abc");
+    }
+
+    #[test]
+    fn split_across_lines_is_masked_on_both_sides() {
+        let s = Scrubber::new([TOKEN]);
+        let (a, b) = TOKEN.split_at(7);
+        let text = format!("first {a}\n{b} second\nplain");
+        let out = s.scrub_text(&text);
+        assert_eq!(out, "first ***\n*** second\nplain");
+        // Three pieces, an empty line and CRLF between them.
+        let (b1, b2) = b.split_at(5);
+        let text = format!("{a}\r\n\r\n{b1}\r\n{b2}");
+        let out = s.scrub_text(&text);
+        assert!(!out.contains(b1) && !out.contains(b2), "{out:?}");
+        assert_eq!(out.matches('\n').count(), 3);
+        // base64 wrapped at 76 columns, as `base64` prints it.
+        let long = format!("{TOKEN}{TOKEN}{TOKEN}{TOKEN}");
+        let s = Scrubber::new([long.as_str()]);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&long);
+        let wrapped: Vec<&str> = encoded
+            .as_bytes()
+            .chunks(76)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        let text = wrapped.join("\n");
+        let out = s.scrub_text(&text);
+        for piece in &wrapped {
+            assert!(!out.contains(&piece[2..piece.len() - 2]), "{out:?}");
+        }
+        let hit = s.find_secret(&text).unwrap();
+        assert_eq!(
+            (hit.form, hit.line, hit.split),
+            (SecretForm::Base64, 1, true)
+        );
+    }
+
+    #[test]
+    fn stream_holds_only_lines_that_could_continue_a_secret() {
+        let s = Scrubber::new(["SECRETVALUE"]);
+        let mut g = StreamScrub::default();
+        assert_eq!(
+            g.push(&s, "done }".into(), false, 1),
+            vec![("done }".to_string(), 1)]
+        );
+        assert!(g.push(&s, "x SECR".into(), false, 2).is_empty());
+        assert_eq!(
+            g.push(&s, "ETVALUE y".into(), false, 3),
+            vec![("x ***".to_string(), 2), ("*** y".to_string(), 3)]
+        );
+        // Not continued: released unchanged.
+        assert!(g.push(&s, "a SEC".into(), false, 4).is_empty());
+        assert_eq!(
+            g.push(&s, "ond".into(), false, 5),
+            vec![("a SEC".to_string(), 4), ("ond".to_string(), 5)]
+        );
+        assert!(g.push(&s, "tail SECRETV".into(), false, 6).is_empty());
+        assert_eq!(g.finish(&s), vec![("tail SECRETV".to_string(), 6)]);
+        // A cut line may continue in dropped bytes: its unfinished end is masked.
+        assert_eq!(
+            g.push(&s, "cut SECRETV".into(), true, 7),
+            vec![("cut ***".to_string(), 7)]
+        );
+    }
+
+    #[test]
+    fn find_secret_reports_form_and_line_never_the_value() {
+        let s = Scrubber::new([TOKEN]);
+        let text = format!("a\nb\nx={}\n", hex::encode(TOKEN));
+        let hit = s.find_secret(&text).unwrap();
+        assert_eq!(
+            hit,
+            SecretHit {
+                form: SecretForm::Hex,
+                line: 3,
+                split: false
+            }
+        );
+        assert!(!hit.to_string().contains(TOKEN));
+        assert_eq!(hit.to_string(), "a known secret hex-encoded on line 3");
+        assert_eq!(s.find_secret("nothing here"), None);
+        assert_eq!(Scrubber::new(Vec::<String>::new()).find_secret(TOKEN), None);
     }
 
     #[test]
@@ -164,6 +675,21 @@ mod tests {
             "sk-short is fine; task-sk-1 too",
         );
         check(&[], "git push ghp is a word", "git push ghp is a word");
+    }
+
+    #[test]
+    fn credential_files_yield_their_tokens() {
+        let claude = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-AAAA","refreshToken":"sk-ant-ort01-BBBB","expiresAt":1767225600000,"scopes":["user:inference"],"subscriptionType":"max"}}"#;
+        assert_eq!(
+            credential_file_tokens(claude),
+            vec!["sk-ant-oat01-AAAA", "sk-ant-ort01-BBBB"]
+        );
+        let codex = r#"{"OPENAI_API_KEY":null,"tokens":{"id_token":"eyJhbGciOi.x.y","access_token":"eyJ0eXAi.a.b","refresh_token":"rt_0123456789","account_id":"acct-1"},"last_refresh":"2026-11-01T00:00:00Z"}"#;
+        let mut got = credential_file_tokens(codex);
+        got.sort();
+        assert_eq!(got, vec!["eyJ0eXAi.a.b", "eyJhbGciOi.x.y", "rt_0123456789"]);
+        assert!(credential_file_tokens("not json").is_empty());
+        assert!(credential_file_tokens(r#"{"theme":"dark-mode-x"}"#).is_empty());
     }
 
     #[test]
