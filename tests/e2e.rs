@@ -1766,3 +1766,136 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
     );
     println!("kill_9_container_lost: {:?}", started.elapsed());
 }
+
+/// Issue 11 "Scrubbing that holds": an agent that leaks its API key and the access token
+/// of its mounted credential file as base64, base64url, hex, URL-encoded, wrapped base64,
+/// split across two lines and across two writes of one line. None of those spellings may
+/// reach the store (queue.db and its WAL), the transcripts, `logs` or the binary's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaked_secret_encodings_never_reach_db_transcripts_or_logs() {
+    use base64::Engine as _;
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let api_key = format!("pk-e2e-{}-Zq8/+r~x.y_9KpW3", std::process::id());
+    let access = format!("sk-ant-oat01-e2e{}AbCdEf+/Gh", std::process::id());
+    let login = home.dir.path().join("logins/claude");
+    std::fs::write(
+        login.join(".credentials.json"),
+        format!(r#"{{"claudeAiOauth":{{"accessToken":"{access}","refreshToken":"rt-unused-0123456789","expiresAt":1767225600000}}}}"#),
+    )
+    .expect("credentials");
+    std::fs::write(
+        home.path.join("identities.yaml"),
+        format!(
+            "identities:\n  - name: demo\n    volumes:\n      claude: {}\n    api_keys:\n      FAKE_API_KEY: POLYPHONY_E2E_LEAKED_KEY\n",
+            login.display()
+        ),
+    )
+    .expect("identities.yaml");
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with(
+                "polyphony-fake: leak-secret\npolyphony-fake-echo: FAKE_API_KEY\npolyphony-fake-cat: .credentials.json",
+            ),
+            "Fix add()",
+        )
+        .await;
+    let run = |args: &[&str]| {
+        let mut cmd = home.cmd(args);
+        cmd.env("POLYPHONY_E2E_LEAKED_KEY", &api_key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        async move {
+            let child = cmd.spawn().expect("spawn polyphony");
+            tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+                .await
+                .expect("polyphony finished in time")
+                .expect("wait")
+        }
+    };
+    let spawned = run(&["spawn", "--task", &id]).await;
+    let mut seen = vec![
+        ("spawn output".to_string(), output(&spawned).into_bytes()),
+        (
+            "logs".to_string(),
+            run(&["logs", &id, "--raw"]).await.stdout,
+        ),
+        (
+            "logs --json".to_string(),
+            run(&["logs", &id, "--json"]).await.stdout,
+        ),
+    ];
+    let v = home.task(&id).await;
+    assert_eq!(
+        v["attempts"][0]["status"],
+        "succeeded",
+        "{}",
+        output(&spawned)
+    );
+    let logs_raw = text(&seen[1].1);
+    assert!(
+        logs_raw.contains("split ***") && logs_raw.contains("*** end"),
+        "the split secret was not masked on both sides:\n{logs_raw}"
+    );
+    for shown in [
+        "base64: ***",
+        "base64url: ***",
+        "hex: ***",
+        "url: ***",
+        "in base64 inside: ",
+    ] {
+        assert!(
+            logs_raw.contains(shown),
+            "the agent never printed `{shown}`:\n{logs_raw}"
+        );
+    }
+    for name in ["queue.db", "queue.db-wal"] {
+        if let Ok(bytes) = std::fs::read(home.path.join(name)) {
+            seen.push((name.to_string(), bytes));
+        }
+    }
+    let mut dirs = vec![home.path.join("transcripts")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                seen.push((
+                    path.display().to_string(),
+                    std::fs::read(&path).expect("transcript"),
+                ));
+            }
+        }
+    }
+    assert!(seen.len() >= 5, "no transcripts written: {seen:?}");
+    for secret in [&api_key, &access] {
+        let b64 = base64::engine::general_purpose::STANDARD_NO_PAD.encode(secret);
+        let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        let url: String = secret.bytes().map(|b| format!("%{b:02x}")).collect();
+        let half = secret.len() / 2;
+        let forms = [
+            ("plain", secret.clone()),
+            ("base64", b64[..b64.len() - 2].to_string()),
+            ("base64url", b64url[..b64url.len() - 2].to_string()),
+            ("hex", hex),
+            ("url-encoded", url),
+            ("first half", format!("split {}", &secret[..half])),
+            ("second half", format!("{} end", &secret[half..])),
+            ("chunked", format!("chunked {}", &secret[..half])),
+        ];
+        for (where_, bytes) in &seen {
+            let haystack = String::from_utf8_lossy(bytes);
+            for (form, needle) in &forms {
+                assert!(
+                    !haystack.contains(needle.as_str()),
+                    "the secret ({form}) reached {where_}"
+                );
+            }
+        }
+    }
+    assert!(home.containers().is_empty(), "containers left behind");
+}

@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod proof;
 pub mod retry;
+pub mod secrets;
 mod sink;
 
 use std::path::{Path, PathBuf};

@@ -27,6 +27,7 @@ use crate::agents::scrub::Scrubber;
 use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{
     AttemptStatus, CheckEvidence, EnvVar, RunResult, RunSpec, SourceKind, Task, TaskState,
+    VolumeMount,
 };
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
@@ -511,7 +512,7 @@ impl<'a> Attempt<'a> {
             ),
             None => None,
         };
-        self.scrub_secrets_of(&brokered.env_overlay);
+        self.scrub_secrets_of(&brokered.env_overlay, &brokered.volume_mounts);
         build_run_spec(RunSpecInputs {
             task: &self.task,
             decision,
@@ -527,8 +528,8 @@ impl<'a> Attempt<'a> {
     }
 
     /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
-    /// values of its env overlay and the GitHub token.
-    fn scrub_secrets_of(&mut self, overlay: &[EnvVar]) {
+    /// values of its env overlay, the GitHub token and the tokens in its credential files.
+    fn scrub_secrets_of(&mut self, overlay: &[EnvVar], mounts: &[VolumeMount]) {
         let mut secrets: Vec<String> = overlay
             .iter()
             .filter_map(|v| (self.orch.env)(&v.from_host))
@@ -536,6 +537,7 @@ impl<'a> Attempt<'a> {
         if let Some(token) = &self.orch.github_token {
             secrets.push(token.secret().to_string());
         }
+        secrets.extend(super::secrets::credential_tokens(mounts));
         self.scrubber = Arc::new(Scrubber::new(secrets));
     }
 
@@ -578,7 +580,7 @@ impl<'a> Attempt<'a> {
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
-        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
+        let scrub = scrubber.as_ref();
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -599,7 +601,7 @@ impl<'a> Attempt<'a> {
                     &mut sink,
                     limits,
                     Some(&transcript),
-                    &scrub,
+                    scrub,
                     self.opts.cancel.clone(),
                 )
                 .await
@@ -612,7 +614,7 @@ impl<'a> Attempt<'a> {
                     &mut sink,
                     limits,
                     Some(&transcript),
-                    &scrub,
+                    scrub,
                     self.opts.cancel.clone(),
                     recorded,
                 )
@@ -755,7 +757,7 @@ impl<'a> Attempt<'a> {
             return Err(self.verification_failure(evidence));
         }
         let scrubber = self.scrubber.clone();
-        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
+        let scrub = scrubber.as_ref();
         for (n, check) in spec.verification.iter().enumerate() {
             if *self.opts.cancel.borrow() {
                 return Err(Failure::new(
@@ -774,7 +776,7 @@ impl<'a> Attempt<'a> {
                 self.orch.runtime.as_ref(),
                 &container,
                 Duration::from_secs(check.timeout_seconds),
-                &scrub,
+                scrub,
             )
             .await
             .map_err(|e| Failure::crash(format!("cannot run check `{}`: {e}", check.name)))?;
@@ -966,7 +968,7 @@ impl<'a> Attempt<'a> {
             .map(|c| c.split(',').map(String::from).collect())
             .unwrap_or_else(|| vec![spec.agent.clone()]);
         self.chain = chain;
-        self.scrub_secrets_of(&spec.env_overlay);
+        self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
         self.spec = Some(spec.clone());
         match self.state {
             TaskState::Running | TaskState::Provisioned => {

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use super::container_spec::{container_key, ContainerSpec};
 use super::stream::{Line, LineSplitter, MAX_LINE_BYTES};
 use super::{RuntimeError, WorkerRuntime};
+use crate::agents::scrub::{Scrubber, StreamScrub};
 use crate::agents::{AgentAdapter, AgentOutcome};
 use crate::domain::{AttemptStatus, EventKind, EventStream, TaskEvent};
 
@@ -66,8 +67,9 @@ impl EventSink for VecSink {
     }
 }
 
-/// Secret scrubber: returns the line with every secret value replaced by `***`.
-pub type Scrub<'a> = &'a (dyn Fn(&str) -> String + Send + Sync);
+/// Secret scrubber: masks every secret value, in every spelling, also when split across
+/// lines (see [`Scrubber`]).
+pub type Scrub<'a> = &'a Scrubber;
 
 /// Time limits of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,7 +292,7 @@ fn scrubbed_tail(raw: &[u8], truncated: bool, scrub: Scrub<'_>) -> String {
             start = i + 1;
         }
     }
-    let text = scrub(&String::from_utf8_lossy(&raw[start..]));
+    let text = scrub.scrub_text(&String::from_utf8_lossy(&raw[start..]));
     if text.len() <= CHECK_TAIL_BYTES {
         return text;
     }
@@ -398,17 +400,42 @@ struct Follower<'a> {
     stdout_file: Option<BufWriter<File>>,
     stderr_file: Option<BufWriter<File>>,
     sink_error: Option<String>,
+    /// Per stream: lines held back while they may end in the first part of a secret.
+    held_stdout: StreamScrub<Option<usize>>,
+    held_stderr: StreamScrub<Option<usize>>,
 }
 
 impl Follower<'_> {
+    /// Scrubs `line` together with its neighbours (a secret split across lines is masked
+    /// on both sides) and handles whatever that releases.
     fn line(&mut self, stream: EventStream, line: Line) {
+        let held = match stream {
+            EventStream::Stdout => &mut self.held_stdout,
+            EventStream::Stderr => &mut self.held_stderr,
+        };
+        let cut = line.cut;
+        for (text, cut) in held.push(self.scrub, line.text, cut.is_some(), cut) {
+            self.scrubbed_line(stream, text, cut);
+        }
+    }
+
+    /// Releases the lines still held at the end of the streams.
+    fn finish_lines(&mut self) {
+        for (text, cut) in self.held_stdout.finish(self.scrub) {
+            self.scrubbed_line(EventStream::Stdout, text, cut);
+        }
+        for (text, cut) in self.held_stderr.finish(self.scrub) {
+            self.scrubbed_line(EventStream::Stderr, text, cut);
+        }
+    }
+
+    fn scrubbed_line(&mut self, stream: EventStream, text: String, cut: Option<usize>) {
         let seq = self.seq;
         self.seq += 1;
-        let text = (self.scrub)(&line.text);
-        if line.cut.is_some() {
+        if cut.is_some() {
             self.cut_lines += 1;
         }
-        let (kind, summary, data) = match (stream, line.cut) {
+        let (kind, summary, data) = match (stream, cut) {
             (_, Some(total)) => (
                 EventKind::Unknown,
                 format!("line cut at {MAX_LINE_BYTES} of {total} bytes"),
@@ -527,6 +554,8 @@ async fn follow_and_collect(
         stdout_file,
         stderr_file,
         sink_error: None,
+        held_stdout: StreamScrub::default(),
+        held_stderr: StreamScrub::default(),
     };
     let mut out = LineSplitter::default();
     let mut err = LineSplitter::default();
@@ -594,6 +623,7 @@ async fn follow_and_collect(
     if let Some(line) = err.finish() {
         f.line(EventStream::Stderr, line);
     }
+    f.finish_lines();
     f.flush();
     let exit_code = match tokio::time::timeout(DRAIN_AFTER_KILL, rt.wait(id)).await {
         Ok(Ok(code)) => Some(code),
@@ -806,14 +836,16 @@ mod tests {
         );
     }
 
-    fn no_scrub(s: &str) -> String {
-        s.replace("SECRET", "***")
-    }
-
     #[test]
     fn check_tail_is_bounded_scrubbed_and_line_aligned() {
+        let no_scrub = Scrubber::new(["SECRET"]);
         assert_eq!(scrubbed_tail(b"ok SECRET\n", false, &no_scrub), "ok ***\n");
         let raw = format!("CRET partial\n{}", "x".repeat(100));
+        // Split across the tail's lines: masked on both sides.
+        assert_eq!(
+            scrubbed_tail(b"a SEC\nRET b\n", false, &no_scrub),
+            "a ***\n*** b\n"
+        );
         assert_eq!(
             scrubbed_tail(raw.as_bytes(), true, &no_scrub),
             "x".repeat(100)

@@ -304,6 +304,29 @@ EOF_SEDS
     return $status
 }
 
+# leak_value VALUE: prints VALUE the ways an agent could leak it past a plain-text
+# scrubber (issue 11 "Scrubbing that holds"): base64, base64url, hex, URL-encoded, base64
+# wrapped over lines, split across two lines and across two writes of one line.
+leak_value() {
+    lv=$1
+    half=$((${#lv} / 2))
+    a=$(printf '%s' "$lv" | cut -c1-"$half")
+    b=$(printf '%s' "$lv" | cut -c"$((half + 1))"-)
+    emit_text "base64: $(printf '%s' "$lv" | base64 | tr -d '\n')"
+    emit_text "base64url: $(printf '%s' "$lv" | base64 | tr -d '\n=' | tr '+/' '-_')"
+    emit_text "hex: $(printf '%s' "$lv" | od -An -tx1 -v | tr -d ' \n')"
+    emit_text "url: $(printf '%s' "$lv" | od -An -tx1 -v | tr -d '\n' | sed 's/ /%/g')"
+    printf 'in base64 inside: %s\n' "$(printf 'token=%s&x=1' "$lv" | base64 | tr -d '\n')"
+    printf '%s%s%s%s' "$lv" "$lv" "$lv" "$lv" | base64 >&2
+    printf '%s\n%s\n' "$a" "$b" >&2
+    printf 'chunked %s' "$a" >&2
+    sleep 0.3
+    printf '%s done\n' "$b" >&2
+    printf 'split %s\n' "$a"
+    sleep 0.3
+    printf '%s end\n' "$b"
+}
+
 # run_success CHANGE: a complete successful session making CHANGE
 # (default | note | fix | protected | none).
 run_success() {
@@ -390,6 +413,28 @@ fake_main() {
             head -c 1572864 /dev/zero | tr '\0' 'x' > /tmp/polyphony-fake-big
             emit_tool_result @/tmp/polyphony-fake-big
             rm -f /tmp/polyphony-fake-big
+            run_success default
+            ;;
+        leak-secret)
+            # Each `polyphony-fake-echo: VAR` value and the accessToken of each
+            # `polyphony-fake-cat: FILE` credential file (found by name under $HOME or the
+            # staging root), in every spelling leak_value knows.
+            emit_init
+            for var in $(all_directives polyphony-fake-echo); do
+                case "$var" in
+                    *[!A-Za-z0-9_]* | [0-9]*) continue ;;
+                esac
+                eval "val=\${$var-}"
+                [ -n "$val" ] && leak_value "$val"
+            done
+            for name in $(all_directives polyphony-fake-cat); do
+                case "$name" in *[!A-Za-z0-9._-]*) continue ;; esac
+                f=$(find "$HOME" /polyphony -name "$name" -type f 2>/dev/null | head -n 1)
+                [ -n "$f" ] || continue
+                emit_text "credential file $name: $(cat "$f")"
+                tok=$(sed -n 's/.*"accessToken" *: *"\([^"]*\)".*/\1/p' "$f" | head -n 1)
+                [ -n "$tok" ] && leak_value "$tok"
+            done
             run_success default
             ;;
         echo-secret)
