@@ -13,6 +13,7 @@
 //! - `orchestrator`: attempt pipeline, proof of work, landing, supervisor loop
 //! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
 //! - `doctor`: environment checks (engine, images, git, config, credentials, token)
+//! - `private`: owner-only permissions of the home, the store and transcripts
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
 
@@ -25,6 +26,7 @@ pub mod doctor;
 pub mod domain;
 pub mod identity;
 pub mod orchestrator;
+pub mod private;
 pub mod report;
 pub mod routing;
 pub mod runtime;

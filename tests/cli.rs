@@ -430,3 +430,37 @@ fn replay_reads_a_real_claude_transcript() {
         .code(2)
         .stderr(predicate::str::contains("cannot open transcript"));
 }
+
+/// Issue 11 "Low": the home is 0700 and the store's files 0600, also for a home that
+/// existed with wider permissions and a database an older version created 0644.
+#[test]
+fn home_and_store_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let home = initialised();
+    assert_eq!(mode(home.path()), 0o700, "init leaves the home private");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    let enqueue = || {
+        polyphony(home.path())
+            .args(["enqueue", "--repo"])
+            .arg(repo.path())
+            .args(["--body", "b", "Title"])
+            .assert()
+            .success();
+    };
+    enqueue();
+    assert_eq!(mode(home.path()), 0o700);
+    let db = home.path().join("queue.db");
+    assert_eq!(mode(&db), 0o600);
+    // A database an older version left 0644 (SQLite would give a new WAL that mode).
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    enqueue();
+    for f in ["queue.db", "queue.db-wal", "queue.db-shm"] {
+        let p = home.path().join(f);
+        if p.exists() {
+            assert_eq!(mode(&p), 0o600, "{f}");
+        }
+    }
+    assert_eq!(mode(&db), 0o600);
+}

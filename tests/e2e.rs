@@ -1863,6 +1863,9 @@ async fn leaked_secret_encodings_never_reach_db_transcripts_or_logs() {
             if path.is_dir() {
                 dirs.push(path);
             } else {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+                assert_eq!(mode & 0o777, 0o600, "{}", path.display());
                 seen.push((
                     path.display().to_string(),
                     std::fs::read(&path).expect("transcript"),

@@ -13,7 +13,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
-    std::fs::create_dir_all(&ctx.home)
+    crate::private::create_dir(&ctx.home)
         .with_context(|| format!("cannot create the home {}", ctx.home.display()))?;
     for (name, text) in templates::ALL {
         let path = ctx.home.join(name);

@@ -46,7 +46,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 
 async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
     let home = config.home.clone();
-    std::fs::create_dir_all(&home)?;
+    crate::private::create_dir(&home)?;
     // spawn and a daemon on one home would both drive the same tasks.
     let _lock = DaemonLock::acquire(&home).map_err(|e| {
         UsageError::new(

@@ -66,7 +66,7 @@ pub async fn run(
     mut signals: watch::Receiver<u32>,
 ) -> anyhow::Result<DaemonSummary> {
     let home = orch.home().to_path_buf();
-    std::fs::create_dir_all(&home)?;
+    crate::private::create_dir(&home)?;
     let _lock = DaemonLock::acquire(&home)?;
     let socket_path = wake_socket(&home);
     let _ = std::fs::remove_file(&socket_path);

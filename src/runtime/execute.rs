@@ -11,7 +11,7 @@
 //! Must not: decide task state transitions, touch the store directly, or log line text
 //! before it is scrubbed.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -508,17 +508,14 @@ fn first_chars(s: &str, n: usize) -> &str {
 
 fn open_append(path: &Path) -> Result<BufWriter<File>, RuntimeError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        crate::private::create_dir(dir).map_err(|e| {
             RuntimeError::Io(format!(
                 "cannot create transcript dir {}: {e}",
                 dir.display()
             ))
         })?;
     }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
+    crate::private::open_append(path)
         .map(BufWriter::new)
         .map_err(|e| RuntimeError::Io(format!("cannot open transcript {}: {e}", path.display())))
 }

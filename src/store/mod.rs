@@ -142,11 +142,16 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            // The store's directory is the home: owner-only (issue 11).
+            crate::private::create_dir(dir).map_err(|source| StoreError::Io {
                 path: dir.to_path_buf(),
                 source,
             })?;
         }
+        crate::private::create_file_if_missing(path).map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let open_err = |source| StoreError::Open {
             path: path.to_path_buf(),
             source,
@@ -164,6 +169,14 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
             .map_err(open_err)?;
+        // SQLite gives -wal and -shm the database's mode; older files may predate that.
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            let side = std::path::PathBuf::from(side);
+            crate::private::restrict(&side, crate::private::FILE_MODE)
+                .map_err(|source| StoreError::Io { path: side, source })?;
+        }
         conn.set_prepared_statement_cache_capacity(64);
         let store = Store {
             conn,
