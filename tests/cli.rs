@@ -464,3 +464,61 @@ fn home_and_store_are_owner_only() {
     }
     assert_eq!(mode(&db), 0o600);
 }
+
+/// Issue 11 "Low": a task whose title and body carry terminal escapes (a window-title OSC,
+/// an OSC 8 link, a clear-screen CSI, a C1 CSI) prints none of them in `status` and
+/// `route`; `--json` keeps its escaped text.
+#[test]
+fn status_and_route_strip_terminal_controls() {
+    let home = initialised();
+    let repo = tempfile::tempdir().unwrap();
+    let body = home.path().join("body.md");
+    std::fs::write(
+        &body,
+        "Fix \u{1b}]8;;https://evil.example\u{1b}\\parser.rs\u{1b}]8;;\u{1b}\\ \u{9b}2J now",
+    )
+    .unwrap();
+    polyphony(home.path())
+        .args(["enqueue", "--repo"])
+        .arg(repo.path())
+        .args(["--label", "ok\u{1b}[8mhidden"])
+        .arg("--body-file")
+        .arg(&body)
+        .arg("Title \u{1b}]0;pwned\u{7}\u{1b}[2Jafter")
+        .assert()
+        .success();
+    for args in [
+        vec!["status"],
+        vec!["status", "local-1"],
+        vec!["route", "local-1", "--explain"],
+    ] {
+        let out = polyphony(home.path()).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text
+                .chars()
+                .any(|c| c == '\u{1b}' || c == '\u{7}' || c == '\u{9b}'),
+            "{args:?} printed a control character: {text:?}"
+        );
+        assert!(!text.contains("pwned"), "{args:?}: {text}");
+    }
+    let out = polyphony(home.path())
+        .args(["status", "local-1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Title after"));
+    let out = polyphony(home.path())
+        .args(["status", "local-1", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["task"]["title"],
+        "Title \u{1b}]0;pwned\u{7}\u{1b}[2Jafter"
+    );
+}

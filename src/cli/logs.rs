@@ -80,7 +80,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         }
     };
     if readable {
-        println!("{}", report::attempt_header(&attempt));
+        println!("{}", report::printable(&report::attempt_header(&attempt)));
     }
 
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -105,7 +105,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     if readable {
         let last = store.attempt(&task.id, attempt.attempt)?.unwrap_or(attempt);
         match report::attempt_footer(&last) {
-            Some(footer) => writeln!(out, "{footer}")?,
+            Some(footer) => writeln!(out, "{}", report::printable(&footer))?,
             None => writeln!(out, "attempt {} is still running", last.attempt)?,
         }
     }
@@ -155,8 +155,8 @@ fn print_new(
         let page = store.events(&attempt.task_id, attempt.attempt, *after, PAGE)?;
         for e in &page {
             match format {
-                Format::Readable => writeln!(out, "{}", report::event_line(e))?,
-                Format::Raw => writeln!(out, "{}", report::raw_line(e))?,
+                Format::Readable => writeln!(out, "{}", report::printable(&report::event_line(e)))?,
+                Format::Raw => writeln!(out, "{}", report::printable(&report::raw_line(e)))?,
                 Format::Json => {
                     serde_json::to_writer(
                         &mut *out,

@@ -80,6 +80,11 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
     };
     let text = execute(&args, &task, &config.routing, repo_dir.as_deref())
         .with_context(|| format!("cannot route task {}", task.id))?;
-    print!("{text}");
+    // JSON escapes control characters itself and is printed byte for byte.
+    if args.json {
+        print!("{text}");
+    } else {
+        print!("{}", crate::report::printable(&text));
+    }
     Ok(super::Outcome::Success)
 }

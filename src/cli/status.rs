@@ -92,14 +92,14 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
     let shown = rows.len() as u64;
     if total == 0 {
-        println!("no tasks");
+        crate::println_printable!("no tasks");
     } else if shown < total {
-        println!(
+        crate::println_printable!(
             "{shown} of {total} shown (--limit 0 for all); {}",
             summary.join(", ")
         );
     } else {
-        println!("{total} task(s): {}", summary.join(", "));
+        crate::println_printable!("{total} task(s): {}", summary.join(", "));
     }
     Ok(Outcome::Success)
 }
@@ -160,12 +160,12 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
         return Ok(Outcome::Success);
     }
     print_task(&task);
-    println!("\ntransitions:");
+    crate::println_printable!("\ntransitions:");
     if transitions.is_empty() {
-        println!("  (none)");
+        crate::println_printable!("  (none)");
     }
     for t in &transitions {
-        println!(
+        crate::println_printable!(
             "  {}  {} -> {}  {}",
             t.at.format("%Y-%m-%d %H:%M:%S"),
             t.from,
@@ -173,9 +173,9 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             t.reason
         );
     }
-    println!("\nattempts:");
+    crate::println_printable!("\nattempts:");
     if attempts.is_empty() {
-        println!("  (none)");
+        crate::println_printable!("  (none)");
     }
     for a in &attempts {
         let status = a.status.map_or("running".to_string(), |s| s.to_string());
@@ -184,21 +184,24 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             .reason
             .as_deref()
             .map_or(String::new(), |r| format!(" — {r}"));
-        println!(
+        crate::println_printable!(
             "  #{} {} via {} ({}){cost}{reason}",
-            a.attempt, status, a.agent, a.branch
+            a.attempt,
+            status,
+            a.agent,
+            a.branch
         );
         for e in &a.evidence {
-            println!("     {}", evidence_line(e));
+            crate::println_printable!("     {}", evidence_line(e));
             if !e.passed {
                 for line in tail_lines(&e.output_tail, 8) {
-                    println!("       | {line}");
+                    crate::println_printable!("       | {line}");
                 }
             }
         }
     }
     if let Some(l) = landing {
-        println!(
+        crate::println_printable!(
             "\nlanded: {} @ {}{}",
             l.branch,
             l.commit_sha,
@@ -233,37 +236,40 @@ fn tail_lines(text: &str, n: usize) -> Vec<&str> {
 }
 
 fn print_task(t: &Task) {
-    println!("{}  {}", t.id, t.title);
-    println!("  state:    {}", t.state);
-    println!("  source:   {} ({})", t.source_ref, t.source);
-    println!(
+    crate::println_printable!("{}  {}", t.id, t.title);
+    crate::println_printable!("  state:    {}", t.state);
+    crate::println_printable!("  source:   {} ({})", t.source_ref, t.source);
+    crate::println_printable!(
         "  repo:     {}{}",
         t.repo,
         t.base_ref
             .as_deref()
             .map_or(String::new(), |b| format!(" @ {b}"))
     );
-    println!(
+    crate::println_printable!(
         "  type:     {}  risk: {}  scope: {}  web: {}",
-        t.task_type, t.risk, t.scope, t.requires_web
+        t.task_type,
+        t.risk,
+        t.scope,
+        t.requires_web
     );
     if !t.labels.is_empty() {
-        println!("  labels:   {}", t.labels.join(", "));
+        crate::println_printable!("  labels:   {}", t.labels.join(", "));
     }
-    println!("  attempts: {}  failures: {}", t.attempts, t.failures);
+    crate::println_printable!("  attempts: {}  failures: {}", t.attempts, t.failures);
     match (t.state, t.next_attempt_at) {
         (TaskState::Failed, Some(next)) => {
-            println!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"))
+            crate::println_printable!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"))
         }
         (TaskState::Failed, None) => {
-            println!(
+            crate::println_printable!(
                 "  held:     `polyphony spawn --task {}` runs it again",
                 t.id
             )
         }
         _ => {}
     }
-    println!(
+    crate::println_printable!(
         "  created:  {}",
         t.created_at.format("%Y-%m-%d %H:%M:%S UTC")
     );
@@ -297,7 +303,7 @@ fn print_table(header: &[&str; COLUMNS], rows: &[[String; COLUMNS]]) {
             .zip(widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        crate::println_printable!("{}", parts.join("  ").trim_end());
     };
     line(*header);
     for row in rows {
