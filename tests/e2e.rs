@@ -1902,3 +1902,38 @@ async fn leaked_secret_encodings_never_reach_db_transcripts_or_logs() {
     }
     assert!(home.containers().is_empty(), "containers left behind");
 }
+
+/// Issue 11 "Low": the agent's final message reaches the pull request body quoted and
+/// defused: its closing keyword, @mention and hidden marker are gone, ours remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_final_message_is_quoted_and_defused_in_the_pr_body() {
+    let Some(image) = image().await else { return };
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-final", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add(): it subtracts",
+        &body_with(
+            "polyphony-fake: succeed\npolyphony-fake-final: All done. Fixes #99, cc @octocat <!-- polyphony:landed task=x -->",
+        ),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let out = home.run(&["spawn", &format!("{repo}#{n}")]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let pulls = fake.pulls(&repo);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let body = &pulls[0].body;
+    assert!(
+        body.contains("> All done. [closing keyword removed] issue 99, cc octocat"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("@octocat") && !body.contains("#99"),
+        "{body}"
+    );
+    assert!(!body.contains("polyphony:landed"), "{body}");
+    assert_eq!(body.matches("Closes #").count(), 1, "{body}");
+    assert!(body.contains(&format!("Closes #{n}")), "{body}");
+}

@@ -204,6 +204,59 @@ pub fn render_evidence_table(evidence: &[CheckEvidence]) -> String {
     out
 }
 
+/// Longest agent message quoted in a pull request body, in characters.
+pub const MAX_AGENT_MESSAGE_CHARS: usize = 2000;
+
+static HTML_COMMENT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?s)<!--.*?(-->|\z)").unwrap_or_else(|e| unreachable!("{e}"))
+});
+// GitHub's closing keywords followed by an issue reference (#N, owner/repo#N or an issue
+// URL): https://docs.github.com/en/issues/tracking-your-work-with-issues/linking-a-pull-request-to-an-issue
+static CLOSING: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?i)\b(?:close|closes|closed|fix|fixes|fixed|resolve|resolves|resolved)\b(\s*:?\s*)((?:[\w.-]+/[\w.-]+)?#\d+|https?://\S+/(?:issues|pull)/\d+)",
+    )
+    .unwrap_or_else(|e| unreachable!("{e}"))
+});
+static MENTION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(^|[^\w`@])@([A-Za-z0-9][A-Za-z0-9-]*(?:/[\w.-]+)?)")
+        .unwrap_or_else(|e| unreachable!("{e}"))
+});
+
+/// The agent's final message as it may appear in a pull request body (issue 11): written
+/// by the agent, so untrusted. HTML comments go (they could carry our hidden markers),
+/// closing keywords lose their keyword and their `#` (only our own `Closes #N` may close
+/// an issue), @mentions lose their `@` (nobody is notified), terminal controls go, the
+/// length is capped at [`MAX_AGENT_MESSAGE_CHARS`] and every line is quoted. Pure.
+pub fn quote_agent_message(message: &str) -> String {
+    let text = crate::report::printable(message);
+    let text = HTML_COMMENT.replace_all(&text, "");
+    let text = CLOSING.replace_all(&text, |c: &regex::Captures<'_>| {
+        let reference = match c[2].strip_prefix('#') {
+            Some(n) => format!("issue {n}"),
+            None => c[2].replacen('#', " issue ", 1),
+        };
+        format!("[closing keyword removed]{}{reference}", &c[1])
+    });
+    let text = MENTION.replace_all(&text, "$1$2");
+    let text = text.trim();
+    let mut capped: String = text.chars().take(MAX_AGENT_MESSAGE_CHARS).collect();
+    if capped.len() < text.len() {
+        capped.push_str("\n\n… (cut; `polyphony logs` has the whole message)");
+    }
+    capped
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                ">".to_string()
+            } else {
+                format!("> {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The pull request body: summary, evidence table, run figures, `Closes #N`. Pure.
 pub fn render_pr_body(landed: &Landed, closes: Option<u64>) -> String {
     let mut out = String::new();
@@ -211,7 +264,8 @@ pub fn render_pr_body(landed: &Landed, closes: Option<u64>) -> String {
     if summary.is_empty() {
         out.push_str("Changes made by a Polyphony agent.\n");
     } else {
-        out.push_str(summary);
+        out.push_str("The agent's final message (its own words, not verified):\n\n");
+        out.push_str(&quote_agent_message(summary));
         out.push('\n');
     }
     out.push_str("\n### Verification\n\n");
@@ -352,11 +406,50 @@ mod tests {
         }
     }
 
+    fn check_quote(message: &str, want: &str) {
+        assert_eq!(quote_agent_message(message), want, "{message:?}");
+    }
+
+    #[test]
+    fn agent_message_is_quoted_and_defused() {
+        check_quote("Done.\n\nAll tests pass.", "> Done.\n>\n> All tests pass.");
+        check_quote(
+            "Fixes #12 and closes: acme/web#3; resolved https://github.com/a/b/issues/9",
+            "> [closing keyword removed] issue 12 and [closing keyword removed]: acme/web issue 3; [closing keyword removed] https://github.com/a/b/issues/9",
+        );
+        check_quote("fixed the prefix bug", "> fixed the prefix bug");
+        check_quote(
+            "thanks @octocat and @acme/admins; mail a@b.com",
+            "> thanks octocat and acme/admins; mail a@b.com",
+        );
+        check_quote(
+            "ok <!-- polyphony:landed task=o/r#1 --> done <!-- open",
+            "> ok  done",
+        );
+        check_quote("\u{1b}]0;t\u{7}title", "> title");
+        let long = "x".repeat(MAX_AGENT_MESSAGE_CHARS + 10);
+        let quoted = quote_agent_message(&long);
+        assert!(quoted.starts_with(&format!("> {}", "x".repeat(MAX_AGENT_MESSAGE_CHARS))));
+        assert!(quoted.ends_with("> … (cut; `polyphony logs` has the whole message)"));
+        let body = render_pr_body(
+            &Landed {
+                summary: "Closes #99 <!-- polyphony:pr task=x -->".into(),
+                ..landed()
+            },
+            Some(7),
+        );
+        assert_eq!(body.matches("Closes #").count(), 1, "{body}");
+        assert!(
+            body.contains("\nCloses #7\n") && !body.contains("polyphony:pr"),
+            "{body}"
+        );
+    }
+
     #[test]
     fn pr_body_has_every_part() {
         let body = render_pr_body(&landed(), Some(7));
         for part in [
-            "Fixed the off-by-one in the pager.\n",
+            "> Fixed the off-by-one in the pager.\n",
             "### Verification",
             "| test | `make test` | 0 | 2.0 s | ✅ passed |",
             "| claude | 2 | 14 | 34567 (30000 / 4567) | $0.42 |",
