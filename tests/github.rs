@@ -942,3 +942,108 @@ async fn fetch_task_reads_one_issue_whatever_its_labels() {
         "{missing}"
     );
 }
+
+/// Issue 11 "Low": hidden markers count only in comments by the token's own user. A
+/// stranger who types our claim marker (naming another claimant) and our landed marker
+/// neither blocks the claim nor stops the landed comment.
+#[tokio::test]
+async fn markers_in_other_users_comments_are_ignored() {
+    let w = world().await;
+    let n = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Spin fix").labels(&["agent-ready"]));
+    let id = format!("{REPO}#{n}");
+    w.fake.add_comment_as(
+        REPO,
+        n,
+        "mallory",
+        &format!("<!-- polyphony:claim task={id} attempt=1 by=home-b -->"),
+    );
+    w.fake.add_comment_as(
+        REPO,
+        n,
+        "mallory",
+        &format!("<!-- polyphony:landed task={id} -->"),
+    );
+    let source = source_for(&w.fake, &[REPO], false);
+    let task = poll_one(&source, n).await;
+    source
+        .claim(&task, &info(1))
+        .await
+        .expect("a stranger's marker does not own the issue");
+    let branch = "polyphony/octo-widgets-1-a1";
+    push_branch(&w, branch);
+    let reported = source
+        .report(&task, &Outcome::Landed(landed(branch)))
+        .await
+        .expect("land");
+    assert!(reported.created);
+    let comments = w.fake.comments(REPO, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:landed"),
+        2,
+        "{comments:#?}"
+    );
+    assert_eq!(count_containing(&comments, "by=home-a"), 1, "{comments:#?}");
+    assert_eq!(w.fake.issue_labels(REPO, n), vec!["agent-landed"]);
+    assert_eq!(
+        w.fake.count_requests("GET", "/user"),
+        1,
+        "the login is read once"
+    );
+}
+
+/// Issue 11 "Low": a `Link: rel="next"` to another host is refused, and the token never
+/// reaches that host (a second loopback server stands for it).
+#[tokio::test]
+async fn a_next_page_link_to_another_host_is_refused() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = Arc::new(AtomicUsize::new(0));
+    let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elsewhere_addr = elsewhere.local_addr().unwrap();
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { "[]" }
+        });
+        axum::serve(elsewhere, app).await.ok();
+    });
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_addr = api.local_addr().unwrap();
+    let link = format!("<http://{elsewhere_addr}/steal?page=2>; rel=\"next\"");
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(move || {
+            let link = link.clone();
+            async move {
+                (
+                    [("link", link), ("content-type", "application/json".into())],
+                    "[]",
+                )
+            }
+        });
+        axum::serve(api, app).await.ok();
+    });
+    let client = GithubClient::new(
+        &format!("http://{api_addr}"),
+        ResolvedToken::new("GITHUB_TOKEN", "ghp_not_for_elsewhere_0123456789"),
+        fast_policy(),
+    )
+    .expect("client");
+    let got = client
+        .get_all_pages::<serde_json::Value>("listing things", "/repos/o/r/issues")
+        .await;
+    match got {
+        Err(e @ GithubError::ForeignLink { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&elsewhere_addr.to_string()), "{text}");
+            assert!(!text.contains("ghp_not_for_elsewhere"), "{text}");
+        }
+        other => panic!("expected ForeignLink, got {other:?}"),
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the other host was contacted"
+    );
+}

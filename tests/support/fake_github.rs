@@ -534,6 +534,22 @@ impl FakeGithub {
             .collect()
     }
 
+    /// A comment by `login` (someone other than the token's user, as a rule).
+    pub fn add_comment_as(&self, repo: &str, number: u64, login: &str, body: &str) {
+        let mut st = self.lock();
+        st.ensure_user(login);
+        let id = st.id();
+        let r = st.repo_index(repo);
+        let issue = st.repos[r].issues.get_mut(&number).expect("issue");
+        issue.comments.push(CommentData {
+            id,
+            body: body.to_string(),
+            author: login.to_string(),
+            created_at: now(),
+        });
+        issue.updated_at = now();
+    }
+
     /// Pull requests of a repository, by number.
     pub fn pulls(&self, repo: &str) -> Vec<FakePull> {
         let st = self.lock();
@@ -935,6 +951,10 @@ fn route(st: &mut FakeState, method: &Method, path_and_query: &str, body: &Bytes
                 .and_then(|id| st.repos.iter().position(|r| r.id == id)),
             rest.to_vec(),
         ),
+        // The token's own user (every write of this fake is authored by BOT_LOGIN).
+        ["user"] if *method == Method::GET => {
+            return json_response(StatusCode::OK, user_by_login(st, BOT_LOGIN))
+        }
         ["repos", owner, name, rest @ ..] => (
             st.repos.iter().position(|r| {
                 r.owner.eq_ignore_ascii_case(owner) && r.name.eq_ignore_ascii_case(name)

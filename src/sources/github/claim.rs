@@ -132,17 +132,33 @@ pub async fn claim_issue(
     })
 }
 
-/// Every comment of the issue (all pages).
+/// The comments of the issue (all pages) written by the token's own user. Hidden markers
+/// decide ownership and idempotency, and anyone who can comment on the issue can type one:
+/// only ours count (issue 11).
 pub async fn list_comments(
     client: &GithubClient,
     issue: &IssueRef,
 ) -> Result<Vec<Comment>, GithubError> {
-    client
+    let all: Vec<Comment> = client
         .get_all_pages(
             &format!("listing comments of {issue}"),
             &format!("{}/comments?per_page=100", issue.api_path()),
         )
-        .await
+        .await?;
+    let me = client.viewer_login().await?;
+    Ok(own_comments(all, me))
+}
+
+/// The comments whose author is `login` (GitHub logins are case-insensitive). Pure.
+pub fn own_comments(comments: Vec<Comment>, login: &str) -> Vec<Comment> {
+    comments
+        .into_iter()
+        .filter(|c| {
+            c.user
+                .as_ref()
+                .is_some_and(|u| u.login.eq_ignore_ascii_case(login))
+        })
+        .collect()
 }
 
 /// Post `body` unless a comment containing `marker` exists; returns its id and whether it

@@ -29,6 +29,8 @@ pub const DEFAULT_TOKEN_VARS: [&str; 2] = ["GITHUB_TOKEN", "GH_TOKEN"];
 pub enum GithubError {
     #[error("no GitHub token found: tried {}; export a token with `repo` scope in one of them (or set `github_token_env` on the identity)", tried.join(", "))]
     MissingToken { tried: Vec<String> },
+    #[error("the identity's `github_token_env` names ${var}, which is unset or empty: export the token as {var} (Polyphony never falls back to GITHUB_TOKEN for a named account)")]
+    IdentityTokenUnset { var: String },
     #[error("the GitHub token in ${var} contains characters an HTTP header cannot carry (a newline or a control character?); re-export it without them")]
     InvalidToken { var: String },
     #[error("invalid GitHub API URL `{url}` (from GITHUB_API_URL): {reason}")]
@@ -67,6 +69,12 @@ pub enum GithubError {
     },
     #[error("unexpected GitHub answer while {what}: {message}")]
     Decode { what: String, message: String },
+    #[error("GitHub's next-page link while {what} points to `{link}`, outside the API at {api_url}; refusing to send the token there")]
+    ForeignLink {
+        what: String,
+        link: String,
+        api_url: String,
+    },
 }
 
 impl GithubError {
@@ -76,6 +84,7 @@ impl GithubError {
         matches!(
             self,
             GithubError::MissingToken { .. }
+                | GithubError::IdentityTokenUnset { .. }
                 | GithubError::InvalidToken { .. }
                 | GithubError::InvalidApiUrl { .. }
                 | GithubError::InvalidRepo { .. }
@@ -127,14 +136,18 @@ impl fmt::Debug for ResolvedToken {
     }
 }
 
-/// The token for an identity: its own variable if it names one, else `GITHUB_TOKEN`, else
-/// `GH_TOKEN`. Empty values count as unset. Pure: `lookup` reads the environment.
+/// The token for an identity: its own variable alone when it names one (a named account
+/// must never silently become another, issue 11), else `GITHUB_TOKEN`, else `GH_TOKEN`.
+/// Empty values count as unset. Pure: `lookup` reads the environment.
 pub fn resolve_token(
     identity_var: Option<&str>,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<ResolvedToken, GithubError> {
     let mut tried = Vec::new();
-    let candidates = identity_var.into_iter().chain(DEFAULT_TOKEN_VARS);
+    let candidates: Vec<&str> = match identity_var {
+        Some(var) => vec![var],
+        None => DEFAULT_TOKEN_VARS.to_vec(),
+    };
     for var in candidates {
         tried.push(var.to_string());
         if let Some(value) = lookup(var) {
@@ -152,7 +165,12 @@ pub fn resolve_token(
             return Ok(ResolvedToken::new(var, value));
         }
     }
-    Err(GithubError::MissingToken { tried })
+    match identity_var {
+        Some(var) => Err(GithubError::IdentityTokenUnset {
+            var: var.to_string(),
+        }),
+        None => Err(GithubError::MissingToken { tried }),
+    }
 }
 
 /// The API base: `GITHUB_API_URL` when set and non-empty, else [`DEFAULT_API_URL`].
@@ -313,6 +331,32 @@ pub fn next_link(link: &str) -> Option<String> {
     })
 }
 
+/// `link` when it stays on the API at `api_url` (same scheme, host and port, under its path
+/// prefix), so the token is never sent anywhere a `Link` header names (issue 11). A
+/// relative link is kept as it is. Pure.
+pub fn pinned_link(link: &str, api_url: &str) -> Option<String> {
+    if link.starts_with('/') && !link.starts_with("//") {
+        return Some(link.to_string());
+    }
+    let link_uri: http::Uri = link.parse().ok()?;
+    let api: http::Uri = api_url.parse().ok()?;
+    let same_origin = link_uri.scheme() == api.scheme()
+        && link_uri
+            .authority()
+            .zip(api.authority())
+            .is_some_and(|(l, a)| {
+                l.host().eq_ignore_ascii_case(a.host())
+                    && l.port_u16() == a.port_u16()
+                    && !l.as_str().contains('@')
+            });
+    let prefix = api.path().trim_end_matches('/');
+    let under_prefix = link_uri
+        .path()
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    (same_origin && under_prefix).then(|| link.to_string())
+}
+
 /// Percent-encode one path segment or query value (everything but RFC 3986 unreserved).
 pub fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -350,6 +394,8 @@ pub struct GithubClient {
     api_url: String,
     token_var: String,
     policy: FaultPolicy,
+    /// The token's own login (`GET /user`), read once.
+    viewer: std::sync::Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl fmt::Debug for GithubClient {
@@ -395,7 +441,22 @@ impl GithubClient {
             api_url,
             token_var: token.var,
             policy,
+            viewer: Default::default(),
         })
+    }
+
+    /// The login of the token's user (`GET /user`, asked once per client): the author of
+    /// every comment we write, so the only author whose hidden markers we honour.
+    pub async fn viewer_login(&self) -> Result<&str, GithubError> {
+        self.viewer
+            .get_or_try_init(|| async {
+                let user: super::model::User = self
+                    .get_json("reading the token's own user", "/user")
+                    .await?;
+                Ok(user.login)
+            })
+            .await
+            .map(String::as_str)
     }
 
     /// A client from the environment: `GITHUB_API_URL`, and the token of `identity_var`,
@@ -454,11 +515,24 @@ impl GithubClient {
                 .await?;
             let page: Vec<T> = answer.json(&page_what)?;
             items.extend(page);
-            next = answer
+            next = match answer
                 .headers
                 .get(http::header::LINK)
                 .and_then(|v| v.to_str().ok())
-                .and_then(next_link);
+                .and_then(next_link)
+            {
+                Some(link) => match pinned_link(&link, &self.api_url) {
+                    Some(link) => Some(link),
+                    None => {
+                        return Err(GithubError::ForeignLink {
+                            what: page_what,
+                            link,
+                            api_url: self.api_url.clone(),
+                        })
+                    }
+                },
+                None => None,
+            };
         }
         Ok(items)
     }
@@ -665,10 +739,16 @@ mod tests {
             &[("WORK_GH", "a"), ("GITHUB_TOKEN", "b")],
             Ok("WORK_GH"),
         );
+        // A named account never becomes the default one.
         check_token(
             Some("WORK_GH"),
             &[("GITHUB_TOKEN", "b")],
-            Ok("GITHUB_TOKEN"),
+            Err("names $WORK_GH, which is unset"),
+        );
+        check_token(
+            Some("WORK_GH"),
+            &[("WORK_GH", " "), ("GH_TOKEN", "c")],
+            Err("export the token as WORK_GH"),
         );
         check_token(
             None,
@@ -682,7 +762,7 @@ mod tests {
             Ok("GH_TOKEN"),
         );
         check_token(None, &[], Err("tried GITHUB_TOKEN, GH_TOKEN"));
-        check_token(Some("X"), &[], Err("tried X, GITHUB_TOKEN, GH_TOKEN"));
+        check_token(Some("X"), &[], Err("names $X"));
         check_token(
             None,
             &[("GITHUB_TOKEN", "sek\nrit")],
@@ -794,6 +874,31 @@ mod tests {
 
     fn check_link(header: &str, expect: Option<&str>) {
         assert_eq!(next_link(header).as_deref(), expect, "{header}");
+    }
+
+    #[test]
+    fn next_links_stay_on_the_api_host() {
+        let api = "https://api.github.com";
+        let ghe = "https://ghe.example.com/api/v3";
+        let ok =
+            |link: &str, base: &str| assert_eq!(pinned_link(link, base).as_deref(), Some(link));
+        let refused = |link: &str, base: &str| assert_eq!(pinned_link(link, base), None, "{link}");
+        ok("https://api.github.com/repositories/1/issues?page=2", api);
+        ok("https://API.github.com/x", api);
+        ok("/repos/o/r/issues?page=2", api);
+        ok(
+            "https://ghe.example.com/api/v3/repos/o/r/issues?page=2",
+            ghe,
+        );
+        refused("https://evil.example/collect?page=2", api);
+        refused("http://api.github.com/x", api);
+        refused("https://api.github.com:8443/x", api);
+        refused("https://api.github.com.evil.example/x", api);
+        refused("https://user@api.github.com/x", api);
+        refused("//evil.example/x", api);
+        refused("https://ghe.example.com/other/repos", ghe);
+        refused("https://ghe.example.com/api/v3x/repos", ghe);
+        refused("not a url", api);
     }
 
     #[test]

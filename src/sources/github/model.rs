@@ -65,6 +65,9 @@ pub struct Comment {
     pub id: u64,
     #[serde(default)]
     pub body: Option<String>,
+    /// The author; only our own comments' markers count (issue 11).
+    #[serde(default)]
+    pub user: Option<User>,
 }
 
 /// A repository.
