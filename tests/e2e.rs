@@ -1797,7 +1797,7 @@ async fn leaked_secret_encodings_never_reach_db_transcripts_or_logs() {
         .enqueue(
             &origin,
             &body_with(
-                "polyphony-fake: leak-secret\npolyphony-fake-echo: FAKE_API_KEY\npolyphony-fake-cat: .credentials.json",
+                "polyphony-fake: echo-secret-encoded\npolyphony-fake-echo: FAKE_API_KEY\npolyphony-fake-cat: .credentials.json",
             ),
             "Fix add()",
         )

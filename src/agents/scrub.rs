@@ -273,25 +273,41 @@ impl Scrubber {
         out.join("\n")
     }
 
-    /// The first known secret in `text`, in any spelling, also when split across its
-    /// lines (line breaks are ignored for that second look). For the pre-push diff scan:
-    /// pass the added content.
-    pub fn find_secret(&self, text: &str) -> Option<SecretHit> {
+    /// Where the first known secret occurs in `text` (byte range), in any spelling, also
+    /// when split across its lines: for the pre-push diff scan (pass the added content).
+    /// [`Scrubber::find_secret_hit`] says in which form and on which line.
+    pub fn find_secret(&self, text: &str) -> Option<std::ops::Range<usize>> {
+        self.locate(text).map(|(range, _)| range)
+    }
+
+    /// Like [`Scrubber::find_secret`], as a reportable [`SecretHit`] (never the value).
+    pub fn find_secret_hit(&self, text: &str) -> Option<SecretHit> {
+        self.locate(text).map(|(range, hit)| SecretHit {
+            line: 1 + text[..range.start].matches('\n').count(),
+            ..hit
+        })
+    }
+
+    /// The first match in `text`, else in `text` with its line breaks removed (the range is
+    /// then mapped back onto `text`).
+    fn locate(&self, text: &str) -> Option<(std::ops::Range<usize>, SecretHit)> {
         let m = self.matcher.as_ref()?;
-        if let Some(hit) = m.find(text) {
-            return Some(SecretHit {
-                form: self.forms[hit.pattern().as_usize()],
-                line: 1 + text[..hit.start()].matches('\n').count(),
-                split: false,
-            });
+        let hit = |form, split| SecretHit {
+            form,
+            line: 0,
+            split,
+        };
+        if let Some(found) = m.find(text) {
+            let form = self.forms[found.pattern().as_usize()];
+            return Some((found.range(), hit(form, false)));
         }
         let (joined, origin) = join_lines(text);
-        let hit = m.find(&joined)?;
-        Some(SecretHit {
-            form: self.forms[hit.pattern().as_usize()],
-            line: 1 + text[..origin[hit.start()]].matches('\n').count(),
-            split: true,
-        })
+        let found = m.find(&joined)?;
+        let start = origin[found.start()];
+        let last = origin[found.end() - 1];
+        let end = last + text[last..].chars().next().map_or(1, char::len_utf8);
+        let form = self.forms[found.pattern().as_usize()];
+        Some((start..end, hit(form, true)))
     }
 
     /// Length of the longest end of `s` that is a proper beginning of some spelling: how
@@ -558,7 +574,7 @@ mod tests {
             let out = s.scrub_line(&line);
             assert!(!out.contains(&encoded), "{encoded} survived: {out}");
             assert!(out.starts_with("leak: ") && out.ends_with(" end"), "{out}");
-            assert!(s.find_secret(&line).is_some(), "{encoded} not detected");
+            assert!(s.find_secret_hit(&line).is_some(), "{encoded} not detected");
         }
         // Inside a longer encoded string, at each alignment.
         for prefix in ["", "a", "ab", "abc"] {
@@ -566,7 +582,7 @@ mod tests {
             let s = Scrubber::new([TOKEN]);
             assert!(s.scrub_line(&wrapped).contains(MASK), "prefix {prefix:?}");
             assert_eq!(
-                s.find_secret(&wrapped).map(|h| h.form),
+                s.find_secret_hit(&wrapped).map(|h| h.form),
                 Some(SecretForm::Base64)
             );
         }
@@ -605,11 +621,13 @@ mod tests {
         for piece in &wrapped {
             assert!(!out.contains(&piece[2..piece.len() - 2]), "{out:?}");
         }
-        let hit = s.find_secret(&text).unwrap();
+        let hit = s.find_secret_hit(&text).unwrap();
         assert_eq!(
             (hit.form, hit.line, hit.split),
             (SecretForm::Base64, 1, true)
         );
+        let range = s.find_secret(&text).unwrap();
+        assert!(text[range].contains('\n'), "the range spans the break");
     }
 
     #[test]
@@ -641,10 +659,19 @@ mod tests {
     }
 
     #[test]
+    fn find_secret_locates_a_known_value() {
+        let s = Scrubber::new(["hunter22"]);
+        assert_eq!(s.find_secret("pw=hunter22;"), Some(3..11));
+        assert_eq!(s.find_secret("pw=hunt\ner22;"), Some(3..12));
+        assert_eq!(s.find_secret("nothing here"), None);
+        assert_eq!(Scrubber::new(Vec::<String>::new()).find_secret("x"), None);
+    }
+
+    #[test]
     fn find_secret_reports_form_and_line_never_the_value() {
         let s = Scrubber::new([TOKEN]);
         let text = format!("a\nb\nx={}\n", hex::encode(TOKEN));
-        let hit = s.find_secret(&text).unwrap();
+        let hit = s.find_secret_hit(&text).unwrap();
         assert_eq!(
             hit,
             SecretHit {
@@ -655,8 +682,11 @@ mod tests {
         );
         assert!(!hit.to_string().contains(TOKEN));
         assert_eq!(hit.to_string(), "a known secret hex-encoded on line 3");
-        assert_eq!(s.find_secret("nothing here"), None);
-        assert_eq!(Scrubber::new(Vec::<String>::new()).find_secret(TOKEN), None);
+        assert_eq!(s.find_secret_hit("nothing here"), None);
+        assert_eq!(
+            Scrubber::new(Vec::<String>::new()).find_secret_hit(TOKEN),
+            None
+        );
     }
 
     #[test]

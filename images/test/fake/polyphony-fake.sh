@@ -417,7 +417,7 @@ fake_main() {
             rm -f /tmp/polyphony-fake-big
             run_success default
             ;;
-        leak-secret)
+        echo-secret-encoded)
             # Each `polyphony-fake-echo: VAR` value and the accessToken of each
             # `polyphony-fake-cat: FILE` credential file (found by name under $HOME or the
             # staging root), in every spelling leak_value knows.
