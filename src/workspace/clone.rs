@@ -127,7 +127,7 @@ impl WorkspaceManager {
             .arg("--")
             .arg(upstream)
             .arg(dir)
-            .token(&askpass, token)
+            .token(&askpass, token, upstream)
             .run()?;
         drop(lock);
 

@@ -18,12 +18,40 @@ use std::process::{Command, Output, Stdio};
 /// Env var the askpass script reads the token from (only ever set on one child process).
 const TOKEN_ENV: &str = "POLYPHONY_GIT_TOKEN";
 
+/// Env var naming the one host (`host[:port]`) the askpass script answers for.
+const HOST_ENV: &str = "POLYPHONY_GIT_HOST";
+
+// Git asks "Username for 'https://host': " and "Password for 'https://user@host': ". The
+// script answers only when that host is the remote's (issue 11): a redirect, an
+// `insteadOf` or a second remote the agent wrote into the repository never gets the token.
 const ASKPASS_SCRIPT: &str = "#!/bin/sh\n\
-# Polyphony's git askpass: answers GitHub's token login. Holds no secret.\n\
+# Polyphony's git askpass: answers the token login for one host only. Holds no secret.\n\
+url=${1#*\\'}\n\
+url=${url%%\\'*}\n\
+rest=${url#*://}\n\
+rest=${rest%%/*}\n\
+host=$(printf '%s' \"${rest##*@}\" | tr 'A-Z' 'a-z')\n\
+want=$(printf '%s' \"$POLYPHONY_GIT_HOST\" | tr 'A-Z' 'a-z')\n\
+if [ -z \"$want\" ] || [ \"$host\" != \"$want\" ]; then\n\
+  echo \"polyphony askpass: not answering for '$host' (the token is for '$want')\" >&2\n\
+  exit 1\n\
+fi\n\
 case \"$1\" in\n\
   Username*) printf '%s\\n' x-access-token ;;\n\
   *) printf '%s\\n' \"$POLYPHONY_GIT_TOKEN\" ;;\n\
 esac\n";
+
+/// `host[:port]` of an http(s) remote URL, lower-cased; `None` for anything else (a local
+/// path or an ssh remote never uses the token). Pure.
+pub(crate) fn remote_host(url: &str) -> Option<String> {
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    (!host.is_empty()).then(|| host.to_string())
+}
 
 /// Variables from the daemon's environment that would redirect or reconfigure git.
 const CLEARED_ENV: &[&str] = &[
@@ -89,6 +117,7 @@ impl<'a> Git<'a> {
             .env("LC_ALL", "C")
             .env("LANGUAGE", "C")
             .env_remove(TOKEN_ENV)
+            .env_remove(HOST_ENV)
             .stdin(Stdio::null());
         Git {
             cmd,
@@ -122,10 +151,15 @@ impl<'a> Git<'a> {
         self
     }
 
-    /// Authenticates https as `x-access-token` with `token` through the askpass script.
-    pub(crate) fn token(mut self, askpass: &Path, token: Option<&'a str>) -> Self {
-        if let Some(t) = token.filter(|t| !t.is_empty()) {
-            self.cmd.env("GIT_ASKPASS", askpass).env(TOKEN_ENV, t);
+    /// Authenticates https as `x-access-token` with `token` through the askpass script,
+    /// for the host of `remote` only (nothing is handed over for a remote without one).
+    pub(crate) fn token(mut self, askpass: &Path, token: Option<&'a str>, remote: &str) -> Self {
+        let host = remote_host(remote);
+        if let (Some(t), Some(host)) = (token.filter(|t| !t.is_empty()), host) {
+            self.cmd
+                .env("GIT_ASKPASS", askpass)
+                .env(TOKEN_ENV, t)
+                .env(HOST_ENV, host);
             self.token = Some(t);
         }
         self
@@ -204,4 +238,62 @@ pub(crate) fn ensure_askpass(dir: &Path) -> Result<PathBuf, WorkspaceError> {
         source: e.error,
     })?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_hosts() {
+        let check =
+            |url: &str, want: Option<&str>| assert_eq!(remote_host(url).as_deref(), want, "{url}");
+        check("https://github.com/o/r.git", Some("github.com"));
+        check("https://x-access-token@GitHub.com/o/r", Some("github.com"));
+        check("http://127.0.0.1:8080/o/r", Some("127.0.0.1:8080"));
+        check("https://ghe.example.com?x", Some("ghe.example.com"));
+        check("/srv/repos/r.git", None);
+        check("file:///srv/r.git", None);
+        check("git@github.com:o/r.git", None);
+        check("https:///nohost", None);
+    }
+
+    /// The script answers for its host only, whatever the case or user in the prompt.
+    #[test]
+    fn askpass_answers_only_for_its_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = ensure_askpass(dir.path()).unwrap();
+        let ask = |prompt: &str, host: Option<&str>| {
+            let mut cmd = Command::new(&script);
+            cmd.arg(prompt)
+                .env(TOKEN_ENV, "tok-123")
+                .env_remove(HOST_ENV);
+            if let Some(h) = host {
+                cmd.env(HOST_ENV, h);
+            }
+            let out = cmd.output().unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        let gh = Some("github.com");
+        assert_eq!(
+            ask("Username for 'https://github.com': ", gh),
+            (true, "x-access-token\n".into())
+        );
+        assert_eq!(
+            ask("Password for 'https://x-access-token@GitHub.com': ", gh),
+            (true, "tok-123\n".into())
+        );
+        for (prompt, host) in [
+            ("Password for 'https://x-access-token@evil.example': ", gh),
+            ("Password for 'https://github.com.evil.example': ", gh),
+            ("Password for 'https://github.com:8443': ", gh),
+            ("Password for 'https://github.com': ", None),
+        ] {
+            let (ok, out) = ask(prompt, host);
+            assert!(!ok && out.is_empty(), "{prompt} {host:?}: answered {out:?}");
+        }
+    }
 }

@@ -66,7 +66,7 @@ impl WorkspaceManager {
         lock.exclusive()?;
         let result = if is_bare_repo(&mirror) {
             if fetch_existing {
-                fetch(&mirror, &askpass, token)
+                fetch(&mirror, upstream, &askpass, token)
             } else {
                 Ok(())
             }
@@ -145,7 +145,12 @@ fn is_bare_repo(dir: &Path) -> bool {
     dir.join("HEAD").is_file() && dir.join("objects").is_dir()
 }
 
-fn fetch(mirror: &Path, askpass: &Path, token: Option<&str>) -> Result<(), WorkspaceError> {
+fn fetch(
+    mirror: &Path,
+    upstream: &str,
+    askpass: &Path,
+    token: Option<&str>,
+) -> Result<(), WorkspaceError> {
     // Auto-gc runs in the foreground, i.e. under our exclusive lock, never racing a clone.
     Git::new("fetch (mirror)")
         .args([
@@ -157,7 +162,7 @@ fn fetch(mirror: &Path, askpass: &Path, token: Option<&str>) -> Result<(), Works
         .arg("--git-dir")
         .arg(mirror)
         .args(["fetch", "--prune", "--quiet", "origin"])
-        .token(askpass, token)
+        .token(askpass, token, upstream)
         .run()?;
     Ok(())
 }
@@ -192,13 +197,13 @@ fn create(
         config(&["remote.origin.url", upstream])?;
         config(&["remote.origin.fetch", "+refs/heads/*:refs/heads/*"])?;
         config(&["--add", "remote.origin.fetch", "+refs/tags/*:refs/tags/*"])?;
-        fetch(&tmp, askpass, token)?;
+        fetch(&tmp, upstream, askpass, token)?;
         // Point HEAD at the upstream's default branch (for read_at_base without a ref).
         let head = Git::new("ls-remote (mirror)")
             .arg("--git-dir")
             .arg(&tmp)
             .args(["ls-remote", "--symref", "origin", "HEAD"])
-            .token(askpass, token)
+            .token(askpass, token, upstream)
             .stdout()?;
         if let Some(target) = head
             .lines()

@@ -49,7 +49,7 @@ impl WorkspaceManager {
                 &target,
                 &refspec,
             ])
-            .token(&askpass, token)
+            .token(&askpass, token, &target)
             .output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         // Porcelain: `<flag>\t<from>:<to>\t<summary>`; `!` = rejected by the remote or a hook.
