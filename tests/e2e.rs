@@ -1937,3 +1937,38 @@ async fn agent_final_message_is_quoted_and_defused_in_the_pr_body() {
     assert_eq!(body.matches("Closes #").count(), 1, "{body}");
     assert!(body.contains(&format!("Closes #{n}")), "{body}");
 }
+
+/// Issue 11 "Low": the default identity names its own token variable, which is unset;
+/// `GITHUB_TOKEN` holds a valid token for another account. `spawn` exits 2 naming the
+/// identity's variable and touches nothing: a named account never becomes another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unset_identity_token_variable_is_an_error_not_a_fallback() {
+    let Some(image) = image().await else { return };
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-named", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let identities = home.path.join("identities.yaml");
+    let text_now = std::fs::read_to_string(&identities).expect("identities.yaml");
+    std::fs::write(
+        &identities,
+        text_now.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    github_token_env: POLYPHONY_E2E_UNSET_WORK_TOKEN\n",
+        ),
+    )
+    .expect("write");
+    let out = home.run(&["spawn", &format!("{repo}#{n}")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", output(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("POLYPHONY_E2E_UNSET_WORK_TOKEN"), "{err}");
+    assert!(!err.contains(&fake.token()), "the token leaked: {err}");
+    assert_eq!(fake.issue_labels(&repo, n), vec!["agent-ready"]);
+    assert!(fake.comments(&repo, n).is_empty());
+}

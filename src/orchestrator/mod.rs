@@ -139,6 +139,16 @@ impl Orchestrator {
     /// The GitHub source, or an error that says how to configure it.
     pub fn github(&self) -> anyhow::Result<&GithubSource> {
         self.github.as_deref().ok_or_else(|| {
+            // A named account never falls back to GITHUB_TOKEN (issue 11): say which
+            // variable it needs.
+            if let Some(var) = github_token_var(&self.config) {
+                return anyhow::Error::new(crate::cli::UsageError::new(
+                    format!(
+                        "GitHub is not configured: the identity's github_token_env names {var}, which is unset or empty"
+                    ),
+                    format!("export the token as {var} (Polyphony never falls back to GITHUB_TOKEN for a named account)"),
+                ));
+            }
             anyhow::Error::new(crate::cli::UsageError::new(
                 "GitHub is not configured: no token was found",
                 "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \
