@@ -703,7 +703,7 @@ async fn echoed_secret_is_stored_only_as_stars() {
             1,
             "polyphony-fake: echo-secret\npolyphony-fake-echo: FAKE_API_KEY",
             LIMITS,
-            &scrub,
+            scrub,
             |s| {
                 s.env_from_host(EnvVar {
                     name: "FAKE_API_KEY".into(),
