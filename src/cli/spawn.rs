@@ -167,10 +167,14 @@ async fn drive(
         if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
             let wait = (at - Utc::now()).to_std().unwrap_or_default();
             if !wait.is_zero() {
+                // Rounded up: a 10 s backoff read a few milliseconds later is still "10s".
+                // Counted in failures, not attempt numbers: a failure before the
+                // container existed reuses its attempt number.
                 eprintln!(
-                    "waiting {}s before attempt {}",
-                    wait.as_secs(),
-                    current.attempts + 1
+                    "waiting {}s before trying again ({} of {} allowed failures so far)",
+                    wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                    current.failures,
+                    orch.policy.max_attempts
                 );
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}

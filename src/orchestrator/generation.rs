@@ -1,0 +1,134 @@
+//! Bringing a BLOCKED task back as its next generation (`domain::generation`): by
+//! `polyphony retry`, or by a person re-labelling the issue ready, which the daemon's poll
+//! notices.
+//!
+//! Exactly once: [`Store::insert_generation`] links old and new in one transaction, and a
+//! re-labelled issue only counts when its BLOCKED generation was reported at the source
+//! (the ready label was taken off by us) before the poll listed the issue, so a label we
+//! have not removed yet, or a block we could not report, never spawns generations.
+
+use chrono::{DateTime, Utc};
+
+use crate::config::Config;
+use crate::domain::{generation, SourceKind, Task, TaskState};
+use crate::sources::github::{FaultPolicy, GithubClient, GithubSettings, GithubSource};
+use crate::store::{GenerationInsert, Store};
+
+/// What a retry made.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Retried {
+    /// The BLOCKED task.
+    pub from: String,
+    /// Its next generation, DISCOVERED.
+    pub task: String,
+    pub generation: u32,
+}
+
+/// Why a task could not be retried, for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRetryable(pub String);
+
+/// Retries the newest generation of `id`: for a GitHub task the issue is offered again
+/// first (ready label on, blocked off), then the new generation is recorded.
+pub async fn retry(
+    store: &Store,
+    github: Option<&GithubSource>,
+    id: &str,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Result<Retried, NotRetryable>> {
+    let Some(newest) = store.newest_generation(id)? else {
+        return Ok(Err(NotRetryable(format!("no task `{id}`"))));
+    };
+    if let Err(why) = generation::may_retry(&newest) {
+        let why = if newest.id == id {
+            why
+        } else {
+            format!("{id} was retried as {}; {why}", newest.id)
+        };
+        return Ok(Err(NotRetryable(why)));
+    }
+    if newest.source == SourceKind::Github {
+        let github = github.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} is a GitHub task: retrying it re-labels the issue, which needs a GitHub \
+                 token (export GITHUB_TOKEN)",
+                newest.id
+            )
+        })?;
+        github
+            .offer_again(&newest)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot offer {} again: {e}", newest.source_ref))?;
+    }
+    let next = generation::next(&newest, None, now);
+    match store.insert_generation(&newest.id, &next, now)? {
+        GenerationInsert::Created => {}
+        // The daemon's poll saw the label we just put back and made the same generation.
+        GenerationInsert::AlreadyRetried(other) if other == next.id => {}
+        GenerationInsert::AlreadyRetried(other) => {
+            return Ok(Err(NotRetryable(format!(
+                "{} was retried as {other} meanwhile",
+                newest.id
+            ))))
+        }
+        GenerationInsert::NotBlocked(state) => {
+            return Ok(Err(NotRetryable(format!(
+                "{} is {state} now, not BLOCKED",
+                newest.id
+            ))))
+        }
+    }
+    Ok(Ok(Retried {
+        from: newest.id,
+        generation: generation::number(&next),
+        task: next.id,
+    }))
+}
+
+/// A polled issue whose task is known: when its newest generation is BLOCKED and was
+/// reported before this poll listed the issue, a person put the ready label back, so the
+/// next generation is made (from the issue as read now). Returns its id.
+pub fn reopen_if_relabelled(
+    store: &Store,
+    polled: &Task,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Option<String>> {
+    let Some(newest) = store.find_by_source_ref(&polled.source_ref)? else {
+        return Ok(None);
+    };
+    if newest.state != TaskState::Blocked {
+        return Ok(None);
+    }
+    // `polled.created_at` is when this poll started listing.
+    match store.block_reported_at(&newest.id)? {
+        Some(reported) if reported < polled.created_at => {}
+        _ => return Ok(None),
+    }
+    let next = generation::next(&newest, Some(polled), now);
+    match store.insert_generation(&newest.id, &next, now)? {
+        GenerationInsert::Created => {
+            tracing::info!(
+                task = %next.id,
+                retry_of = %newest.id,
+                "{} was labelled ready again: new generation",
+                polled.source_ref
+            );
+            Ok(Some(next.id))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A GitHub source from the configuration and the environment, without Docker (for verbs
+/// that only talk to GitHub).
+pub fn github_source(config: &Config) -> anyhow::Result<GithubSource> {
+    let token_var = super::github_token_var(config);
+    let client = GithubClient::from_env(
+        token_var.as_deref(),
+        |n| std::env::var(n).ok(),
+        FaultPolicy::default(),
+    )?;
+    let settings = GithubSettings::from_config(&config.global.github, &config.global.repos)?;
+    Ok(GithubSource::new(client, settings))
+}
