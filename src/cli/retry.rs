@@ -69,15 +69,20 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             .flatten()
             .is_some_and(|t| t.source == SourceKind::Github)
     });
-    let github: Option<GithubSource> = if needs_github {
-        Some(generation::github_source(&config)?)
+    let github: Result<GithubSource, String> = if needs_github {
+        generation::github_source(&config).map_err(|e| format!("{e:#}"))
     } else {
-        None
+        Err("no GitHub task among them".into())
     };
     let mut retried: Vec<Retried> = Vec::new();
     let mut skipped: Vec<Skipped> = Vec::new();
     for id in &ids {
-        match block_on(generation::retry(&store, github.as_ref(), id, Utc::now()))?? {
+        match block_on(generation::retry(
+            &store,
+            github.as_ref().map_err(String::as_str),
+            id,
+            Utc::now(),
+        ))?? {
             Ok(done) => retried.push(done),
             Err(why) => skipped.push(Skipped {
                 task: id.clone(),

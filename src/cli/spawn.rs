@@ -118,7 +118,8 @@ async fn issue_task(
     })?;
     let github = orch.github()?;
     let fetched = github.fetch_task(&issue_ref).await?;
-    if let Some(existing) = store.get_task(&fetched.id)? {
+    // A retried issue is its newest generation (`polyphony retry`).
+    if let Some(existing) = store.newest_generation(&fetched.id)? {
         return Ok(existing);
     }
     let ready = &orch.config.global.github.ready_label;
@@ -143,8 +144,15 @@ async fn drive(
 ) -> anyhow::Result<Option<AttemptEnd>> {
     let id = task.id.clone();
     match task.state {
-        TaskState::Landed | TaskState::Blocked => {
+        TaskState::Landed => {
             eprintln!("{id} is already {}", task.state);
+            return Ok(None);
+        }
+        TaskState::Blocked => {
+            eprintln!(
+                "{id} is already BLOCKED: fix the cause (`polyphony status {id}`), then \
+                 `polyphony retry {id}` brings it back"
+            );
             return Ok(None);
         }
         TaskState::Failed if task.next_attempt_at.is_none() => {

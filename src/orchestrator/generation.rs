@@ -30,10 +30,11 @@ pub struct Retried {
 pub struct NotRetryable(pub String);
 
 /// Retries the newest generation of `id`: for a GitHub task the issue is offered again
-/// first (ready label on, blocked off), then the new generation is recorded.
+/// first (ready label on, blocked off), then the new generation is recorded. `github` is
+/// the source, or why there is none.
 pub async fn retry(
     store: &Store,
-    github: Option<&GithubSource>,
+    github: Result<&GithubSource, &str>,
     id: &str,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Result<Retried, NotRetryable>> {
@@ -49,17 +50,24 @@ pub async fn retry(
         return Ok(Err(NotRetryable(why)));
     }
     if newest.source == SourceKind::Github {
-        let github = github.ok_or_else(|| {
-            anyhow::anyhow!(
-                "{} is a GitHub task: retrying it re-labels the issue, which needs a GitHub \
-                 token (export GITHUB_TOKEN)",
-                newest.id
-            )
-        })?;
-        github
-            .offer_again(&newest)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot offer {} again: {e}", newest.source_ref))?;
+        let github = match github {
+            Ok(github) => github,
+            Err(why) => {
+                return Ok(Err(NotRetryable(format!(
+                    "{} is a GitHub task: retrying it labels the issue ready again, which \
+                     needs GitHub: {why}",
+                    newest.id
+                ))))
+            }
+        };
+        // Before the new generation exists: if this fails nothing changed here, and the
+        // command can be repeated.
+        if let Err(e) = github.offer_again(&newest).await {
+            return Ok(Err(NotRetryable(format!(
+                "cannot label {} ready again: {e}",
+                newest.source_ref
+            ))));
+        }
     }
     let next = generation::next(&newest, None, now);
     match store.insert_generation(&newest.id, &next, now)? {
