@@ -2014,3 +2014,59 @@ async fn relabelling_a_blocked_issue_brings_it_back_once() {
     assert!(home.containers().is_empty(), "containers left behind");
     println!("relabel_blocked_issue: {:?}", started.elapsed());
 }
+
+/// `polyphony retry` of a BLOCKED issue labels it ready again (blocked label off), and the
+/// new generation claims and lands it; the blocked comment says how to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_of_a_blocked_issue_relabels_it_and_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-retry", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add(): it subtracts",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let missing = use_missing_image(&home, &image);
+    let id = format!("{repo}#{n}");
+    let out = home.run(&["spawn", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    let comments = fake.comments(&repo, n);
+    assert!(
+        comments.iter().any(
+            |c| c.contains("polyphony:blocked") && c.contains(&format!("polyphony retry {id}"))
+        ),
+        "{comments:#?}"
+    );
+    let out = home.run(&["spawn", &id]).await;
+    assert!(
+        text(&out.stderr).contains(&format!("polyphony retry {id}")),
+        "{}",
+        output(&out)
+    );
+
+    let _built = TagGuard::create(&image, &missing);
+    let out = home.run(&["retry", "--blocked"]).await;
+    assert!(out.status.success(), "retry: {}", output(&out));
+    let next = format!("{id}.2");
+    assert!(text(&out.stdout).contains(&next), "{}", output(&out));
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-ready"), "{labels:?}");
+    assert!(!labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
+    // Nothing left to retry.
+    let out = home.run(&["retry", "--blocked", "--json"]).await;
+    assert!(out.status.success(), "{}", output(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("retry --json");
+    assert_eq!(r["retried"].as_array().map(Vec::len), Some(0), "{r:#}");
+
+    let out = home.run(&["spawn", "--task", &next]).await;
+    assert!(out.status.success(), "spawn {next}: {}", output(&out));
+    assert_eq!(fake.pulls(&repo).len(), 1);
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+    println!("retry_blocked_issue: {:?}", started.elapsed());
+}

@@ -69,27 +69,27 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             .flatten()
             .is_some_and(|t| t.source == SourceKind::Github)
     });
-    let github: Result<GithubSource, String> = if needs_github {
-        generation::github_source(&config).map_err(|e| format!("{e:#}"))
-    } else {
-        Err("no GitHub task among them".into())
-    };
-    let mut retried: Vec<Retried> = Vec::new();
-    let mut skipped: Vec<Skipped> = Vec::new();
-    for id in &ids {
-        match block_on(generation::retry(
-            &store,
-            github.as_ref().map_err(String::as_str),
-            id,
-            Utc::now(),
-        ))?? {
-            Ok(done) => retried.push(done),
-            Err(why) => skipped.push(Skipped {
-                task: id.clone(),
-                reason: why.0,
-            }),
+    // The GitHub client needs the runtime's reactor from its construction on.
+    let (retried, skipped) = block_on(async {
+        let github: Result<GithubSource, String> = if needs_github {
+            generation::github_source(&config).map_err(|e| format!("{e:#}"))
+        } else {
+            Err("no GitHub task among them".into())
+        };
+        let mut retried: Vec<Retried> = Vec::new();
+        let mut skipped: Vec<Skipped> = Vec::new();
+        for id in &ids {
+            let github = github.as_ref().map_err(String::as_str);
+            match generation::retry(&store, github, id, Utc::now()).await? {
+                Ok(done) => retried.push(done),
+                Err(why) => skipped.push(Skipped {
+                    task: id.clone(),
+                    reason: why.0,
+                }),
+            }
         }
-    }
+        anyhow::Ok((retried, skipped))
+    })??;
     if !retried.is_empty() {
         crate::orchestrator::daemon::wake(&config.home);
     }
