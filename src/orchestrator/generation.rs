@@ -140,3 +140,59 @@ pub fn github_source(config: &Config) -> anyhow::Result<GithubSource> {
     let settings = GithubSettings::from_config(&config.global.github, &config.global.repos)?;
     Ok(GithubSource::new(client, settings))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    fn issue(id: &str, at: DateTime<Utc>) -> Task {
+        Task::new(id, SourceKind::Github, id, "https://x/r.git", "Fix it", at)
+    }
+
+    fn block(store: &Store, id: &str, at: DateTime<Utc>) {
+        store.claim(id, at).unwrap().unwrap();
+        store
+            .transition(id, TaskState::Claimed, TaskState::Failed, "x", at)
+            .unwrap();
+        store
+            .transition(id, TaskState::Failed, TaskState::Blocked, "y", at)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_relabelled_issue_comes_back_once_and_only_after_its_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let t0 = Utc::now();
+        store.insert_task(&issue("o/r#1", t0)).unwrap();
+        // Not BLOCKED: a poll finding the ready label changes nothing.
+        let polled = issue("o/r#1", t0 + Duration::seconds(1));
+        assert_eq!(reopen_if_relabelled(&store, &polled, t0).unwrap(), None);
+        block(&store, "o/r#1", t0);
+        // BLOCKED but the report (which takes the label off) has not happened: the label
+        // is still ours, not a person's.
+        assert_eq!(reopen_if_relabelled(&store, &polled, t0).unwrap(), None);
+        // Reported after this poll listed the issue: still not a re-label.
+        store
+            .mark_block_reported("o/r#1", t0 + Duration::seconds(2))
+            .unwrap();
+        assert_eq!(reopen_if_relabelled(&store, &polled, t0).unwrap(), None);
+        // A later poll sees the label again: one new generation, fresh text.
+        let mut later = issue("o/r#1", t0 + Duration::seconds(3));
+        later.body = "clarified".into();
+        assert_eq!(
+            reopen_if_relabelled(&store, &later, t0).unwrap(),
+            Some("o/r#1.2".into())
+        );
+        let g2 = store.get_task("o/r#1.2").unwrap().unwrap();
+        assert_eq!(
+            (g2.state, g2.body.as_str()),
+            (TaskState::Discovered, "clarified")
+        );
+        // The next polls find generation 2 (not BLOCKED): nothing more.
+        let again = issue("o/r#1", t0 + Duration::seconds(4));
+        assert_eq!(reopen_if_relabelled(&store, &again, t0).unwrap(), None);
+        assert_eq!(store.list_tasks(None, None).unwrap().len(), 2);
+    }
+}
