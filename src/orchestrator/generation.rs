@@ -50,6 +50,18 @@ pub async fn retry(
         return Ok(Err(NotRetryable(why)));
     }
     if newest.source == SourceKind::Github {
+        // A task released to another Polyphony instance (pipeline `claim_at_source`) is
+        // that instance's issue: labelling it ready here would take it back.
+        let released = store
+            .transitions(&newest.id)?
+            .last()
+            .is_some_and(|t| t.to == TaskState::Blocked && t.reason.starts_with("released:"));
+        if released {
+            return Ok(Err(NotRetryable(format!(
+                "{} was released to another Polyphony instance, which owns {}",
+                newest.id, newest.source_ref
+            ))));
+        }
         let github = match github {
             Ok(github) => github,
             Err(why) => {
@@ -194,5 +206,58 @@ mod tests {
         let again = issue("o/r#1", t0 + Duration::seconds(4));
         assert_eq!(reopen_if_relabelled(&store, &again, t0).unwrap(), None);
         assert_eq!(store.list_tasks(None, None).unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn retry_makes_the_next_generation_but_never_takes_back_a_released_issue() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let t0 = Utc::now();
+        let local = Task::new("local-1", SourceKind::Local, "local:local-1", "/r", "t", t0);
+        store.insert_task(&local).unwrap();
+        block(&store, "local-1", t0);
+        let done = retry(&store, Err("no token"), "local-1", t0).await.unwrap();
+        assert_eq!(
+            done,
+            Ok(Retried {
+                from: "local-1".into(),
+                task: "local-1.2".into(),
+                generation: 2
+            })
+        );
+        // Naming the old generation again means the newest, which is not BLOCKED.
+        let again = retry(&store, Err("no token"), "local-1", t0).await.unwrap();
+        assert!(again.unwrap_err().0.contains("retried as local-1.2"));
+
+        store.insert_task(&issue("o/r#2", t0)).unwrap();
+        store.claim("o/r#2", t0).unwrap().unwrap();
+        store
+            .transition(
+                "o/r#2",
+                TaskState::Claimed,
+                TaskState::Failed,
+                "released: x",
+                t0,
+            )
+            .unwrap();
+        store
+            .transition(
+                "o/r#2",
+                TaskState::Failed,
+                TaskState::Blocked,
+                "released: x",
+                t0,
+            )
+            .unwrap();
+        let refused = retry(&store, Err("no token"), "o/r#2", t0).await.unwrap();
+        assert!(refused
+            .unwrap_err()
+            .0
+            .contains("another Polyphony instance"));
+        store.insert_task(&issue("o/r#3", t0)).unwrap();
+        block(&store, "o/r#3", t0);
+        let no_token = retry(&store, Err("no token"), "o/r#3", t0).await.unwrap();
+        assert!(no_token.unwrap_err().0.contains("needs GitHub: no token"));
+        assert!(store.get_task("o/r#3.2").unwrap().is_none());
     }
 }
