@@ -25,6 +25,8 @@ pub enum Stage {
     /// Resolving the configuration for the attempt: agent profile, identity, the base
     /// branch's `.polyphony.yaml`.
     Config,
+    /// Claiming the task at its source (GitHub).
+    Source,
     /// Creating and running the agent's container.
     Container,
     /// The agent ran and ended without success.
@@ -126,7 +128,16 @@ pub fn classify(
             ),
         );
     }
-    if matches!(stage, Stage::Agent | Stage::Unknown) && is_auth_text(&lower) {
+    if stage == Stage::Source && (has("rejected the token") || has("403 forbidden")) {
+        return permanent(
+            Cause::Config,
+            "GitHub refused the token: export a valid token with `repo` scope (see \
+             `polyphony doctor`), then `polyphony retry TASK`"
+                .to_string(),
+        );
+    }
+    // Only the agent's own output speaks for its login: a 401 elsewhere is another token's.
+    if stage == Stage::Agent && is_auth_text(&lower) {
         return permanent(
             Cause::AgentAuth,
             format!(
@@ -312,6 +323,9 @@ mod tests {
             // Auth words only count from the agent; a workspace 401 is the token's.
             (Workspace, Crash, "cannot prepare the workspace: remote: Repository not found. (401 Unauthorized)", Some(Cause::RepositoryGone)),
             (Verify, Failed, "verification failed: test: HTTP 401 in fixture", None),
+            (Unknown, Crash, "cannot record the run: 401 unauthorized", None),
+            (Source, Crash, "cannot claim o/r#1 at GitHub: GitHub rejected the token from $GITHUB_TOKEN (401 Unauthorized at https://api.github.com): it is missing, expired or revoked", Some(Cause::Config)),
+            (Source, Crash, "cannot claim o/r#1 at GitHub: GitHub answered 502 Bad Gateway while reading issue o/r#1 (after 3 tries)", None),
         ];
         for (stage, status, message, want) in cases {
             assert_eq!(

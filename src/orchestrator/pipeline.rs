@@ -426,7 +426,8 @@ impl<'a> Attempt<'a> {
             Err(ClaimError::Source(e)) => Err(Failure::new(
                 AttemptStatus::Crash,
                 format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
-            )),
+            )
+            .at(Stage::Source)),
         }
     }
 
