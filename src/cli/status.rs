@@ -293,7 +293,7 @@ fn print_generation(t: &Task, generation: u32, links: &crate::store::GenerationL
     match (&links.retried_as, t.state) {
         (Some(new), _) => println!("  retried:  as {new}"),
         (None, TaskState::Blocked) => println!(
-            "  blocked:  fix the cause above, then `polyphony retry {}`",
+            "  blocked:  fix the cause the BLOCKED transition names, then `polyphony retry {}`",
             t.id
         ),
         _ => {}
