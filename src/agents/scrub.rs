@@ -174,6 +174,8 @@ pub struct Scrubber {
     patterns: Vec<String>,
     forms: Vec<SecretForm>,
     count: usize,
+    /// Length of the longest pattern: how far back a split secret can begin.
+    longest: usize,
 }
 
 impl fmt::Debug for Scrubber {
@@ -218,11 +220,13 @@ impl Scrubber {
                     .unwrap_or_else(|e| panic!("cannot build the secret matcher: {e}")),
             )
         };
+        let longest = patterns.iter().map(String::len).max().unwrap_or(0);
         Scrubber {
             matcher,
             patterns,
             forms,
             count: values.len(),
+            longest,
         }
     }
 
@@ -312,8 +316,7 @@ impl Scrubber {
 
     /// Length of the longest end of `s` that is a proper beginning of some spelling: how
     /// much of `s` could be the first part of a secret continued on the next line.
-    fn partial_tail(&self, s: &str) -> usize {
-        let s = s.as_bytes();
+    fn partial_tail(&self, s: &[u8]) -> usize {
         let mut best = 0;
         for p in &self.patterns {
             let p = p.as_bytes();
@@ -385,8 +388,7 @@ impl<T> StreamScrub<T> {
                 // An empty line between two halves: keep waiting.
                 true
             } else {
-                let joined: String = self.held.iter().map(|(l, _)| trim_cr(l)).collect();
-                s.partial_tail(&joined) > 0
+                s.partial_tail(&self.held_tail(s.longest)) > 0
             }
         };
         if tail_could_continue
@@ -396,6 +398,22 @@ impl<T> StreamScrub<T> {
             return Vec::new();
         }
         self.release(s, false)
+    }
+
+    /// The last `n` bytes of the held lines joined (their line breaks removed).
+    fn held_tail(&self, n: usize) -> Vec<u8> {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut len = 0;
+        for (line, _) in self.held.iter().rev() {
+            let b = trim_cr(line).as_bytes();
+            let take = b.len().min(n - len);
+            parts.push(&b[b.len() - take..]);
+            len += take;
+            if len == n {
+                break;
+            }
+        }
+        parts.into_iter().rev().flatten().copied().collect()
     }
 
     /// Whatever is still held, scrubbed.
@@ -427,7 +445,7 @@ impl<T> StreamScrub<T> {
         let mut masks: Vec<std::ops::Range<usize>> =
             m.find_iter(&joined).map(|hit| hit.range()).collect();
         if mask_unfinished_end {
-            let tail = s.partial_tail(&joined);
+            let tail = s.partial_tail(joined.as_bytes());
             if tail >= MIN_SECRET_LEN {
                 masks.push(joined.len() - tail..joined.len());
             }
