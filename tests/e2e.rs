@@ -2120,12 +2120,23 @@ async fn leaked_secret_encodings_never_reach_db_transcripts_or_logs() {
         }
     };
     let spawned = run(&["spawn", "--task", &id]).await;
+    let readable = run(&["logs", &id]).await.stdout;
+    let raw = run(&["logs", &id, "--raw"]).await.stdout;
+    assert!(text(&raw).contains("title  clear  end"), "{}", text(&raw));
+    for printed in [&readable, &raw] {
+        let printed = text(printed);
+        assert!(
+            !printed.contains(['\u{1b}', '\u{7}']),
+            "logs passed a terminal control through:\n{printed}"
+        );
+    }
     let mut seen = vec![
         ("spawn output".to_string(), output(&spawned).into_bytes()),
         (
             "logs".to_string(),
             run(&["logs", &id, "--raw"]).await.stdout,
         ),
+        ("logs (readable)".to_string(), readable),
         (
             "logs --json".to_string(),
             run(&["logs", &id, "--json"]).await.stdout,

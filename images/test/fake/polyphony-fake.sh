@@ -438,6 +438,9 @@ fake_main() {
             # `polyphony-fake-cat: FILE` credential file (found by name under $HOME or the
             # staging root), in every spelling leak_value knows.
             emit_init
+            # Terminal escapes too: `logs` must not pass them to the operator's terminal.
+            printf 'title \033]0;pwned\007 clear \033[2J end\n'
+            printf 'stderr \033[31mred\033[0m\n' >&2
             for var in $(all_directives polyphony-fake-echo); do
                 case "$var" in
                     *[!A-Za-z0-9_]* | [0-9]*) continue ;;
