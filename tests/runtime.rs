@@ -231,9 +231,9 @@ async fn run(
     }
 }
 
-/// Scrubs nothing.
-static PLAIN: std::sync::LazyLock<Scrubber> =
-    std::sync::LazyLock::new(|| Scrubber::new(Vec::<String>::new()));
+fn plain(s: &str) -> String {
+    s.to_string()
+}
 
 fn file(ws: &Path, name: &str) -> Option<String> {
     std::fs::read_to_string(ws.join(name)).ok()
@@ -336,7 +336,7 @@ async fn succeed_applies_the_sed_fix_for_every_agent() {
             1,
             "polyphony-fake-sed: calc.sh s/a - b/a + b/",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
     }))
@@ -364,7 +364,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
     let w = world!("default");
     // A prompt starting with `-` goes through stdin (the adapters' rule): both paths work.
     let runs = futures_util::future::join_all(
-        AGENTS.map(|a| run(&w, a, "default", 1, "", LIMITS, &PLAIN, |s| s)),
+        AGENTS.map(|a| run(&w, a, "default", 1, "", LIMITS, &plain, |s| s)),
     )
     .await;
     for (agent, r) in AGENTS.into_iter().zip(&runs) {
@@ -392,7 +392,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
         &mut sink,
         LIMITS,
         None,
-        &PLAIN,
+        &plain,
         no_cancel(),
     )
     .await
@@ -417,7 +417,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
             1,
             &format!("polyphony-fake: fix-on-retry\n{sed}"),
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -434,7 +434,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
             2,
             &format!("polyphony-fake: fix-on-retry\n{sed}"),
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -451,7 +451,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
             1,
             &format!("polyphony-fake: fail-tests\n{sed}"),
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -473,7 +473,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
             1,
             "polyphony-fake: no-change",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -488,7 +488,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
             1,
             "polyphony-fake: touch-protected",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -503,7 +503,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
         1,
         "polyphony-fake: succeed\npolyphony-fake[codex]: quota",
         LIMITS,
-        &PLAIN,
+        &plain,
         |s| s,
     )
     .await;
@@ -515,7 +515,7 @@ async fn workspace_scenarios_fix_on_retry_fail_tests_no_change_touch_protected()
         1,
         "polyphony-fake: quota\npolyphony-fake[claude]: succeed",
         LIMITS,
-        &PLAIN,
+        &plain,
         |s| s,
     )
     .await;
@@ -534,7 +534,7 @@ async fn quota_garbage_crash_for_every_agent() {
             1,
             "polyphony-fake: quota",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -556,7 +556,7 @@ async fn quota_garbage_crash_for_every_agent() {
             1,
             "polyphony-fake: garbage",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -585,7 +585,7 @@ async fn quota_garbage_crash_for_every_agent() {
             1,
             "polyphony-fake: crash",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -611,7 +611,7 @@ async fn deadline_kill_lands_within_five_seconds() {
         1,
         "polyphony-fake: hang",
         limits,
-        &PLAIN,
+        &plain,
         |s| s,
     )
     .await;
@@ -646,7 +646,7 @@ async fn idle_kill_fires_and_cancel_kills() {
         1,
         "polyphony-fake: silent",
         limits,
-        &PLAIN,
+        &plain,
         |s| s,
     )
     .await;
@@ -672,7 +672,7 @@ async fn idle_kill_fires_and_cancel_kills() {
             &mut sink,
             limits,
             None,
-            &PLAIN,
+            &plain,
             rx
         ),
         canceller
@@ -758,7 +758,7 @@ async fn huge_line_is_cut_and_recorded() {
             1,
             "polyphony-fake: huge-line",
             LIMITS,
-            &PLAIN,
+            &plain,
             |s| s,
         )
         .await;
@@ -837,7 +837,7 @@ async fn hardening_user_and_credential_staging() {
             &mut sink,
             LIMITS,
             None,
-            &PLAIN,
+            &plain,
             no_cancel(),
         )
         .await
@@ -865,7 +865,7 @@ async fn hardening_user_and_credential_staging() {
     .mount(spec.volume_mounts[0].clone())
     .network(NetworkMode::None)
     .limits(spec.limits.clone(), &daemon_user());
-    let out = run_check(&w.rt, &check, Duration::from_secs(30), &PLAIN)
+    let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
         .await
         .unwrap();
     assert_eq!(out.exit_code, Some(0), "{}", out.output_tail);
@@ -916,7 +916,7 @@ async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
         &mut sink,
         LIMITS,
         None,
-        &PLAIN,
+        &plain,
         no_cancel(),
     )
     .await
@@ -976,7 +976,7 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let scrub = Scrubber::new(["SECRETX"]);
+    let scrub = |l: &str| l.replace("SECRETX", "***");
     let r = run_check(&w.rt, &fail, Duration::from_secs(30), &scrub)
         .await
         .unwrap();
@@ -996,19 +996,19 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &pass, Duration::from_secs(30), &PLAIN)
+    let r = run_check(&w.rt, &pass, Duration::from_secs(30), &plain)
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(0));
 
     let net = verify_spec(&spec, 3, "ls /sys/class/net", &w.label, &user);
-    let r = run_check(&w.rt, &net, Duration::from_secs(30), &PLAIN)
+    let r = run_check(&w.rt, &net, Duration::from_secs(30), &plain)
         .await
         .unwrap();
     assert_eq!(r.output_tail.trim(), "lo", "verification has no network");
 
     let slow = verify_spec(&spec, 4, "sleep 30", &w.label, &user);
-    let r = run_check(&w.rt, &slow, Duration::from_secs(1), &PLAIN)
+    let r = run_check(&w.rt, &slow, Duration::from_secs(1), &plain)
         .await
         .unwrap();
     assert!(r.timed_out);
@@ -1021,7 +1021,7 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &long, Duration::from_secs(30), &PLAIN)
+    let r = run_check(&w.rt, &long, Duration::from_secs(30), &plain)
         .await
         .unwrap();
     assert!(r.output_tail.len() <= 4096);
@@ -1051,7 +1051,7 @@ async fn reattach_resumes_without_duplicates() {
             &mut sink,
             LIMITS,
             Some(&transcript),
-            &PLAIN,
+            &plain,
             no_cancel(),
         ),
     )
@@ -1070,7 +1070,7 @@ async fn reattach_resumes_without_duplicates() {
         &mut sink,
         LIMITS,
         Some(&transcript),
-        &PLAIN,
+        &plain,
         no_cancel(),
         recorded,
     )
@@ -1112,7 +1112,7 @@ async fn oom_kill_is_a_crash_with_the_reason() {
         &mut sink,
         LIMITS,
         None,
-        &PLAIN,
+        &plain,
         no_cancel(),
     )
     .await

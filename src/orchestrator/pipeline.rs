@@ -594,7 +594,7 @@ impl<'a> Attempt<'a> {
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
-        let scrub = scrubber.as_ref();
+        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -772,7 +772,7 @@ impl<'a> Attempt<'a> {
             return Err(self.verification_failure(evidence));
         }
         let scrubber = self.scrubber.clone();
-        let scrub = scrubber.as_ref();
+        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
         for (n, check) in spec.verification.iter().enumerate() {
             if *self.opts.cancel.borrow() {
                 return Err(Failure::new(

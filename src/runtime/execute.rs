@@ -67,9 +67,36 @@ impl EventSink for VecSink {
     }
 }
 
-/// Secret scrubber: masks every secret value, in every spelling, also when split across
-/// lines (see [`Scrubber`]).
-pub type Scrub<'a> = &'a Scrubber;
+/// What scrubs output before anything stores it: in production a [`Scrubber`] (every
+/// spelling, and a secret split across lines is masked on both sides); any
+/// `Fn(&str) -> String` works too and is applied to each line on its own (tests).
+pub trait ScrubOutput: Send + Sync {
+    /// `text` (one line or several) scrubbed.
+    fn scrub_text(&self, text: &str) -> String;
+    /// The scrubber, when there is one: lines are then scrubbed as a stream.
+    fn scrubber(&self) -> Option<&Scrubber> {
+        None
+    }
+}
+
+impl<F: Fn(&str) -> String + Send + Sync> ScrubOutput for F {
+    fn scrub_text(&self, text: &str) -> String {
+        self(text)
+    }
+}
+
+impl ScrubOutput for Scrubber {
+    fn scrub_text(&self, text: &str) -> String {
+        Scrubber::scrub_text(self, text)
+    }
+
+    fn scrubber(&self) -> Option<&Scrubber> {
+        Some(self)
+    }
+}
+
+/// Secret scrubber handed to [`run_attempt`], [`reattach`] and [`run_check`].
+pub type Scrub<'a> = &'a dyn ScrubOutput;
 
 /// Time limits of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,17 +441,24 @@ impl Follower<'_> {
             EventStream::Stderr => &mut self.held_stderr,
         };
         let cut = line.cut;
-        for (text, cut) in held.push(self.scrub, line.text, cut.is_some(), cut) {
+        let Some(scrubber) = self.scrub.scrubber() else {
+            let text = self.scrub.scrub_text(&line.text);
+            return self.scrubbed_line(stream, text, cut);
+        };
+        for (text, cut) in held.push(scrubber, line.text, cut.is_some(), cut) {
             self.scrubbed_line(stream, text, cut);
         }
     }
 
     /// Releases the lines still held at the end of the streams.
     fn finish_lines(&mut self) {
-        for (text, cut) in self.held_stdout.finish(self.scrub) {
+        let Some(scrubber) = self.scrub.scrubber() else {
+            return;
+        };
+        for (text, cut) in self.held_stdout.finish(scrubber) {
             self.scrubbed_line(EventStream::Stdout, text, cut);
         }
-        for (text, cut) in self.held_stderr.finish(self.scrub) {
+        for (text, cut) in self.held_stderr.finish(scrubber) {
             self.scrubbed_line(EventStream::Stderr, text, cut);
         }
     }
