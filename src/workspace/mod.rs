@@ -20,6 +20,7 @@ mod clone;
 mod commit;
 mod git;
 pub mod key;
+pub mod marker;
 mod mirror;
 mod push;
 
@@ -173,7 +174,7 @@ impl WorkspaceManager {
         if let Some(p) = guard.as_ref() {
             return Ok(p.clone());
         }
-        create_dir_all(&self.mirror_root)?;
+        marker::ensure_root(&self.mirror_root)?;
         let p = git::ensure_askpass(&self.mirror_root)?;
         *guard = Some(p.clone());
         Ok(p)
