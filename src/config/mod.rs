@@ -16,6 +16,7 @@
 //! Must not: touch the store, the network or Docker; decide routing (that is `routing/`).
 //! API Boundary: [`Config`] and its accessors.
 
+mod checks;
 pub mod error;
 pub mod locate;
 pub mod model;
@@ -34,6 +35,7 @@ use crate::domain::{
     AgentProfile, AgentType, Identity, NetworkMode, ResourceLimits, Risk, Scope, SourceKind,
     TaskType, VerifyCommand,
 };
+pub use checks::{check_branch_prefix, check_image_ref};
 pub use error::{ConfigError, ConfigErrorKind};
 use locate::{Locator, Seg};
 use model::{AgentConfig, AgentsFile, DefaultRuleConfig, IdentitiesFile, RuleConfig};
@@ -229,7 +231,22 @@ impl Config {
     /// Reads and validates the four files under `home`.
     pub fn load(home: &Path) -> Result<Config, ConfigError> {
         let sources = ConfigSources::read(home)?;
-        Config::from_sources(home, &sources, &|v| std::env::var(v).ok())
+        let config = Config::from_sources(home, &sources, &|v| std::env::var(v).ok())?;
+        // The checks that read the disk (issue 12): a root holding someone else's files,
+        // a prompt template that is missing or does not parse.
+        let doc = Doc::new(home, CONFIG_FILE, &sources.config);
+        checks::check_roots_on_disk(
+            [
+                ("workspace_root", config.workspace_root()),
+                ("mirror_root", config.mirror_root()),
+            ],
+            home,
+            &doc,
+        )?;
+        if let Some(path) = config.prompt_template() {
+            checks::check_prompt_template(path, &doc)?;
+        }
+        Ok(config)
     }
 
     /// Validates already-read file contents. `lookup` answers environment variables for
@@ -270,7 +287,15 @@ impl Config {
             None => default_routing(&agents_file),
         };
 
+        checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
+        let user_home = env("HOME").filter(|h| !h.trim().is_empty()).map(PathBuf::from);
+        for (field, root) in [
+            ("workspace_root", &resolved.workspace_root),
+            ("mirror_root", &resolved.mirror_root),
+        ] {
+            checks::check_root_identity(field, root, home, user_home.as_deref(), &docs.config)?;
+        }
         let identities = build_identities(home, &identities_file, &docs.identities, &env)?;
         let identity_names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
         if let Some(name) = &global.default_identity {
@@ -887,11 +912,16 @@ fn check_cpus_pids(
     if let Some(c) = cpus {
         if !(c > 0.0 && c.is_finite()) {
             let path: Vec<Seg<'_>> = base.iter().copied().chain([Seg::Key("cpus")]).collect();
+            let problem = if c.is_nan() {
+                "is not a number".to_string()
+            } else {
+                format!("is {c}; it must be above 0")
+            };
             return Err(doc.error(
                 ConfigErrorKind::InvalidValue,
                 &path,
                 None,
-                format!("`{section}.cpus` is {c}; it must be above 0"),
+                format!("`{section}.cpus` {problem}"),
                 "set cpus to a positive number such as 2 or 0.5",
             ));
         }
