@@ -785,6 +785,12 @@ fn resolve_global(
         "set it to 1 or more (default 8)",
     )?;
     positive(
+        g.max_body_bytes >= 1,
+        &[Key("max_body_bytes")],
+        "max_body_bytes",
+        "set it to 1 or more (default 262144, 256 KiB)",
+    )?;
+    positive(
         g.max_attempts >= 1,
         &[Key("max_attempts")],
         "max_attempts",

@@ -22,6 +22,7 @@ mod git;
 pub mod key;
 pub mod marker;
 mod mirror;
+pub mod probe;
 mod push;
 
 pub use cleanup::disk_usage;
