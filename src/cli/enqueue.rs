@@ -86,6 +86,8 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 
     let db = crate::config::db_path(&ctx.home);
     let store = Store::open(&db).with_context(|| format!("opening the queue {}", db.display()))?;
+    // Never write into a damaged file (issue 12): check it before adding a row.
+    store.ensure_sound()?;
     let id = store.next_local_task_id()?;
     let mut task = Task::new(
         &id,

@@ -8,6 +8,7 @@
 //! [`Outcome`] or an error to the process exit code through [`exit_code`].
 //! API Boundary: every `--json` output (scripts parse it).
 
+mod backup;
 mod cleanup;
 mod config;
 mod daemon;
@@ -85,6 +86,8 @@ pub enum Command {
     Doctor(doctor::Args),
     /// Remove this home's leftover containers, finished workspaces and stale locks.
     Cleanup(cleanup::Args),
+    /// Write a consistent copy of the queue database, safe while the daemon runs.
+    Backup(backup::Args),
 }
 
 /// How a verb ended when it did not fail.
@@ -131,7 +134,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         home,
         log_json: cli.global.log_format == LogFormat::Json,
     };
-    match cli.command {
+    let db = crate::config::db_path(&ctx.home);
+    let result = match cli.command {
         Command::Init(args) => init::run(args, &ctx),
         Command::Config(args) => config::run(args, &ctx),
         Command::Enqueue(args) => enqueue::run(args, &ctx),
@@ -144,7 +148,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Logs(args) => logs::run(args, &ctx),
         Command::Doctor(args) => doctor::run(args, &ctx),
         Command::Cleanup(args) => cleanup::run(args, &ctx),
-    }
+        Command::Backup(args) => backup::run(args, &ctx),
+    };
+    // A damaged queue.db is reported the same way by every verb: the file and how to
+    // recover (issue 12), never as whatever query happened to meet it.
+    result.map_err(|e| match crate::store::damage_in(&e, &db) {
+        Some(damaged) => anyhow::Error::new(damaged),
+        None => e,
+    })
 }
 
 /// The exit code for a failed run: 2 for configuration and usage errors, 1 otherwise.
@@ -153,6 +164,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|cause| {
         cause.is::<crate::config::ConfigError>()
             || cause.is::<UsageError>()
+            || cause.is::<crate::store::DatabaseDamaged>()
             || cause.is::<crate::orchestrator::lock::LockError>()
             || cause
                 .downcast_ref::<GithubError>()

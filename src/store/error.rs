@@ -20,6 +20,9 @@ pub enum StoreError {
     },
     #[error("queue database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB or a failed integrity check).
+    #[error("the queue database {} is damaged: {detail}", path.display())]
+    Damaged { path: PathBuf, detail: String },
     #[error("task `{0}` not found")]
     NotFound(String),
     #[error("attempt {attempt} of task `{task_id}` not found")]
