@@ -1044,6 +1044,14 @@ impl<'a> Attempt<'a> {
             Ok(end) => return Ok(end),
             Err(failure) => failure,
         };
+        if crate::store::damaged() {
+            // A damaged database is never a task failure (issue 12): record nothing.
+            return Err(crate::store::DatabaseDamaged {
+                path: self.orch.db_path(),
+                detail: one_line(&failure.reason),
+            }
+            .into());
+        }
         let now = Utc::now();
         let reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         tracing::info!(task = %self.task.id, attempt = self.attempt, status = %failure.status, "{reason}");

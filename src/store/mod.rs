@@ -149,9 +149,12 @@ impl Store {
                 source,
             })?;
         }
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
+        let open_err = |source| {
+            health::is_damage(&source);
+            StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
