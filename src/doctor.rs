@@ -556,6 +556,14 @@ async fn github_checks(
         by_var.insert(None, vec!["default".into()]);
     }
     let api_url = resolve_api_url(lookup);
+    if let Err(e) = crate::sources::github::client::parse_api_url(&api_url) {
+        checks.push(Check::fail(
+            "GITHUB_API_URL",
+            e.to_string(),
+            "export GITHUB_API_URL=https://api.github.com (GitHub Enterprise: https://HOST/api/v3), or unset it",
+        ));
+        return;
+    }
     let policy = FaultPolicy {
         max_rate_limit_wait: Duration::ZERO,
         max_rate_limit_retries: 0,

@@ -56,7 +56,7 @@ pub enum WorkspaceError {
         remote: String,
         reason: String,
     },
-    #[error("git {op} failed (exit {code:?}): {stderr}")]
+    #[error("git {op} failed ({}): {stderr}", exit_text(*code))]
     Git {
         op: String,
         code: Option<i32>,
@@ -179,6 +179,14 @@ impl WorkspaceManager {
         let p = git::ensure_askpass(&self.mirror_root)?;
         *guard = Some(p.clone());
         Ok(p)
+    }
+}
+
+/// `exit 128`, or `killed by a signal` (never Rust's `Some(128)`).
+fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c}"),
+        None => "killed by a signal".into(),
     }
 }
 
