@@ -22,6 +22,7 @@ pub mod route;
 mod spawn;
 mod status;
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -191,12 +192,19 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling run twice) is harmless: keep the first.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set to a non-empty value
+/// (no-color.org; issue 12: escape codes landed in piped logs).
+pub fn use_colour(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Prints a value as one line of JSON on stdout, streamed (a 100k-task listing is tens

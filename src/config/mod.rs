@@ -95,7 +95,7 @@ pub fn resolve_home(
 /// [`resolve_home`] against the process environment, made absolute.
 pub fn home_from_env(flag: Option<&Path>) -> Result<PathBuf, ConfigError> {
     let home = resolve_home(flag, &|v| std::env::var(v).ok())?;
-    std::path::absolute(&home).map_err(|e| {
+    let home = std::path::absolute(&home).map_err(|e| {
         ConfigError::new(
             ConfigErrorKind::Io,
             &home,
@@ -103,7 +103,26 @@ pub fn home_from_env(flag: Option<&Path>) -> Result<PathBuf, ConfigError> {
             format!("cannot make the home path absolute: {e}"),
             "pass an absolute --home PATH",
         )
-    })
+    })?;
+    // Issue 12: a home that is a file failed later as "cannot read config.yaml: Not a
+    // directory".
+    if home.exists() && !home.is_dir() {
+        let from = if flag.is_some() {
+            "--home"
+        } else if std::env::var_os("POLYPHONY_HOME").is_some_and(|v| !v.is_empty()) {
+            "POLYPHONY_HOME"
+        } else {
+            "the default home ~/.polyphony"
+        };
+        return Err(ConfigError::new(
+            ConfigErrorKind::Io,
+            &home,
+            (0, 0),
+            format!("{from} points at a file, not a directory"),
+            "point it at a directory (it is created when missing), or move the file away",
+        ));
+    }
+    Ok(home)
 }
 
 /// The raw text of the four files; `None` for a file that does not exist.
@@ -1034,7 +1053,13 @@ fn build_identities(
                     ConfigErrorKind::InvalidValue,
                     &[Key("identities"), Item(i), Key("api_keys")],
                     Some(if is_env_name(container_var) { host_var } else { container_var }),
-                    format!("identity `{}` api_keys entry `{container_var}: {host_var}` is not a pair of variable names", id.name),
+                    // A value that is not a variable name may be the key itself: never echo it.
+                    format!(
+                        "identity `{}` api_keys entry `{}: {}` is not a pair of variable names",
+                        id.name,
+                        if is_env_name(container_var) { container_var.as_str() } else { "***" },
+                        if is_env_name(host_var) { host_var.as_str() } else { "***" },
+                    ),
                     "map a container variable to the HOST variable holding the key, e.g. `ANTHROPIC_API_KEY: WORK_ANTHROPIC_KEY` (never the key itself)",
                 ));
             }

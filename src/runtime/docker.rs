@@ -46,16 +46,9 @@ impl DockerRuntime {
     /// Connects with `DOCKER_HOST` (or the local socket) and negotiates the API version,
     /// so an older engine (20.10, API 1.41) is spoken to in its own version.
     pub async fn connect() -> Result<Self, RuntimeError> {
-        let docker =
-            Docker::connect_with_defaults().map_err(|e| RuntimeError::Connect(e.to_string()))?;
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
-        docker
-            .ping()
-            .await
-            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
+        let docker = Docker::connect_with_defaults().map_err(connect_error)?;
+        let docker = docker.negotiate_version().await.map_err(connect_error)?;
+        docker.ping().await.map_err(connect_error)?;
         Ok(DockerRuntime { docker })
     }
 
@@ -468,4 +461,29 @@ fn home_variant(spec: &ContainerSpec) -> String {
         .map(String::as_str)
         .unwrap_or("");
     format!("{}-{}", spec.name, &home[..home.len().min(8)])
+}
+
+/// A connection failure, with a permission problem on the socket told apart (it needs a
+/// different fix than an engine that is not running).
+fn connect_error(e: bollard::errors::Error) -> RuntimeError {
+    let text = e.to_string();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut denied = text.contains("Permission denied");
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+        {
+            denied = true;
+        }
+        source = err.source();
+    }
+    if denied {
+        let socket = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+        return RuntimeError::PermissionDenied { socket };
+    }
+    RuntimeError::Connect(text)
 }
