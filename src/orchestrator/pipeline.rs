@@ -343,6 +343,20 @@ impl<'a> Attempt<'a> {
         );
         let input = routing::route_input(&self.task, &facts, &score);
         let decision = self.orch.router.route(&input);
+        // Issue 12: a prompt larger than the agent's context window cannot succeed.
+        let config = &self.orch.config;
+        let decision = match routing::fit_context(decision, facts.context_tokens, |agent| {
+            config.agent(agent).map(|a| a.context_window_tokens)
+        }) {
+            routing::ContextFit::Fits(d) => d,
+            routing::ContextFit::Rerouted(d) => {
+                tracing::info!(task = %self.task.id, "{}", d.context.as_deref().unwrap_or(""));
+                d
+            }
+            routing::ContextFit::TooLarge { reason } => {
+                return Err(Failure::new(AttemptStatus::Failed, reason))
+            }
+        };
         self.chain = decision.chain().into_iter().map(String::from).collect();
         let _ = self
             .db()
