@@ -487,3 +487,23 @@ fn connect_error(e: bollard::errors::Error) -> RuntimeError {
     }
     RuntimeError::Connect(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 12: a socket the user may not open read "cannot reach the engine".
+    #[test]
+    fn permission_denied_names_the_socket_and_the_fix() {
+        let denied = bollard::errors::Error::IOError {
+            err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let text = connect_error(denied).to_string();
+        assert!(text.contains("permission denied on the Docker socket"), "{text}");
+        assert!(text.contains("docker` group") && text.contains("DOCKER_HOST"), "{text}");
+        let refused = bollard::errors::Error::IOError {
+            err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(matches!(connect_error(refused), RuntimeError::Connect(_)));
+    }
+}
