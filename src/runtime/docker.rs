@@ -468,7 +468,8 @@ fn home_variant(spec: &ContainerSpec) -> String {
 fn connect_error(e: bollard::errors::Error) -> RuntimeError {
     let text = e.to_string();
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    let mut denied = text.contains("Permission denied");
+    let mut denied = text.to_ascii_lowercase().contains("permission denied")
+        || matches!(&e, bollard::errors::Error::IOError { err } if err.kind() == std::io::ErrorKind::PermissionDenied);
     while let Some(err) = source {
         if err
             .downcast_ref::<std::io::Error>()
