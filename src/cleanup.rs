@@ -779,7 +779,13 @@ mod tests {
     fn only_marked_attempt_directories_are_candidates() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        for d in ["myproject/1", "myproject/src", "local-1/1", "local-1/x", "local-2/3"] {
+        for d in [
+            "myproject/1",
+            "myproject/src",
+            "local-1/1",
+            "local-1/x",
+            "local-2/3",
+        ] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         crate::workspace::marker::mark_key_dir(&root.join("local-1")).unwrap();

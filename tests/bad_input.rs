@@ -77,7 +77,14 @@ impl Fixture {
 fn git(dir: &Path, args: &[&str]) {
     let ok = StdCommand::new("git")
         .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .status()
         .unwrap()
@@ -246,7 +253,11 @@ fn damage(f: &Fixture, how: Damage) {
             f.bin()
                 .args(["enqueue", "--repo"])
                 .arg(f.root.join("repo"))
-                .args(["--body", &"lorem ipsum ".repeat(800), &format!("filler {i}")])
+                .args([
+                    "--body",
+                    &"lorem ipsum ".repeat(800),
+                    &format!("filler {i}"),
+                ])
                 .assert()
                 .success();
         }
@@ -289,11 +300,19 @@ fn bad_inputs_are_refused_with_the_field_and_the_fix_and_change_nothing() {
         for (k, v) in case.env {
             cmd.env(k, f.expand(v));
         }
-        let out = cmd.args(&args).timeout(std::time::Duration::from_secs(60)).output().unwrap();
+        let out = cmd
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let mut problems = Vec::new();
         if out.status.code() != Some(case.code) {
-            problems.push(format!("exit {:?}, expected {}", out.status.code(), case.code));
+            problems.push(format!(
+                "exit {:?}, expected {}",
+                out.status.code(),
+                case.code
+            ));
         }
         for needle in case.needles {
             let needle = f.expand(needle);
@@ -313,10 +332,21 @@ fn bad_inputs_are_refused_with_the_field_and_the_fix_and_change_nothing() {
             problems.push("the home changed".into());
         }
         if !problems.is_empty() {
-            failures.push(format!("{}: {}\n    stderr: {}", case.name, problems.join("; "), stderr.trim()));
+            failures.push(format!(
+                "{}: {}\n    stderr: {}",
+                case.name,
+                problems.join("; "),
+                stderr.trim()
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 /// Issue 12: `status | head -1` panicked with exit 101. Every printing verb writes into a
@@ -352,7 +382,8 @@ fn printing_verbs_stop_quietly_on_a_closed_stdout() {
         let mut fds = [0; 2];
         // SAFETY: a fresh pipe; both ends are owned right below.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (reader, writer) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         drop(reader);
         let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
             .current_dir(&f.root)
@@ -364,7 +395,10 @@ fn printing_verbs_stop_quietly_on_a_closed_stdout() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.code() == Some(101) || stderr.contains("panicked") || stderr.contains("Broken pipe") {
+        if out.status.code() == Some(101)
+            || stderr.contains("panicked")
+            || stderr.contains("Broken pipe")
+        {
             failures.push(format!("{args:?}: {:?} {stderr}", out.status));
         }
     }

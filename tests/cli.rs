@@ -105,7 +105,17 @@ fn enqueue_then_status_shows_discovered() {
     // enqueue checks a local --repo is a git repository with a commit (issue 12).
     for args in [
         &["init", "-q"][..],
-        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
     ] {
         let ok = std::process::Command::new("git")
             .current_dir(repo.path())

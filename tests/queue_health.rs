@@ -12,7 +12,14 @@ use polyphony::domain::{SourceKind, Task};
 use polyphony::store::Store;
 
 fn task(id: &str, body_len: usize) -> Task {
-    let mut t = Task::new(id, SourceKind::Local, format!("local:{id}"), "/srv/repo", format!("Fix {id}"), Utc::now());
+    let mut t = Task::new(
+        id,
+        SourceKind::Local,
+        format!("local:{id}"),
+        "/srv/repo",
+        format!("Fix {id}"),
+        Utc::now(),
+    );
     t.body = "lorem ipsum ".repeat(body_len / 12);
     t
 }
@@ -20,7 +27,9 @@ fn task(id: &str, body_len: usize) -> Task {
 fn fill(db: &Path, n: usize) {
     let store = Store::open(db).unwrap();
     for i in 0..n {
-        assert!(store.insert_task(&task(&format!("local-{i}"), 2000)).unwrap());
+        assert!(store
+            .insert_task(&task(&format!("local-{i}"), 2000))
+            .unwrap());
     }
 }
 
@@ -78,7 +87,9 @@ fn backup_while_another_connection_writes_is_consistent() {
         })
     };
     let store = Store::open(&db).unwrap();
-    let copies: Vec<_> = (0..3).map(|n| dir.path().join(format!("copy-{n}.db"))).collect();
+    let copies: Vec<_> = (0..3)
+        .map(|n| dir.path().join(format!("copy-{n}.db")))
+        .collect();
     for copy in &copies {
         store.backup_to(copy).unwrap();
     }

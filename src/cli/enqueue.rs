@@ -76,9 +76,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     check_body(&body, limit).map_err(text_error)?;
     for label in &args.labels {
         if label.trim().is_empty() {
-            return Err(
-                UsageError::new("a --label is empty", "remove it or give the label a name").into(),
-            );
+            return Err(UsageError::new(
+                "a --label is empty",
+                "remove it or give the label a name",
+            )
+            .into());
         }
         check_not_option("--label", label).map_err(text_error)?;
     }

@@ -64,7 +64,10 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let mut no_daemon_note = |what: &str| {
         // Issue 12: --follow waited silently for a daemon that was not there.
         if !told_no_daemon && !daemon_running() {
-            eprintln!("no daemon is running in {}: {what} once `polyphony daemon` starts", ctx.home.display());
+            eprintln!(
+                "no daemon is running in {}: {what} once `polyphony daemon` starts",
+                ctx.home.display()
+            );
             told_no_daemon = true;
         }
     };

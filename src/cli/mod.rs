@@ -192,7 +192,10 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
+        .with_ansi(use_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling run twice) is harmless: keep the first.
     let _ = match format {

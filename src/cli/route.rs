@@ -93,8 +93,14 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
         mirror.filter(|m| m.is_dir())
     };
     let window_of = |agent: &str| config.agent(agent).map(|a| a.context_window_tokens);
-    let text = execute(&args, &task, &config.routing, repo_dir.as_deref(), &window_of)
-        .with_context(|| format!("cannot route task {}", task.id))?;
+    let text = execute(
+        &args,
+        &task,
+        &config.routing,
+        repo_dir.as_deref(),
+        &window_of,
+    )
+    .with_context(|| format!("cannot route task {}", task.id))?;
     print!("{text}");
     Ok(super::Outcome::Success)
 }

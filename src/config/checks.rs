@@ -24,7 +24,10 @@ pub fn check_image_ref(reference: &str) -> Result<(), String> {
     if reference.len() > 255 {
         return Err("it is longer than 255 characters".into());
     }
-    if reference.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if reference
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
         return Err("it contains whitespace".into());
     }
     let (rest, digest) = match reference.split_once('@') {
@@ -41,7 +44,9 @@ pub fn check_image_ref(reference: &str) -> Result<(), String> {
                 && hex.chars().all(|c| c.is_ascii_hexdigit())
         });
         if !ok {
-            return Err(format!("`@{d}` is not a digest like sha256:<64 hex digits>"));
+            return Err(format!(
+                "`@{d}` is not a digest like sha256:<64 hex digits>"
+            ));
         }
     }
     // A tag follows the last `:` after the last `/` (a `:` before it is a registry port).
@@ -79,8 +84,11 @@ pub fn check_image_ref(reference: &str) -> Result<(), String> {
                     && !label.ends_with('-')
                     && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
             });
-        if !host_ok || port.is_some_and(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit())) {
-            return Err(format!("registry `{host}` is not a host name with an optional port"));
+        if !host_ok || port.is_some_and(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()))
+        {
+            return Err(format!(
+                "registry `{host}` is not a host name with an optional port"
+            ));
         }
     }
     for part in &parts {
@@ -130,7 +138,10 @@ pub fn check_branch_prefix(prefix: &str) -> Result<(), String> {
         .chars()
         .find(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(*c))
     {
-        return Err(format!("{} is not allowed in a branch name", describe_char(c)));
+        return Err(format!(
+            "{} is not allowed in a branch name",
+            describe_char(c)
+        ));
     }
     if name.contains("..") {
         return Err("`..` is not allowed in a branch name".into());
@@ -216,7 +227,11 @@ pub(super) fn check_values(
     }
     for (n, r) in g.repos.iter().enumerate() {
         if let Some(i) = &r.image {
-            images.push((vec![Key("repos"), Item(n), Key("image")], format!("repos[{n}].image"), i));
+            images.push((
+                vec![Key("repos"), Item(n), Key("image")],
+                format!("repos[{n}].image"),
+                i,
+            ));
         }
         if let Some(v) = &r.verify {
             if let Some(i) = &v.image {
@@ -252,7 +267,10 @@ pub(super) fn check_values(
                 return Err(invalid(
                     agents_doc,
                     &[Key("agents"), Item(n), Key("image")],
-                    format!("agent `{}` image `{image}` is not a valid image reference: {why}", a.name),
+                    format!(
+                        "agent `{}` image `{image}` is not a valid image reference: {why}",
+                        a.name
+                    ),
                     image_fix,
                 ));
             }
@@ -261,7 +279,12 @@ pub(super) fn check_values(
     Ok(())
 }
 
-fn check_globs(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, globs: &[String]) -> Result<(), ConfigError> {
+fn check_globs(
+    doc: &Doc<'_>,
+    path: &[Seg<'_>],
+    field: &str,
+    globs: &[String],
+) -> Result<(), ConfigError> {
     for (i, pattern) in globs.iter().enumerate() {
         if let Err(e) = Glob::new(pattern) {
             let at: Vec<Seg<'_>> = path.iter().copied().chain([Seg::Item(i)]).collect();
@@ -269,7 +292,10 @@ fn check_globs(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, globs: &[String]) -
                 ConfigErrorKind::InvalidValue,
                 &at,
                 None,
-                format!("`{field}` entry `{pattern}` is not a valid glob: {}", e.kind()),
+                format!(
+                    "`{field}` entry `{pattern}` is not a valid glob: {}",
+                    e.kind()
+                ),
                 "write a glob like `.github/**` or `*.lock` (close every `[` and `{`)",
             ));
         }
@@ -291,7 +317,10 @@ pub(super) fn check_root_identity(
         Some((PathBuf::from("/"), "the filesystem root `/`")),
         user_home.map(|h| (h.to_path_buf(), "your home directory ($HOME)")),
         Some((polyphony_home.to_path_buf(), "the Polyphony home itself")),
-        Some((polyphony_home.join("transcripts"), "the home's transcripts/ directory")),
+        Some((
+            polyphony_home.join("transcripts"),
+            "the home's transcripts/ directory",
+        )),
     ]
     .into_iter()
     .flatten()
@@ -303,8 +332,14 @@ pub(super) fn check_root_identity(
                 ConfigErrorKind::InvalidValue,
                 &[Seg::Key(field)],
                 None,
-                format!("`{field}` is {} ({what}); cleanup removes directories below it", root.display()),
-                format!("point `{field}` at a directory of its own, e.g. `$POLYPHONY_HOME/{}`", default_dir(field)),
+                format!(
+                    "`{field}` is {} ({what}); cleanup removes directories below it",
+                    root.display()
+                ),
+                format!(
+                    "point `{field}` at a directory of its own, e.g. `$POLYPHONY_HOME/{}`",
+                    default_dir(field)
+                ),
             ));
         }
     }
@@ -346,14 +381,26 @@ pub(super) fn check_roots_on_disk(
         let home = polyphony_home
             .canonicalize()
             .unwrap_or_else(|_| polyphony_home.to_path_buf());
-        for (path, what) in [(&home, "the Polyphony home itself"), (&home.join("transcripts"), "the home's transcripts/ directory")] {
+        for (path, what) in [
+            (&home, "the Polyphony home itself"),
+            (
+                &home.join("transcripts"),
+                "the home's transcripts/ directory",
+            ),
+        ] {
             if &resolved == path {
                 return Err(doc.error(
                     ConfigErrorKind::InvalidValue,
                     &[Seg::Key(field)],
                     None,
-                    format!("`{field}` resolves to {} ({what}); cleanup removes directories below it", resolved.display()),
-                    format!("point `{field}` at a directory of its own, e.g. `$POLYPHONY_HOME/{}`", default_dir(field)),
+                    format!(
+                        "`{field}` resolves to {} ({what}); cleanup removes directories below it",
+                        resolved.display()
+                    ),
+                    format!(
+                        "point `{field}` at a directory of its own, e.g. `$POLYPHONY_HOME/{}`",
+                        default_dir(field)
+                    ),
                 ));
             }
         }
@@ -436,7 +483,9 @@ mod tests {
         for ok in ["polyphony/", "", "agents/x-", "a.b/"] {
             assert_eq!(check_branch_prefix(ok), Ok(()), "{ok}");
         }
-        for bad in ["-x/", "a b/", "a..b/", "a//", "/a", ".x/", "a.lock/", "x~", "a:b", "a@{b", "a*"] {
+        for bad in [
+            "-x/", "a b/", "a..b/", "a//", "/a", ".x/", "a.lock/", "x~", "a:b", "a@{b", "a*",
+        ] {
             assert!(check_branch_prefix(bad).is_err(), "{bad}");
         }
     }

@@ -308,7 +308,9 @@ impl Config {
 
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
-        let user_home = env("HOME").filter(|h| !h.trim().is_empty()).map(PathBuf::from);
+        let user_home = env("HOME")
+            .filter(|h| !h.trim().is_empty())
+            .map(PathBuf::from);
         for (field, root) in [
             ("workspace_root", &resolved.workspace_root),
             ("mirror_root", &resolved.mirror_root),

@@ -42,7 +42,9 @@ pub fn check_title(title: &str) -> Result<(), TextError> {
     let chars = title.chars().count();
     if chars > MAX_TITLE_CHARS {
         return Err(refuse(
-            format!("the task title is {chars} characters long, above the limit of {MAX_TITLE_CHARS}"),
+            format!(
+                "the task title is {chars} characters long, above the limit of {MAX_TITLE_CHARS}"
+            ),
             "shorten the title and put the details in --body",
         ));
     }
@@ -90,7 +92,10 @@ mod tests {
             assert!(check_title(bad).is_err(), "{bad:?}");
         }
         let long = check_title(&"x".repeat(257)).unwrap_err();
-        assert!(long.message.contains("257") && long.message.contains("256"), "{long:?}");
+        assert!(
+            long.message.contains("257") && long.message.contains("256"),
+            "{long:?}"
+        );
     }
 
     #[test]

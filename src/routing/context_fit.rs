@@ -90,13 +90,19 @@ mod tests {
                 assert_eq!(d.agent, "gemini");
                 assert!(d.fallback.is_empty());
                 let note = d.context.unwrap();
-                assert!(note.contains("~300000 tokens") && note.contains("claude (200000 tokens)"), "{note}");
+                assert!(
+                    note.contains("~300000 tokens") && note.contains("claude (200000 tokens)"),
+                    "{note}"
+                );
             }
             other => panic!("{other:?}"),
         }
         match fit_context(decision(), 2_000_000, window) {
             ContextFit::TooLarge { reason } => {
-                assert!(reason.contains("every agent") && reason.contains("gemini (1048576 tokens)"), "{reason}")
+                assert!(
+                    reason.contains("every agent") && reason.contains("gemini (1048576 tokens)"),
+                    "{reason}"
+                )
             }
             other => panic!("{other:?}"),
         }

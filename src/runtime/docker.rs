@@ -500,8 +500,14 @@ mod tests {
             err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         };
         let text = connect_error(denied).to_string();
-        assert!(text.contains("permission denied on the Docker socket"), "{text}");
-        assert!(text.contains("docker` group") && text.contains("DOCKER_HOST"), "{text}");
+        assert!(
+            text.contains("permission denied on the Docker socket"),
+            "{text}"
+        );
+        assert!(
+            text.contains("docker` group") && text.contains("DOCKER_HOST"),
+            "{text}"
+        );
         let refused = bollard::errors::Error::IOError {
             err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         };

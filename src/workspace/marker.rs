@@ -18,7 +18,8 @@ pub const ROOT_MARKER: &str = ".polyphony-root";
 pub const KEY_MARKER: &str = ".polyphony-workspace";
 
 const ROOT_TEXT: &str = "Created by Polyphony. `polyphony cleanup` may remove directories below this one that it made.\n";
-const KEY_TEXT: &str = "Created by Polyphony: the numbered directories here are attempt workspaces.\n";
+const KEY_TEXT: &str =
+    "Created by Polyphony: the numbered directories here are attempt workspaces.\n";
 
 /// Creates `root` when missing and writes its marker when absent.
 pub fn ensure_root(root: &Path) -> Result<(), WorkspaceError> {

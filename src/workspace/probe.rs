@@ -51,8 +51,8 @@ pub fn check_local(path: &Path, base: Option<&str>) -> Result<(), ProbeError> {
             .args(["rev-parse", "--show-toplevel"])
             .output()?;
         let top = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let at_top = out.status.success()
-            && Path::new(&top).canonicalize().ok() == path.canonicalize().ok();
+        let at_top =
+            out.status.success() && Path::new(&top).canonicalize().ok() == path.canonicalize().ok();
         if !at_top {
             return Err(ProbeError::NotARepository { path: shown });
         }
