@@ -376,6 +376,10 @@ fn printing_verbs_stop_quietly_on_a_closed_stdout() {
         vec!["replay", "--agent", "claude", "--json", &t],
         vec!["logs", "local-1"],
         vec!["init", "--force"],
+        vec!["cleanup", "--dry-run"],
+        vec!["cleanup", "--dry-run", "--json"],
+        vec!["doctor"],
+        vec!["doctor", "--json"],
     ];
     let mut failures = Vec::new();
     for args in &verbs {
