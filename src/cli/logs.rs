@@ -85,7 +85,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
                 let state = current_state(&store, &task.id)?;
                 if state.is_terminal() {
                     eprintln!(
-                        "task {} ended ({state}) without an attempt: there are no logs",
+                        "task {} ended without an attempt (state {state}): there are no logs",
                         task.id
                     );
                 } else {
