@@ -17,6 +17,7 @@
 
 mod error;
 pub mod health;
+mod generations;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ use crate::domain::{
 };
 pub use error::StoreError;
 pub use health::{damage_in, damaged, DatabaseDamaged};
+pub use generations::{GenerationInsert, GenerationLinks};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
