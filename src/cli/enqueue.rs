@@ -223,6 +223,9 @@ fn check_source(repo: &str, base: Option<&str>, no_check: bool) -> Result<(), Us
     };
     result.map_err(|e| {
         let fix = match &e {
+            ProbeError::OtherOwner { .. } => {
+                "run polyphony as the repository's owner, or enqueue a clone you own"
+            }
             ProbeError::NotARepository { .. } => {
                 "pass the path of a git clone (a directory holding .git, or a bare repository)"
             }

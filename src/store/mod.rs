@@ -16,8 +16,8 @@
 //! (RunSpecs carry variable names only).
 
 mod error;
-pub mod health;
 mod generations;
+pub mod health;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -36,8 +36,8 @@ use crate::domain::{
     SourceKind, Task, TaskEvent, TaskState, TaskType, TokenUsage,
 };
 pub use error::StoreError;
-pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use generations::{GenerationInsert, GenerationLinks};
+pub use health::{damage_in, damaged, DatabaseDamaged};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

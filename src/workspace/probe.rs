@@ -14,6 +14,8 @@ use super::WorkspaceError;
 pub enum ProbeError {
     #[error("{path} is not a git repository")]
     NotARepository { path: String },
+    #[error("{path} belongs to another user, and git refuses to read it (safe.directory)")]
+    OtherOwner { path: String },
     #[error("{path} has no commits to start from (its HEAD does not resolve)")]
     NoCommits { path: String },
     #[error("base ref `{base}` does not resolve in {repo}")]
@@ -41,6 +43,12 @@ pub fn check_local(path: &Path, base: Option<&str>) -> Result<(), ProbeError> {
         .args(["rev-parse", "--is-bare-repository", "--git-dir"])
         .output()?;
     if !out.status.success() {
+        // A repository owned by another user is refused by git itself (safe.directory):
+        // say that rather than "not a git repository".
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("dubious ownership") {
+            return Err(ProbeError::OtherOwner { path: shown });
+        }
         return Err(ProbeError::NotARepository { path: shown });
     }
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
