@@ -141,15 +141,15 @@ impl Orchestrator {
     /// The GitHub source, or an error that says how to configure it.
     pub fn github(&self) -> anyhow::Result<&GithubSource> {
         self.github.as_deref().ok_or_else(|| {
-            // A named account never falls back to GITHUB_TOKEN (issue 11): say which
-            // variable it needs.
-            if let Some(var) = github_token_var(&self.config) {
-                return anyhow::Error::new(crate::cli::UsageError::new(
-                    format!(
-                        "GitHub is not configured: the identity's github_token_env names {var}, which is unset or empty"
-                    ),
-                    format!("export the token as {var} (Polyphony never falls back to GITHUB_TOKEN for a named account)"),
-                ));
+            // Say what is actually wrong (a bad GITHUB_API_URL, an unusable token, the unset
+            // variable a named identity needs) when building the client again shows it
+            // (issues 11, 12).
+            let var = github_token_var(&self.config);
+            let lookup = |n: &str| (self.env)(n);
+            if let Err(e) = GithubClient::from_env(var.as_deref(), lookup, FaultPolicy::default()) {
+                if !matches!(e, crate::sources::GithubError::MissingToken { .. }) {
+                    return anyhow::Error::new(e);
+                }
             }
             anyhow::Error::new(crate::cli::UsageError::new(
                 "GitHub is not configured: no token was found",
