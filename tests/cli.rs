@@ -371,6 +371,16 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
+/// A git repository with one commit (what `enqueue --repo` accepts).
+fn committed_repo() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(repo.path().join("README"), "r\n").unwrap();
+    git(repo.path(), &["init", "-q"]);
+    git(repo.path(), &["add", "-A"]);
+    git(repo.path(), &["commit", "-qm", "init"]);
+    repo
+}
+
 #[test]
 fn route_explain_shows_the_files_a_task_names() {
     let home = initialised();
@@ -465,7 +475,7 @@ fn home_and_store_are_owner_only() {
     let home = initialised();
     assert_eq!(mode(home.path()), 0o700, "init leaves the home private");
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let repo = tempfile::tempdir().unwrap();
+    let repo = committed_repo();
     let enqueue = || {
         polyphony(home.path())
             .args(["enqueue", "--repo"])
@@ -496,7 +506,7 @@ fn home_and_store_are_owner_only() {
 #[test]
 fn status_and_route_strip_terminal_controls() {
     let home = initialised();
-    let repo = tempfile::tempdir().unwrap();
+    let repo = committed_repo();
     let body = home.path().join("body.md");
     std::fs::write(
         &body,
