@@ -1766,3 +1766,221 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
     );
     println!("kill_9_container_lost: {:?}", started.elapsed());
 }
+
+// ------------------------------------------------------------ issue 19: crash windows
+//
+// Each test arms one failpoint (`POLYPHONY_FAILPOINT`, src/failpoint.rs) in a first daemon,
+// which then kills itself with SIGKILL at exactly that point, and lets a second daemon
+// (unarmed) finish the work. The chaos test kills at random points and moments.
+
+/// Starts `polyphony ARGS` on `home` with the failpoint `point` armed.
+fn start_armed(home: &Home, args: &[&str], point: &str) -> Daemon {
+    let n = home.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let log = home.dir.path().join(format!("{}-{n}.log", args[0]));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = home
+        .cmd(args)
+        .env(polyphony::failpoint::ENV, point)
+        .stdout(file.try_clone().expect("dup log"))
+        .stderr(file)
+        .spawn()
+        .expect("spawn polyphony");
+    Daemon { child, log }
+}
+
+/// Waits for an armed daemon to die at its failpoint (SIGKILL, the point named in its log).
+async fn died_at(daemon: &mut Daemon, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = daemon.wait(Duration::from_secs(150)).await;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "expected a kill at `{point}`: {status:?}\n{}",
+        daemon.log()
+    );
+    let name = point.split('@').next().unwrap_or(point);
+    assert!(
+        daemon.log().contains(&format!("failpoint `{name}`")),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// Rewrites `max_attempts` in the home's config.yaml.
+fn set_max_attempts(home: &Home, n: u32) {
+    let path = home.path.join("config.yaml");
+    let text = std::fs::read_to_string(&path).expect("config.yaml");
+    assert!(text.contains("max_attempts: 3"), "{text}");
+    std::fs::write(&path, text.replace("max_attempts: 3", &format!("max_attempts: {n}")))
+        .expect("config.yaml");
+}
+
+/// The `agent-*` labels of an issue, sorted.
+fn agent_labels(fake: &FakeGithub, repo: &str, n: u64) -> Vec<String> {
+    let mut labels: Vec<String> = fake
+        .issue_labels(repo, n)
+        .into_iter()
+        .filter(|l| l.starts_with("agent-"))
+        .collect();
+    labels.sort();
+    labels
+}
+
+/// Hidden markers (`<!-- polyphony:… -->`) that appear in more than one comment.
+fn duplicate_markers(comments: &[String]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for c in comments {
+        for (start, _) in c.match_indices("<!-- polyphony:") {
+            let rest = &c[start..];
+            let end = rest.find("-->").map_or(rest.len(), |e| e + 3);
+            *seen.entry(rest[..end].to_string()).or_default() += 1;
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(m, _)| m)
+        .collect()
+}
+
+/// Window 1: killed between the two label writes of the claim. The restart recognises
+/// its own claim (marker and store), finishes the label swap and lands; the issue is never
+/// treated as released by someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_between_the_claim_labels_still_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-claim", &origin);
+    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    let home = polling_home(&image, &fake, &repo);
+    let mut first = start_armed(&home, &["daemon"], "claim-labels");
+    died_at(&mut first, "claim-labels").await;
+    let labels = agent_labels(&fake, &repo, n);
+    assert!(
+        !labels.is_empty(),
+        "no instant without a label: the issue carries neither ready nor claimed"
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&format!("{repo}#{n}")).await;
+    assert_eq!(v["task"]["failures"], 0);
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-landed"]);
+    let comments = fake.comments(&repo, n);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    println!("issue_19_claim_labels: {:?}", started.elapsed());
+}
+
+/// Window 2: killed after the task was committed BLOCKED, before the blocked comment and
+/// labels. The restart finishes the pending report: one blocked comment, the blocked label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_before_the_blocked_report_still_reports() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-blocked", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() (never right)",
+        "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n",
+    );
+    let home = polling_home(&image, &fake, &repo);
+    set_max_attempts(&home, 1);
+    let mut first = start_armed(&home, &["daemon"], "blocked-report");
+    died_at(&mut first, "blocked-report").await;
+    let id = format!("{repo}#{n}");
+    assert_eq!(state(&home.task(&id).await), "BLOCKED");
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let comments = fake.comments(&repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:blocked"),
+        1,
+        "{comments:#?}\n{}",
+        daemon_log(&home)
+    );
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-blocked"]);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["failures"], 1);
+    assert!(home.containers().is_empty());
+    println!("issue_19_blocked_report: {:?}", started.elapsed());
+}
+
+/// Window 3: killed after `docker create`, before the container was recorded. The
+/// restart removes the unrecorded container and retries at once without counting a
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_after_container_create_is_not_a_failure() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+    let mut first = start_armed(&home, &["daemon"], "container-created");
+    died_at(&mut first, "container-created").await;
+    assert_eq!(home.containers().len(), 1, "the created container outlives the kill");
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon_log(&home));
+    assert_eq!(v["task"]["failures"], 0, "a kill is not a failure");
+    let a = attempts(&v);
+    assert!(
+        a.iter().all(|x| x["status"] != "failed"),
+        "no attempt failed: {a:#?}"
+    );
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("issue_19_container_created: {:?}", started.elapsed());
+}
+
+/// Window 4: killed right after an attempt was recorded FAILED. The retry time is written
+/// with the state, so the restart retries when due and lands; the one real failure is
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_after_failed_keeps_the_retry_time() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            agent: "gemini",
+            ..Conf::default()
+        },
+        None,
+    );
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: fix-on-retry"),
+            "Fix add() (needs a repair round)",
+        )
+        .await;
+    let mut first = start_armed(&home, &["daemon"], "failed");
+    died_at(&mut first, "failed").await;
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "FAILED");
+    assert!(
+        !v["task"]["next_attempt_at"].is_null(),
+        "FAILED without a retry time is stuck forever: {:#}",
+        v["task"]
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon_log(&home));
+    assert_eq!(v["task"]["failures"], 1);
+    assert_eq!(attempts(&v).len(), 2);
+    assert!(home.containers().is_empty());
+    println!("issue_19_failed_retry_time: {:?}", started.elapsed());
+}

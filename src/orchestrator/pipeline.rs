@@ -1093,6 +1093,7 @@ impl<'a> Attempt<'a> {
                 .progress
                 .state(&self.task.id, TaskState::Failed, &reason);
         }
+        crate::failpoint::hit("failed");
         if let Some(at) = failure.wait_until {
             self.db()
                 .set_retry(&self.task.id, self.task.failures, Some(at))?;
@@ -1158,6 +1159,7 @@ impl<'a> Attempt<'a> {
                 self.opts
                     .progress
                     .state(&self.task.id, TaskState::Blocked, &block_reason);
+                crate::failpoint::hit("blocked-report");
                 self.report_blocked().await;
                 Ok(AttemptEnd::Blocked {
                     reason: block_reason,

@@ -121,6 +121,7 @@ pub async fn claim_issue(
     if has(&labels.ready) {
         remove_label(client, issue, &labels.ready).await?;
     }
+    crate::failpoint::hit("claim-labels");
     if !has(&labels.claimed) {
         add_labels(client, issue, &[labels.claimed.as_str()]).await?;
     }

@@ -81,6 +81,7 @@ pub async fn land(
     let labels = &settings.labels;
     remove_label(client, issue, &labels.ready).await?;
     remove_label(client, issue, &labels.claimed).await?;
+    crate::failpoint::hit("land-labels");
     add_labels(client, issue, &[labels.landed.as_str()]).await?;
     Ok(Reported {
         pr_url: Some(pr_url),
@@ -167,6 +168,7 @@ pub async fn block(
     let (comment_id, created) = ensure_comment(client, issue, &marker, &body, None).await?;
     remove_label(client, issue, &labels.ready).await?;
     remove_label(client, issue, &labels.claimed).await?;
+    crate::failpoint::hit("block-labels");
     add_labels(client, issue, &[labels.blocked.as_str()]).await?;
     Ok(Reported {
         pr_url: None,
