@@ -12,6 +12,7 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+mod intents;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;

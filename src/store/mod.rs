@@ -16,6 +16,7 @@
 //! (RunSpecs carry variable names only).
 
 mod error;
+mod intents;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ use crate::domain::{
     SourceKind, Task, TaskEvent, TaskState, TaskType, TokenUsage,
 };
 pub use error::StoreError;
+pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -593,16 +595,6 @@ impl Store {
             )?;
             Ok(())
         })
-    }
-
-    /// Records the container running an attempt (so recovery can find it).
-    pub fn set_container(&self, task_id: &str, attempt: u32, container_id: &str) -> Result<()> {
-        self.update_attempt(
-            task_id,
-            attempt,
-            "UPDATE attempts SET container_id = ?3 WHERE task_id = ?1 AND attempt = ?2",
-            params![task_id, attempt, container_id],
-        )
     }
 
     /// Records how an attempt ended and the verification evidence.
