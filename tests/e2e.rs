@@ -1984,3 +1984,172 @@ async fn issue_19_kill_after_failed_keeps_the_retry_time() {
     assert!(home.containers().is_empty());
     println!("issue_19_failed_retry_time: {:?}", started.elapsed());
 }
+
+/// A small seeded generator (splitmix64): the chaos schedule replays from its seed.
+struct ChaosRng(u64);
+
+impl ChaosRng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// Every point a chaos round may arm (the four windows and the label swaps around them).
+const CHAOS_POINTS: &[&str] = &[
+    "claim-labels",
+    "container-created",
+    "failed",
+    "blocked-report",
+    "block-labels",
+    "land-labels",
+];
+
+/// Chaos (issue 19): six issues of mixed outcomes (four land, two can never pass their
+/// checks) go through daemons killed with SIGKILL again and again — at a random armed
+/// failpoint (claim, container, failure, block and land paths) or after a random time
+/// (mid-clone, mid-run, mid-verification, mid-push) — then one daemon runs them to the end.
+/// Every issue must end LANDED or BLOCKED with exactly one PR or blocked report, the right
+/// labels, no failure counted for a kill, no duplicate comment or event, no pending intent,
+/// and no container after `cleanup`. The seed is printed; `POLYPHONY_CHAOS_SEED` replays it
+/// (timing under load varies, the schedule does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let seed = std::env::var("POLYPHONY_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(19, |d| d.as_nanos() as u64)
+        });
+    println!("chaos seed: {seed} (replay with POLYPHONY_CHAOS_SEED={seed})");
+    let mut rng = ChaosRng(seed);
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-chaos", &origin);
+    let mut issues: Vec<(u64, bool)> = Vec::new();
+    for i in 1..=4 {
+        let scenario = if i % 2 == 0 {
+            "polyphony-fake: slow\npolyphony-fake-sleep: 2"
+        } else {
+            "polyphony-fake: succeed"
+        };
+        let n = ready_issue(&fake, &repo, &format!("Fix add() {i}"), &body_with(scenario));
+        issues.push((n, true));
+    }
+    for i in 1..=2 {
+        let n = ready_issue(
+            &fake,
+            &repo,
+            &format!("Fix add() (never right) {i}"),
+            "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n",
+        );
+        issues.push((n, false));
+    }
+    let home = polling_home(&image, &fake, &repo);
+    set_max_attempts(&home, 2);
+
+    let mut kills = 0;
+    for round in 0..10 {
+        if started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        let armed = rng.range(0, 9) < 6;
+        let point = if armed {
+            let p = CHAOS_POINTS[rng.range(0, CHAOS_POINTS.len() as u64 - 1) as usize];
+            Some(format!("{p}@{}", rng.range(1, 3)))
+        } else {
+            None
+        };
+        let lifetime = Duration::from_millis(rng.range(300, 8000));
+        let mut daemon = match &point {
+            Some(p) => start_armed(&home, &["daemon"], p),
+            None => home.start(&["daemon"]),
+        };
+        let how = tokio::select! {
+            status = daemon.child.wait() => format!("died at its failpoint ({:?})", status.ok()),
+            _ = tokio::time::sleep(lifetime) => {
+                let _ = daemon.child.start_kill();
+                let _ = daemon.child.wait().await;
+                format!("kill -9 after {lifetime:?}")
+            }
+        };
+        kills += 1;
+        println!("chaos round {round}: point {point:?}, {how}");
+    }
+
+    let mut last = home.start(&["daemon", "--exit-when-idle"]);
+    let status = last.wait(Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon_log(&home));
+    let out = home.run(&["cleanup"]).await;
+    assert!(out.status.success(), "cleanup: {}", output(&out));
+
+    let context = || format!("seed {seed}\n{}", daemon_log(&home));
+    let pulls = fake.pulls(&repo);
+    for (n, lands) in &issues {
+        let id = format!("{repo}#{n}");
+        let v = home.task(&id).await;
+        let comments = fake.comments(&repo, *n);
+        let expected = if *lands { "LANDED" } else { "BLOCKED" };
+        assert_eq!(
+            state(&v),
+            expected,
+            "{id}: {}\n{comments:#?}\n{}",
+            serde_json::to_string_pretty(&v["transitions"]).unwrap_or_default(),
+            context()
+        );
+        assert!(duplicate_markers(&comments).is_empty(), "{id}: {comments:#?}");
+        let failed = attempts(&v)
+            .iter()
+            .filter(|a| a["status"] == "failed")
+            .count() as u64;
+        assert_eq!(
+            v["task"]["failures"].as_u64(),
+            Some(failed),
+            "{id}: a failure counted for a kill: {:#}",
+            v["attempts"]
+        );
+        if *lands {
+            assert_eq!(v["task"]["failures"], 0, "{id}: {:#}", v["attempts"]);
+            let branch = v["landing"]["branch"].as_str().expect("landing branch");
+            assert_eq!(
+                pulls.iter().filter(|p| p.head == branch).count(),
+                1,
+                "{id}: {pulls:#?}"
+            );
+            assert_eq!(count_containing(&comments, "polyphony:landed"), 1, "{id}");
+            assert_eq!(count_containing(&comments, "polyphony:blocked"), 0, "{id}");
+            assert_eq!(agent_labels(&fake, &repo, *n), vec!["agent-landed"], "{id}");
+        } else {
+            assert_eq!(v["task"]["failures"], 2, "{id}: {:#}", v["attempts"]);
+            assert_eq!(count_containing(&comments, "polyphony:blocked"), 1, "{id}");
+            assert_eq!(count_containing(&comments, "polyphony:landed"), 0, "{id}");
+            assert_eq!(agent_labels(&fake, &repo, *n), vec!["agent-blocked"], "{id}");
+        }
+    }
+    assert_eq!(pulls.len(), 4, "{pulls:#?}");
+    assert!(duplicate_seqs(&home).is_empty(), "{:?}", duplicate_seqs(&home));
+    let pending: i64 = home
+        .db()
+        .query_row("SELECT COUNT(*) FROM intents WHERE done_at IS NULL", [], |r| {
+            r.get(0)
+        })
+        .expect("intents");
+    assert_eq!(pending, 0, "pending intents left\n{}", context());
+    assert!(home.containers().is_empty(), "containers left after cleanup");
+    println!(
+        "issue_19_chaos: {kills} kills, seed {seed}, {:?}",
+        started.elapsed()
+    );
+}
