@@ -1811,8 +1811,11 @@ fn set_max_attempts(home: &Home, n: u32) {
     let path = home.path.join("config.yaml");
     let text = std::fs::read_to_string(&path).expect("config.yaml");
     assert!(text.contains("max_attempts: 3"), "{text}");
-    std::fs::write(&path, text.replace("max_attempts: 3", &format!("max_attempts: {n}")))
-        .expect("config.yaml");
+    std::fs::write(
+        &path,
+        text.replace("max_attempts: 3", &format!("max_attempts: {n}")),
+    )
+    .expect("config.yaml");
 }
 
 /// The `agent-*` labels of an issue, sorted.
@@ -1852,7 +1855,12 @@ async fn issue_19_kill_between_the_claim_labels_still_lands() {
     let fake = FakeGithub::start().await;
     let origin = Origin::new();
     let repo = github_repo(&fake, "calc-fp-claim", &origin);
-    let n = ready_issue(&fake, &repo, "Fix add()", &body_with("polyphony-fake: succeed"));
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
     let home = polling_home(&image, &fake, &repo);
     let mut first = start_armed(&home, &["daemon"], "claim-labels");
     died_at(&mut first, "claim-labels").await;
@@ -1926,7 +1934,11 @@ async fn issue_19_kill_after_container_create_is_not_a_failure() {
         .await;
     let mut first = start_armed(&home, &["daemon"], "container-created");
     died_at(&mut first, "container-created").await;
-    assert_eq!(home.containers().len(), 1, "the created container outlives the kill");
+    assert_eq!(
+        home.containers().len(),
+        1,
+        "the created container outlives the kill"
+    );
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(150)).await;
     assert!(status.success(), "daemon: {}", second.log());
@@ -2045,7 +2057,12 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
         } else {
             "polyphony-fake: succeed"
         };
-        let n = ready_issue(&fake, &repo, &format!("Fix add() {i}"), &body_with(scenario));
+        let n = ready_issue(
+            &fake,
+            &repo,
+            &format!("Fix add() {i}"),
+            &body_with(scenario),
+        );
         issues.push((n, true));
     }
     for i in 1..=3 {
@@ -2086,7 +2103,26 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             }
         };
         kills += 1;
-        println!("chaos round {round}: point {point:?}, {how}");
+        let states: Vec<String> = {
+            let db = home.db();
+            let mut stmt = db
+                .prepare("SELECT state, COUNT(*) FROM tasks GROUP BY state ORDER BY state")
+                .expect("prepare");
+            stmt.query_map([], |r| {
+                Ok(format!(
+                    "{}={}",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?
+                ))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+        };
+        println!(
+            "chaos round {round}: point {point:?}, {how}; tasks {}",
+            states.join(" ")
+        );
     }
 
     let mut last = home.start(&["daemon", "--exit-when-idle"]);
@@ -2109,7 +2145,10 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             serde_json::to_string_pretty(&v["transitions"]).unwrap_or_default(),
             context()
         );
-        assert!(duplicate_markers(&comments).is_empty(), "{id}: {comments:#?}");
+        assert!(
+            duplicate_markers(&comments).is_empty(),
+            "{id}: {comments:#?}"
+        );
         let failed = attempts(&v)
             .iter()
             .filter(|a| a["status"] == "failed")
@@ -2135,19 +2174,32 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             assert_eq!(v["task"]["failures"], 2, "{id}: {:#}", v["attempts"]);
             assert_eq!(count_containing(&comments, "polyphony:blocked"), 1, "{id}");
             assert_eq!(count_containing(&comments, "polyphony:landed"), 0, "{id}");
-            assert_eq!(agent_labels(&fake, &repo, *n), vec!["agent-blocked"], "{id}");
+            assert_eq!(
+                agent_labels(&fake, &repo, *n),
+                vec!["agent-blocked"],
+                "{id}"
+            );
         }
     }
     assert_eq!(pulls.len(), 5, "{pulls:#?}");
-    assert!(duplicate_seqs(&home).is_empty(), "{:?}", duplicate_seqs(&home));
+    assert!(
+        duplicate_seqs(&home).is_empty(),
+        "{:?}",
+        duplicate_seqs(&home)
+    );
     let pending: i64 = home
         .db()
-        .query_row("SELECT COUNT(*) FROM intents WHERE done_at IS NULL", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT COUNT(*) FROM intents WHERE done_at IS NULL",
+            [],
+            |r| r.get(0),
+        )
         .expect("intents");
     assert_eq!(pending, 0, "pending intents left\n{}", context());
-    assert!(home.containers().is_empty(), "containers left after cleanup");
+    assert!(
+        home.containers().is_empty(),
+        "containers left after cleanup"
+    );
     println!(
         "issue_19_chaos: {kills} kills, seed {seed}, {:?}",
         started.elapsed()

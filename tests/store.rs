@@ -620,7 +620,9 @@ fn recording_the_container_completes_its_intent_in_the_same_write() {
     let (_dir, store) = temp_store();
     store.insert_task(&task("local-1")).unwrap();
     drive(&store, "local-1", Routed);
-    store.start_attempt(&spec("local-1", 1, "demo"), t0()).unwrap();
+    store
+        .start_attempt(&spec("local-1", 1, "demo"), t0())
+        .unwrap();
     store
         .record_intent(
             "local-1",
@@ -633,7 +635,12 @@ fn recording_the_container_completes_its_intent_in_the_same_write() {
     store.set_container("local-1", 1, "abc123").unwrap();
     assert!(store.pending_intents().unwrap().is_empty());
     assert_eq!(
-        store.attempt("local-1", 1).unwrap().unwrap().container_id.as_deref(),
+        store
+            .attempt("local-1", 1)
+            .unwrap()
+            .unwrap()
+            .container_id
+            .as_deref(),
         Some("abc123")
     );
 }
@@ -654,7 +661,10 @@ fn settling_a_failure_writes_state_retry_time_and_block_together() {
     let t = store
         .settle_failure("local-1", Running, "agent failed", &retry, t0())
         .unwrap();
-    assert_eq!((t.state, t.failures, t.next_attempt_at), (Failed, 1, Some(at)));
+    assert_eq!(
+        (t.state, t.failures, t.next_attempt_at),
+        (Failed, 1, Some(at))
+    );
 
     // A stale caller writes nothing.
     let err = store
