@@ -78,6 +78,7 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                     let blocked = blocked_of(&store.attempts(&task.id)?);
                     let reported = report_blocked(orch, &task, &blocked).await;
                     if reported {
+                        store.mark_block_reported(&task.id, Utc::now())?;
                         tracing::info!(task = %task.id, "finished the blocked report a crash interrupted");
                     }
                     reported

@@ -16,6 +16,7 @@
 //! (RunSpecs carry variable names only).
 
 mod error;
+mod generations;
 mod intents;
 pub mod schema;
 
@@ -35,6 +36,7 @@ use crate::domain::{
     SourceKind, Task, TaskEvent, TaskState, TaskType, TokenUsage,
 };
 pub use error::StoreError;
+pub use generations::{GenerationInsert, GenerationLinks};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
