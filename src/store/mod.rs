@@ -2,8 +2,11 @@
 //! transitions, events and landing records (spec §2, §4; DESIGN.md "Durability").
 //!
 //! Architecture Invariant: only `store` writes SQL, and every task state change goes
-//! through [`Store::transition`] (or a claim), which checks `domain::transition` and
-//! writes the transition row in the same IMMEDIATE transaction.
+//! through [`Store::transition`] (or a claim, [`Store::settle_failure`],
+//! [`Store::transition_completing`]), which checks `domain::transition` and writes the
+//! transition row in the same IMMEDIATE transaction.
+//! Architecture Invariant: a side effect outside the store is an intent (`intents`)
+//! recorded before it is attempted, so whoever runs next can finish it (issue 19).
 //! Architecture Invariant: claims are atomic across processes: `BEGIN IMMEDIATE` takes
 //! the write lock before the candidate is read, so two daemons never claim one task.
 //! API Boundary: [`Store`].
