@@ -2301,6 +2301,39 @@ async fn issue_19_kill_after_failed_keeps_the_retry_time() {
     println!("issue_19_failed_retry_time: {:?}", started.elapsed());
 }
 
+/// The landing's label swap: killed between adding `agent-landed` and removing
+/// `agent-claimed`, the issue still carries a label, and the restart (verification again,
+/// then the idempotent landing) leaves exactly `agent-landed`, one PR, one comment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_between_the_landing_labels_lands_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-land", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let mut first = start_armed(&home, &["daemon"], "land-labels");
+    died_at(&mut first, "land-labels").await;
+    assert!(
+        !agent_labels(&fake, &repo, n).is_empty(),
+        "no instant without a label"
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-landed"]);
+    let comments = fake.comments(&repo, n);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    println!("issue_19_landing_labels: {:?}", started.elapsed());
+}
+
 /// A small seeded generator (splitmix64): the chaos schedule replays from its seed.
 struct ChaosRng(u64);
 
