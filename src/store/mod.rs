@@ -20,6 +20,7 @@
 
 mod error;
 mod generations;
+pub mod health;
 mod intents;
 pub mod schema;
 
@@ -40,6 +41,7 @@ use crate::domain::{
 };
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
+pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -154,9 +156,12 @@ impl Store {
                 source,
             })?;
         }
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
+        let open_err = |source| {
+            health::is_damage(&source);
+            StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
