@@ -16,6 +16,7 @@
 //! - `private`: owner-only permissions of the home, the store and transcripts
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
+//! - `failpoint`: test-only crash injection at named points (`POLYPHONY_FAILPOINT`)
 
 pub mod agents;
 pub mod cleanup;
@@ -24,6 +25,7 @@ pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod domain;
+pub mod failpoint;
 pub mod identity;
 pub mod orchestrator;
 pub mod private;

@@ -3,7 +3,8 @@
 //!
 //! [`Orchestrator`] holds what every attempt shares (config, Docker, workspaces, router,
 //! GitHub source, prompt template). [`pipeline`] takes one claimed task through one
-//! attempt; [`daemon`] runs many of them and recovers after a restart.
+//! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
+//! side effects a kill left half-done through `intents` (issue 19).
 //!
 //! Architecture Invariant: the orchestrator decides *what happens next* only through the
 //! pure modules ([`retry`], [`proof`], `domain::state`, `routing`); it changes task state
@@ -14,6 +15,7 @@
 pub mod daemon;
 pub mod failure;
 pub mod generation;
+mod intents;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
