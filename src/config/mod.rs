@@ -160,6 +160,11 @@ pub struct VerifySettings {
     pub timeout: Duration,
     pub image: Option<String>,
     pub protected_paths: Vec<String>,
+    /// `verify.max_file_size` in bytes.
+    pub max_file_bytes: u64,
+    pub protect_check_scripts: bool,
+    pub allow_submodules: bool,
+    pub allow_attribute_filters: bool,
 }
 
 impl VerifySettings {
@@ -214,6 +219,8 @@ struct Resolved {
     event_idle_timeout: Duration,
     container_deadline: Duration,
     verify_timeout: Duration,
+    /// `verify.max_file_size`, parsed.
+    max_file_bytes: u64,
     prompt_template: Option<PathBuf>,
     limits: ResourceLimits,
     network: NetworkMode,
@@ -402,6 +409,10 @@ impl Config {
             timeout: self.resolved.verify_timeout,
             image: g.image.clone(),
             protected_paths: g.protected_paths.clone(),
+            max_file_bytes: self.resolved.max_file_bytes,
+            protect_check_scripts: g.protect_check_scripts,
+            allow_submodules: g.allow_submodules,
+            allow_attribute_filters: g.allow_attribute_filters,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {
@@ -713,6 +724,13 @@ fn resolve_global(
         "verify.timeout",
         &g.verify.timeout,
     )?;
+    let max_file_bytes = memory_at(
+        doc,
+        &[Key("verify"), Key("max_file_size")],
+        "verify.max_file_size",
+        &g.verify.max_file_size,
+    )?
+    .max(0) as u64;
     let prompt_template = g
         .prompt_template
         .as_deref()
@@ -849,6 +867,7 @@ fn resolve_global(
         event_idle_timeout,
         container_deadline,
         verify_timeout,
+        max_file_bytes,
         prompt_template,
         limits: ResourceLimits {
             memory_bytes,

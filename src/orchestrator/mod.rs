@@ -12,12 +12,14 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod land;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
 pub mod retry;
 mod sink;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

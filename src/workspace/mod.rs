@@ -22,9 +22,11 @@ mod git;
 pub mod key;
 mod mirror;
 mod push;
+mod snapshot;
 
 pub use cleanup::disk_usage;
 pub use key::{branch_name, parse_owner, task_key};
+pub use snapshot::TreeChange;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
