@@ -618,3 +618,28 @@ fn the_check_copy_holds_only_the_commit() {
         .contains("$1 + $2"));
     assert!(dest.join("test.sh").exists());
 }
+
+/// `config check` warns when a verify command runs a repository file the agent may change,
+/// and is quiet once the file is protected (or `protect_check_scripts` is set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_warns_about_unprotected_check_scripts() {
+    for (verify, warns) in [
+        ("  test: sh test.sh\n  lint: make lint\n", true),
+        (
+            "  test: sh test.sh\n  lint: make lint\n  protected_paths: ['.github/**', test.sh, Makefile]\n",
+            false,
+        ),
+        ("  test: sh test.sh\n  protect_check_scripts: true\n", false),
+    ] {
+        let home = Home::new("img:1", 1, verify, None);
+        let out = home.run(&["config", "check"]).await;
+        assert!(out.status.success(), "{}", output(&out));
+        let err = text(&out.stderr);
+        assert_eq!(
+            err.contains("verify.test runs `test.sh`, which the agent may change"),
+            warns,
+            "{verify}: {err}"
+        );
+        assert_eq!(err.contains("verify.lint runs `Makefile`"), warns, "{err}");
+    }
+}

@@ -724,13 +724,15 @@ fn resolve_global(
         "verify.timeout",
         &g.verify.timeout,
     )?;
-    let max_file_bytes = memory_at(
-        doc,
-        &[Key("verify"), Key("max_file_size")],
-        "verify.max_file_size",
-        &g.verify.max_file_size,
-    )?
-    .max(0) as u64;
+    let max_file_bytes = values::parse_size(&g.verify.max_file_size).map_err(|e| {
+        doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("verify"), Key("max_file_size")],
+            None,
+            format!("`verify.max_file_size` is not a valid size: {e}"),
+            "write a size with a unit, like 512k or 10m",
+        )
+    })?;
     let prompt_template = g
         .prompt_template
         .as_deref()

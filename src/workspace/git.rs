@@ -177,8 +177,8 @@ impl<'a> Git<'a> {
                 op: scrub(&self.op, self.token),
                 code: None,
                 stderr: format!(
-                    "killed after {}s without finishing (a hung git process; the workspace may hold a FIFO or a huge file)",
-                    self.timeout.as_secs()
+                    "killed after {:?} without finishing (a hung git process; the workspace may hold a FIFO or a huge file)",
+                    self.timeout
                 ),
             },
         })?;
@@ -290,4 +290,38 @@ pub(crate) fn ensure_askpass(dir: &Path) -> Result<PathBuf, WorkspaceError> {
         source: e.error,
     })?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11: a git child blocked on a FIFO is killed at its deadline, not waited for.
+    #[test]
+    fn a_hung_git_is_killed_at_its_deadline() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+        // SAFETY: mkfifo(3) on a NUL-terminated path in our temp dir.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = Instant::now();
+        let err = Git::new("hash-object")
+            .args(["hash-object", "--no-filters"])
+            .arg(&fifo)
+            .timeout(Duration::from_millis(300))
+            .run()
+            .expect_err("killed");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(err.to_string().contains("killed after 300ms"), "{err}");
+    }
+
+    #[test]
+    fn a_quick_git_returns_its_output() {
+        let out = Git::new("version").args(["version"]).stdout().expect("git");
+        assert!(out.starts_with("git version"), "{out}");
+    }
 }
