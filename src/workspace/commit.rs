@@ -71,6 +71,7 @@ impl WorkspaceManager {
                 "--no-renames",
                 "--no-ext-diff",
                 "--no-textconv",
+                "--end-of-options",
                 &ws.base_sha,
                 &head,
                 "--",

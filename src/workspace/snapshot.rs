@@ -148,7 +148,14 @@ impl WorkspaceManager {
         }
         if changes.iter().any(TreeChange::has_blob) {
             let listing = git("ls-tree")
-                .args(["ls-tree", "-r", "-l", "-z", "--full-tree"])
+                .args([
+                    "ls-tree",
+                    "-r",
+                    "-l",
+                    "-z",
+                    "--full-tree",
+                    "--end-of-options",
+                ])
                 .arg(sha)
                 .run()?
                 .stdout;
