@@ -150,6 +150,21 @@ mod tests {
     }
 
     #[test]
+    fn sizes() {
+        for (text, want) in [
+            ("10m", Ok(10 * 1024 * 1024)),
+            ("512k", Ok(512 * 1024)),
+            ("1048576", Ok(1_048_576)),
+            ("1.5k", Ok(1536)),
+        ] {
+            assert_eq!(parse_size(text), want, "{text}");
+        }
+        for bad in ["", "m", "10x", "0"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn memory() {
         const MIB: i64 = 1024 * 1024;
         check_memory("512m", Ok(512 * MIB));
