@@ -197,7 +197,7 @@ pub fn secret_gate(found: Option<(&str, &str)>) -> CheckEvidence {
         Some((name, path)) => gate(
             "secrets",
             false,
-            format!("the value of {name} appears in {path}; refusing to land it"),
+            format!("the value of {name} appears in {path} in the diff; refusing to land it"),
         ),
     }
 }

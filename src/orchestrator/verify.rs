@@ -29,9 +29,6 @@ pub struct Refusal {
     pub status: AttemptStatus,
     pub reason: String,
     pub evidence: Vec<CheckEvidence>,
-    /// Retrying cannot help and would repeat the harm (a secret in the diff): the task is
-    /// blocked at once.
-    pub permanent: bool,
 }
 
 impl Refusal {
@@ -40,7 +37,6 @@ impl Refusal {
             status,
             reason: reason.into(),
             evidence: Vec::new(),
-            permanent: false,
         }
     }
 
@@ -116,7 +112,8 @@ pub struct GateRules {
 }
 
 /// The gates over commit `sha` in order: diff, protected paths, submodules, attributes,
-/// file size, secrets. A failed secrets gate makes the refusal permanent.
+/// file size, secrets. A failed secrets gate's reason says "secret … diff", which
+/// `failure::classify` reads as permanent (BLOCKED at once, no retry).
 pub async fn gates(
     workspaces: Arc<WorkspaceManager>,
     ws: Workspace,
@@ -311,12 +308,10 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
             _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
         })
         .collect();
-    let permanent = evidence.iter().any(|e| e.name == "secrets" && !e.passed);
     Refusal {
         status: AttemptStatus::Failed,
         reason: format!("verification failed: {}", failed.join("; ")),
         evidence,
-        permanent,
     }
 }
 
