@@ -777,10 +777,14 @@ impl<'a> Attempt<'a> {
         if !proof::all_passed(&evidence) {
             return Err(verify::verification_failure(evidence).into());
         }
-        let owner = match &self.orch.config.default_limits().user {
-            Some(user) => Some(workspace::parse_owner(user).map_err(Failure::crash)?),
-            None => None,
-        };
+        // The check copy belongs to the user the check container runs as (as `prepare` does
+        // for the workspace); a named, non-numeric user keeps the daemon's ownership.
+        let owner = spec
+            .limits
+            .user
+            .as_deref()
+            .or(self.orch.config.default_limits().user.as_deref())
+            .and_then(|user| workspace::parse_owner(user).ok());
         let scrubber = self.scrubber.clone();
         let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
         let progress = self.opts.progress.clone();
