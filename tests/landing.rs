@@ -7,7 +7,9 @@
 //! simply neutralised, exactly the verified commit lands), nothing unverified pushed, no
 //! secret stored, no container left.
 //!
-//! Also, without Docker: the workspace layer refuses a gitlink and a FIFO at `.git/index`.
+//! Also: resuming one attempt after restarts is capped; `config check` warns about
+//! unprotected check scripts; and, without Docker, the workspace layer sees a gitlink,
+//! refuses a FIFO at `.git/index` and writes a check copy holding only the commit.
 //!
 //! Without an engine the Docker tests fail when `CI` is set, otherwise print `SKIPPED`.
 
@@ -642,4 +644,57 @@ async fn config_check_warns_about_unprotected_check_scripts() {
         );
         assert_eq!(err.contains("verify.lint runs `Makefile`"), warns, "{err}");
     }
+}
+
+/// Issue 11: an attempt that keeps the daemon from finishing it (here: killed with -9 each
+/// time it runs) is resumed at most three times; the next restart gives it up with the
+/// reason, kills its container and the daemon carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_one_attempt_after_restarts_is_capped() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "", None);
+    let id = home.enqueue(&origin, "hang", "").await;
+    let resumes = || -> u32 {
+        rusqlite::Connection::open(home.path.join("queue.db"))
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT value FROM kv WHERE key = ?1",
+                    [format!("resumes:{id}:1")],
+                    |r| r.get::<_, String>(0),
+                )
+            })
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    // Round 0 runs the attempt; rounds 1-3 resume it; round 4 gives it up.
+    for round in 0..=4u32 {
+        let mut daemon = home.cmd(&["daemon"]).spawn().expect("daemon");
+        let started = std::time::Instant::now();
+        loop {
+            let v = home.task(&id).await;
+            if round < 4 && state(&v) == "RUNNING" && resumes() == round {
+                break;
+            }
+            if round == 4 && matches!(state(&v), "FAILED" | "BLOCKED") {
+                let why = reasons(&v);
+                assert!(why.contains("was resumed 3 times after restarts"), "{why}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "round {round}: {v:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // SIGKILL: the container stays and the next daemon re-attaches to it.
+        daemon.start_kill().expect("kill -9");
+        let _ = daemon.wait().await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !home.containers().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(home.containers().is_empty(), "containers left");
 }
