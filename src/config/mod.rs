@@ -181,6 +181,11 @@ pub struct VerifySettings {
     pub timeout: Duration,
     pub image: Option<String>,
     pub protected_paths: Vec<String>,
+    /// `verify.max_file_size` in bytes.
+    pub max_file_bytes: u64,
+    pub protect_check_scripts: bool,
+    pub allow_submodules: bool,
+    pub allow_attribute_filters: bool,
 }
 
 impl VerifySettings {
@@ -235,6 +240,8 @@ struct Resolved {
     event_idle_timeout: Duration,
     container_deadline: Duration,
     verify_timeout: Duration,
+    /// `verify.max_file_size`, parsed.
+    max_file_bytes: u64,
     prompt_template: Option<PathBuf>,
     limits: ResourceLimits,
     network: NetworkMode,
@@ -448,6 +455,10 @@ impl Config {
             timeout: self.resolved.verify_timeout,
             image: g.image.clone(),
             protected_paths: g.protected_paths.clone(),
+            max_file_bytes: self.resolved.max_file_bytes,
+            protect_check_scripts: g.protect_check_scripts,
+            allow_submodules: g.allow_submodules,
+            allow_attribute_filters: g.allow_attribute_filters,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {
@@ -759,6 +770,15 @@ fn resolve_global(
         "verify.timeout",
         &g.verify.timeout,
     )?;
+    let max_file_bytes = values::parse_size(&g.verify.max_file_size).map_err(|e| {
+        doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("verify"), Key("max_file_size")],
+            None,
+            format!("`verify.max_file_size` is not a valid size: {e}"),
+            "write a size with a unit, like 512k or 10m",
+        )
+    })?;
     let prompt_template = g
         .prompt_template
         .as_deref()
@@ -901,6 +921,7 @@ fn resolve_global(
         event_idle_timeout,
         container_deadline,
         verify_timeout,
+        max_file_bytes,
         prompt_template,
         limits: ResourceLimits {
             memory_bytes,

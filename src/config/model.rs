@@ -157,6 +157,16 @@ pub struct VerifyConfig {
     pub image: Option<String>,
     /// Globs the agent may not touch.
     pub protected_paths: Vec<String>,
+    /// Largest file (blob) the landing commit may add or change, like `10m` (issue 11).
+    pub max_file_size: String,
+    /// Also protect the repository files the verify commands run (`sh test.sh` protects
+    /// `test.sh`), so the agent cannot rewrite the check that judges it.
+    pub protect_check_scripts: bool,
+    /// Let the agent add or change submodules (gitlinks, `.gitmodules`); refused by default.
+    pub allow_submodules: bool,
+    /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
+    /// runs a configured program on checkout).
+    pub allow_attribute_filters: bool,
 }
 
 impl Default for VerifyConfig {
@@ -168,6 +178,10 @@ impl Default for VerifyConfig {
             timeout: "10m".into(),
             image: None,
             protected_paths: vec![".github/**".into(), ".polyphony.yaml".into()],
+            max_file_size: "10m".into(),
+            protect_check_scripts: false,
+            allow_submodules: false,
+            allow_attribute_filters: false,
         }
     }
 }

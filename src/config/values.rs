@@ -56,6 +56,31 @@ pub fn parse_memory(text: &str) -> Result<i64, String> {
     Ok(bytes as i64)
 }
 
+/// Parses a file size into bytes like [`parse_memory`] (`10m`, `512k`, `1048576`), without
+/// Docker's minimum: `verify.max_file_size`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{trimmed}` does not start with a number"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("`{trimmed}` has unknown unit `{other}`")),
+    };
+    let bytes = value * multiplier;
+    if bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{trimmed}` is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
 /// Expands `~` and `$VAR`/`${VAR}` in a path and makes it absolute against `base`.
 ///
 /// `lookup` answers environment variables; callers make `POLYPHONY_HOME` resolve to the
@@ -121,6 +146,21 @@ mod tests {
             (Ok(b), Ok(want)) => assert_eq!(b, want, "{text}"),
             (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
             (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        for (text, want) in [
+            ("10m", Ok(10 * 1024 * 1024)),
+            ("512k", Ok(512 * 1024)),
+            ("1048576", Ok(1_048_576)),
+            ("1.5k", Ok(1536)),
+        ] {
+            assert_eq!(parse_size(text), want, "{text}");
+        }
+        for bad in ["", "m", "10x", "0"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -16,12 +16,14 @@ pub mod daemon;
 pub mod failure;
 pub mod generation;
 mod intents;
+pub mod land;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
 pub mod retry;
 mod sink;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
