@@ -20,7 +20,7 @@ use polyphony::domain::{
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
 use polyphony::runtime::execute::{Scrub, VecSink};
 use polyphony::runtime::{
-    daemon_user, ensure_test_image, home_label, reattach, run_attempt, run_check, AttemptExecution,
+    daemon_user, default_container_user, ensure_test_image, home_label, reattach, run_attempt, run_check, AttemptExecution,
     ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths, WorkerRuntime,
     LABEL_HOME,
 };
@@ -196,7 +196,7 @@ async fn run(
     let spec = w.run_spec(agent, name, attempt);
     let adapter = adapter_for(agent);
     let inv = adapter.invocation(&spec, &prompt(directives, attempt));
-    let cspec = tweak(agent_spec(&spec, &inv, &w.label, &daemon_user()));
+    let cspec = tweak(agent_spec(&spec, &inv, &w.label, &default_container_user()));
     let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, attempt);
     let mut sink = VecSink::default();
     let started = Instant::now();
@@ -383,7 +383,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
     );
     let inv = adapter.invocation(&spec, &long);
     assert!(inv.stdin.is_some(), "a 200 KB prompt goes through stdin");
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let mut sink = VecSink::default();
     let exec = run_attempt(
         &w.rt,
@@ -657,7 +657,7 @@ async fn idle_kill_fires_and_cancel_kills() {
     let spec = w.run_spec(AgentType::Gemini, "cancel", 1);
     let adapter = adapter_for(AgentType::Gemini);
     let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let (tx, rx) = watch::channel(false);
     let mut sink = VecSink::default();
     let canceller = async {
@@ -732,7 +732,7 @@ async fn echoed_secret_is_stored_only_as_stars() {
         &spec,
         &adapter_for(AgentType::Claude).invocation(&spec, "hi"),
         &w.label,
-        &daemon_user(),
+        &default_container_user(),
     )
     .env_from_host(EnvVar {
         name: "K".into(),
@@ -798,17 +798,19 @@ async fn hardening_user_and_credential_staging() {
         container_path: format!("{CREDENTIAL_STAGING_DIR}/.claude"),
         read_only: true,
     });
-    let is_root = daemon_user() == "0:0";
-    if is_root {
-        chown_r(&spec.workspace, 1000, 1000);
-        chown_r(&creds, 1000, 1000);
-    }
+    // As root, the daemon's files stay root's 0600: the runtime shares the workspace with
+    // the container's group and stages a group-readable copy of the credentials.
+    std::fs::set_permissions(
+        creds.join(".credentials.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let adapter = adapter_for(AgentType::Claude);
     let inv = adapter.invocation(
         &spec,
         &prompt("polyphony-fake-sed: calc.sh s/a - b/a + b/", 1),
     );
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let id = w.rt.create(&cspec).await.expect("create");
     let info = w.rt.inspect(&id).await.expect("inspect");
     assert_eq!(info.cap_drop, vec!["ALL".to_string()]);
@@ -823,12 +825,38 @@ async fn hardening_user_and_credential_staging() {
     assert_eq!(info.init, Some(true));
     assert_eq!(info.user.as_deref(), Some("1000:1000"));
     assert_eq!(info.network_mode.as_deref(), Some("bridge"));
+    assert!(info.readonly_rootfs, "root filesystem is read-only");
+    let ulimit = |name: &str| {
+        info.ulimits
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, soft, hard)| (*soft, *hard))
+    };
+    assert_eq!(ulimit("core"), Some((0, 0)));
+    assert_eq!(ulimit("nofile"), Some((8192, 8192)));
+    assert_eq!(ulimit("nproc"), Some((8192, 8192)));
+    assert_eq!(ulimit("fsize"), Some((1 << 31, 1 << 31)));
+    assert_eq!(info.log_config["type"], "json-file");
+    assert_eq!(info.log_config["max-size"], "128m");
+    assert!(
+        info.tmpfs["/home/worker"].contains("mode=0700,uid=1000,gid=1000"),
+        "{:?}",
+        info.tmpfs
+    );
+    assert!(info.tmpfs.contains_key("/tmp"));
+    // Only the workspace and the staging copy are mounted; never the login directory.
+    let creds_str = creds.to_string_lossy().into_owned();
+    assert!(
+        info.mounts.iter().all(|(_, src)| !src.starts_with(&creds_str)),
+        "{:?}",
+        info.mounts
+    );
     assert_eq!(info.labels["polyphony.role"], "agent");
     assert_eq!(info.labels["polyphony.attempt"], "1");
     assert_eq!(info.labels["polyphony.task"], spec.task_id);
     w.rt.remove(&id).await.unwrap();
 
-    if is_root {
+    {
         let mut sink = VecSink::default();
         let exec = run_attempt(
             &w.rt,
@@ -857,14 +885,14 @@ async fn hardening_user_and_credential_staging() {
         vec![
             "/bin/sh".into(),
             "-c".into(),
-            "cat $HOME/.claude/.credentials.json && echo rewritten > $HOME/.claude/.credentials.json && cat $HOME/.claude/.credentials.json && id -u && (echo x 2>/dev/null > /polyphony/credentials/.claude/x && echo WROTE-STAGING || echo staging-read-only)".into(),
+            "cat $HOME/.claude/.credentials.json && echo rewritten > $HOME/.claude/.credentials.json && cat $HOME/.claude/.credentials.json && id -u && (echo x 2>/dev/null > /polyphony/credentials/.claude/x && echo WROTE-STAGING || echo staging-read-only) && (echo x 2>/dev/null > /etc/x && echo WROTE-ROOTFS || echo rootfs-read-only) && echo ok > /workspace/by-container && echo ok > /tmp/t".into(),
         ],
     )
     .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Verify)
     .workspace(spec.workspace.clone())
     .mount(spec.volume_mounts[0].clone())
     .network(NetworkMode::None)
-    .limits(spec.limits.clone(), &daemon_user());
+    .limits(spec.limits.clone(), &default_container_user());
     let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
         .await
         .unwrap();
@@ -876,7 +904,7 @@ async fn hardening_user_and_credential_staging() {
     );
     assert!(
         out.output_tail
-            .contains("rewritten\n1000\nstaging-read-only"),
+            .contains("rewritten\n1000\nstaging-read-only\nrootfs-read-only"),
         "{}",
         out.output_tail
     );
@@ -887,25 +915,13 @@ async fn hardening_user_and_credential_staging() {
     w.assert_no_containers().await;
 }
 
-fn chown_r(path: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-    for entry in std::fs::read_dir(path).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            chown_r(&p, uid, gid);
-        } else {
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
     let w = world!("leftover");
     let spec = w.run_spec(AgentType::Codex, "leftover", 1);
     let adapter = adapter_for(AgentType::Codex);
     let inv = adapter.invocation(&spec, &prompt("", 1));
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     // A crash left a created (never collected) container with the same name.
     let stale = w.rt.create(&cspec).await.expect("stale create");
     let mut sink = VecSink::default();
@@ -1038,7 +1054,7 @@ async fn reattach_resumes_without_duplicates() {
         &spec,
         &prompt("polyphony-fake: slow\npolyphony-fake-sleep: 5", 1),
     );
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, 1);
     let mut sink = VecSink::default();
     // The daemon "dies" 2.5 s in: the follower is dropped, the container keeps running.
@@ -1102,7 +1118,7 @@ async fn oom_kill_is_a_crash_with_the_reason() {
         ],
         stdin: None,
     };
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let adapter = adapter_for(AgentType::Claude);
     let mut sink = VecSink::default();
     let exec = run_attempt(
