@@ -992,6 +992,20 @@ fn build_identities(
             )?;
             volumes.insert(agent_type.clone(), path);
         }
+        for agent_type in &id.whole_directory {
+            if agent_type.parse::<AgentType>().is_err() {
+                return Err(doc.error(
+                    ConfigErrorKind::InvalidValue,
+                    &at("whole_directory"),
+                    Some(agent_type),
+                    format!(
+                        "identity `{}` lists unknown agent type `{agent_type}` in whole_directory",
+                        id.name
+                    ),
+                    "list agent types (claude, codex, kimi or gemini) whose whole login directory may be staged, or remove the line",
+                ));
+            }
+        }
         for (container_var, host_var) in &id.api_keys {
             if !is_env_name(container_var) || !is_env_name(host_var) {
                 return Err(doc.error(
@@ -1031,6 +1045,7 @@ fn build_identities(
             api_keys: id.api_keys.clone(),
             github_token_env: id.github_token_env.clone(),
             cost_ceiling_usd_per_day: id.cost_ceiling_usd_per_day,
+            whole_directory: id.whole_directory.clone(),
         });
     }
     Ok(out)

@@ -217,6 +217,10 @@ pub struct IdentityConfig {
     pub github_token_env: Option<String>,
     #[serde(default)]
     pub cost_ceiling_usd_per_day: Option<f64>,
+    /// Agent types whose whole login directory is staged (history, sessions and all);
+    /// by default only the files the CLI authenticates with are.
+    #[serde(default)]
+    pub whole_directory: Vec<String>,
 }
 
 // ---------------------------------------------------------------- agents.yaml

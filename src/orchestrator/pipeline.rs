@@ -464,7 +464,7 @@ impl<'a> Attempt<'a> {
                 tracing::warn!(
                     identity = %brokered.identity,
                     path = %m.host_path.display(),
-                    "credential directory does not exist; running the agent without it"
+                    "credential path does not exist; running the agent without it"
                 );
             }
             present
