@@ -668,7 +668,10 @@ mod tests {
                     "/home/me/.claude/.credentials.json",
                     "/polyphony/credentials/.claude/.credentials.json"
                 ),
-                mount("/home/me/.claude.json", "/polyphony/credentials/.claude.json"),
+                mount(
+                    "/home/me/.claude.json",
+                    "/polyphony/credentials/.claude.json"
+                ),
             ]
         );
         // Only when the identity says so is the whole directory staged.

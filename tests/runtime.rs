@@ -20,9 +20,9 @@ use polyphony::domain::{
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
 use polyphony::runtime::execute::{Scrub, VecSink};
 use polyphony::runtime::{
-    daemon_user, default_container_user, ensure_test_image, home_label, reattach, run_attempt, run_check, AttemptExecution,
-    ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths, WorkerRuntime,
-    LABEL_HOME,
+    daemon_user, default_container_user, ensure_test_image, home_label, reattach, run_attempt,
+    run_check, AttemptExecution, ContainerSpec, DockerRuntime, RunLimits, RuntimeError,
+    TranscriptPaths, WorkerRuntime, LABEL_HOME,
 };
 use tokio::sync::{watch, OnceCell};
 
@@ -169,10 +169,7 @@ fn no_cancel() -> watch::Receiver<bool> {
     rx
 }
 
-const LIMITS: RunLimits = RunLimits {
-    deadline: Duration::from_secs(60),
-    idle_timeout: Duration::from_secs(30),
-};
+const LIMITS: RunLimits = RunLimits::new(Duration::from_secs(60), Duration::from_secs(30));
 
 struct Ran {
     exec: AttemptExecution,
@@ -600,10 +597,7 @@ async fn quota_garbage_crash_for_every_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_kill_lands_within_five_seconds() {
     let w = world!("deadline");
-    let limits = RunLimits {
-        deadline: Duration::from_secs(3),
-        idle_timeout: Duration::from_secs(30),
-    };
+    let limits = RunLimits::new(Duration::from_secs(3), Duration::from_secs(30));
     let r = run(
         &w,
         AgentType::Claude,
@@ -635,10 +629,7 @@ async fn deadline_kill_lands_within_five_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_kill_fires_and_cancel_kills() {
     let w = world!("idle");
-    let limits = RunLimits {
-        deadline: Duration::from_secs(60),
-        idle_timeout: Duration::from_secs(2),
-    };
+    let limits = RunLimits::new(Duration::from_secs(60), Duration::from_secs(2));
     let r = run(
         &w,
         AgentType::Codex,
@@ -847,7 +838,9 @@ async fn hardening_user_and_credential_staging() {
     // Only the workspace and the staging copy are mounted; never the login directory.
     let creds_str = creds.to_string_lossy().into_owned();
     assert!(
-        info.mounts.iter().all(|(_, src)| !src.starts_with(&creds_str)),
+        info.mounts
+            .iter()
+            .all(|(_, src)| !src.starts_with(&creds_str)),
         "{:?}",
         info.mounts
     );
@@ -1142,5 +1135,297 @@ async fn oom_kill_is_a_crash_with_the_reason() {
             .contains("out of memory"),
         "{exec:?}"
     );
+    w.assert_no_containers().await;
+}
+
+// ---------------------------------------------------------------- hostile agents (issue 11)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_final_report_is_stored_but_never_counted() {
+    let w = world!("forge");
+    for agent in [AgentType::Claude, AgentType::Codex, AgentType::Gemini] {
+        let r = run(
+            &w,
+            agent,
+            "forge",
+            1,
+            "polyphony-fake: forge-result",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "{agent}: {:?}",
+            r.exec
+        );
+        // The real figures, not the forged 1,000,000 dollars and 999 turns.
+        assert_success_figures(agent, &r);
+        assert_eq!(r.exec.lines_after_result, 1, "{agent}");
+        assert!(
+            r.exec
+                .warnings
+                .iter()
+                .any(|w| w.contains("after the CLI's final report")),
+            "{agent}: {:?}",
+            r.exec.warnings
+        );
+        let reports = r
+            .sink
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Result)
+            .count();
+        assert_eq!(reports, 2, "{agent}: the forged report is on record too");
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_cost_is_clamped_to_a_sane_range() {
+    let w = world!("cost");
+    let limits = RunLimits {
+        max_cost_usd: 25.0,
+        ..LIMITS
+    };
+    for (n, (reported, counted)) in [("-5", 0.0), ("1000000", 25.0)].into_iter().enumerate() {
+        let r = run(
+            &w,
+            AgentType::Claude,
+            &format!("cost{n}"),
+            1,
+            &format!("polyphony-fake: forge-cost\npolyphony-fake-cost: {reported}"),
+            limits,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded, "{reported}");
+        assert_eq!(r.exec.outcome.cost_usd, Some(counted), "{reported}");
+        assert!(
+            r.exec
+                .warnings
+                .iter()
+                .any(|w| w.contains("max_cost_usd_per_attempt")),
+            "{reported}: {:?}",
+            r.exec.warnings
+        );
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_flood_is_capped_and_the_container_killed() {
+    let w = world!("flood");
+    let limits = RunLimits {
+        max_output_bytes: 1024 * 1024,
+        ..LIMITS
+    };
+    let r = run(
+        &w,
+        AgentType::Codex,
+        "flood",
+        1,
+        "polyphony-fake: flood",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Failed, "{:?}", r.exec);
+    let reason = r.exec.reason.clone().unwrap_or_default();
+    assert!(reason.contains("container.max_output"), "{reason}");
+    let stored: u64 = std::fs::metadata(&r.transcript.stdout).unwrap().len();
+    assert!(stored <= 1024 * 1024, "transcript holds {stored} bytes");
+    assert!(r.wall < Duration::from_secs(30), "killed in {:?}", r.wall);
+    assert_events_consistent(&r);
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_over_its_cap_fails_the_attempt() {
+    let w = world!("fill");
+    let limits = RunLimits {
+        max_workspace_bytes: Some(8 * 1024 * 1024),
+        ..LIMITS
+    };
+    let r = run(
+        &w,
+        AgentType::Claude,
+        "fill",
+        1,
+        "polyphony-fake: fill-workspace\npolyphony-fake-fill-mb: 16",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Failed, "{:?}", r.exec);
+    let reason = r.exec.reason.clone().unwrap_or_default();
+    assert!(reason.contains("container.max_workspace_size"), "{reason}");
+    assert!(r.wall < Duration::from_secs(30), "killed in {:?}", r.wall);
+    w.assert_no_containers().await;
+}
+
+/// The real engine, except that the log stream breaks after its first chunk.
+struct BrokenStream(DockerRuntime);
+
+impl WorkerRuntime for BrokenStream {
+    fn create<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, RuntimeError>> {
+        self.0.create(spec)
+    }
+    fn start<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.start(id)
+    }
+    fn logs<'a>(
+        &'a self,
+        id: &'a str,
+        since: Option<i64>,
+    ) -> futures_util::stream::BoxStream<'a, Result<polyphony::runtime::LogChunk, RuntimeError>>
+    {
+        use futures_util::StreamExt;
+        self.0
+            .logs(id, since)
+            .take(1)
+            .chain(futures_util::stream::once(async {
+                Err(RuntimeError::Engine {
+                    op: "logs",
+                    message: "connection reset (injected)".into(),
+                })
+            }))
+            .boxed()
+    }
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<i64, RuntimeError>> {
+        self.0.wait(id)
+    }
+    fn kill<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.kill(id)
+    }
+    fn remove<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.remove(id)
+    }
+    fn list_by_labels<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Vec<polyphony::runtime::ContainerSummary>, RuntimeError>,
+    > {
+        self.0.list_by_labels(labels)
+    }
+    fn inspect<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<polyphony::runtime::ContainerInfo, RuntimeError>>
+    {
+        self.0.inspect(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_log_stream_leaves_no_container_behind() {
+    let w = world!("broken");
+    let spec = w.run_spec(AgentType::Claude, "broken", 1);
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
+    let rt = BrokenStream(w.rt.clone());
+    let mut sink = VecSink::default();
+    let err = run_attempt(
+        &rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect_err("the stream broke");
+    assert!(err.to_string().contains("injected"), "{err}");
+    // Killed and removed at once, not left running with no deadline.
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_unprivileged_and_sees_only_credential_files() {
+    let w = world!("creds");
+    let login_home = w.home.path().join("operator");
+    let claude = login_home.join(".claude");
+    std::fs::create_dir_all(claude.join("projects")).unwrap();
+    std::fs::write(claude.join(".credentials.json"), "{\"claudeAiOauth\":{}}").unwrap();
+    std::fs::write(claude.join("projects/history.jsonl"), "old conversation").unwrap();
+    std::fs::write(login_home.join(".claude.json"), "{\"oauthAccount\":{}}").unwrap();
+    for f in [
+        claude.join(".credentials.json"),
+        login_home.join(".claude.json"),
+    ] {
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    let ident = polyphony::domain::Identity {
+        name: "op".into(),
+        volumes: [("claude".to_string(), claude.clone())].into(),
+        api_keys: Default::default(),
+        github_token_env: None,
+        cost_ceiling_usd_per_day: None,
+        whole_directory: vec![],
+    };
+    let mut spec = w.run_spec(AgentType::Claude, "creds", 1);
+    spec.volume_mounts = polyphony::identity::broker(&ident, AgentType::Claude)
+        .unwrap()
+        .volume_mounts;
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: show-home", 1));
+    let user = default_container_user();
+    let cspec = agent_spec(&spec, &inv, &w.label, &user);
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
+    let text: String = sink
+        .events
+        .iter()
+        .map(|e| e.summary.clone() + "\n")
+        .collect();
+    let uid = user.split(':').next().unwrap();
+    assert_ne!(uid, "0", "never root by default");
+    assert!(text.contains(&format!("uid={uid} ")), "{text}");
+    assert!(text.contains("./.claude/.credentials.json"), "{text}");
+    assert!(text.contains("./.claude.json"), "{text}");
+    assert!(
+        !text.contains("history"),
+        "history must not be staged: {text}"
+    );
+    assert!(text.contains("root: read-only"), "{text}");
+    // The agent's edit landed in the workspace the daemon still owns.
+    assert!(file(&spec.workspace, "POLYPHONY_FAKE.md").is_some());
     w.assert_no_containers().await;
 }

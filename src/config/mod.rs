@@ -217,6 +217,9 @@ struct Resolved {
     prompt_template: Option<PathBuf>,
     limits: ResourceLimits,
     network: NetworkMode,
+    /// `container.max_output` and `container.max_workspace_size`, in bytes.
+    max_output_bytes: u64,
+    max_workspace_bytes: u64,
     /// Parallel to `global.repos`.
     repo_globs: Vec<GlobMatcher>,
     /// Parallel to `global.repos`: each entry's `verify.timeout`, parsed.
@@ -354,6 +357,21 @@ impl Config {
 
     pub fn default_network(&self) -> &NetworkMode {
         &self.resolved.network
+    }
+
+    /// `container.max_output` in bytes.
+    pub fn max_output_bytes(&self) -> u64 {
+        self.resolved.max_output_bytes
+    }
+
+    /// `container.max_workspace_size` in bytes.
+    pub fn max_workspace_bytes(&self) -> u64 {
+        self.resolved.max_workspace_bytes
+    }
+
+    /// `container.max_cost_usd_per_attempt`.
+    pub fn max_cost_usd_per_attempt(&self) -> f64 {
+        self.global.container.max_cost_usd_per_attempt
     }
 
     /// `$POLYPHONY_HOME/queue.db`.
@@ -739,6 +757,30 @@ fn resolve_global(
         "container.network",
         &g.container.network,
     )?;
+    let max_output_bytes = memory_at(
+        doc,
+        &[Key("container"), Key("max_output")],
+        "container.max_output",
+        &g.container.max_output,
+    )?
+    .max(0) as u64;
+    let max_workspace_bytes = memory_at(
+        doc,
+        &[Key("container"), Key("max_workspace_size")],
+        "container.max_workspace_size",
+        &g.container.max_workspace_size,
+    )?
+    .max(0) as u64;
+    let max_cost = g.container.max_cost_usd_per_attempt;
+    if !(max_cost.is_finite() && max_cost > 0.0) {
+        return Err(doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("container"), Key("max_cost_usd_per_attempt")],
+            None,
+            format!("`container.max_cost_usd_per_attempt` is {max_cost}, not a positive number of dollars"),
+            "set it to the most one attempt may cost, e.g. 100",
+        ));
+    }
 
     let positive = |ok: bool, path: &[Seg<'_>], field: &str, fix: &str| {
         if ok {
@@ -860,6 +902,8 @@ fn resolve_global(
             user: g.container.user.clone(),
         },
         network,
+        max_output_bytes,
+        max_workspace_bytes,
         repo_globs,
         repo_verify_timeouts,
         files: BTreeMap::new(),

@@ -71,6 +71,15 @@ pub struct ContainerConfig {
     pub user: Option<String>,
     /// Default network for agent containers: `bridge`, `none` or `host`.
     pub network: String,
+    /// Output (both streams) stored per attempt, e.g. `64m`; past it the container is
+    /// killed and the attempt fails.
+    pub max_output: String,
+    /// Largest workspace an attempt may grow, e.g. `10g`; past it the container is killed
+    /// and the attempt fails.
+    pub max_workspace_size: String,
+    /// Largest cost (dollars) one attempt may report; other figures are clamped to
+    /// `0..=max` with a warning on the attempt.
+    pub max_cost_usd_per_attempt: f64,
 }
 
 impl Default for ContainerConfig {
@@ -83,6 +92,9 @@ impl Default for ContainerConfig {
             pids_limit: 512,
             user: None,
             network: "bridge".into(),
+            max_output: "64m".into(),
+            max_workspace_size: "10g".into(),
+            max_cost_usd_per_attempt: crate::agents::DEFAULT_MAX_COST_USD,
         }
     }
 }

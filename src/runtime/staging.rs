@@ -95,7 +95,11 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
         })?;
     }
     if let Some(input) = &spec.stdin {
-        let target = root.join(STDIN_FILE.trim_start_matches(STAGING_ROOT).trim_start_matches('/'));
+        let target = root.join(
+            STDIN_FILE
+                .trim_start_matches(STAGING_ROOT)
+                .trim_start_matches('/'),
+        );
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err("staging stdin", e))?;
         }
