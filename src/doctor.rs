@@ -212,6 +212,20 @@ pub fn disk_check(what: &str, path: &Path, free: Result<u64, &str>) -> Check {
     }
 }
 
+/// A setting `allow_unsafe: true` accepted: a warning naming where it is and the fix.
+pub fn unsafe_check(item: &crate::config::ConfigError) -> Check {
+    let at = if item.line > 0 {
+        format!("{}:{}", item.file.display(), item.line)
+    } else {
+        item.file.display().to_string()
+    };
+    Check::warn(
+        "unsafe setting (allow_unsafe)",
+        format!("{} ({at})", item.message),
+        item.fix.clone(),
+    )
+}
+
 /// A credential directory of an identity, which is bind-mounted read-only: Docker refuses
 /// to create a container whose mount source is missing.
 pub fn volume_check(identity: &str, agent_type: &str, path: &Path, exists: bool) -> Check {
@@ -388,6 +402,9 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
                 &used_by,
                 present.as_ref().map(|b| *b).map_err(String::as_str),
             ));
+        }
+        for item in config.unsafe_settings() {
+            checks.push(unsafe_check(item));
         }
         credential_checks(config, lookup, &mut checks);
         github_checks(config, lookup, &mut checks).await;

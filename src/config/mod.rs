@@ -16,6 +16,7 @@
 //! Must not: touch the store, the network or Docker; decide routing (that is `routing/`).
 //! API Boundary: [`Config`] and its accessors.
 
+mod consent;
 pub mod error;
 pub mod locate;
 pub mod model;
@@ -204,6 +205,9 @@ pub struct Config {
     pub agents: Vec<AgentProfile>,
     pub routing: RoutingFile,
     resolved: Resolved,
+    /// Unsafe settings accepted by `allow_unsafe: true` (empty otherwise: without consent
+    /// they fail the load). `doctor` and `config check` print one warning per item.
+    unsafe_settings: Vec<ConfigError>,
 }
 
 #[derive(Debug, Clone)]
@@ -295,6 +299,19 @@ impl Config {
         let agent_names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
         validate_routing(&routing, &docs.routing, &agent_names, &identity_names)?;
 
+        let unsafe_settings = consent::unsafe_settings(&global, &identities, &agents_file, &docs);
+        if !global.allow_unsafe {
+            if let Some(first) = unsafe_settings.first() {
+                let mut e = first.clone();
+                if unsafe_settings.len() > 1 {
+                    e.message.push_str(&format!(
+                        " (and {} more unsafe setting(s); `allow_unsafe: true` lists them in `config check`)",
+                        unsafe_settings.len() - 1
+                    ));
+                }
+                return Err(e);
+            }
+        }
         let mut resolved = resolved;
         resolved.files = FILES
             .iter()
@@ -313,7 +330,14 @@ impl Config {
             agents,
             routing,
             resolved,
+            unsafe_settings,
         })
+    }
+
+    /// The unsafe settings `allow_unsafe: true` accepted, one warning each (file:line,
+    /// what, fix).
+    pub fn unsafe_settings(&self) -> &[ConfigError] {
+        &self.unsafe_settings
     }
 
     pub fn workspace_root(&self) -> &Path {

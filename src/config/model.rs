@@ -33,6 +33,10 @@ pub struct GlobalConfig {
     pub verify: VerifyConfig,
     /// Per-repository overrides, first matching entry wins.
     pub repos: Vec<RepoConfig>,
+    /// Consent to settings that weaken isolation (hardening off, `network: host`, user 0,
+    /// a dangerous credential volume, the GitHub token in `api_keys`, empty
+    /// `protected_paths`). Without it they fail the load; with it each one is a warning.
+    pub allow_unsafe: bool,
 }
 
 impl Default for GlobalConfig {
@@ -51,6 +55,7 @@ impl Default for GlobalConfig {
             github: GithubConfig::default(),
             verify: VerifyConfig::default(),
             repos: Vec::new(),
+            allow_unsafe: false,
         }
     }
 }
