@@ -461,7 +461,8 @@ fn unsafe_settings_need_consent_then_warn_in_config_check_and_doctor() {
     );
     assert!(stderr.contains("config.yaml:"), "{stderr}");
     let out = polyphony(home.path()).arg("doctor").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(
         text.contains("unsafe setting (allow_unsafe)") && text.contains("network: host"),
         "{text}"

@@ -1429,3 +1429,43 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
     assert!(file(&spec.workspace, "POLYPHONY_FAKE.md").is_some());
     w.assert_no_containers().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_removes_containers_past_their_labelled_deadline() {
+    use polyphony::runtime::watchdog::{sweep, LABEL_DEADLINE};
+    let w = world!("watchdog");
+    let spec = w.run_spec(AgentType::Claude, "watchdog", 1);
+    let mk = |name: &str, deadline: i64| {
+        let mut c = ContainerSpec::new(
+            format!("polyphony-{}-{name}", w.prefix),
+            w.image.clone(),
+            vec!["/bin/sh".into(), "-c".into(), "sleep 1000".into()],
+        )
+        .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Agent)
+        .network(NetworkMode::None)
+        .limits(ResourceLimits::default(), &default_container_user());
+        c.labels
+            .insert(LABEL_DEADLINE.to_string(), deadline.to_string());
+        c
+    };
+    let now = chrono::Utc::now();
+    let late = w.rt.create(&mk("late", now.timestamp() - 5)).await.unwrap();
+    w.rt.start(&late).await.unwrap();
+    let fine =
+        w.rt.create(&mk("fine", now.timestamp() + 3600))
+            .await
+            .unwrap();
+    w.rt.start(&fine).await.unwrap();
+    let swept = sweep(&w.rt, &w.label, now).await.unwrap();
+    assert_eq!(swept, vec![format!("polyphony-{}-late", w.prefix)]);
+    assert!(matches!(
+        w.rt.inspect(&late).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(
+        w.rt.inspect(&fine).await.is_ok(),
+        "a container within its deadline stays"
+    );
+    w.rt.remove(&fine).await.unwrap();
+    w.assert_no_containers().await;
+}

@@ -191,6 +191,7 @@ pub async fn run_attempt(
     scrub: Scrub<'_>,
     cancel: watch::Receiver<bool>,
 ) -> Result<AttemptExecution, RuntimeError> {
+    let spec = &with_deadline(spec, limits.deadline);
     let id = rt.create(spec).await?;
     sink.container_created(&id);
     let started = Instant::now();
@@ -216,6 +217,17 @@ pub async fn run_attempt(
     )
     .await;
     discard_on_error(rt, &id, result).await
+}
+
+/// `spec` labelled with its deadline, so the watchdog can enforce it even when nobody
+/// follows the container any more.
+fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
+    let mut spec = spec.clone();
+    spec.labels.insert(
+        super::watchdog::LABEL_DEADLINE.to_string(),
+        super::watchdog::deadline_label(Utc::now(), deadline),
+    );
+    spec
 }
 
 /// The host path bound at `/workspace`, if any.
@@ -301,6 +313,7 @@ pub async fn run_check(
     timeout: Duration,
     scrub: Scrub<'_>,
 ) -> Result<CheckRun, RuntimeError> {
+    let spec = &with_deadline(spec, timeout);
     let id = rt.create(spec).await?;
     let started = Instant::now();
     let result = run_check_inner(rt, &id, timeout, scrub, started).await;

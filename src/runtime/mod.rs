@@ -19,6 +19,7 @@ pub mod execute;
 pub mod staging;
 pub mod stream;
 pub mod test_image;
+pub mod watchdog;
 
 use std::collections::BTreeMap;
 use std::path::Path;
