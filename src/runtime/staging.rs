@@ -27,6 +27,35 @@ use super::container_spec::{ContainerSpec, CREDENTIAL_STAGING_DIR, STAGING_ROOT,
 use super::RuntimeError;
 use crate::domain::VolumeMount;
 
+/// Staging directories are `<temp dir>/polyphony-stage-<home label>-<random>`.
+pub const STAGE_PREFIX: &str = "polyphony-stage-";
+
+/// Removes this home's staging directories older than `age` (left by a daemon that was
+/// killed: a live container's entrypoint copied its files within seconds of starting).
+/// Returns how many were removed.
+pub fn sweep_stale(home_label: &str, age: std::time::Duration) -> usize {
+    let prefix = format!("{STAGE_PREFIX}{home_label}-");
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|e| e > age);
+        if old && fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A numeric `uid:gid`, or `None` for a user given by name (nothing to hand over then).
 pub fn numeric_user(user: &str) -> Option<(u32, u32)> {
     let (uid, gid) = user.split_once(':').unwrap_or((user, user));
@@ -71,8 +100,13 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
     if credentials.is_empty() && spec.stdin.is_none() {
         return Ok((out, None));
     }
+    let home = spec
+        .labels
+        .get(super::LABEL_HOME)
+        .map(String::as_str)
+        .unwrap_or("none");
     let dir = tempfile::Builder::new()
-        .prefix("polyphony-stage-")
+        .prefix(&format!("{STAGE_PREFIX}{home}-"))
         .tempdir()
         .map_err(|e| RuntimeError::Io(format!("cannot create a staging directory: {e}")))?;
     let root = dir.path();
@@ -258,6 +292,21 @@ mod tests {
         assert_eq!(mode & 0o007, 0, "never world-readable: {mode:o}");
         drop(staged);
         assert!(!root.exists(), "removed on drop");
+    }
+
+    #[test]
+    fn stale_staging_of_this_home_only_is_swept() {
+        let ours = format!("sweep-{}", std::process::id());
+        let mine = std::env::temp_dir().join(format!("{STAGE_PREFIX}{ours}-a"));
+        let theirs = std::env::temp_dir().join(format!("{STAGE_PREFIX}{ours}x-a"));
+        fs::create_dir_all(&mine).unwrap();
+        fs::create_dir_all(&theirs).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(sweep_stale(&ours, std::time::Duration::from_secs(3600)), 0);
+        assert_eq!(sweep_stale(&ours, std::time::Duration::ZERO), 1);
+        assert!(!mine.exists());
+        assert!(theirs.exists(), "another home's directory stays");
+        fs::remove_dir_all(theirs).unwrap();
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Every container Polyphony starts carries [`LABEL_DEADLINE`] (Unix seconds: its own
 //! deadline plus [`GRACE`]), set by `execute` when it creates the container. The daemon
-//! sweeps every [`SWEEP_EVERY`].
+//! sweeps every [`SWEEP_EVERY`], and also removes this home's staging directories (the
+//! per-container credential copies) that a killed daemon left behind.
 
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ pub const LABEL_DEADLINE: &str = "polyphony.deadline";
 /// Added to a container's own deadline before the watchdog acts: the follower kills on
 /// time and needs a moment to collect the exit code and the last lines.
 pub const GRACE: Duration = Duration::from_secs(60);
+/// Staging directories (credential copies) older than this with no process owning them
+/// are removed by the sweep.
+pub const STALE_STAGING: Duration = Duration::from_secs(10 * 60);
 /// How often the daemon sweeps.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
@@ -41,6 +45,13 @@ pub async fn sweep(
     home_label: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, RuntimeError> {
+    let stale = super::staging::sweep_stale(home_label, STALE_STAGING);
+    if stale > 0 {
+        tracing::info!(
+            removed = stale,
+            "removed staging directories left by an earlier run"
+        );
+    }
     let found = rt
         .list_by_labels(&[(LABEL_HOME.to_string(), home_label.to_string())])
         .await?;
