@@ -669,6 +669,18 @@ fn memory_at(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, text: &str) -> Result
     })
 }
 
+fn size_at(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, text: &str) -> Result<u64, ConfigError> {
+    values::parse_size(text).map_err(|e| {
+        doc.error(
+            ConfigErrorKind::InvalidValue,
+            path,
+            None,
+            format!("`{field}` is not a valid size: {e}"),
+            "write a size with a unit, like 64m or 10g",
+        )
+    })
+}
+
 fn network_at(
     doc: &Doc<'_>,
     path: &[Seg<'_>],
@@ -781,20 +793,18 @@ fn resolve_global(
         "container.network",
         &g.container.network,
     )?;
-    let max_output_bytes = memory_at(
+    let max_output_bytes = size_at(
         doc,
         &[Key("container"), Key("max_output")],
         "container.max_output",
         &g.container.max_output,
-    )?
-    .max(0) as u64;
-    let max_workspace_bytes = memory_at(
+    )?;
+    let max_workspace_bytes = size_at(
         doc,
         &[Key("container"), Key("max_workspace_size")],
         "container.max_workspace_size",
         &g.container.max_workspace_size,
-    )?
-    .max(0) as u64;
+    )?;
     let max_cost = g.container.max_cost_usd_per_attempt;
     if !(max_cost.is_finite() && max_cost > 0.0) {
         return Err(doc.error(
