@@ -114,6 +114,17 @@ pub(super) fn unsafe_settings(
                 "use `bridge` (or `none`)",
             );
         }
+        if let Some(user) = &a.user {
+            if user.split(':').next().map(str::trim) == Some("0") {
+                push(
+                    &docs.agents,
+                    &[Key("agents"), Item(i), Key("user")],
+                    None,
+                    format!("agent `{}` runs as root (`user: {user}`)", a.name),
+                    "remove it (a root daemon then uses 1000:1000) or give an unprivileged uid:gid",
+                );
+            }
+        }
         if let Some(h) = &a.hardening {
             for (field, on) in [
                 ("cap_drop_all", h.cap_drop_all),

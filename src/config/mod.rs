@@ -625,6 +625,7 @@ fn default_agent_config(t: AgentType) -> AgentConfig {
         cpus: None,
         pids_limit: None,
         hardening: None,
+        user: None,
     }
 }
 
@@ -1245,6 +1246,17 @@ fn build_agents(
                 "set max_turns to 1 or more, or remove it for the CLI's default",
             ));
         }
+        if let Some(user) = &a.user {
+            if !valid_user(user) {
+                return Err(doc.error(
+                    ConfigErrorKind::InvalidValue,
+                    &at("user"),
+                    None,
+                    format!("agent `{}` has user `{user}`, not `uid` or `uid:gid`", a.name),
+                    "use numeric ids like 1000:1000, or remove it for `container.user`",
+                ));
+            }
+        }
         let hardening = a.hardening.clone().unwrap_or_default();
         out.push(AgentProfile {
             name: a.name.clone(),
@@ -1276,7 +1288,7 @@ fn build_agents(
                 cap_drop_all: hardening.cap_drop_all,
                 no_new_privileges: hardening.no_new_privileges,
                 init: hardening.init,
-                user: g.container.user.clone(),
+                user: a.user.clone().or_else(|| g.container.user.clone()),
             }),
         });
     }

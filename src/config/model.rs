@@ -287,6 +287,9 @@ pub struct AgentConfig {
     /// Turn hardening off for this profile (all on by default).
     #[serde(default)]
     pub hardening: Option<HardeningConfig>,
+    /// `uid:gid` this agent's containers run as; default `container.user`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
