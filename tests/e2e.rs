@@ -866,6 +866,13 @@ async fn an_identity_over_its_daily_ceiling_waits_and_status_says_so() {
         reasons.iter().any(|r| r.contains("daily ceiling")),
         "{reasons:?}"
     );
+    // The hold names the attempt whose figure weighs most (issue 11).
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains(&format!("largest: {} attempt 1, $0.04", ids[0]))),
+        "{reasons:?}"
+    );
     assert_eq!(v["task"]["failures"], 0, "waiting is not a failure");
     assert_eq!(v["task"]["attempts"], 0, "no attempt was spent");
     let next = time(&v["task"]["next_attempt_at"]);

@@ -1252,7 +1252,10 @@ fn build_agents(
                     ConfigErrorKind::InvalidValue,
                     &at("user"),
                     None,
-                    format!("agent `{}` has user `{user}`, not `uid` or `uid:gid`", a.name),
+                    format!(
+                        "agent `{}` has user `{user}`, not `uid` or `uid:gid`",
+                        a.name
+                    ),
                     "use numeric ids like 1000:1000, or remove it for `container.user`",
                 ));
             }

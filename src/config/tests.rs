@@ -592,9 +592,21 @@ fn consent_turns_each_unsafe_setting_into_a_warning() {
 fn a_profile_may_set_its_own_container_user_but_not_root() {
     let agents = "agents:\n  - name: claude\n    agent_type: claude\n    user: \"2000:2000\"\n  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
     let cfg = load(&with(AGENTS_FILE, agents)).unwrap();
-    let user = |name: &str| cfg.agent(name).unwrap().limits.as_ref().unwrap().user.clone();
+    let user = |name: &str| {
+        cfg.agent(name)
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap()
+            .user
+            .clone()
+    };
     assert_eq!(user("claude").as_deref(), Some("2000:2000"));
-    assert_eq!(user("codex"), None, "unset: container.user, then the runtime default");
+    assert_eq!(
+        user("codex"),
+        None,
+        "unset: container.user, then the runtime default"
+    );
     check_err(
         AGENTS_FILE,
         &agents.replace("2000:2000", "0:0"),

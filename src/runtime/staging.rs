@@ -189,9 +189,7 @@ fn restrict(path: &Path, gid: Option<u32>) -> io::Result<()> {
     if gid.is_some() {
         std::os::unix::fs::lchown(path, None, gid)?;
     }
-    let (mode, group_mode) = if meta.is_dir() {
-        (0o700, 0o050)
-    } else if meta.mode() & 0o100 != 0 {
+    let (mode, group_mode) = if meta.is_dir() || meta.mode() & 0o100 != 0 {
         (0o700, 0o050)
     } else {
         (0o600, 0o040)
