@@ -1428,6 +1428,15 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
     // The agent's edit landed in the workspace the daemon still owns.
     assert!(file(&spec.workspace, "POLYPHONY_FAKE.md").is_some());
     w.assert_no_containers().await;
+    // The per-container credential copy went with the container.
+    let prefix = format!("polyphony-stage-{}-", w.label);
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
