@@ -26,6 +26,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             for warning in unprotected_check_scripts(&config) {
                 eprintln!("warning: {warning}");
             }
+            // Accepted by `allow_unsafe: true`: one warning each, on stderr so the YAML
+            // and JSON on stdout stay as they were.
+            for item in config.unsafe_settings() {
+                eprintln!("warning: unsafe setting accepted by allow_unsafe: {item}");
+            }
             let effective = config.effective();
             if json {
                 print_json(&effective)?;

@@ -30,6 +30,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Units are binary (`k` = 1024), as Docker's `--memory` reads them.
 pub fn parse_memory(text: &str) -> Result<i64, String> {
     let trimmed = text.trim();
+    let bytes = bytes_of(trimmed)?;
+    // Docker refuses limits under 6 MiB; anything smaller is a typo such as `4` for `4g`.
+    if bytes < 6.0 * 1024.0 * 1024.0 {
+        return Err(format!("`{trimmed}` is below Docker's 6m minimum"));
+    }
+    if bytes > i64::MAX as f64 {
+        return Err(format!("`{trimmed}` is too large"));
+    }
+    Ok(bytes as i64)
+}
+
+/// `12.5m` -> bytes (k, m, g, t with or without `b`/`ib`; a bare number is bytes).
+fn bytes_of(trimmed: &str) -> Result<f64, String> {
     let split = trimmed
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(trimmed.len());
@@ -45,38 +58,20 @@ pub fn parse_memory(text: &str) -> Result<i64, String> {
         "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         other => return Err(format!("`{trimmed}` has unknown unit `{other}`")),
     };
-    let bytes = value * multiplier;
-    // Docker refuses limits under 6 MiB; anything smaller is a typo such as `4` for `4g`.
-    if bytes < 6.0 * 1024.0 * 1024.0 {
-        return Err(format!("`{trimmed}` is below Docker's 6m minimum"));
+    Ok(value * multiplier)
+}
+
+/// A byte size like `64m` or `512k` with no engine minimum (output and workspace caps,
+/// `verify.max_file_size`);
+/// at least 1 KiB, so a bare `4` meant as `4g` is still caught.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let bytes = bytes_of(trimmed)?;
+    if bytes < 1024.0 {
+        return Err(format!("`{trimmed}` is below the 1k minimum"));
     }
     if bytes > i64::MAX as f64 {
         return Err(format!("`{trimmed}` is too large"));
-    }
-    Ok(bytes as i64)
-}
-
-/// Parses a file size into bytes like [`parse_memory`] (`10m`, `512k`, `1048576`), without
-/// Docker's minimum: `verify.max_file_size`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{trimmed}` does not start with a number"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("`{trimmed}` has unknown unit `{other}`")),
-    };
-    let bytes = value * multiplier;
-    if bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("`{trimmed}` is out of range"));
     }
     Ok(bytes as u64)
 }

@@ -113,7 +113,7 @@ impl Orchestrator {
             }
         };
         let home_label = crate::runtime::home_label(&config.home);
-        let default_user = crate::runtime::daemon_user();
+        let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
             max_attempts: config.max_attempts(),
             ..RetryPolicy::default()

@@ -552,7 +552,7 @@ impl<'a> Attempt<'a> {
                 tracing::warn!(
                     identity = %brokered.identity,
                     path = %m.host_path.display(),
-                    "credential directory does not exist; running the agent without it"
+                    "credential path does not exist; running the agent without it"
                 );
             }
             present
@@ -570,10 +570,22 @@ impl<'a> Attempt<'a> {
                 .cost_spent_since(&brokered.identity, day_start)
                 .map_err(Failure::crash)?;
             if spent >= ceiling {
+                // Name the attempt whose figure weighs most, so one forged or runaway
+                // report never holds an identity silently.
+                let largest = self
+                    .db()
+                    .largest_cost_since(&brokered.identity, day_start)
+                    .ok()
+                    .flatten()
+                    .map(|(task, attempt, cost)| {
+                        format!(" (largest: {task} attempt {attempt}, ${cost:.2}; check it with `polyphony status {task}`)")
+                    })
+                    .unwrap_or_default();
+                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{largest}");
                 let mut failure = Failure::new(
                     AttemptStatus::Cancelled,
                     format!(
-                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC",
+                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC{largest}",
                         brokered.identity
                     ),
                 );
@@ -661,9 +673,13 @@ impl<'a> Attempt<'a> {
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
             idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
+            max_output_bytes: config.max_output_bytes(),
+            max_workspace_bytes: Some(config.max_workspace_bytes()),
+            max_cost_usd: config.max_cost_usd_per_attempt(),
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
@@ -764,10 +780,18 @@ impl<'a> Attempt<'a> {
                 .final_message
                 .as_deref()
                 .map(|m| self.scrubber.scrub_line(m).into_owned()),
-            reason: exec
-                .reason
-                .as_deref()
-                .map(|r| self.scrubber.scrub_line(r).into_owned()),
+            // Figures the runtime did not take as reported (a clamped cost) stay visible in
+            // `status TASK`, even on a successful attempt.
+            reason: {
+                let parts: Vec<&str> = exec
+                    .reason
+                    .iter()
+                    .chain(&exec.warnings)
+                    .map(String::as_str)
+                    .collect();
+                (!parts.is_empty())
+                    .then(|| self.scrubber.scrub_line(&parts.join("; ")).into_owned())
+            },
             events: exec.events,
             artifacts: vec![
                 TranscriptPaths::under(self.orch.home(), &self.task.id, self.attempt)

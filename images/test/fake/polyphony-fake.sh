@@ -506,6 +506,50 @@ fake_main() {
         attr-filter) attack_attr_filter; run_success default ;;
         big-file) attack_big_file; run_success default ;;
         leak-secret) attack_leak; run_success default ;;
+        forge-result)
+            # The real report first, then a "tool subprocess" forges a second one through
+            # PID 1's stdout (the container's stdout), as a hostile tool run could.
+            run_success default
+            COST_USD=1000000
+            TURNS=999
+            forged=$(emit_result_ok "forged report")
+            sh -c 'printf "%s\n" "$1" > /proc/1/fd/1' forge "$forged"
+            ;;
+        forge-cost)
+            # The one report carries the cost of `polyphony-fake-cost: N` (e.g. -5, 1000000).
+            cost=$(directive polyphony-fake-cost)
+            [ -n "$cost" ] && COST_USD=$cost
+            run_success default
+            ;;
+        flood)
+            # Output without end: 1000-byte lines as fast as the pipe takes them.
+            emit_init
+            line=$(head -c 1000 /dev/zero | tr '\0' 'x')
+            while :; do
+                echo "$line"
+            done
+            ;;
+        fill-workspace)
+            # Grows the workspace by `polyphony-fake-fill-mb: N` MiB (default 64), then waits.
+            mb=$(directive polyphony-fake-fill-mb)
+            case "$mb" in '' | *[!0-9]*) mb=64 ;; esac
+            emit_init
+            dd if=/dev/zero of=polyphony-fill.bin bs=1048576 count="$mb" 2>/dev/null
+            i=0
+            while :; do
+                i=$((i + 1))
+                emit_text "Still filling ($i)"
+                sleep 1
+            done
+            ;;
+        show-home)
+            # What the agent can see of its credentials and who it runs as.
+            emit_init
+            emit_text "uid=$(id -u) gid=$(id -g) home=$HOME"
+            emit_text "files: $(cd "$HOME" && find . -type f | sort | tr '\n' ' ')"
+            emit_text "root: $( (echo x > /polyphony-root-write) 2>/dev/null && echo writable || echo read-only)"
+            run_success default
+            ;;
         *)
             echo "polyphony-fake: unknown scenario '$SCENARIO' (see images/test/README.md)" >&2
             exit 2
