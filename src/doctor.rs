@@ -212,6 +212,20 @@ pub fn disk_check(what: &str, path: &Path, free: Result<u64, &str>) -> Check {
     }
 }
 
+/// A setting `allow_unsafe: true` accepted: a warning naming where it is and the fix.
+pub fn unsafe_check(item: &crate::config::ConfigError) -> Check {
+    let at = if item.line > 0 {
+        format!("{}:{}", item.file.display(), item.line)
+    } else {
+        item.file.display().to_string()
+    };
+    Check::warn(
+        "unsafe setting (allow_unsafe)",
+        format!("{} ({at})", item.message),
+        item.fix.clone(),
+    )
+}
+
 /// A credential directory of an identity, which is bind-mounted read-only: Docker refuses
 /// to create a container whose mount source is missing.
 pub fn volume_check(identity: &str, agent_type: &str, path: &Path, exists: bool) -> Check {
@@ -229,6 +243,29 @@ pub fn volume_check(identity: &str, agent_type: &str, path: &Path, exists: bool)
             ),
         )
     }
+}
+
+/// Which of an agent type's credential files (`identity::credential_files`) exist: the
+/// containers get only those. None at all means the agent runs logged out.
+pub fn staged_files_check(identity: &str, agent_type: &str, files: &[(String, bool)]) -> Check {
+    let name = format!("identity {identity}: {agent_type} files staged");
+    let present: Vec<&str> = files
+        .iter()
+        .filter(|(_, e)| *e)
+        .map(|(f, _)| f.as_str())
+        .collect();
+    if present.is_empty() {
+        let expected: Vec<&str> = files.iter().map(|(f, _)| f.as_str()).collect();
+        return Check::warn(
+            name,
+            format!("none of {} exists", expected.join(", ")),
+            format!(
+                "log in with the {agent_type} CLI (or give an API key), or list {agent_type} \
+                 under `whole_directory` of identity `{identity}` if its login lives elsewhere"
+            ),
+        );
+    }
+    Check::pass(name, present.join(", "))
 }
 
 /// An API-key variable an identity passes into containers. Only whether it is set.
@@ -389,6 +426,9 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
                 present.as_ref().map(|b| *b).map_err(String::as_str),
             ));
         }
+        for item in config.unsafe_settings() {
+            checks.push(unsafe_check(item));
+        }
         credential_checks(config, lookup, &mut checks);
         github_checks(config, lookup, &mut checks).await;
     } else {
@@ -530,6 +570,16 @@ fn credential_checks(
                 path,
                 path.exists(),
             ));
+            let Ok(t) = agent_type.parse::<crate::domain::AgentType>() else {
+                continue;
+            };
+            if path.exists() {
+                let staged: Vec<(String, bool)> = crate::identity::volume_mounts(identity, t)
+                    .into_iter()
+                    .map(|m| (m.host_path.display().to_string(), m.host_path.exists()))
+                    .collect();
+                checks.push(staged_files_check(&identity.name, agent_type, &staged));
+            }
         }
         for (container_var, host_var) in &identity.api_keys {
             let set = lookup(host_var).is_some_and(|v| !v.is_empty());
@@ -765,6 +815,25 @@ mod tests {
             "EACCES",
             Some("readable"),
         );
+    }
+
+    #[test]
+    fn staged_files_are_named_and_none_is_a_warning() {
+        let files = |present: bool| {
+            vec![
+                ("/h/.claude/.credentials.json".to_string(), present),
+                ("/h/.claude.json".to_string(), false),
+            ]
+        };
+        let ok = staged_files_check("me", "claude", &files(true));
+        assert_eq!(ok.level, Level::Pass);
+        assert_eq!(ok.detail, "/h/.claude/.credentials.json");
+        let none = staged_files_check("me", "claude", &files(false));
+        assert_eq!(none.level, Level::Warn);
+        assert!(none
+            .detail
+            .contains("none of /h/.claude/.credentials.json, /h/.claude.json"));
+        assert!(none.fix.unwrap().contains("whole_directory"));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -864,6 +864,13 @@ async fn an_identity_over_its_daily_ceiling_waits_and_status_says_so() {
         .collect();
     assert!(
         reasons.iter().any(|r| r.contains("daily ceiling")),
+        "{reasons:?}"
+    );
+    // The hold names the attempt whose figure weighs most (issue 11).
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains(&format!("largest: {} attempt 1, $0.04", ids[0]))),
         "{reasons:?}"
     );
     assert_eq!(v["task"]["failures"], 0, "waiting is not a failure");
@@ -1765,6 +1772,162 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
         text(&out.stdout)
     );
     println!("kill_9_container_lost: {:?}", started.elapsed());
+}
+
+/// Issue 11 "results come from the agent CLI": a tool subprocess forges a final report
+/// with a $1,000,000 cost through PID 1's stdout, and another run reports $1,000,000
+/// itself. Neither holds the identity: the forged line is not counted, the real-but-absurd
+/// figure is clamped to `container.max_cost_usd_per_attempt` with a warning in `status`,
+/// the next task still runs, no container is left and the daemon stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_absurd_costs_never_hold_the_identity() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            max_concurrent: 1,
+            ..Conf::default()
+        },
+        None,
+    );
+    let config = home.path.join("config.yaml");
+    let text_conf = std::fs::read_to_string(&config).expect("config.yaml");
+    std::fs::write(
+        &config,
+        text_conf.replace("  cpus: 1\n", "  cpus: 1\n  max_cost_usd_per_attempt: 1\n"),
+    )
+    .expect("write config.yaml");
+    let identities = home.path.join("identities.yaml");
+    let written = std::fs::read_to_string(&identities).expect("identities.yaml");
+    std::fs::write(
+        &identities,
+        written.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 5\n",
+        ),
+    )
+    .expect("write identities.yaml");
+    let mut ids = Vec::new();
+    for (title, scenario) in [
+        ("Forged report", "polyphony-fake: forge-result"),
+        (
+            "Absurd cost",
+            "polyphony-fake: forge-cost\npolyphony-fake-cost: 1000000",
+        ),
+        ("Plain run", "polyphony-fake: succeed"),
+    ] {
+        ids.push(home.enqueue(&origin, &body_with(scenario), title).await);
+    }
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    let mut costs = Vec::new();
+    for id in &ids {
+        let v = home
+            .wait_for(id, Duration::from_secs(90), &log, |v| {
+                matches!(state(v), "LANDED" | "FAILED" | "BLOCKED")
+            })
+            .await;
+        assert_eq!(state(&v), "LANDED", "{id}: {v}");
+        let a = &attempts(&v)[0];
+        costs.push(a["cost_usd"].as_f64().expect("a cost"));
+        if id == &ids[1] {
+            let reason = a["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("max_cost_usd_per_attempt"), "{reason}");
+            let out = home.run(&["status", id]).await;
+            assert!(
+                text(&out.stdout).contains("max_cost_usd_per_attempt"),
+                "status shows the warning: {}",
+                text(&out.stdout)
+            );
+        }
+    }
+    assert_eq!(
+        costs,
+        vec![0.0421, 1.0, 0.0421],
+        "forged line ignored, absurd cost clamped"
+    );
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", daemon.log());
+    assert!(home.containers().is_empty(), "{:?}", home.containers());
+}
+
+/// Issue 11 "resource caps": an agent that floods its output and one that fills the
+/// workspace are killed at the configured caps; each attempt ends `failed` with the reason
+/// in `status`, nothing is pushed, no container is left and the daemon stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flooding_and_filling_agents_are_killed_at_their_caps() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let config = home.path.join("config.yaml");
+    let text_conf = std::fs::read_to_string(&config).expect("config.yaml");
+    std::fs::write(
+        &config,
+        text_conf
+            .replace("max_attempts: 3", "max_attempts: 1")
+            .replace(
+                "  cpus: 1\n",
+                "  cpus: 1\n  max_output: 1m\n  max_workspace_size: 8m\n",
+            ),
+    )
+    .expect("write config.yaml");
+    let flood = home
+        .enqueue(&origin, &body_with("polyphony-fake: flood"), "Flood")
+        .await;
+    let fill = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: fill-workspace\npolyphony-fake-fill-mb: 32"),
+            "Fill",
+        )
+        .await;
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    for (id, why) in [
+        (&flood, "container.max_output"),
+        (&fill, "container.max_workspace_size"),
+    ] {
+        let v = home
+            .wait_for(id, Duration::from_secs(90), &log, |v| {
+                matches!(state(v), "BLOCKED" | "FAILED" | "LANDED")
+            })
+            .await;
+        assert_ne!(state(&v), "LANDED", "{id}");
+        let a = &attempts(&v)[0];
+        assert_eq!(a["status"], "failed", "{a:#}");
+        let reason = a["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{id}: {reason}");
+        let out = home.run(&["status", id]).await;
+        assert!(text(&out.stdout).contains(why), "{}", text(&out.stdout));
+    }
+    let transcripts: u64 = walk_bytes(&home.path.join("transcripts"));
+    assert!(
+        transcripts < 3 * 1024 * 1024,
+        "transcripts hold {transcripts} bytes"
+    );
+    assert!(origin.branches().is_empty(), "nothing is pushed");
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", daemon.log());
+    assert!(home.containers().is_empty(), "{:?}", home.containers());
+}
+
+fn walk_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| walk_bytes(&e.path()))
+            .sum()
+    } else {
+        meta.len()
+    }
 }
 
 // ------------------------------------------------ permanent failures and `retry` (issue 12)

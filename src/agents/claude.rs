@@ -71,6 +71,10 @@ impl AgentAdapter for ClaudeAdapter {
         }
     }
 
+    fn is_final(&self, event: &Classified) -> bool {
+        matches!(str_of(&event.data, "type"), Some("result"))
+    }
+
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
         let data = &event.data;
         match str_of(data, "type") {

@@ -93,4 +93,104 @@ pub trait AgentAdapter: Send + Sync {
 
     /// Folds one classified line into the outcome so far.
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified);
+
+    /// Whether `event` is the CLI's one final report (Claude `result`, Codex
+    /// `turn.completed`/`turn.failed`, Gemini `result`). The runtime folds nothing after
+    /// the first one: a process in the container can write forged report lines to the
+    /// container's stdout (`/proc/1/fd/1`), and the CLI's own report comes once, at the
+    /// end. Kimi has no final report (its completion is provisional): `false`.
+    fn is_final(&self, _event: &Classified) -> bool {
+        false
+    }
+}
+
+/// The default per-attempt cost maximum in dollars (`container.max_cost_usd_per_attempt`).
+pub const DEFAULT_MAX_COST_USD: f64 = 100.0;
+
+impl AgentOutcome {
+    /// Clamps the reported cost to `[0, max]` (a NaN, infinite or negative figure counts
+    /// as 0, so it can neither disable nor trip a cost ceiling on its own). Returns a
+    /// warning when the reported figure was changed. Pure.
+    pub fn clamp_cost(&mut self, max: f64) -> Option<String> {
+        let reported = self.cost_usd?;
+        let max = if max.is_finite() && max >= 0.0 {
+            max
+        } else {
+            DEFAULT_MAX_COST_USD
+        };
+        let clamped = if !reported.is_finite() || reported < 0.0 {
+            0.0
+        } else {
+            reported.min(max)
+        };
+        if clamped == reported {
+            return None;
+        }
+        self.cost_usd = Some(clamped);
+        Some(format!(
+            "the reported cost {reported} is outside 0..={max:.2} dollars (container.max_cost_usd_per_attempt); counted as ${clamped:.2}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clamp(reported: Option<f64>, max: f64) -> (Option<f64>, bool) {
+        let mut o = AgentOutcome {
+            cost_usd: reported,
+            ..Default::default()
+        };
+        let warned = o.clamp_cost(max).is_some();
+        (o.cost_usd, warned)
+    }
+
+    #[test]
+    fn cost_is_clamped_to_zero_and_the_maximum() {
+        assert_eq!(clamp(None, 10.0), (None, false));
+        assert_eq!(clamp(Some(0.04), 10.0), (Some(0.04), false));
+        assert_eq!(clamp(Some(10.0), 10.0), (Some(10.0), false));
+        assert_eq!(clamp(Some(1e6), 10.0), (Some(10.0), true));
+        assert_eq!(clamp(Some(-5.0), 10.0), (Some(0.0), true));
+        assert_eq!(clamp(Some(f64::NAN), 10.0), (Some(0.0), true));
+        assert_eq!(clamp(Some(f64::INFINITY), 10.0), (Some(0.0), true));
+        // A broken maximum falls back to the default, never to "no maximum".
+        assert_eq!(
+            clamp(Some(1e6), f64::NAN),
+            (Some(DEFAULT_MAX_COST_USD), true)
+        );
+    }
+
+    #[test]
+    fn final_reports_are_known_per_cli() {
+        let classify = |t: AgentType, line: &str| {
+            let a = adapter_for(t);
+            a.is_final(&a.classify(line))
+        };
+        assert!(classify(
+            AgentType::Claude,
+            r#"{"type":"result","subtype":"success"}"#
+        ));
+        assert!(!classify(
+            AgentType::Claude,
+            r#"{"type":"assistant","message":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Codex,
+            r#"{"type":"turn.completed","usage":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Codex,
+            r#"{"type":"turn.failed","error":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Gemini,
+            r#"{"type":"result","status":"success"}"#
+        ));
+        assert!(!classify(
+            AgentType::Kimi,
+            r#"{"role":"assistant","content":"done"}"#
+        ));
+    }
 }

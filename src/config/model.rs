@@ -38,6 +38,10 @@ pub struct GlobalConfig {
     pub verify: VerifyConfig,
     /// Per-repository overrides, first matching entry wins.
     pub repos: Vec<RepoConfig>,
+    /// Consent to settings that weaken isolation (hardening off, `network: host`, user 0,
+    /// a dangerous credential volume, the GitHub token in `api_keys`, empty
+    /// `protected_paths`). Without it they fail the load; with it each one is a warning.
+    pub allow_unsafe: bool,
 }
 
 impl Default for GlobalConfig {
@@ -57,6 +61,7 @@ impl Default for GlobalConfig {
             github: GithubConfig::default(),
             verify: VerifyConfig::default(),
             repos: Vec::new(),
+            allow_unsafe: false,
         }
     }
 }
@@ -77,6 +82,15 @@ pub struct ContainerConfig {
     pub user: Option<String>,
     /// Default network for agent containers: `bridge`, `none` or `host`.
     pub network: String,
+    /// Output (both streams) stored per attempt, e.g. `64m`; past it the container is
+    /// killed and the attempt fails.
+    pub max_output: String,
+    /// Largest workspace an attempt may grow, e.g. `10g`; past it the container is killed
+    /// and the attempt fails.
+    pub max_workspace_size: String,
+    /// Largest cost (dollars) one attempt may report; other figures are clamped to
+    /// `0..=max` with a warning on the attempt.
+    pub max_cost_usd_per_attempt: f64,
 }
 
 impl Default for ContainerConfig {
@@ -89,6 +103,9 @@ impl Default for ContainerConfig {
             pids_limit: 512,
             user: None,
             network: "bridge".into(),
+            max_output: "64m".into(),
+            max_workspace_size: "10g".into(),
+            max_cost_usd_per_attempt: crate::agents::DEFAULT_MAX_COST_USD,
         }
     }
 }
@@ -157,6 +174,16 @@ pub struct VerifyConfig {
     pub image: Option<String>,
     /// Globs the agent may not touch.
     pub protected_paths: Vec<String>,
+    /// Largest file (blob) the landing commit may add or change, like `10m` (issue 11).
+    pub max_file_size: String,
+    /// Also protect the repository files the verify commands run (`sh test.sh` protects
+    /// `test.sh`), so the agent cannot rewrite the check that judges it.
+    pub protect_check_scripts: bool,
+    /// Let the agent add or change submodules (gitlinks, `.gitmodules`); refused by default.
+    pub allow_submodules: bool,
+    /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
+    /// runs a configured program on checkout).
+    pub allow_attribute_filters: bool,
 }
 
 impl Default for VerifyConfig {
@@ -168,6 +195,10 @@ impl Default for VerifyConfig {
             timeout: "10m".into(),
             image: None,
             protected_paths: vec![".github/**".into(), ".polyphony.yaml".into()],
+            max_file_size: "10m".into(),
+            protect_check_scripts: false,
+            allow_submodules: false,
+            allow_attribute_filters: false,
         }
     }
 }
@@ -223,6 +254,10 @@ pub struct IdentityConfig {
     pub github_token_env: Option<String>,
     #[serde(default)]
     pub cost_ceiling_usd_per_day: Option<f64>,
+    /// Agent types whose whole login directory is staged (history, sessions and all);
+    /// by default only the files the CLI authenticates with are.
+    #[serde(default)]
+    pub whole_directory: Vec<String>,
 }
 
 // ---------------------------------------------------------------- agents.yaml
@@ -272,6 +307,9 @@ pub struct AgentConfig {
     /// Turn hardening off for this profile (all on by default).
     #[serde(default)]
     pub hardening: Option<HardeningConfig>,
+    /// `uid:gid` this agent's containers run as; default `container.user`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

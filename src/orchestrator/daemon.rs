@@ -97,6 +97,23 @@ pub async fn run(
     )
     .await?;
     tracing::info!(home = %home.display(), max_concurrent = max, "daemon started");
+    // Deadlines hold even when a follower lost its container (see runtime::watchdog).
+    let watchdog = {
+        let runtime = orch.runtime.clone();
+        let home_label = orch.home_label.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::runtime::watchdog::SWEEP_EVERY);
+            loop {
+                every.tick().await;
+                if let Err(e) =
+                    crate::runtime::watchdog::sweep(runtime.as_ref(), &home_label, Utc::now()).await
+                {
+                    tracing::debug!(error = %e, "watchdog sweep failed");
+                }
+            }
+        })
+    };
+    let _abort_watchdog = AbortOnDrop(watchdog);
 
     let poll_interval = orch.config.poll_interval();
     let mut next_poll = tokio::time::Instant::now();
@@ -195,6 +212,15 @@ pub async fn run(
     }
     tracing::info!(?summary, "daemon stopped");
     Ok(summary)
+}
+
+/// Stops a background task when the daemon loop returns, however it returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct RemoveOnDrop(PathBuf);

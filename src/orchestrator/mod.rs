@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod failure;
 pub mod generation;
 mod intents;
+pub mod land;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
@@ -23,6 +24,7 @@ pub mod proof;
 pub mod retry;
 pub mod secrets;
 mod sink;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,7 +114,7 @@ impl Orchestrator {
             }
         };
         let home_label = crate::runtime::home_label(&config.home);
-        let default_user = crate::runtime::daemon_user();
+        let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
             max_attempts: config.max_attempts(),
             ..RetryPolicy::default()

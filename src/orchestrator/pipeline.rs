@@ -31,17 +31,19 @@ use crate::domain::{
 };
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
-use crate::runtime::container_spec::{agent_spec, verify_spec};
+use crate::runtime::container_spec::agent_spec;
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::sources::{ClaimError, ClaimInfo, Landed};
+use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
 use super::failure::{self, Class, Stage};
 use super::intents;
-use super::proof::{self, ProtectedPaths};
+use super::land;
+use super::proof;
 use super::retry::{self, AfterAttempt};
 use super::sink::{short_id, StoreSink};
+use super::verify::{self, one_line};
 use super::{Orchestrator, Progress};
 
 /// How an attempt ended for the task.
@@ -130,6 +132,20 @@ impl Failure {
 fn workspace_key(task_id: &str, attempt: u32) -> String {
     format!("workspace:{task_id}:{attempt}")
 }
+
+/// The kv key holding an attempt's landing commit (made once; verified and pushed by sha).
+fn commit_key(task_id: &str, attempt: u32) -> String {
+    format!("commit:{task_id}:{attempt}")
+}
+
+/// The kv key counting how often an attempt was resumed after a restart.
+fn resumes_key(task_id: &str, attempt: u32) -> String {
+    format!("resumes:{task_id}:{attempt}")
+}
+
+/// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
+/// hangs the daemon must not hang every restart too).
+const MAX_RESUMES: u32 = 3;
 
 /// The kv key holding the agents a task has found out of quota.
 fn exhausted_key(task_id: &str) -> String {
@@ -537,7 +553,7 @@ impl<'a> Attempt<'a> {
                 tracing::warn!(
                     identity = %brokered.identity,
                     path = %m.host_path.display(),
-                    "credential directory does not exist; running the agent without it"
+                    "credential path does not exist; running the agent without it"
                 );
             }
             present
@@ -555,10 +571,22 @@ impl<'a> Attempt<'a> {
                 .cost_spent_since(&brokered.identity, day_start)
                 .map_err(Failure::crash)?;
             if spent >= ceiling {
+                // Name the attempt whose figure weighs most, so one forged or runaway
+                // report never holds an identity silently.
+                let largest = self
+                    .db()
+                    .largest_cost_since(&brokered.identity, day_start)
+                    .ok()
+                    .flatten()
+                    .map(|(task, attempt, cost)| {
+                        format!(" (largest: {task} attempt {attempt}, ${cost:.2}; check it with `polyphony status {task}`)")
+                    })
+                    .unwrap_or_default();
+                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{largest}");
                 let mut failure = Failure::new(
                     AttemptStatus::Cancelled,
                     format!(
-                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC",
+                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC{largest}",
                         brokered.identity
                     ),
                 );
@@ -647,9 +675,13 @@ impl<'a> Attempt<'a> {
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
             idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
+            max_output_bytes: config.max_output_bytes(),
+            max_workspace_bytes: Some(config.max_workspace_bytes()),
+            max_cost_usd: config.max_cost_usd_per_attempt(),
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
@@ -750,10 +782,18 @@ impl<'a> Attempt<'a> {
                 .final_message
                 .as_deref()
                 .map(|m| self.scrubber.scrub_line(m).into_owned()),
-            reason: exec
-                .reason
-                .as_deref()
-                .map(|r| self.scrubber.scrub_line(r).into_owned()),
+            // Figures the runtime did not take as reported (a clamped cost) stay visible in
+            // `status TASK`, even on a successful attempt.
+            reason: {
+                let parts: Vec<&str> = exec
+                    .reason
+                    .iter()
+                    .chain(&exec.warnings)
+                    .map(String::as_str)
+                    .collect();
+                (!parts.is_empty())
+                    .then(|| self.scrubber.scrub_line(&parts.join("; ")).into_owned())
+            },
             events: exec.events,
             artifacts: vec![
                 TranscriptPaths::under(self.orch.home(), &self.task.id, self.attempt)
@@ -801,7 +841,8 @@ impl<'a> Attempt<'a> {
         self.land(sha, evidence).await
     }
 
-    /// Proof of work (spec §10): gates, then each configured check in a fresh container.
+    /// Proof of work (spec §10, issue 11): one commit, its sha recorded; the gates and each
+    /// check judge that sha only (see `verify`).
     async fn verify(
         &mut self,
         gate: CheckEvidence,
@@ -814,6 +855,92 @@ impl<'a> Attempt<'a> {
             .spec
             .clone()
             .ok_or_else(|| Failure::crash("no run spec"))?;
+        let Some(sha) = self.landing_commit(&ws, &spec).await? else {
+            let evidence = vec![gate, proof::diff_gate(&[])];
+            return Err(verify::verification_failure(evidence).into());
+        };
+        let rules = verify::GateRules {
+            settings: self.orch.config.verify_for(&self.task.repo),
+            check_commands: spec
+                .verification
+                .iter()
+                .map(|c| c.command.clone())
+                .collect(),
+            secrets: Arc::new(self.named_secrets(&spec.env_overlay, &spec.volume_mounts)),
+        };
+        let mut evidence = vec![gate];
+        evidence.extend(
+            verify::gates(self.orch.workspaces.clone(), ws.clone(), sha.clone(), rules).await?,
+        );
+        if !proof::all_passed(&evidence) {
+            return Err(verify::verification_failure(evidence).into());
+        }
+        // The check copy belongs to the user the check container runs as (as `prepare` does
+        // for the workspace); a named, non-numeric user keeps the daemon's ownership.
+        let owner = spec
+            .limits
+            .user
+            .as_deref()
+            .or(self.orch.config.default_limits().user.as_deref())
+            .and_then(|user| workspace::parse_owner(user).ok());
+        let scrubber = self.scrubber.clone();
+        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let progress = self.opts.progress.clone();
+        let task_id = self.task.id.clone();
+        let on_check = move |e: &CheckEvidence| {
+            progress.state(
+                &task_id,
+                TaskState::Verifying,
+                &format!(
+                    "{} `{}`: {}",
+                    e.name,
+                    e.command,
+                    if e.passed { "passed" } else { "FAILED" }
+                ),
+            );
+        };
+        let checks = verify::run_checks(verify::CheckRun {
+            runtime: self.orch.runtime.as_ref(),
+            workspaces: self.orch.workspaces.clone(),
+            ws: &ws,
+            sha: &sha,
+            spec: &spec,
+            home_label: &self.orch.home_label,
+            default_user: &self.orch.default_user,
+            owner,
+            scrub,
+            cancel: self.opts.cancel.clone(),
+            on_check: &on_check,
+        })
+        .await;
+        match checks {
+            Ok(passed) => {
+                evidence.extend(passed);
+                Ok((sha, evidence))
+            }
+            Err(verify::ChecksStopped::Failed(failed)) => {
+                evidence.extend(failed);
+                Err(verify::verification_failure(evidence).into())
+            }
+            Err(verify::ChecksStopped::Crashed(reason)) => Err(Failure::crash(reason)),
+            Err(verify::ChecksStopped::Cancelled) => Err(Failure::new(
+                AttemptStatus::Cancelled,
+                "cancelled during verification",
+            )),
+        }
+    }
+
+    /// The attempt's one landing commit: made once after the agent exited and recorded, so a
+    /// verification resumed after a restart judges (and pushes) the same sha.
+    async fn landing_commit(
+        &mut self,
+        ws: &Workspace,
+        spec: &RunSpec,
+    ) -> Result<Option<String>, Failure> {
+        let key = commit_key(&self.task.id, self.attempt);
+        if let Some(sha) = self.db().kv_get(&key).ok().flatten() {
+            return Ok(Some(sha));
+        }
         let git = &self.orch.config.global.git;
         let author = Author {
             name: git.author_name.clone(),
@@ -827,98 +954,30 @@ impl<'a> Attempt<'a> {
             self.attempt,
             spec.agent
         );
-        let manager = self.orch.workspaces.clone();
-        let ws_for_commit = ws.clone();
-        let commit = tokio::task::spawn_blocking(move || {
-            manager.commit_all(&ws_for_commit, &author, &message)
-        })
-        .await
-        .map_err(Failure::crash)?
-        .map_err(|e| Failure::crash(format!("cannot commit the agent's work: {e}")))?;
-        let mut evidence = vec![gate, proof::diff_gate(&commit.changed_paths)];
-        let protected_globs = self.orch.config.verify_for(&self.task.repo).protected_paths;
-        let protected = ProtectedPaths::new(&protected_globs)
-            .map_err(|e| Failure::crash(format!("verify.protected_paths: {e}")))?;
-        evidence.push(proof::protected_gate(&protected, &commit.changed_paths));
-        if !proof::all_passed(&evidence) {
-            return Err(self.verification_failure(evidence));
+        let commit =
+            verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
+        if let Some(sha) = &commit.sha {
+            self.db()
+                .kv_set(&key, sha, Utc::now())
+                .map_err(Failure::crash)?;
         }
-        let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
-        for (n, check) in spec.verification.iter().enumerate() {
-            if *self.opts.cancel.borrow() {
-                return Err(Failure::new(
-                    AttemptStatus::Cancelled,
-                    "cancelled during verification",
-                ));
-            }
-            let container = verify_spec(
-                &spec,
-                n as u32 + 1,
-                &check.command,
-                &self.orch.home_label,
-                &self.orch.default_user,
-            );
-            let run = runtime::run_check(
-                self.orch.runtime.as_ref(),
-                &container,
-                Duration::from_secs(check.timeout_seconds),
-                scrub,
-            )
-            .await
-            .map_err(|e| Failure::crash(format!("cannot run check `{}`: {e}", check.name)))?;
-            let passed = !run.timed_out && run.exit_code == Some(0);
-            let mut tail = run.output_tail;
-            if run.timed_out {
-                tail.push_str(&format!(
-                    "\n(killed after the {}s timeout)",
-                    check.timeout_seconds
-                ));
-            }
-            evidence.push(CheckEvidence {
-                name: check.name.clone(),
-                command: check.command.clone(),
-                exit_code: run.exit_code,
-                duration_ms: run.duration.as_millis() as u64,
-                passed,
-                output_tail: tail,
-            });
-            self.opts.progress.state(
-                &self.task.id,
-                TaskState::Verifying,
-                &format!(
-                    "{} `{}`: {}",
-                    check.name,
-                    check.command,
-                    if passed { "passed" } else { "FAILED" }
-                ),
-            );
-            if !passed {
-                return Err(self.verification_failure(evidence));
-            }
-        }
-        let sha = commit
-            .sha
-            .ok_or_else(|| Failure::crash("the diff is not empty but there is no commit"))?;
-        Ok((sha, evidence))
+        Ok(commit.sha)
     }
 
-    fn verification_failure(&self, evidence: Vec<CheckEvidence>) -> Failure {
-        let failed: Vec<String> = evidence
+    /// The secrets a landing commit must not carry, by name: the env overlay's values and
+    /// the GitHub token.
+    fn named_secrets(&self, overlay: &[EnvVar], mounts: &[VolumeMount]) -> verify::NamedSecrets {
+        let mut pairs: Vec<(String, String)> = overlay
             .iter()
-            .filter(|e| !e.passed)
-            .map(|e| match e.exit_code {
-                Some(code) if !e.command.is_empty() => format!("{} exited {code}", e.name),
-                None if !e.command.is_empty() => format!("{} timed out", e.name),
-                _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
-            })
+            .filter_map(|v| (self.orch.env)(&v.from_host).map(|value| (v.name.clone(), value)))
             .collect();
-        let mut failure = Failure::new(
-            AttemptStatus::Failed,
-            format!("verification failed: {}", failed.join("; ")),
-        );
-        failure.evidence = evidence;
-        failure
+        if let Some(token) = &self.orch.github_token {
+            pairs.push(("the GitHub token".into(), token.secret().to_string()));
+        }
+        for value in super::secrets::credential_tokens(mounts) {
+            pairs.push(("a token from the identity's credential files".into(), value));
+        }
+        verify::NamedSecrets::new(pairs)
     }
 
     async fn land(
@@ -941,9 +1000,6 @@ impl<'a> Attempt<'a> {
                 Utc::now(),
             )
             .map_err(Failure::crash)?;
-        let manager = self.orch.workspaces.clone();
-        let token = self.token().map(String::from);
-        let ws_for_push = ws.clone();
         // The attempt's branch name may already exist upstream with unrelated history (a
         // reset home, another instance): push under a name of this home's instead of
         // failing the verified work. Never force.
@@ -952,58 +1008,20 @@ impl<'a> Attempt<'a> {
             ws.branch,
             &self.orch.home_label[..self.orch.home_label.len().min(6)]
         );
-        let pushed = tokio::task::spawn_blocking(move || {
-            match manager.push(&ws_for_push, None, token.as_deref()) {
-                Err(crate::workspace::WorkspaceError::PushRejected { reason, .. })
-                    if is_name_taken(&reason) =>
-                {
-                    manager
-                        .push_as(&ws_for_push, None, &fallback_name, token.as_deref())
-                        .map(|()| fallback_name)
-                }
-                other => other.map(|()| ws_for_push.branch.clone()),
-            }
-        })
+        let branch = land::push(
+            self.orch.workspaces.clone(),
+            ws.clone(),
+            sha.clone(),
+            fallback_name,
+            self.token().map(String::from),
+        )
         .await
-        .map_err(Failure::crash)?
-        .map_err(|e| {
-            let mut f = Failure::new(
-                AttemptStatus::Failed,
-                format!("cannot push {}: {}", ws.branch, one_line(&e.to_string())),
-            );
-            f.evidence = evidence.clone();
-            f
-        })?;
-        let mut ws = ws;
-        ws.branch = pushed;
-        let result = self.result.clone();
+        .map_err(|r| Failure::from(r.with_evidence(evidence.clone())))?;
         let mut pr_url = None;
         if self.task.source == SourceKind::Github {
             let github = self.orch.github().map_err(Failure::crash)?;
-            let landed = Landed {
-                branch: ws.branch.clone(),
-                base_ref: Some(ws.base_ref.clone()),
-                title: String::new(),
-                summary: result
-                    .as_ref()
-                    .and_then(|r| r.final_message.clone())
-                    .unwrap_or_default(),
-                agent: result.as_ref().map(|r| r.agent.clone()).unwrap_or_default(),
-                attempt: self.attempt,
-                evidence: evidence.clone(),
-                turns: result.as_ref().map_or(0, |r| r.turns),
-                tokens: result.as_ref().map(|r| r.tokens).unwrap_or_default(),
-                cost_usd: result.as_ref().and_then(|r| r.cost_usd),
-            };
-            let reported = github.land(&self.task, &landed).await.map_err(|e| {
-                let mut f = Failure::new(
-                    AttemptStatus::Failed,
-                    format!("cannot open the pull request: {}", one_line(&e.to_string())),
-                );
-                f.evidence = evidence.clone();
-                f
-            })?;
-            pr_url = reported.pr_url;
+            let landed = land::landed(&branch, &ws, self.attempt, self.result.as_ref(), &evidence);
+            pr_url = land::open_pull_request(github, &self.task, &landed).await?;
         }
         if let Some(result) = &self.result {
             self.db()
@@ -1015,7 +1033,7 @@ impl<'a> Attempt<'a> {
                 &self.task.id,
                 self.attempt,
                 &sha,
-                &ws.branch,
+                &branch,
                 pr_url.as_deref(),
                 Utc::now(),
             )
@@ -1023,12 +1041,12 @@ impl<'a> Attempt<'a> {
         let reason = match &pr_url {
             Some(url) => format!(
                 "pushed {} ({}); pull request {url}",
-                ws.branch,
+                branch,
                 &sha[..sha.len().min(10)]
             ),
             None => format!(
                 "pushed {} ({}) to {}",
-                ws.branch,
+                branch,
                 &sha[..sha.len().min(10)],
                 ws.upstream
             ),
@@ -1050,10 +1068,7 @@ impl<'a> Attempt<'a> {
         self.opts
             .progress
             .state(&self.task.id, TaskState::Landed, &reason);
-        Ok(AttemptEnd::Landed {
-            branch: ws.branch,
-            pr_url,
-        })
+        Ok(AttemptEnd::Landed { branch, pr_url })
     }
 
     // ------------------------------------------------------------------ resume
@@ -1084,6 +1099,29 @@ impl<'a> Attempt<'a> {
         self.chain = chain;
         self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
         self.spec = Some(spec.clone());
+        let key = resumes_key(&self.task.id, record.attempt);
+        let resumes = self
+            .db()
+            .kv_get(&key)
+            .ok()
+            .flatten()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+            + 1;
+        self.db()
+            .kv_set(&key, &resumes.to_string(), Utc::now())
+            .map_err(Failure::crash)?;
+        if resumes > MAX_RESUMES {
+            if let Some(id) = &record.container_id {
+                let _ = self.orch.runtime.kill(id).await;
+                let _ = self.orch.runtime.remove(id).await;
+            }
+            return Err(Failure::crash(format!(
+                "attempt {} was resumed {} times after restarts without finishing; giving it up",
+                record.attempt,
+                resumes - 1
+            )));
+        }
         match self.state {
             TaskState::Running | TaskState::Provisioned => {
                 let Some(container) = record.container_id.clone() else {
@@ -1364,20 +1402,17 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// Whether a push rejection means the branch name exists upstream with other history.
-fn is_name_taken(reason: &str) -> bool {
-    let reason = reason.to_ascii_lowercase();
-    reason.contains("non-fast-forward") || reason.contains("fetch first")
-}
-
-/// The first line of a message, for transition reasons.
-fn one_line(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let mut out: String = line.trim().chars().take(300).collect();
-    if text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
-        out.push_str(" …");
+impl From<verify::Refusal> for Failure {
+    fn from(r: verify::Refusal) -> Failure {
+        Failure {
+            status: r.status,
+            reason: r.reason,
+            evidence: r.evidence,
+            wait_until: None,
+            // A secret in the diff is classified permanent from the reason's text.
+            stage: Stage::Verify,
+        }
     }
-    out
 }
 
 impl From<crate::store::StoreError> for Failure {

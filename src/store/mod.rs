@@ -753,6 +753,25 @@ impl Store {
         )?)
     }
 
+    /// The costliest attempt of `identity` since `since`: (task id, attempt, cost), so a
+    /// held identity can say which attempt's figure holds it.
+    pub fn largest_cost_since(
+        &self,
+        identity: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Option<(String, u32, f64)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT task_id, attempt, cost_usd FROM attempts \
+                 WHERE identity = ?1 AND started_at >= ?2 AND cost_usd IS NOT NULL \
+                 ORDER BY cost_usd DESC LIMIT 1",
+                params![identity, ts(since)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+    }
+
     // ------------------------------------------------------------------ events
 
     /// Appends events of one attempt in a single transaction. Events whose `seq` is

@@ -153,6 +153,7 @@ impl WorkspaceManager {
                 "--no-track",
                 "-b",
                 &req.branch,
+                "--end-of-options",
                 &base_sha,
             ])
             .run()?;

@@ -19,13 +19,7 @@ impl WorkspaceManager {
         message: &str,
     ) -> Result<CommitOutcome, WorkspaceError> {
         check_author(author)?;
-        if message.trim().is_empty() || message.contains('\0') {
-            return Err(WorkspaceError::InvalidInput {
-                what: "commit message",
-                value: message.to_string(),
-                reason: "it must be non-empty text without NUL".into(),
-            });
-        }
+        check_message(message)?;
         harden(ws)?;
         let git = |op: &str| Git::new(op).current_dir(&ws.path);
         git("add").args(["add", "--all", "--", "."]).run()?;
@@ -77,6 +71,7 @@ impl WorkspaceManager {
                 "--no-renames",
                 "--no-ext-diff",
                 "--no-textconv",
+                "--end-of-options",
                 &ws.base_sha,
                 &head,
                 "--",
@@ -98,7 +93,18 @@ impl WorkspaceManager {
     }
 }
 
-fn check_author(author: &Author) -> Result<(), WorkspaceError> {
+pub(super) fn check_message(message: &str) -> Result<(), WorkspaceError> {
+    if message.trim().is_empty() || message.contains('\0') {
+        return Err(WorkspaceError::InvalidInput {
+            what: "commit message",
+            value: message.to_string(),
+            reason: "it must be non-empty text without NUL".into(),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn check_author(author: &Author) -> Result<(), WorkspaceError> {
     for (what, v) in [
         ("author name", &author.name),
         ("author email", &author.email),
@@ -130,6 +136,12 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
             ".git is not a directory (the agent replaced it); discard this attempt".into(),
         ));
     }
+    if let Some((path, kind)) = find_special_file(&ws.path)? {
+        return Err(untrusted(format!(
+            "{} is a {kind}, not a regular file; git would block or misread it, so this attempt is refused",
+            path.display()
+        )));
+    }
     if let Some(link) = find_symlink(&dot_git)? {
         return Err(untrusted(format!(
             "{} is a symlink inside .git; discard this attempt",
@@ -140,6 +152,9 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
         "objects/info/alternates",
         "objects/info/http-alternates",
         "info/grafts",
+        // Attributes here outrank the commit's own `.gitattributes` when the clean checkout
+        // for the checks is written: the checked copy must be what a clone of the sha gives.
+        "info/attributes",
         "commondir",
         "shallow",
     ] {
@@ -152,6 +167,40 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
     let path = dot_git.join("config");
     std::fs::write(&path, config).map_err(io_err("rewrite", &path))?;
     Ok(())
+}
+
+/// The first FIFO, socket or device anywhere under `dir` (symlinks are not followed; git
+/// stores them as links). Git opens every path it reads with a blocking `open`, so a FIFO at
+/// `.git/index` or in the work tree would hang the host-side command.
+pub(crate) fn find_special_file(
+    dir: &Path,
+) -> Result<Option<(std::path::PathBuf, &'static str)>, WorkspaceError> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io_err("read", &d))? {
+            let entry = entry.map_err(io_err("read", &d))?;
+            let ft = entry
+                .file_type()
+                .map_err(io_err("inspect", &entry.path()))?;
+            let kind = if ft.is_fifo() {
+                "FIFO"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "character device"
+            } else if ft.is_block_device() {
+                "block device"
+            } else {
+                if ft.is_dir() {
+                    stack.push(entry.path());
+                }
+                continue;
+            };
+            return Ok(Some((entry.path(), kind)));
+        }
+    }
+    Ok(None)
 }
 
 fn find_symlink(dir: &Path) -> Result<Option<std::path::PathBuf>, WorkspaceError> {

@@ -24,9 +24,11 @@ pub mod marker;
 mod mirror;
 pub mod probe;
 mod push;
+mod snapshot;
 
 pub use cleanup::disk_usage;
 pub use key::{branch_name, parse_owner, task_key};
+pub use snapshot::TreeChange;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
