@@ -146,19 +146,14 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
         )
     };
     let store = store.ok_or_else(not_found)?;
+    if json {
+        print_json(&store.task_detail_json(id)?.ok_or_else(not_found)?)?;
+        return Ok(Outcome::Success);
+    }
     let task = store.get_task(id)?.ok_or_else(not_found)?;
     let transitions = store.transitions(id)?;
     let attempts = store.attempts(id)?;
     let landing = store.landing(id)?;
-    if json {
-        print_json(&serde_json::json!({
-            "task": task,
-            "transitions": transitions,
-            "attempts": attempts,
-            "landing": landing,
-        }))?;
-        return Ok(Outcome::Success);
-    }
     print_task(&task);
     println!("\ntransitions:");
     if transitions.is_empty() {

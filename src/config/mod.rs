@@ -37,7 +37,7 @@ use crate::domain::{
 pub use error::{ConfigError, ConfigErrorKind};
 use locate::{Locator, Seg};
 use model::{AgentConfig, AgentsFile, DefaultRuleConfig, IdentitiesFile, RuleConfig};
-pub use model::{GlobalConfig, RepoConfig, RoutingFile};
+pub use model::{GlobalConfig, HttpConfig, RepoConfig, RoutingFile};
 
 /// The config files, in the order they are loaded.
 pub const CONFIG_FILE: &str = "config.yaml";

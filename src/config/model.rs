@@ -33,6 +33,8 @@ pub struct GlobalConfig {
     pub verify: VerifyConfig,
     /// Per-repository overrides, first matching entry wins.
     pub repos: Vec<RepoConfig>,
+    /// The daemon's HTTP API, dashboard and metrics (off unless `listen` is set).
+    pub http: HttpConfig,
 }
 
 impl Default for GlobalConfig {
@@ -51,6 +53,30 @@ impl Default for GlobalConfig {
             github: GithubConfig::default(),
             verify: VerifyConfig::default(),
             repos: Vec::new(),
+            http: HttpConfig::default(),
+        }
+    }
+}
+
+/// `http:` in config.yaml: what `polyphony daemon` serves (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address to serve on, e.g. `127.0.0.1:8787`; unset: no server (`--listen` wins).
+    pub listen: Option<String>,
+    /// Environment variable holding the bearer token. Required for a non-loopback
+    /// address and for every mutating request.
+    pub token_env: String,
+    /// Whether read-only requests on a loopback address need the token too.
+    pub token_for_reads: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: None,
+            token_env: "POLYPHONY_HTTP_TOKEN".into(),
+            token_for_reads: false,
         }
     }
 }

@@ -235,6 +235,7 @@ impl WorkerRuntime for DockerRuntime {
                 let options = CreateContainerOptionsBuilder::default().name(&name).build();
                 created = self.docker.create_container(Some(options), body).await;
             }
+            crate::metrics::container(created.is_ok());
             let created = created.map_err(|e| {
                 if is_status(&e, 404) {
                     RuntimeError::ImageMissing {
