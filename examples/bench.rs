@@ -53,7 +53,9 @@ fn main() -> anyhow::Result<()> {
         "http" => http::http(&cfg)?,
         "claim-worker" => return claim_worker(),
         other => {
-            bail!("unknown section `{other}` (expected queue, status, ingest, spawn, daemon or http)")
+            bail!(
+                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon or http)"
+            )
         }
     };
     print!("{markdown}");

@@ -115,7 +115,8 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
     let store = Store::open(&db).unwrap();
-    let hostile = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+    let hostile =
+        "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
     let task = Task::new(
         "local-1",
         SourceKind::Local,
@@ -170,7 +171,10 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     let writer = tokio::spawn(async move {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !streaming.load(Ordering::SeqCst) {
-            assert!(std::time::Instant::now() < deadline, "the page never opened the stream");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the page never opened the stream"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -213,10 +217,15 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     writer.await.unwrap();
 
     // The live tail (filled only by the page's script from the SSE stream).
-    let tail_start = dom.find("<pre id=\"tail\">").expect("the tail is on the page");
+    let tail_start = dom
+        .find("<pre id=\"tail\">")
+        .expect("the tail is on the page");
     let tail = &dom[tail_start..dom[tail_start..].find("</pre>").unwrap() + tail_start];
     assert!(tail.contains("reading src/parser.rs"), "{tail}");
-    assert!(tail.contains("all 12 tests pass"), "live line missing: {tail}");
+    assert!(
+        tail.contains("all 12 tests pass"),
+        "live line missing: {tail}"
+    );
     assert!(dom.contains("id=\"tail-state\">ended<"), "{dom}");
     // The refreshed <main> shows the landed state and the evidence.
     assert!(dom.contains("id=\"state\">LANDED<"), "{dom}");

@@ -134,11 +134,17 @@ pub fn http(cfg: &Config) -> anyhow::Result<String> {
     {
         let store = Store::open(&db)?;
         if store.get_task("bench-live")?.is_some() {
-            bail!("{} holds a previous run's live task: remove {}", db.display(), dir.display());
+            bail!(
+                "{} holds a previous run's live task: remove {}",
+                db.display(),
+                dir.display()
+            );
         }
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let mut daemon = Command::new(&cfg.bin)
         .arg("--home")
@@ -174,7 +180,7 @@ fn measure(
     n: usize,
 ) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while get(addr, "/api/v1/health").map(|(c, _)| c) != Ok(200) {
+    while !matches!(get(addr, "/api/v1/health"), Ok((200, _))) {
         if Instant::now() > deadline {
             bail!("the daemon did not serve on {addr} within 30 s");
         }
@@ -183,20 +189,40 @@ fn measure(
     let reps = (cfg.reps * 4).max(9);
     let db_s = db.to_string_lossy().into_owned();
     let cases: Vec<(String, String, Option<String>)> = vec![
-        ("`GET /api/v1/tasks` (100 newest, the default page)".into(), "/api/v1/tasks".into(),
-         Some("SELECT json FROM task_summaries ORDER BY seq DESC LIMIT 100".into())),
-        (format!("`GET /api/v1/tasks?limit=0` (all {n}, streamed)"), "/api/v1/tasks?limit=0".into(),
-         Some("SELECT json FROM task_summaries ORDER BY seq DESC".into())),
-        ("`GET /api/v1/tasks?state=BLOCKED&limit=100`".into(), "/api/v1/tasks?state=BLOCKED&limit=100".into(), None),
-        ("`GET /api/v1/tasks/local-50000`".into(), format!("/api/v1/tasks/local-{}", n / 2), None),
+        (
+            "`GET /api/v1/tasks` (100 newest, the default page)".into(),
+            "/api/v1/tasks".into(),
+            Some("SELECT json FROM task_summaries ORDER BY seq DESC LIMIT 100".into()),
+        ),
+        (
+            format!("`GET /api/v1/tasks?limit=0` (all {n}, streamed)"),
+            "/api/v1/tasks?limit=0".into(),
+            Some("SELECT json FROM task_summaries ORDER BY seq DESC".into()),
+        ),
+        (
+            "`GET /api/v1/tasks?state=BLOCKED&limit=100`".into(),
+            "/api/v1/tasks?state=BLOCKED&limit=100".into(),
+            None,
+        ),
+        (
+            "`GET /api/v1/tasks/local-50000`".into(),
+            format!("/api/v1/tasks/local-{}", n / 2),
+            None,
+        ),
         ("`GET /api/v1/state`".into(), "/api/v1/state".into(), None),
-        ("`GET /metrics`".into(), "/metrics".into(),
-         Some("SELECT state, COUNT(*) FROM tasks GROUP BY state".into())),
+        (
+            "`GET /metrics`".into(),
+            "/metrics".into(),
+            Some("SELECT state, COUNT(*) FROM tasks GROUP BY state".into()),
+        ),
         ("`GET /` (dashboard, 200 newest)".into(), "/".into(), None),
     ];
     let mut md = String::new();
     writeln!(md, "{n} finished tasks (80% LANDED, 20% BLOCKED), database {}; `polyphony daemon --listen` (release build) idle but serving; each request over a fresh loopback connection, {reps} times after one warm-up, medians. The `sqlite3` column runs the same rows' query in the shell (process start included).\n", mib(std::fs::metadata(db).map(|m| m.len()).unwrap_or(0)))?;
-    writeln!(md, "| Request | median | min | bytes | `sqlite3` same rows |")?;
+    writeln!(
+        md,
+        "| Request | median | min | bytes | `sqlite3` same rows |"
+    )?;
     writeln!(md, "|---|---|---|---|---|")?;
     let mut worst_page = 0.0f64;
     for (label, path, sql) in &cases {
@@ -221,14 +247,22 @@ fn measure(
                 let mut t = Vec::new();
                 for _ in 0..reps.min(5) {
                     t.push(time_command(
-                        Command::new("sqlite3").arg(&db_s).arg(q).stdout(Stdio::null()),
+                        Command::new("sqlite3")
+                            .arg(&db_s)
+                            .arg(q)
+                            .stdout(Stdio::null()),
                     )?);
                 }
                 ms(median(&mut t))
             }
             None => "-".into(),
         };
-        writeln!(md, "| {label} | {} | {} | {size} | {shell} |", ms(med), ms(min))?;
+        writeln!(
+            md,
+            "| {label} | {} | {} | {size} | {shell} |",
+            ms(med),
+            ms(min)
+        )?;
     }
     writeln!(md)?;
     writeln!(md, "Target (issue 16): `GET /tasks` and `/metrics` at {n} tasks under 50 ms: **{}** (slowest paged request {}).\n", if worst_page < 0.05 { "met" } else { "missed" }, ms(worst_page))?;
@@ -236,10 +270,25 @@ fn measure(
     // A running attempt, 50 SSE clients on it, and the writes it makes meanwhile.
     let store = Store::open(db)?;
     let now = Utc::now();
-    let task = Task::new("bench-live", SourceKind::Local, "local:bench-live", "/nonexistent", "live", now);
+    let task = Task::new(
+        "bench-live",
+        SourceKind::Local,
+        "local:bench-live",
+        "/nonexistent",
+        "live",
+        now,
+    );
     store.insert_task(&task)?;
-    for to in [TaskState::Claimed, TaskState::Routed, TaskState::Provisioned, TaskState::Running] {
-        let from = store.get_task("bench-live")?.map(|t| t.state).context("live task")?;
+    for to in [
+        TaskState::Claimed,
+        TaskState::Routed,
+        TaskState::Provisioned,
+        TaskState::Running,
+    ] {
+        let from = store
+            .get_task("bench-live")?
+            .map(|t| t.state)
+            .context("live task")?;
         store.transition("bench-live", from, to, "bench", now)?;
     }
     store.start_attempt(&spec("bench-live"), now)?;
@@ -255,7 +304,10 @@ fn measure(
         clients.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let mut s = TcpStream::connect(addr)?;
             s.set_read_timeout(Some(Duration::from_millis(200)))?;
-            write!(s, "GET /api/v1/tasks/bench-live/events HTTP/1.1\r\nHost: {addr}\r\n\r\n")?;
+            write!(
+                s,
+                "GET /api/v1/tasks/bench-live/events HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+            )?;
             let mut buf = [0u8; 16384];
             while !stop.load(Ordering::Relaxed) {
                 match s.read(&mut buf) {
@@ -282,10 +334,31 @@ fn measure(
     let bytes = received.load(Ordering::Relaxed);
     writeln!(md, "| Daemon with the server on | value |")?;
     writeln!(md, "|---|---|")?;
-    writeln!(md, "| VmRSS idle, after the requests above | {} |", super::kib(rss_idle))?;
-    writeln!(md, "| VmRSS peak with 50 SSE clients following a running attempt | {} |", super::kib(peak))?;
-    writeln!(md, "| Bytes the 50 clients received (2,000 events each) | {} |", mib(bytes))?;
-    writeln!(md, "| Median time to store a batch of 10 events, no clients | {} |", super::secs(alone))?;
-    writeln!(md, "| The same with 50 SSE clients reading the attempt | {} ({:.2}x) |", super::secs(with_clients), with_clients / alone)?;
+    writeln!(
+        md,
+        "| VmRSS idle, after the requests above | {} |",
+        super::kib(rss_idle)
+    )?;
+    writeln!(
+        md,
+        "| VmRSS peak with 50 SSE clients following a running attempt | {} |",
+        super::kib(peak)
+    )?;
+    writeln!(
+        md,
+        "| Bytes the 50 clients received (2,000 events each) | {} |",
+        mib(bytes)
+    )?;
+    writeln!(
+        md,
+        "| Median time to store a batch of 10 events, no clients | {} |",
+        super::secs(alone)
+    )?;
+    writeln!(
+        md,
+        "| The same with 50 SSE clients reading the attempt | {} ({:.2}x) |",
+        super::secs(with_clients),
+        with_clients / alone
+    )?;
     Ok(md)
 }
