@@ -6,11 +6,13 @@
 
 pub mod agent;
 pub mod event;
+pub mod generation;
 pub mod identity;
 pub mod result;
 pub mod run_spec;
 pub mod state;
 pub mod task;
+pub mod text;
 
 pub use agent::{AgentProfile, AgentType, NetworkMode, ResourceLimits};
 pub use event::{EventKind, EventStream, TaskEvent};

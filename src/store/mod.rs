@@ -16,6 +16,8 @@
 //! (RunSpecs carry variable names only).
 
 mod error;
+mod generations;
+pub mod health;
 pub mod schema;
 mod views;
 
@@ -37,6 +39,8 @@ use crate::domain::{
     SourceKind, Task, TaskEvent, TaskState, TaskType, TokenUsage,
 };
 pub use error::StoreError;
+pub use generations::{GenerationInsert, GenerationLinks};
+pub use health::{damage_in, damaged, DatabaseDamaged};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -150,9 +154,12 @@ impl Store {
                 source,
             })?;
         }
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
+        let open_err = |source| {
+            health::is_damage(&source);
+            StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;

@@ -112,11 +112,15 @@ impl Store {
         let Some(task) = self.get_task(id)? else {
             return Ok(None);
         };
+        let links = self.generation_links(id)?;
         Ok(Some(serde_json::json!({
             "task": task,
             "transitions": self.transitions(id)?,
             "attempts": self.attempts(id)?,
             "landing": self.landing(id)?,
+            "generation": crate::domain::generation::number(&task),
+            "retry_of": links.retry_of,
+            "retried_as": links.retried_as,
         })))
     }
 
