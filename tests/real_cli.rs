@@ -138,6 +138,25 @@ fn rand_suffix() -> String {
     format!("{:x}{}", nanos, N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Knobs of a test home.
+struct Setup<'a> {
+    deadline: &'a str,
+    idle: &'a str,
+    /// A second identity `second` with its own scripted API, and an agent profile
+    /// `claude-b` using it as claude's fallback.
+    fallback: Option<&'a ScriptedAnthropic>,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Setup {
+            deadline: "3m",
+            idle: "1m",
+            fallback: None,
+        }
+    }
+}
+
 /// A home whose default agent is the real Claude in `image`, on `network`, with the
 /// scripted model API's address and key handed over through the identity's `api_keys`.
 struct Home {
@@ -146,10 +165,11 @@ struct Home {
     origin: PathBuf,
     label: String,
     base_url: String,
+    fallback_url: Option<String>,
 }
 
 impl Home {
-    fn new(image: &str, network: &TestNetwork, api: &ScriptedAnthropic, extra: &str) -> Home {
+    fn new(image: &str, network: &TestNetwork, api: &ScriptedAnthropic, setup: Setup<'_>) -> Home {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("home");
         std::fs::create_dir_all(&path).expect("home");
@@ -157,19 +177,30 @@ impl Home {
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{extra}",
-                network.name
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: {}\n  memory: 1g\n  cpus: 1\n",
+                setup.idle, network.name, setup.deadline
             ),
         )
         .expect("config.yaml");
-        std::fs::write(
-            path.join("identities.yaml"),
-            "identities:\n  - name: scripted\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n",
-        )
-        .expect("identities.yaml");
+        // The login directory holds only settings: the key comes from the env overlay.
+        let login = dir.path().join("login-claude");
+        std::fs::create_dir_all(&login).expect("login dir");
+        std::fs::write(login.join("settings.json"), "{}\n").expect("settings.json");
+        let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n", login.display());
+        let mut fallback = "[]";
+        if setup.fallback.is_some() {
+            identities.push_str(&format!("  - name: second\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL_2\n", login.display()));
+            std::fs::write(
+                path.join("agents.yaml"),
+                "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude-b\n    agent_type: claude\n    identity: second\n",
+            )
+            .expect("agents.yaml");
+            fallback = "[claude-b]";
+        }
+        std::fs::write(path.join("identities.yaml"), identities).expect("identities.yaml");
         std::fs::write(
             path.join("routing.yaml"),
-            "default:\n  agent: claude\n  fallback: []\n",
+            format!("default:\n  agent: claude\n  fallback: {fallback}\n"),
         )
         .expect("routing.yaml");
         let label = home_label(&path);
@@ -179,6 +210,7 @@ impl Home {
             origin,
             label,
             base_url: api.base_url(),
+            fallback_url: setup.fallback.map(ScriptedAnthropic::base_url),
         }
     }
 
@@ -188,6 +220,10 @@ impl Home {
             .env("POLYPHONY_HOME", &self.path)
             .env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
             .env("POLYPHONY_TEST_ANTHROPIC_URL", &self.base_url)
+            .env(
+                "POLYPHONY_TEST_ANTHROPIC_URL_2",
+                self.fallback_url.as_deref().unwrap_or(""),
+            )
             .env_remove("RUST_LOG")
             .env_remove("GITHUB_TOKEN")
             .env_remove("GH_TOKEN")
@@ -233,6 +269,28 @@ impl Home {
                 .join(format!("{attempt}.ndjson")),
         )
         .unwrap_or_default()
+    }
+
+    /// With `POLYPHONY_REAL_CLI_DUMP=DIR`, copies this task's transcripts and status to
+    /// `DIR/SCENARIO-N.ndjson` (how tests/fixtures/claude-real/ was recorded).
+    async fn dump(&self, id: &str, scenario: &str) {
+        let Some(dir) = std::env::var_os("POLYPHONY_REAL_CLI_DUMP") else {
+            return;
+        };
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("dump dir");
+        for n in 1..=5 {
+            let t = self.transcript(id, n);
+            if !t.is_empty() {
+                std::fs::write(dir.join(format!("{scenario}-{n}.ndjson")), t).expect("dump");
+            }
+        }
+        let v = self.task(id).await;
+        std::fs::write(
+            dir.join(format!("{scenario}.status.json")),
+            serde_json::to_string_pretty(&v).unwrap_or_default(),
+        )
+        .expect("dump status");
     }
 
     fn show(&self, rev_path: &str) -> String {
@@ -285,11 +343,24 @@ fn attempts(v: &Value) -> &Vec<Value> {
     v["attempts"].as_array().expect("attempts")
 }
 
-/// The model fixes calc.sh with Bash, then ends the turn.
+/// The model fixes calc.sh with Bash, then (once it has seen the tool result) ends the turn.
 fn fix_then_stop(turn: &Turn<'_>) -> Reply {
-    match turn.index {
-        0 => Reply::Bash(FIX.into()),
-        _ => Reply::Text("Fixed add(): it now adds.".into()),
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Fixed add(): it now adds.".into())
+    } else {
+        Reply::Bash(FIX.into())
+    }
+}
+
+/// First attempt: a change that fixes nothing. Once the prompt carries the failing check's
+/// output (the repair attempt): the fix.
+fn fix_only_when_shown_the_failure(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Done.".into())
+    } else if turn.transcript.contains("FAIL: add 2 3 gave -1") {
+        Reply::Bash(FIX.into())
+    } else {
+        Reply::Bash("echo 'add() looks fine to me' >> NOTES.md".into())
     }
 }
 
@@ -299,12 +370,13 @@ async fn real_claude_lands_a_task() {
     let started = Instant::now();
     let net = TestNetwork::create("lands");
     let api = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
-    let home = Home::new(&image, &net, &api, "");
+    let home = Home::new(&image, &net, &api, Setup::default());
     let id = home
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
         .await;
 
     let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "lands").await;
     let v = home.task(&id).await;
     assert!(
         out.status.success(),
@@ -325,4 +397,116 @@ async fn real_claude_lands_a_task() {
     assert!(transcript.contains("Fixed add()"), "{transcript}");
     assert!(!transcript.contains(API_KEY), "the API key leaked into the transcript");
     println!("real_claude_lands_a_task: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_lands_on_the_repair_retry() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("repair");
+    let api = ScriptedAnthropic::start(net.gateway, fix_only_when_shown_the_failure).await;
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "repair").await;
+    let v = home.task(&id).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(a[0]["status"], "failed");
+    assert!(
+        a[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("verification failed")),
+        "{:#}",
+        a[0]
+    );
+    assert!(a[0]["commit_sha"].is_null(), "attempt 1 must not land: {:#}", a[0]);
+    assert_eq!(a[1]["status"], "succeeded");
+    let branch = a[1]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    println!("real_claude_lands_on_the_repair_retry: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_with_a_refused_key_is_an_authentication_failure() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("auth");
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::Unauthorized).await;
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            deadline: "4m",
+            ..Setup::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "auth").await;
+    let v = home.task(&id).await;
+    println!("auth: {}\n{v:#}", output(&out));
+    println!("requests: {:?}", api.requests());
+    println!("real_claude_auth: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_out_of_quota_falls_back_to_the_next_agent() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("quota");
+    let reset = chrono::Utc::now().timestamp() + 3600;
+    let limited = ScriptedAnthropic::start(net.gateway, move |_: &Turn<'_>| Reply::RateLimited {
+        retry_after_secs: 3600,
+        reset_epoch: reset,
+    })
+    .await;
+    let healthy = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    let home = Home::new(
+        &image,
+        &net,
+        &limited,
+        Setup {
+            fallback: Some(&healthy),
+            ..Setup::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "quota").await;
+    let v = home.task(&id).await;
+    println!("quota: {}\n{v:#}", output(&out));
+    println!("requests: {:?}", limited.requests());
+    println!("real_claude_quota: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("stall");
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::ServerError).await;
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            deadline: "4m",
+            ..Setup::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "server-error").await;
+    let v = home.task(&id).await;
+    println!("500: {}\n{v:#}", output(&out));
+    println!("requests: {:?}", api.requests());
+    println!("real_claude_500: {:?}", started.elapsed());
 }
