@@ -101,7 +101,11 @@ impl TestNetwork {
             .args(["network", "create", "--driver", "bridge", &name])
             .output()
             .expect("docker network create");
-        assert!(out.status.success(), "network create: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "network create: {}",
+            text(&out.stderr)
+        );
         let out = std::process::Command::new("docker")
             .args([
                 "network",
@@ -395,7 +399,10 @@ async fn real_claude_lands_a_task() {
     assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
     let transcript = home.transcript(&id, 1);
     assert!(transcript.contains("Fixed add()"), "{transcript}");
-    assert!(!transcript.contains(API_KEY), "the API key leaked into the transcript");
+    assert!(
+        !transcript.contains(API_KEY),
+        "the API key leaked into the transcript"
+    );
     println!("real_claude_lands_a_task: {:?}", started.elapsed());
 }
 
@@ -423,35 +430,58 @@ async fn real_claude_lands_on_the_repair_retry() {
         "{:#}",
         a[0]
     );
-    assert!(a[0]["commit_sha"].is_null(), "attempt 1 must not land: {:#}", a[0]);
+    assert!(
+        a[0]["commit_sha"].is_null(),
+        "attempt 1 must not land: {:#}",
+        a[0]
+    );
     assert_eq!(a[1]["status"], "succeeded");
     let branch = a[1]["branch"].as_str().expect("branch");
     assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
-    println!("real_claude_lands_on_the_repair_retry: {:?}", started.elapsed());
+    println!(
+        "real_claude_lands_on_the_repair_retry: {:?}",
+        started.elapsed()
+    );
 }
 
+/// The model API answers 401: the real CLI would retry ten times over minutes
+/// (`system`/`api_retry` lines); the attempt stops at the first retry line, labelled as an
+/// authentication failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_claude_with_a_refused_key_is_an_authentication_failure() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("auth");
     let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::Unauthorized).await;
-    let home = Home::new(
-        &image,
-        &net,
-        &api,
-        Setup {
-            deadline: "4m",
-            ..Setup::default()
-        },
-    );
+    let home = Home::new(&image, &net, &api, Setup::default());
     let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
 
     let out = home.run(&["spawn", "--task", &id]).await;
     home.dump(&id, "auth").await;
     let v = home.task(&id).await;
-    println!("auth: {}\n{v:#}", output(&out));
-    println!("requests: {:?}", api.requests());
+    assert!(!out.status.success(), "{}", output(&out));
+    assert_ne!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert!(!a.is_empty(), "{v:#}");
+    for attempt in a {
+        assert_eq!(attempt["status"], "failed", "{attempt:#}");
+        let reason = attempt["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.contains("authentication failed") && reason.contains("401"),
+            "{reason}"
+        );
+        let secs = attempt["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+        assert!(
+            secs < 45.0,
+            "the attempt waited out the CLI's retries: {secs}s"
+        );
+    }
+    let transcript = home.transcript(&id, 1);
+    assert!(transcript.contains("\"api_retry\""), "{transcript}");
+    assert!(
+        !transcript.contains(API_KEY),
+        "the API key leaked into the transcript"
+    );
     println!("real_claude_auth: {:?}", started.elapsed());
 }
 
@@ -481,11 +511,29 @@ async fn real_claude_out_of_quota_falls_back_to_the_next_agent() {
     let out = home.run(&["spawn", "--task", &id]).await;
     home.dump(&id, "quota").await;
     let v = home.task(&id).await;
-    println!("quota: {}\n{v:#}", output(&out));
-    println!("requests: {:?}", limited.requests());
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    let agents: Vec<&str> = a
+        .iter()
+        .map(|x| x["agent"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(agents, ["claude", "claude-b"], "{a:#?}");
+    assert_eq!(a[0]["status"], "quota");
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("usage limit") && reason.contains("429"),
+        "{reason}"
+    );
+    assert_eq!(a[1]["status"], "succeeded");
+    // The CLI does not retry a 429: one agent request reached the limited API.
+    assert_eq!(limited.turns(), 1, "{:?}", limited.requests());
     println!("real_claude_quota: {:?}", started.elapsed());
 }
 
+/// The model API answers 500 forever: the CLI keeps printing `api_retry` lines, which are
+/// not progress, so the idle policy ends the attempt with the API's failure as the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
     let Some(image) = image().await else { return };
@@ -498,6 +546,7 @@ async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
         &api,
         Setup {
             deadline: "4m",
+            idle: "20s",
             ..Setup::default()
         },
     );
@@ -506,7 +555,17 @@ async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
     let out = home.run(&["spawn", "--task", &id]).await;
     home.dump(&id, "server-error").await;
     let v = home.task(&id).await;
-    println!("500: {}\n{v:#}", output(&out));
-    println!("requests: {:?}", api.requests());
+    assert!(!out.status.success(), "{}", output(&out));
+    let a = attempts(&v);
+    assert!(!a.is_empty(), "{v:#}");
+    let first = &a[0];
+    assert_eq!(first["status"], "stalled", "{first:#}");
+    let reason = first["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("the model API kept failing (500 server_error"),
+        "{reason}"
+    );
+    let secs = first["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+    assert!(secs < 60.0, "not bounded by the idle timeout: {secs}s");
     println!("real_claude_500: {:?}", started.elapsed());
 }

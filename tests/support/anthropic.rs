@@ -35,7 +35,10 @@ pub enum Reply {
     Unauthorized,
     /// 429 `rate_limit_error` with `retry-after: SECS` and the unified rate-limit headers
     /// saying the window is exhausted until `reset_epoch`.
-    RateLimited { retry_after_secs: u64, reset_epoch: i64 },
+    RateLimited {
+        retry_after_secs: u64,
+        reset_epoch: i64,
+    },
     /// 529 `overloaded_error`.
     Overloaded,
     /// 500 `api_error`.
@@ -145,7 +148,10 @@ async fn handle(
             None
         } else {
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let model = request["model"].as_str().unwrap_or("claude-test").to_string();
+            let model = request["model"]
+                .as_str()
+                .unwrap_or("claude-test")
+                .to_string();
             let is_agent_turn = request["tools"].as_array().is_some_and(|t| !t.is_empty());
             if is_agent_turn {
                 let transcript = format!("{}\n{}", request["system"], request["messages"]);
@@ -157,7 +163,11 @@ async fn handle(
                 s.turns += 1;
                 Some((model, reply, request["stream"].as_bool().unwrap_or(false)))
             } else {
-                Some((model, Reply::Text("ok".into()), request["stream"].as_bool().unwrap_or(false)))
+                Some((
+                    model,
+                    Reply::Text("ok".into()),
+                    request["stream"].as_bool().unwrap_or(false),
+                ))
             }
         }
     };
@@ -181,8 +191,10 @@ fn error(status: StatusCode, kind: &str, message: &str) -> Response {
 fn answer(model: &str, reply: Reply, stream: bool) -> Response {
     let (blocks, stop) = match reply {
         Reply::Bash(command) => (
-            vec![json!({"type": "tool_use", "id": format!("toolu_{:08x}", fastrand_id()), "name": "Bash",
-                        "input": {"command": command, "description": "scripted step"}})],
+            vec![
+                json!({"type": "tool_use", "id": format!("toolu_{:08x}", fastrand_id()), "name": "Bash",
+                        "input": {"command": command, "description": "scripted step"}}),
+            ],
             "tool_use",
         ),
         Reply::Text(text) => (vec![json!({"type": "text", "text": text})], "end_turn"),
@@ -225,7 +237,10 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
                 ("anthropic-ratelimit-unified-5h-status", "rejected".into()),
                 ("anthropic-ratelimit-unified-5h-reset", reset.clone()),
                 ("anthropic-ratelimit-unified-5h-utilization", "1.0".into()),
-                ("anthropic-ratelimit-unified-representative-claim", "five_hour".into()),
+                (
+                    "anthropic-ratelimit-unified-representative-claim",
+                    "five_hour".into(),
+                ),
                 ("anthropic-ratelimit-requests-limit", "50".into()),
                 ("anthropic-ratelimit-requests-remaining", "0".into()),
                 ("anthropic-ratelimit-requests-reset", reset),
@@ -260,22 +275,37 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
     for (i, block) in blocks.iter().enumerate() {
         match block["type"].as_str() {
             Some("tool_use") => {
-                push("content_block_start", json!({"type": "content_block_start", "index": i,
-                    "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}));
+                push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
+                );
                 let input = block["input"].to_string();
                 // Split the JSON the way the API does: several partial deltas.
                 let mid = input.len() / 2;
-                let cut = (0..=mid).rev().find(|&c| input.is_char_boundary(c)).unwrap_or(0);
+                let cut = (0..=mid)
+                    .rev()
+                    .find(|&c| input.is_char_boundary(c))
+                    .unwrap_or(0);
                 for part in [&input[..cut], &input[cut..]] {
-                    push("content_block_delta", json!({"type": "content_block_delta", "index": i,
-                        "delta": {"type": "input_json_delta", "partial_json": part}}));
+                    push(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": part}}),
+                    );
                 }
             }
             _ => {
-                push("content_block_start", json!({"type": "content_block_start", "index": i,
-                    "content_block": {"type": "text", "text": ""}}));
-                push("content_block_delta", json!({"type": "content_block_delta", "index": i,
-                    "delta": {"type": "text_delta", "text": block["text"]}}));
+                push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "text", "text": ""}}),
+                );
+                push(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "text_delta", "text": block["text"]}}),
+                );
             }
         }
         push(
