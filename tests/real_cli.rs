@@ -23,6 +23,7 @@ use polyphony::demo::write_sample_repo;
 use polyphony::runtime::home_label;
 use serde_json::Value;
 use support::anthropic::{Reply, ScriptedAnthropic, Turn};
+use support::fake_github::{FakeGithub, NewIssue};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
 
@@ -149,6 +150,8 @@ struct Setup<'a> {
     /// A second identity `second` with its own scripted API, and an agent profile
     /// `claude-b` using it as claude's fallback.
     fallback: Option<&'a ScriptedAnthropic>,
+    /// Poll this fake GitHub repository (`github.repos`) every second.
+    github: Option<(&'a FakeGithub, &'a str)>,
 }
 
 impl Default for Setup<'_> {
@@ -157,6 +160,7 @@ impl Default for Setup<'_> {
             deadline: "3m",
             idle: "1m",
             fallback: None,
+            github: None,
         }
     }
 }
@@ -170,6 +174,7 @@ struct Home {
     label: String,
     base_url: String,
     fallback_url: Option<String>,
+    github: Option<(String, String)>,
 }
 
 impl Home {
@@ -178,10 +183,14 @@ impl Home {
         let path = dir.path().join("home");
         std::fs::create_dir_all(&path).expect("home");
         let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let (poll, repos) = match setup.github {
+            Some((_, repo)) => ("1s", format!("github:\n  repos: [{repo}]\n")),
+            None => ("30s", String::new()),
+        };
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: {}\n  memory: 1g\n  cpus: 1\n",
+                "poll_interval: {poll}\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: {}\n  memory: 1g\n  cpus: 1\n{repos}",
                 setup.idle, network.name, setup.deadline
             ),
         )
@@ -215,12 +224,15 @@ impl Home {
             label,
             base_url: api.base_url(),
             fallback_url: setup.fallback.map(ScriptedAnthropic::base_url),
+            github: setup
+                .github
+                .map(|(fake, _)| (fake.base_url().to_string(), fake.token())),
         }
     }
 
-    async fn run(&self, args: &[&str]) -> Output {
-        let child = Command::new(BIN)
-            .args(args)
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
             .env("POLYPHONY_HOME", &self.path)
             .env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
             .env("POLYPHONY_TEST_ANTHROPIC_URL", &self.base_url)
@@ -229,13 +241,25 @@ impl Home {
                 self.fallback_url.as_deref().unwrap_or(""),
             )
             .env_remove("RUST_LOG")
-            .env_remove("GITHUB_TOKEN")
             .env_remove("GH_TOKEN")
-            .env_remove("GITHUB_API_URL")
             .stdin(Stdio::null())
+            .kill_on_drop(true);
+        match &self.github {
+            Some((url, token)) => {
+                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
+            }
+            None => {
+                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
+            }
+        }
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .cmd(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("spawn polyphony");
         match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
@@ -568,4 +592,86 @@ async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
     let secs = first["duration_seconds"].as_f64().unwrap_or(f64::MAX);
     assert!(secs < 60.0, "not bounded by the idle timeout: {secs}s");
     println!("real_claude_500: {:?}", started.elapsed());
+}
+
+/// The daemon (started as this test's user, root on CI) polls the fake GitHub, runs the real
+/// Claude as uid 1000 and opens the pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_lands_a_github_issue_with_real_claude() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("daemon");
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    let fake = FakeGithub::start().await;
+    let origin_dir = tempfile::tempdir().expect("temp dir");
+    let origin = write_sample_repo(origin_dir.path()).expect("sample repo");
+    let repo = "acme/calc-real";
+    fake.add_repo(repo, &format!("file://{}", origin.display()), "main");
+    let n = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add(): it subtracts")
+            .body("`add 2 3` prints -1; test.sh fails.")
+            .labels(&["agent-ready"]),
+    );
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            github: Some((&fake, repo)),
+            ..Setup::default()
+        },
+    );
+    let log = home.path.join("daemon.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut daemon = home
+        .cmd(&["daemon"])
+        .stdout(file.try_clone().expect("dup log"))
+        .stderr(file)
+        .spawn()
+        .expect("spawn the daemon");
+    let id = format!("{repo}#{n}");
+    let limit = Duration::from_secs(240);
+    loop {
+        let out = home.run(&["status", &id, "--json"]).await;
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+            if v["task"]["state"] == "LANDED" {
+                break;
+            }
+            assert!(
+                !matches!(v["task"]["state"].as_str(), Some("BLOCKED")),
+                "{v:#}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{id} did not land within {limit:?}:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    if let Some(pid) = daemon.id() {
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(60), daemon.wait()).await;
+    let pulls = fake.pulls(repo);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&origin)
+        .args(["show", &format!("{}:calc.sh", pulls[0].head)])
+        .output()
+        .expect("git show");
+    assert!(text(&out.stdout).contains("a + b"));
+    let v = home.task(&id).await;
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["run_spec"]["limits"]["user"], "1000:1000");
+    println!(
+        "daemon_lands_a_github_issue_with_real_claude: {:?}",
+        started.elapsed()
+    );
 }
