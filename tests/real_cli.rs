@@ -1,7 +1,7 @@
 //! The REAL Claude Code CLI in the loop (issue 13): the built binary runs attempts in the
 //! offline worker image `images/real` (Debian trixie + the `claude` executable from the
 //! pinned `claude-agent-sdk` wheel), and the CLI talks to a scripted Anthropic Messages API
-//! (tests/support/anthropic.rs) over a Docker network each test creates for itself: the server
+//! (src/scripted_model.rs) over a Docker network each test creates for itself: the server
 //! listens on that network's gateway address, so the container reaches it and nothing else of
 //! the host, and no test traffic leaves the machine.
 //!
@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use polyphony::demo::write_sample_repo;
 use polyphony::runtime::home_label;
+use polyphony::scripted_model::{Reply, ScriptedAnthropic, Turn};
 use serde_json::Value;
-use support::anthropic::{Reply, ScriptedAnthropic, Turn};
 use support::fake_github::{FakeGithub, NewIssue};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
@@ -397,7 +397,9 @@ async fn real_claude_lands_a_task() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("lands");
-    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
     let home = Home::new(&image, &net, &api, Setup::default());
     let id = home
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
@@ -435,7 +437,9 @@ async fn real_claude_lands_on_the_repair_retry() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("repair");
-    let api = ScriptedAnthropic::start(net.gateway, fix_only_when_shown_the_failure).await;
+    let api = ScriptedAnthropic::start(net.gateway, fix_only_when_shown_the_failure)
+        .await
+        .expect("scripted model API");
     let home = Home::new(&image, &net, &api, Setup::default());
     let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
 
@@ -476,7 +480,9 @@ async fn real_claude_with_a_refused_key_is_an_authentication_failure() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("auth");
-    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::Unauthorized).await;
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::Unauthorized)
+        .await
+        .expect("scripted model API");
     let home = Home::new(&image, &net, &api, Setup::default());
     let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
 
@@ -519,8 +525,11 @@ async fn real_claude_out_of_quota_falls_back_to_the_next_agent() {
         retry_after_secs: 3600,
         reset_epoch: reset,
     })
-    .await;
-    let healthy = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    .await
+    .expect("scripted model API");
+    let healthy = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
     let home = Home::new(
         &image,
         &net,
@@ -563,7 +572,9 @@ async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("stall");
-    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::ServerError).await;
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::ServerError)
+        .await
+        .expect("scripted model API");
     let home = Home::new(
         &image,
         &net,
@@ -601,7 +612,9 @@ async fn daemon_lands_a_github_issue_with_real_claude() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
     let net = TestNetwork::create("daemon");
-    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop).await;
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
     let fake = FakeGithub::start().await;
     let origin_dir = tempfile::tempdir().expect("temp dir");
     let origin = write_sample_repo(origin_dir.path()).expect("sample repo");
@@ -674,4 +687,60 @@ async fn daemon_lands_a_github_issue_with_real_claude() {
         "daemon_lands_a_github_issue_with_real_claude: {:?}",
         started.elapsed()
     );
+}
+
+/// `demo --real-claude`: the four demo tasks end as promised on the real CLI, and the demo
+/// removes the Docker network it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_real_claude_runs_as_promised() {
+    let Some(_image) = image().await else { return };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let child = Command::new(BIN)
+        .args(["demo", "--real-claude", "--json", "--dir"])
+        .arg(dir.path())
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn demo");
+    let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("demo finished in time")
+        .expect("demo output");
+    assert!(out.status.success(), "{}", output(&out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("demo --json");
+    let states: Vec<&str> = rows
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        states,
+        ["LANDED", "LANDED", "LANDED", "BLOCKED"],
+        "{rows:#?}"
+    );
+    assert_eq!(rows[2]["agents"], serde_json::json!(["claude", "claude-b"]));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("REAL Claude Code CLI, SCRIPTED model API"),
+        "{err}"
+    );
+    let network = err
+        .split_whitespace()
+        .find(|w| w.starts_with("polyphony-demo-"))
+        .expect("the demo names its network")
+        .trim_end_matches(';')
+        .to_string();
+    let ls = std::process::Command::new("docker")
+        .args(["network", "ls", "--format", "{{.Name}}"])
+        .output()
+        .expect("docker network ls");
+    assert!(
+        !text(&ls.stdout).lines().any(|n| n == network),
+        "{network} left behind"
+    );
+    println!("demo_real_claude_runs_as_promised: {:?}", started.elapsed());
 }

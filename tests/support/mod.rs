@@ -1,5 +1,4 @@
 //! Shared test support. Each integration test binary compiles only what it uses.
 #![allow(dead_code)]
 
-pub mod anthropic;
 pub mod fake_github;

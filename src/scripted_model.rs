@@ -1,4 +1,5 @@
-//! A scripted Anthropic Messages API for driving the REAL Claude Code CLI in tests: an
+//! A scripted Anthropic Messages API for driving the REAL Claude Code CLI in tests and
+//! `demo --real-claude` (never a real model): an
 //! in-process axum server that answers `HEAD /api/hello` and `POST /v1/messages` with a
 //! streaming SSE body (`message_start`, `content_block_start/delta/stop` with `text_delta` or
 //! `input_json_delta`, `message_delta` with `stop_reason` and usage, `message_stop`).
@@ -79,11 +80,17 @@ impl ScriptedAnthropic {
     pub async fn start(
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
-    ) -> ScriptedAnthropic {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
-            .await
-            .unwrap_or_else(|e| panic!("bind {ip}:0 for the scripted model API: {e}"));
-        let addr = listener.local_addr().expect("local addr");
+    ) -> std::io::Result<ScriptedAnthropic> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
+        ScriptedAnthropic::serve(listener, script)
+    }
+
+    /// Serves on a listener the caller bound (and must be inside a Tokio runtime).
+    pub fn serve(
+        listener: tokio::net::TcpListener,
+        script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
+    ) -> std::io::Result<ScriptedAnthropic> {
+        let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(ServerState {
             script: Box::new(script),
             turns: 0,
@@ -98,11 +105,11 @@ impl ScriptedAnthropic {
                 })
                 .await;
         });
-        ScriptedAnthropic {
+        Ok(ScriptedAnthropic {
             state,
             addr,
             shutdown: Some(tx),
-        }
+        })
     }
 
     /// `ANTHROPIC_BASE_URL` for the CLI.
