@@ -309,9 +309,12 @@ pub fn daemon_check(running: bool, pid: Option<&str>) -> Check {
     }
 }
 
+/// `(major, minor, patch)`.
+pub type Version = (u64, u64, u64);
+
 /// The real CLI versions the adapters were run or recorded against (docs/agents.md), as
 /// inclusive `(major, minor, patch)` ranges. Only Claude Code runs for real here.
-pub const TESTED_VERSIONS: [(AgentType, (u64, u64, u64), (u64, u64, u64)); 2] = [
+pub const TESTED_VERSIONS: [(AgentType, Version, Version); 2] = [
     (AgentType::Claude, (2, 1, 59), (2, 1, 332)),
     (AgentType::Gemini, (0, 31, 0), (0, 31, u64::MAX)),
 ];
