@@ -490,9 +490,10 @@ async fn real_claude_with_a_refused_key_is_an_authentication_failure() {
     home.dump(&id, "auth").await;
     let v = home.task(&id).await;
     assert!(!out.status.success(), "{}", output(&out));
-    assert_ne!(v["task"]["state"], "LANDED", "{v:#}");
+    // Permanent (orchestrator/failure.rs): BLOCKED after the first attempt, no retries.
+    assert_eq!(v["task"]["state"], "BLOCKED", "{v:#}");
     let a = attempts(&v);
-    assert!(!a.is_empty(), "{v:#}");
+    assert_eq!(a.len(), 1, "{v:#}");
     for attempt in a {
         assert_eq!(attempt["status"], "failed", "{attempt:#}");
         let reason = attempt["reason"].as_str().unwrap_or("");
