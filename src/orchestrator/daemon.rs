@@ -74,6 +74,8 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
     let _socket_guard = RemoveOnDrop(socket_path.clone());
     let store = Store::open(&orch.db_path())?;
+    // Never start work on a damaged queue (issue 12).
+    store.ensure_sound()?;
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let run_opts = RunOptions {
         progress: progress.clone(),
@@ -101,6 +103,13 @@ pub async fn run(
     let mut stopping = false;
     loop {
         let signal_count = *signals.borrow();
+        if crate::store::damaged() && !stopping {
+            // A damaged database is never a task failure (issue 12): claim nothing more,
+            // stop the running attempts (they record nothing) and exit 2 below.
+            tracing::error!(db = %orch.db_path().display(), "the queue database is damaged: no new claims; stopping running attempts");
+            stopping = true;
+            let _ = cancel_tx.send(true);
+        }
         if signal_count >= 1 && !stopping {
             stopping = true;
             tracing::info!(
@@ -124,20 +133,31 @@ pub async fn run(
                 poll_sources(&orch, &store).await;
                 next_poll = tokio::time::Instant::now() + poll_interval;
             }
-            dispatch(
+            let dispatched = dispatch(
                 &orch,
                 &store,
                 &run_opts,
                 &slots,
                 &mut attempts,
                 &mut summary,
-            )?;
-            if opts.exit_when_idle && attempts.is_empty() && is_idle(&store)? {
-                tracing::info!("nothing left to run: exiting");
-                break;
+            )
+            .and_then(|()| Ok(opts.exit_when_idle && attempts.is_empty() && is_idle(&store)?));
+            match dispatched {
+                Ok(true) => {
+                    tracing::info!("nothing left to run: exiting");
+                    break;
+                }
+                Ok(false) => {}
+                Err(_) if crate::store::damaged() => continue,
+                Err(e) => return Err(e),
             }
         }
-        let retry_due = store.next_retry_at()?.map(|at| {
+        let next_retry = match store.next_retry_at() {
+            // Stopping: only the attempts and the signals are waited for now.
+            Err(_) if crate::store::damaged() => None,
+            other => other?,
+        };
+        let retry_due = next_retry.map(|at| {
             let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + wait + Duration::from_millis(5)
         });
@@ -165,6 +185,13 @@ pub async fn run(
     }
     while let Some(joined) = attempts.join_next().await {
         record_end(joined, &mut summary);
+    }
+    if crate::store::damaged() {
+        return Err(crate::store::DatabaseDamaged {
+            path: orch.db_path(),
+            detail: "met while the daemon ran; it stopped its attempts and exited".into(),
+        }
+        .into());
     }
     tracing::info!(?summary, "daemon stopped");
     Ok(summary)

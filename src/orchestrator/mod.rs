@@ -140,6 +140,15 @@ impl Orchestrator {
     /// The GitHub source, or an error that says how to configure it.
     pub fn github(&self) -> anyhow::Result<&GithubSource> {
         self.github.as_deref().ok_or_else(|| {
+            // Say what is actually wrong (a bad GITHUB_API_URL, an unusable token) when
+            // building the client again shows it (issue 12).
+            let var = github_token_var(&self.config);
+            let lookup = |n: &str| (self.env)(n);
+            if let Err(e) = GithubClient::from_env(var.as_deref(), lookup, FaultPolicy::default()) {
+                if !matches!(e, crate::sources::GithubError::MissingToken { .. }) {
+                    return anyhow::Error::new(e);
+                }
+            }
             anyhow::Error::new(crate::cli::UsageError::new(
                 "GitHub is not configured: no token was found",
                 "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \

@@ -353,6 +353,22 @@ impl<'a> Attempt<'a> {
         );
         let input = routing::route_input(&self.task, &facts, &score);
         let decision = self.orch.router.route(&input);
+        // Issue 12: a prompt larger than the agent's context window cannot succeed.
+        let config = &self.orch.config;
+        let decision = match routing::fit_context(decision, facts.context_tokens, |agent| {
+            config.agent(agent).map(|a| a.context_window_tokens)
+        }) {
+            routing::ContextFit::Fits(d) => d,
+            routing::ContextFit::Rerouted(d) => {
+                tracing::info!(task = %self.task.id, "{}", d.context.as_deref().unwrap_or(""));
+                d
+            }
+            // No attempt can pass while the text stays this long: a configuration-class
+            // failure, so the task is BLOCKED at once with the reason.
+            routing::ContextFit::TooLarge { reason } => {
+                return Err(Failure::new(AttemptStatus::Failed, reason).at(Stage::Config))
+            }
+        };
         self.chain = decision.chain().into_iter().map(String::from).collect();
         let _ = self
             .db()
@@ -1059,6 +1075,14 @@ impl<'a> Attempt<'a> {
             Ok(end) => return Ok(end),
             Err(failure) => failure,
         };
+        if crate::store::damaged() {
+            // A damaged database is never a task failure (issue 12): record nothing.
+            return Err(crate::store::DatabaseDamaged {
+                path: self.orch.db_path(),
+                detail: one_line(&failure.reason),
+            }
+            .into());
+        }
         let now = Utc::now();
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the

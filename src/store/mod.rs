@@ -17,6 +17,7 @@
 
 mod error;
 mod generations;
+pub mod health;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ use crate::domain::{
 };
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
+pub use health::{damage_in, damaged, DatabaseDamaged};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -149,9 +151,12 @@ impl Store {
                 source,
             })?;
         }
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
+        let open_err = |source| {
+            health::is_damage(&source);
+            StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
