@@ -30,6 +30,7 @@ pub mod orchestrator;
 pub mod report;
 pub mod routing;
 pub mod runtime;
+pub mod scripted_model;
 pub mod sources;
 pub mod store;
 pub mod workspace;

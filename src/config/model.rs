@@ -80,7 +80,7 @@ pub struct ContainerConfig {
     pub pids_limit: i64,
     /// `uid:gid` inside the container; unset means the daemon's own uid:gid.
     pub user: Option<String>,
-    /// Default network for agent containers: `bridge`, `none` or `host`.
+    /// Default network for agent containers: `bridge`, `none`, `host` or `network:NAME`.
     pub network: String,
     /// Output (both streams) stored per attempt, e.g. `64m`; past it the container is
     /// killed and the attempt fails.
@@ -289,7 +289,7 @@ pub struct AgentConfig {
     pub image: Option<String>,
     #[serde(default)]
     pub identity: Option<String>,
-    /// `bridge`, `none` or `host`; default from `container.network`.
+    /// `bridge`, `none`, `host` or `network:NAME`; default from `container.network`.
     #[serde(default)]
     pub network: Option<String>,
     #[serde(default)]
