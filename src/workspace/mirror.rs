@@ -180,6 +180,8 @@ fn create(
     let result = (|| {
         Git::new("init (mirror)")
             .args(["-c", "init.defaultBranch=main", "init", "--bare", "--quiet"])
+            // Shared clones read the objects as the container's uid, whatever our umask.
+            .arg("--shared=0644")
             .arg(&tmp)
             .run()?;
         let config = |args: &[&str]| {
