@@ -1767,6 +1767,310 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
     println!("kill_9_container_lost: {:?}", started.elapsed());
 }
 
+// ------------------------------------------------ permanent failures and `retry` (issue 12)
+
+/// An image tag this test made (from the test image), removed again on drop: "building"
+/// the missing image is the fix a BLOCKED task waits for.
+struct TagGuard(String);
+
+impl TagGuard {
+    fn create(image: &str, tag: &str) -> TagGuard {
+        let out = std::process::Command::new("docker")
+            .args(["tag", image, tag])
+            .output()
+            .expect("docker tag");
+        assert!(out.status.success(), "docker tag: {}", text(&out.stderr));
+        TagGuard(tag.to_string())
+    }
+}
+
+impl Drop for TagGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", &self.0])
+            .output();
+    }
+}
+
+/// A tag no engine has, unique to this home; `config.yaml` points the workers at it.
+fn use_missing_image(home: &Home, image: &str) -> String {
+    let tag = format!("polyphony-missing-{}:not-built", &home.label[..8]);
+    let path = home.path.join("config.yaml");
+    let conf = std::fs::read_to_string(&path).expect("config.yaml");
+    std::fs::write(
+        &path,
+        conf.replace(&format!("image: {image}"), &format!("image: {tag}")),
+    )
+    .expect("config.yaml");
+    tag
+}
+
+/// A missing image is permanent: BLOCKED after one attempt with no backoff wait, the fix
+/// named; `retry` then makes generation 2 (the old record untouched), which lands once the
+/// image exists. Retrying the BLOCKED task again is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_blocks_at_once_and_retry_lands_once_built() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let missing = use_missing_image(&home, &image);
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+
+    let t0 = Instant::now();
+    let out = home.run(&["spawn", "--task", &id]).await;
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("waiting"), "no backoff wait: {stderr}");
+    assert!(
+        took < Duration::from_secs(8),
+        "one attempt, no wait: {took:?}"
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("fix: build the image: `docker build -t {missing}"))
+            && stdout.contains(&format!("polyphony retry {id}")),
+        "{stdout}"
+    );
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "BLOCKED");
+    assert_eq!(v["task"]["attempts"], 1);
+    assert_eq!(v["task"]["failures"], 1);
+    assert_eq!(v["generation"], 1);
+    assert!(
+        v["retried_as"].is_null() && v["retry_of"].is_null(),
+        "{v:#}"
+    );
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1);
+    assert!(
+        a[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("permanent, not retried")),
+        "{:#}",
+        a[0]
+    );
+
+    let _built = TagGuard::create(&image, &missing);
+    let out = home.run(&["retry", &id, "--json"]).await;
+    assert!(out.status.success(), "retry: {}", output(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("retry --json");
+    let next = format!("{id}.2");
+    assert_eq!(r["retried"][0]["from"], id.as_str(), "{r:#}");
+    assert_eq!(r["retried"][0]["task"], next.as_str(), "{r:#}");
+    assert_eq!(r["retried"][0]["generation"], 2, "{r:#}");
+    let old = home.task(&id).await;
+    assert_eq!(old["retried_as"], next.as_str());
+    assert_eq!(
+        old["transitions"], v["transitions"],
+        "the old record is untouched"
+    );
+    assert_eq!(old["attempts"], v["attempts"]);
+    assert_eq!(old["task"], v["task"]);
+
+    let out = home.run(&["spawn", "--task", &next]).await;
+    assert!(out.status.success(), "spawn {next}: {}", output(&out));
+    let w = home.task(&next).await;
+    assert_eq!(state(&w), "LANDED");
+    assert_eq!(w["retry_of"], id.as_str());
+    assert_eq!(w["generation"], 2);
+    let branches = origin.branches();
+    assert_eq!(branches, vec![format!("polyphony/{next}-a1")]);
+    assert!(origin
+        .show(&format!("{}:calc.sh", branches[0]))
+        .contains("a + b"));
+
+    let out = home.run(&["retry", &id]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", output(&out));
+    assert!(text(&out.stderr).contains("LANDED"), "{}", output(&out));
+    let out = home.run(&["status"]).await;
+    assert!(
+        text(&out.stdout).contains(&format!("retried as {next}")),
+        "{}",
+        output(&out)
+    );
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("missing_image_retry: {:?}", started.elapsed());
+}
+
+/// An agent that is not logged in is permanent for that agent only: the chain's next agent
+/// takes over at once, without a failure counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_not_logged_in_falls_back_to_the_next_agent() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake[claude]: not-logged-in\npolyphony-fake[codex]: succeed"),
+            "Fix add()",
+        )
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    assert!(!text(&out.stderr).contains("waiting"), "{}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(
+        (a[0]["agent"].as_str(), a[1]["agent"].as_str()),
+        (Some("claude"), Some("codex"))
+    );
+    assert!(
+        a[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("run `claude login` on the host")),
+        "{:#}",
+        a[0]
+    );
+    println!("not_logged_in_fallback: {:?}", started.elapsed());
+}
+
+/// A BLOCKED issue labelled `agent-ready` again comes back in the daemon's poll as exactly
+/// one new generation, which lands as the issue's one pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relabelling_a_blocked_issue_brings_it_back_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-relabel", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add(): it subtracts",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let missing = use_missing_image(&home, &image);
+    let id = format!("{repo}#{n}");
+    let next = format!("{id}.2");
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    let v = home
+        .wait_for(&id, Duration::from_secs(60), &log, |v| {
+            state(v) == "BLOCKED"
+        })
+        .await;
+    assert_eq!(v["task"]["attempts"], 1, "{v:#}");
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
+    let comments = fake.comments(&repo, n);
+    let blocked: Vec<&String> = comments
+        .iter()
+        .filter(|c| c.contains("polyphony:blocked"))
+        .collect();
+    assert_eq!(blocked.len(), 1, "{comments:#?}");
+    assert!(blocked[0].contains("build the image"), "{}", blocked[0]);
+    // Polls go on; nothing comes back without a person.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        home.db()
+            .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+            .expect("count")
+            == 1
+    );
+
+    let _built = TagGuard::create(&image, &missing);
+    fake.unlabel_issue(&repo, n, "agent-blocked", "maintainer");
+    fake.label_issue(&repo, n, "agent-ready", "maintainer");
+    let w = home
+        .wait_for(&next, Duration::from_secs(90), &log, |v| {
+            state(v) == "LANDED"
+        })
+        .await;
+    assert_eq!(w["retry_of"], id.as_str());
+    // Several more polls: no third generation, the old record as it was.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let ids: Vec<String> = home
+        .tasks()
+        .await
+        .iter()
+        .map(|t| t["id"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids, vec![next.clone(), id.clone()]);
+    let old = home.task(&id).await;
+    assert_eq!(state(&old), "BLOCKED");
+    assert_eq!(old["retried_as"], next.as_str());
+    assert_eq!(old["transitions"], v["transitions"]);
+    let pulls = fake.pulls(&repo);
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    assert!(
+        pulls[0].head.contains(&format!("_{n}.2-")),
+        "one branch per generation: {pulls:#?}"
+    );
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(30)).await;
+    assert!(status.success(), "daemon: {status:?}\n{}", daemon.log());
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("relabel_blocked_issue: {:?}", started.elapsed());
+}
+
+/// `polyphony retry` of a BLOCKED issue labels it ready again (blocked label off), and the
+/// new generation claims and lands it; the blocked comment says how to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_of_a_blocked_issue_relabels_it_and_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-retry", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add(): it subtracts",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = Home::new(&image, Conf::default(), Some(&fake));
+    let missing = use_missing_image(&home, &image);
+    let id = format!("{repo}#{n}");
+    let out = home.run(&["spawn", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    let comments = fake.comments(&repo, n);
+    assert!(
+        comments.iter().any(
+            |c| c.contains("polyphony:blocked") && c.contains(&format!("polyphony retry {id}"))
+        ),
+        "{comments:#?}"
+    );
+    let out = home.run(&["spawn", &id]).await;
+    assert!(
+        text(&out.stderr).contains(&format!("polyphony retry {id}")),
+        "{}",
+        output(&out)
+    );
+
+    let _built = TagGuard::create(&image, &missing);
+    let out = home.run(&["retry", "--blocked"]).await;
+    assert!(out.status.success(), "retry: {}", output(&out));
+    let next = format!("{id}.2");
+    assert!(text(&out.stdout).contains(&next), "{}", output(&out));
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-ready"), "{labels:?}");
+    assert!(!labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
+    // Nothing left to retry.
+    let out = home.run(&["retry", "--blocked", "--json"]).await;
+    assert!(out.status.success(), "{}", output(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("retry --json");
+    assert_eq!(r["retried"].as_array().map(Vec::len), Some(0), "{r:#}");
+
+    let out = home.run(&["spawn", "--task", &next]).await;
+    assert!(out.status.success(), "spawn {next}: {}", output(&out));
+    assert_eq!(fake.pulls(&repo).len(), 1);
+    let labels = fake.issue_labels(&repo, n);
+    assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
+    println!("retry_blocked_issue: {:?}", started.elapsed());
+}
+
 /// Issue 18: with `clone_mode: shared` (the default) the agent sees the mirror's object
 /// directory read-only at the path its alternates name. Reading works; writing a file, adding
 /// a loose object, "repacking" (a new pack renamed over the old one), truncating, chmod and

@@ -17,6 +17,7 @@ mod enqueue;
 mod init;
 mod logs;
 pub mod replay;
+mod retry;
 pub mod route;
 mod spawn;
 mod status;
@@ -73,6 +74,9 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Take one task through the whole pipeline in the foreground (exit 0 when it lands).
     Spawn(spawn::Args),
+    /// Bring a BLOCKED task back once its cause is fixed, as a new generation linked to
+    /// the old one (--blocked: every BLOCKED task).
+    Retry(retry::Args),
     /// Run the supervisor: poll sources, dispatch attempts, recover after a crash.
     Daemon(daemon::Args),
     /// Build the offline test image, make a sample repository and run four tasks through
@@ -139,6 +143,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Route(args) => route::run(args, &ctx),
         Command::Replay(args) => replay::run(&args),
         Command::Spawn(args) => spawn::run(args, &ctx),
+        Command::Retry(args) => retry::run(args, &ctx),
         Command::Daemon(args) => daemon::run(args, &ctx),
         Command::Demo(args) => demo::run(args, &ctx),
         Command::Logs(args) => logs::run(args, &ctx),

@@ -118,7 +118,8 @@ async fn issue_task(
     })?;
     let github = orch.github()?;
     let fetched = github.fetch_task(&issue_ref).await?;
-    if let Some(existing) = store.get_task(&fetched.id)? {
+    // A retried issue is its newest generation (`polyphony retry`).
+    if let Some(existing) = store.newest_generation(&fetched.id)? {
         return Ok(existing);
     }
     let ready = &orch.config.global.github.ready_label;
@@ -143,8 +144,15 @@ async fn drive(
 ) -> anyhow::Result<Option<AttemptEnd>> {
     let id = task.id.clone();
     match task.state {
-        TaskState::Landed | TaskState::Blocked => {
+        TaskState::Landed => {
             eprintln!("{id} is already {}", task.state);
+            return Ok(None);
+        }
+        TaskState::Blocked => {
+            eprintln!(
+                "{id} is already BLOCKED: fix the cause (`polyphony status {id}`), then \
+                 `polyphony retry {id}` brings it back"
+            );
             return Ok(None);
         }
         TaskState::Failed if task.next_attempt_at.is_none() => {
@@ -167,10 +175,14 @@ async fn drive(
         if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
             let wait = (at - Utc::now()).to_std().unwrap_or_default();
             if !wait.is_zero() {
+                // Rounded up: a 10 s backoff read a few milliseconds later is still "10s".
+                // Counted in failures, not attempt numbers: a failure before the
+                // container existed reuses its attempt number.
                 eprintln!(
-                    "waiting {}s before attempt {}",
-                    wait.as_secs(),
-                    current.attempts + 1
+                    "waiting {}s before trying again ({} of {} allowed failures so far)",
+                    wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                    current.failures,
+                    orch.policy.max_attempts
                 );
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}

@@ -66,6 +66,12 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
                 .next_attempt_at
                 .and_then(|n| DateTime::parse_from_rfc3339(n).ok())
                 .map(|n| n.with_timezone(&Utc));
+            // Only BLOCKED rows look their link up: the listing stays one read per row.
+            let retried_as = if t.state == TaskState::Blocked {
+                s.generation_links(t.id)?.retried_as
+            } else {
+                None
+            };
             rows.push([
                 t.id.to_string(),
                 t.source_ref.to_string(),
@@ -74,7 +80,11 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
                 t.attempts.to_string(),
                 created,
                 cost.map_or_else(|| "-".into(), |c| format!("${c:.2}")),
-                next_step(t.state, next, now),
+                match (t.state, retried_as) {
+                    (TaskState::Blocked, Some(new)) => format!("retried as {new}"),
+                    (TaskState::Blocked, None) => format!("polyphony retry {}", t.id),
+                    _ => next_step(t.state, next, now),
+                },
             ]);
             Ok(())
         })?;
@@ -150,16 +160,22 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let transitions = store.transitions(id)?;
     let attempts = store.attempts(id)?;
     let landing = store.landing(id)?;
+    let links = store.generation_links(id)?;
+    let generation = crate::domain::generation::number(&task);
     if json {
         print_json(&serde_json::json!({
             "task": task,
             "transitions": transitions,
             "attempts": attempts,
             "landing": landing,
+            "generation": generation,
+            "retry_of": links.retry_of,
+            "retried_as": links.retried_as,
         }))?;
         return Ok(Outcome::Success);
     }
     print_task(&task);
+    print_generation(&task, generation, &links);
     println!("\ntransitions:");
     if transitions.is_empty() {
         println!("  (none)");
@@ -267,6 +283,21 @@ fn print_task(t: &Task) {
         "  created:  {}",
         t.created_at.format("%Y-%m-%d %H:%M:%S UTC")
     );
+}
+
+/// The task's place among its generations (`polyphony retry`).
+fn print_generation(t: &Task, generation: u32, links: &crate::store::GenerationLinks) {
+    if let Some(old) = &links.retry_of {
+        println!("  retry of: {old} (this is generation {generation})");
+    }
+    match (&links.retried_as, t.state) {
+        (Some(new), _) => println!("  retried:  as {new}"),
+        (None, TaskState::Blocked) => println!(
+            "  blocked:  fix the cause the BLOCKED transition names, then `polyphony retry {}`",
+            t.id
+        ),
+        _ => {}
+    }
 }
 
 /// Columns of the `status` table.

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod event;
+pub mod generation;
 pub mod identity;
 pub mod result;
 pub mod run_spec;

@@ -222,7 +222,12 @@ async fn poll_sources(orch: &Orchestrator, store: &Store) {
     for task in tasks {
         match store.insert_task(&task) {
             Ok(true) => new += 1,
-            Ok(false) => {}
+            Ok(false) => match super::generation::reopen_if_relabelled(store, &task, Utc::now()) {
+                Ok(reopened) => new += usize::from(reopened.is_some()),
+                Err(e) => {
+                    tracing::warn!(task = %task.id, error = %e, "cannot retry a re-labelled issue")
+                }
+            },
             Err(e) => tracing::warn!(task = %task.id, error = %e, "cannot record task"),
         }
     }

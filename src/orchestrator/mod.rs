@@ -12,6 +12,8 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod failure;
+pub mod generation;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;

@@ -36,6 +36,7 @@ use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo, Landed};
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
+use super::failure::{self, Class, Stage};
 use super::proof::{self, ProtectedPaths};
 use super::retry::{self, AfterAttempt};
 use super::sink::{short_id, StoreSink};
@@ -98,6 +99,8 @@ struct Failure {
     /// Not a failure of the work: wait until then without counting an attempt (cost
     /// ceiling reached).
     wait_until: Option<DateTime<Utc>>,
+    /// Where it happened, for [`failure::classify`].
+    stage: Stage,
 }
 
 impl Failure {
@@ -107,7 +110,13 @@ impl Failure {
             reason: reason.into(),
             evidence: Vec::new(),
             wait_until: None,
+            stage: Stage::Unknown,
         }
+    }
+
+    fn at(mut self, stage: Stage) -> Failure {
+        self.stage = stage;
+        self
     }
 
     fn crash(err: impl std::fmt::Display) -> Failure {
@@ -315,6 +324,7 @@ impl<'a> Attempt<'a> {
                     AttemptStatus::Crash,
                     format!("cannot prepare the workspace: {}", one_line(&e.to_string())),
                 )
+                .at(Stage::Workspace)
             })?;
         if let Ok(json) = serde_json::to_string(&ws) {
             let _ = self.db().kv_set(
@@ -416,7 +426,8 @@ impl<'a> Attempt<'a> {
             Err(ClaimError::Source(e)) => Err(Failure::new(
                 AttemptStatus::Crash,
                 format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
-            )),
+            )
+            .at(Stage::Source)),
         }
     }
 
@@ -428,6 +439,7 @@ impl<'a> Attempt<'a> {
         let config = &self.orch.config;
         let profile = config.agent(&self.agent).ok_or_else(|| {
             Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
+                .at(Stage::Config)
         })?;
         let named = decision.identity.is_some()
             || profile.identity.is_some()
@@ -452,8 +464,9 @@ impl<'a> Attempt<'a> {
                 config.global.default_identity.as_deref(),
                 &config.identities,
             )
-            .map_err(Failure::crash)?;
-            identity::broker(ident, profile.agent_type).map_err(Failure::crash)?
+            .map_err(|e| Failure::crash(e).at(Stage::Config))?;
+            identity::broker(ident, profile.agent_type)
+                .map_err(|e| Failure::crash(e).at(Stage::Config))?
         };
         // A login directory that does not exist on this host cannot be mounted (Docker
         // refuses the bind); run without it and say so: the agent then reports its own
@@ -506,8 +519,9 @@ impl<'a> Attempt<'a> {
         .map_err(|e| Failure::crash(format!("cannot read .polyphony.yaml at the base: {e}")))?;
         let project = match text {
             Some(text) => Some(
-                routing::run_spec::verification_from_polyphony_yaml(&text)
-                    .map_err(|e| Failure::crash(format!("{e} (in the base branch)")))?,
+                routing::run_spec::verification_from_polyphony_yaml(&text).map_err(|e| {
+                    Failure::crash(format!("{e} (in the base branch)")).at(Stage::Config)
+                })?,
             ),
             None => None,
         };
@@ -642,6 +656,7 @@ impl<'a> Attempt<'a> {
                 AttemptStatus::Crash,
                 format!("the container failed: {}", one_line(&e.to_string())),
             )
+            .at(Stage::Container)
         })?;
         if let Some(err) = sink_error.or(exec.sink_error.clone()) {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
@@ -701,7 +716,7 @@ impl<'a> Attempt<'a> {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
-            let mut failure = Failure::new(exec.status, reason);
+            let mut failure = Failure::new(exec.status, reason).at(Stage::Agent);
             failure.evidence = vec![gate];
             return Err(failure);
         }
@@ -1058,7 +1073,20 @@ impl<'a> Attempt<'a> {
             Err(failure) => failure,
         };
         let now = Utc::now();
-        let reason = self.scrubber.scrub_line(&failure.reason).into_owned();
+        let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
+        // A permanent failure carries its fix everywhere it is shown: the attempt, the
+        // transitions and the report at the source.
+        let class = failure::classify(
+            failure.stage,
+            failure.status,
+            &reason,
+            &self.agent,
+            &self.task.repo,
+        );
+        if let Class::Permanent { fix, .. } = &class {
+            let fix = fix.replace("retry TASK", &format!("retry {}", self.task.id));
+            reason = failure::permanent_reason(&reason, &fix);
+        }
         tracing::info!(task = %self.task.id, attempt = self.attempt, status = %failure.status, "{reason}");
         // Record the attempt's evidence when the attempt row exists.
         if self.spec.is_some() {
@@ -1117,7 +1145,14 @@ impl<'a> Attempt<'a> {
             return Ok(AttemptEnd::Retry { at: now, reason });
         }
         let mut exhausted = self.exhausted();
-        if failure.status == AttemptStatus::Quota && !self.agent.is_empty() {
+        let auth = matches!(
+            &class,
+            Class::Permanent {
+                cause: failure::Cause::AgentAuth,
+                ..
+            }
+        );
+        if (failure.status == AttemptStatus::Quota || auth) && !self.agent.is_empty() {
             exhausted.insert(self.agent.clone());
             let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
             self.db()
@@ -1128,14 +1163,19 @@ impl<'a> Attempt<'a> {
         } else {
             self.chain.clone()
         };
-        let decision = retry::after_attempt(
-            &self.orch.policy,
-            failure.status,
-            self.task.failures,
-            &chain,
-            &exhausted,
-            now,
-        );
+        let decision = match &class {
+            Class::Permanent { cause, fix } => {
+                retry::after_permanent(cause, fix, &chain, &exhausted)
+            }
+            Class::Transient => retry::after_attempt(
+                &self.orch.policy,
+                failure.status,
+                self.task.failures,
+                &chain,
+                &exhausted,
+                now,
+            ),
+        };
         match decision {
             AfterAttempt::Retry { at, failures } => {
                 self.db().set_retry(&self.task.id, failures, Some(at))?;
@@ -1158,7 +1198,11 @@ impl<'a> Attempt<'a> {
                     self.task.failures + 1
                 };
                 self.db().set_retry(&self.task.id, failures, None)?;
-                let block_reason = format!("{why}; last: {reason}");
+                let block_reason = if class.is_permanent() {
+                    reason.clone()
+                } else {
+                    format!("{why}; last: {reason}")
+                };
                 let moved = self.db().transition(
                     &self.task.id,
                     TaskState::Failed,
@@ -1200,8 +1244,15 @@ impl<'a> Attempt<'a> {
                 })
                 .collect(),
         };
-        if let Err(e) = github.block(&self.task, &blocked).await {
-            tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub");
+        match github.block(&self.task, &blocked).await {
+            // From now on the ready label on the issue can only be a person's: re-labelling
+            // brings the task back as a new generation (`orchestrator::generation`).
+            Ok(_) => {
+                let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
+            }
+            Err(e) => {
+                tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub")
+            }
         }
     }
 }

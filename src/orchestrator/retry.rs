@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::failure::Cause;
 use crate::domain::AttemptStatus;
 
 /// Backoff and attempt limits.
@@ -95,6 +96,30 @@ pub fn after_attempt(
                 }
             }
         }
+    }
+}
+
+/// Decides what follows a permanent failure (see [`super::failure`]): never a backoff.
+///
+/// An agent that is not logged in (or whose key the API refused) cannot work on any task,
+/// but another agent of the chain may: the task falls back to it at once, without counting
+/// a failure, as on quota; `exhausted` must already hold `agent`. Every other permanent
+/// cause blocks the task now, whatever attempts are left.
+pub fn after_permanent(
+    cause: &Cause,
+    fix: &str,
+    chain: &[String],
+    exhausted: &BTreeSet<String>,
+) -> AfterAttempt {
+    if *cause == Cause::AgentAuth {
+        if let Some(next) = next_agent(chain, exhausted) {
+            return AfterAttempt::Fallback {
+                next_agent: next.to_string(),
+            };
+        }
+    }
+    AfterAttempt::Block {
+        reason: format!("permanent failure, not retried; fix: {fix}"),
     }
 }
 
@@ -215,5 +240,33 @@ mod tests {
             next_agent(&chain(), &set(&["claude", "codex", "kimi"])),
             None
         );
+    }
+
+    #[test]
+    fn permanent_blocks_at_once_and_auth_falls_back() {
+        let image = Cause::ImageMissing { image: "x".into() };
+        for exhausted in [set(&[]), set(&["claude"])] {
+            match after_permanent(&image, "build the image", &chain(), &exhausted) {
+                AfterAttempt::Block { reason } => {
+                    assert!(reason.contains("fix: build the image"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            after_permanent(&Cause::AgentAuth, "login", &chain(), &set(&["claude"])),
+            AfterAttempt::Fallback {
+                next_agent: "codex".into()
+            }
+        );
+        assert!(matches!(
+            after_permanent(
+                &Cause::AgentAuth,
+                "login",
+                &chain(),
+                &set(&["claude", "codex", "kimi"])
+            ),
+            AfterAttempt::Block { .. }
+        ));
     }
 }

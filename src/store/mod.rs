@@ -16,6 +16,7 @@
 //! (RunSpecs carry variable names only).
 
 mod error;
+mod generations;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ use crate::domain::{
     SourceKind, Task, TaskEvent, TaskState, TaskType, TokenUsage,
 };
 pub use error::StoreError;
+pub use generations::{GenerationInsert, GenerationLinks};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -358,6 +358,22 @@ fake_main() {
             emit_quota
             exit 1
             ;;
+        not-logged-in)
+            # What each CLI prints with no login, or a key the model API refuses (401).
+            case "$AGENT" in
+                claude)
+                    printf '{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"duration_api_ms":0,"num_turns":1,"result":"Invalid API key \302\267 Please run /login","session_id":"%s","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}\n' "$SID"
+                    ;;
+                codex)
+                    printf '{"type":"error","message":"unexpected status 401 Unauthorized: Missing bearer authentication in header"}\n'
+                    printf '{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized"}}\n'
+                    ;;
+                *)
+                    echo "Error code: 401 - {'error': {'message': 'Invalid Authentication', 'type': 'invalid_authentication_error'}}"
+                    ;;
+            esac
+            exit 1
+            ;;
         hang)
             emit_init
             i=0

@@ -161,8 +161,9 @@ pub async fn block(
 ) -> Result<Reported, GithubError> {
     let marker = blocked_marker(task_id);
     let body = format!(
-        "{}\n{marker}\n",
-        render_blocked_comment(task_id, blocked, &labels.blocked)
+        "{}\nOnce the cause is fixed, label this issue `{}` again (or run `polyphony retry {task_id}`): a new attempt starts.\n{marker}\n",
+        render_blocked_comment(task_id, blocked, &labels.blocked),
+        labels.ready
     );
     let (comment_id, created) = ensure_comment(client, issue, &marker, &body, None).await?;
     remove_label(client, issue, &labels.ready).await?;

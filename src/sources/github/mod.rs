@@ -269,6 +269,20 @@ impl GithubSource {
     }
 }
 
+impl GithubSource {
+    /// Offer the issue behind a BLOCKED task again (`polyphony retry`): the ready label
+    /// on, the blocked and claimed labels off, as a person re-labelling it would. Safe to
+    /// repeat.
+    pub async fn offer_again(&self, task: &Task) -> Result<(), SourceError> {
+        let issue = issue_of(task)?;
+        let labels = &self.settings.labels;
+        claim::add_labels(&self.client, &issue, &[labels.ready.as_str()]).await?;
+        claim::remove_label(&self.client, &issue, &labels.blocked).await?;
+        claim::remove_label(&self.client, &issue, &labels.claimed).await?;
+        Ok(())
+    }
+}
+
 fn issue_of(task: &Task) -> Result<IssueRef, SourceError> {
     if task.source != SourceKind::Github {
         return Err(SourceError::WrongTask {
