@@ -155,6 +155,9 @@ impl WorkspaceManager {
         };
         Git::new("checkout")
             .current_dir(dir)
+            // Writing the files is most of a shared clone's cost and is bound by file-creation
+            // latency, not CPU: parallel workers overlap it (issue 18, docs/benchmarks.md).
+            .args(["-c", "checkout.workers=8"])
             .args([
                 "checkout",
                 "--quiet",
