@@ -2102,7 +2102,13 @@ async fn an_agent_cannot_write_repack_or_delete_the_shared_mirror() {
         .unwrap_or_else(|| panic!("no vandal report in {note}"));
     assert!(report.contains("read:done"), "{report}");
     for op in [
-        "write", "loose", "repack", "truncate", "chmod", "delete", "delete-all",
+        "write",
+        "loose",
+        "repack",
+        "truncate",
+        "chmod",
+        "delete",
+        "delete-all",
     ] {
         assert!(
             report.contains(&format!(" {op}:refused")),

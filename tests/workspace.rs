@@ -788,7 +788,10 @@ fn shared_clone_borrows_the_mirror_and_pushes_complete_branches() {
         .args(["cat-file", "-e", &tip])
         .output()
         .unwrap();
-    assert!(!probe.status.success(), "the commit was written to the mirror");
+    assert!(
+        !probe.status.success(),
+        "the commit was written to the mirror"
+    );
 
     // A remote that never saw the mirror gets a complete branch.
     let remote = fresh_remote(&fx, "elsewhere.git");
