@@ -36,7 +36,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
   echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- Machine: $(nproc) CPUs, ${cpu}, $(git --version)"
   echo "- Load average at start: ${load_before} (shared build machine)"
-  echo "- Command: \`BENCH_REPS=${BENCH_REPS} BENCH_COMMITS=${BENCH_COMMITS} bench/clone.sh\`"
+  echo "- Command: \`BENCH_DIR=${BENCH_DIR} BENCH_REPS=${BENCH_REPS} BENCH_COMMITS=${BENCH_COMMITS} bench/clone.sh\`"
   echo
   cat "$table"
   echo
