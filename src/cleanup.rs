@@ -105,7 +105,8 @@ pub struct Facts {
     pub mirror_root: PathBuf,
     pub tasks: Vec<TaskFact>,
     pub containers: Vec<ContainerFact>,
-    /// Real directories (never symlinks) one and two levels below `workspace_root`.
+    /// Attempt directories `{key}/{n}` Polyphony made (marked task directory), real
+    /// directories only: the only unrecorded paths cleanup may remove.
     pub workspace_dirs: Vec<PathBuf>,
     pub locks: Vec<LockFact>,
     pub daemon_running: bool,
@@ -169,7 +170,8 @@ impl CleanupPlan {
 /// the latest attempt of a task in CLAIMED…VERIFYING; with no daemon, the latest attempt of
 /// a RUNNING task (recovery re-attaches to it), and with `all` not even that.
 /// Workspaces: those recorded for LANDED and BLOCKED tasks; with `all` also FAILED tasks'
-/// and, when no daemon runs (it may be preparing one), directories no attempt recorded.
+/// and, when no daemon runs (it may be preparing one), marked attempt directories
+/// no attempt recorded ([`workspace_dirs`] only lists those Polyphony made).
 /// Locks: unheld `daemon.lock`; unheld mirror locks when no daemon runs.
 pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
     let mut out = CleanupPlan::default();
@@ -334,7 +336,7 @@ fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
             path: d.to_path_buf(),
             task: None,
             attempt: None,
-            why: "no attempt recorded this directory".to_string(),
+            why: "Polyphony made it (marked task directory) but no attempt recorded it".to_string(),
         });
     }
 }
@@ -401,8 +403,10 @@ pub async fn container_facts(
         .collect())
 }
 
-/// Real directories one and two levels below `root` (resolved), never following symlinks.
-/// A missing root has none.
+/// Attempt directories Polyphony made: real directories `{root}/{key}/{n}` (resolved, `n`
+/// a number) whose task directory carries the marker (`workspace::marker`). Nothing else
+/// below the root is ever a removal candidate, so a directory someone else put there
+/// survives `cleanup --all`. Never follows symlinks. A missing root has none.
 pub fn workspace_dirs(root: &Path) -> Result<Vec<PathBuf>, CleanupError> {
     let root = match root.canonicalize() {
         Ok(r) => r,
@@ -410,9 +414,15 @@ pub fn workspace_dirs(root: &Path) -> Result<Vec<PathBuf>, CleanupError> {
         Err(e) => return Err(io_err(root)(e)),
     };
     let mut out = Vec::new();
-    for first in real_dirs(&root)? {
-        out.extend(real_dirs(&first)?);
-        out.push(first);
+    for key_dir in real_dirs(&root)? {
+        if !crate::workspace::marker::is_marked_key_dir(&key_dir) {
+            continue;
+        }
+        out.extend(real_dirs(&key_dir)?.into_iter().filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        }));
     }
     out.sort();
     Ok(out)
@@ -762,6 +772,28 @@ mod tests {
         f.daemon_running = true;
         check(&f, true, &[], &[]);
         assert!(plan(&f, true).kept.iter().any(|k| k.why.contains("daemon")));
+    }
+
+    /// Issue 12: `cleanup --all` removed `…/myproject`, a directory Polyphony never made.
+    #[test]
+    fn only_marked_attempt_directories_are_candidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in [
+            "myproject/1",
+            "myproject/src",
+            "local-1/1",
+            "local-1/x",
+            "local-2/3",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        crate::workspace::marker::mark_key_dir(&root.join("local-1")).unwrap();
+        crate::workspace::marker::mark_key_dir(&root.join("local-2")).unwrap();
+        assert_eq!(
+            workspace_dirs(&root).unwrap(),
+            vec![root.join("local-1/1"), root.join("local-2/3")]
+        );
     }
 
     #[test]

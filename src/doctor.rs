@@ -410,19 +410,46 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
 
     let db = crate::config::db_path(home);
     if db.exists() {
-        match crate::store::Store::open(&db).and_then(|s| s.count_by_state()) {
-            Ok(counts) => checks.push(Check::pass(
+        // `integrity_check` reads every page (issue 12: a damaged file looked healthy).
+        let checked = crate::store::Store::open(&db).and_then(|s| {
+            let problems = s.check_integrity(true)?;
+            Ok((s.count_by_state()?, problems))
+        });
+        let recover = format!(
+            "stop the daemon; restore a backup (`cp BACKUP {0}` after moving {0} and its -wal/-shm aside) or salvage it with `sqlite3 {0} .recover | sqlite3 {0}.recovered`",
+            db.display()
+        );
+        match checked {
+            Ok((counts, problems)) if problems.is_empty() => checks.push(Check::pass(
                 "queue",
                 format!(
-                    "{} ({} task(s))",
+                    "{} ({} task(s), integrity_check ok)",
                     db.display(),
                     counts.values().sum::<u64>()
                 ),
             )),
+            Ok((_, problems)) => checks.push(Check::fail(
+                "queue",
+                format!(
+                    "{} fails integrity_check: {}",
+                    db.display(),
+                    problems
+                        .iter()
+                        .flat_map(|p| p.lines())
+                        .find(|l| !l.starts_with("*** in database"))
+                        .unwrap_or("damaged")
+                ),
+                recover,
+            )),
+            Err(e) if e.is_damage() => checks.push(Check::fail(
+                "queue",
+                format!("{} is damaged: {e}", db.display()),
+                recover,
+            )),
             Err(e) => checks.push(Check::fail(
                 "queue",
                 e.to_string(),
-                "move the database aside if it is damaged, or use the polyphony that wrote it",
+                "use the polyphony that wrote it, or check the file's permissions",
             )),
         }
     }
@@ -529,6 +556,14 @@ async fn github_checks(
         by_var.insert(None, vec!["default".into()]);
     }
     let api_url = resolve_api_url(lookup);
+    if let Err(e) = crate::sources::github::client::parse_api_url(&api_url) {
+        checks.push(Check::fail(
+            "GITHUB_API_URL",
+            e.to_string(),
+            "export GITHUB_API_URL=https://api.github.com (GitHub Enterprise: https://HOST/api/v3), or unset it",
+        ));
+        return;
+    }
     let policy = FaultPolicy {
         max_rate_limit_wait: Duration::ZERO,
         max_rate_limit_retries: 0,

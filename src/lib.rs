@@ -15,6 +15,7 @@
 //! - `doctor`: environment checks (engine, images, git, config, credentials, token)
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
+//! - `failpoint`: test-only crash injection at named points (`POLYPHONY_FAILPOINT`)
 
 pub mod agents;
 pub mod cleanup;
@@ -23,6 +24,7 @@ pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod domain;
+pub mod failpoint;
 pub mod identity;
 pub mod orchestrator;
 pub mod report;

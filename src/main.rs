@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         }
     };
     cli::init_logging(cli.global.verbose, cli.global.log_format);
+    stop_quietly_on_closed_stdout(&cli.command);
     match cli::run(cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::NotLanded) => ExitCode::from(1),
@@ -28,4 +29,35 @@ fn main() -> ExitCode {
             ExitCode::from(cli::exit_code(&err))
         }
     }
+}
+
+/// `polyphony status | head -1` must end quietly, not panic with exit 101 (issue 12). The
+/// Rust runtime ignores SIGPIPE, so a write to a closed pipe fails and `println!` panics.
+/// Short-lived verbs take the Unix default back: the kernel ends them at the first write
+/// to a closed stdout, silently (status 141 in a shell). The long-running verbs keep
+/// SIGPIPE ignored, since their Docker socket writes must fail as errors rather than kill
+/// the process; for them a panic hook turns a failed print to stdout into the same quiet
+/// exit.
+fn stop_quietly_on_closed_stdout(command: &cli::Command) {
+    use cli::Command::{Daemon, Demo, Spawn};
+    if !matches!(command, Daemon(_) | Demo(_) | Spawn(_)) {
+        // SAFETY: called once at start-up, before any thread is spawned.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+        return;
+    }
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(128 + libc::SIGPIPE);
+        }
+        default_hook(info);
+    }));
 }

@@ -102,6 +102,29 @@ fn init_twice_without_force_keeps_edits() {
 fn enqueue_then_status_shows_discovered() {
     let home = initialised();
     let repo = tempfile::tempdir().unwrap();
+    // enqueue checks a local --repo is a git repository with a commit (issue 12).
+    for args in [
+        &["init", "-q"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .current_dir(repo.path())
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
     let body = home.path().join("body.md");
     std::fs::write(&body, "The parser drops the last line.").unwrap();
     let out = polyphony(home.path())
@@ -130,6 +153,8 @@ fn enqueue_then_status_shows_discovered() {
             "https://example.com/a/b.git",
             "--base",
             "develop",
+            // The URL is not reachable from tests: store it unchecked.
+            "--no-check",
             "Write docs",
         ])
         .assert()

@@ -472,9 +472,11 @@ async fn exists(rt: &DockerRuntime, id: &str) -> bool {
 }
 
 /// A workspace with a little content, as the store would record it.
+/// An attempt directory as Polyphony makes it: its task directory carries the marker.
 fn workspace(home: &Path, key: &str, attempt: u32) -> PathBuf {
     let dir = home.join("workspaces").join(key).join(attempt.to_string());
     std::fs::create_dir_all(dir.join("src")).unwrap();
+    polyphony::workspace::marker::mark_key_dir(&home.join("workspaces").join(key)).unwrap();
     std::fs::write(dir.join("src/lib.rs"), "x".repeat(10_000)).unwrap();
     dir
 }
@@ -514,6 +516,10 @@ async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
         ws.insert(id, dir);
     }
     let orphan = workspace(home.path(), "zz-orphan", 1);
+    // Issue 12: a directory Polyphony did not make (no marker) survives even --all.
+    let foreign = home.path().join("workspaces/myproject/1");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("keep.txt"), "mine").unwrap();
     let mirrors = home.path().join("mirrors");
     std::fs::create_dir_all(&mirrors).unwrap();
     let mirror_lock = mirrors.join("github.com-acme-widgets.git.lock");
@@ -679,6 +685,10 @@ async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
         .stdout(predicates::str::contains("freed"));
     assert!(!exists(&rt, &running_c).await);
     assert!(!ws["failed"].exists() && !orphan.exists());
+    assert!(
+        foreign.join("keep.txt").is_file(),
+        "cleanup --all removed a directory Polyphony did not make"
+    );
     assert!(
         ws["running"].is_dir(),
         "a RUNNING task's workspace is never removed"

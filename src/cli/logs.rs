@@ -59,22 +59,41 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     let readable = matches!(format, Format::Readable);
 
+    let daemon_running = || crate::orchestrator::lock::DaemonLock::is_held(&ctx.home);
+    let mut told_no_daemon = false;
+    let mut no_daemon_note = |what: &str| {
+        // Issue 12: --follow waited silently for a daemon that was not there.
+        if !told_no_daemon && !daemon_running() {
+            eprintln!(
+                "no daemon is running in {}: {what} once `polyphony daemon` starts",
+                ctx.home.display()
+            );
+            told_no_daemon = true;
+        }
+    };
     let attempt = loop {
         let attempts = store.attempts(&task.id)?;
         match pick(&attempts, args.attempt, &task.id)? {
             Some(a) => break a,
             // A task that ended without an attempt never gets one: nothing to wait for.
             None if args.follow && !current_state(&store, &task.id)?.is_terminal() => {
+                no_daemon_note("waiting; the first attempt starts");
                 std::thread::sleep(POLL)
             }
             None => {
                 // Nothing to show is not an error: the task may simply not have started.
-                eprintln!(
-                    "task {} has no attempts yet (state {}); `polyphony logs {} --follow` waits for the first",
-                    task.id,
-                    current_state(&store, &task.id)?,
-                    task.id
-                );
+                let state = current_state(&store, &task.id)?;
+                if state.is_terminal() {
+                    eprintln!(
+                        "task {} ended without an attempt (state {state}): there are no logs",
+                        task.id
+                    );
+                } else {
+                    eprintln!(
+                        "task {} has no attempts yet (state {state}); `polyphony logs {} --follow` waits for the first",
+                        task.id, task.id
+                    );
+                }
                 return Ok(Outcome::Success);
             }
         }
@@ -100,13 +119,23 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             break;
         }
         ended_seen = ended;
+        if !ended {
+            no_daemon_note("waiting; this attempt resumes");
+        }
         std::thread::sleep(POLL);
     }
     if readable {
         let last = store.attempt(&task.id, attempt.attempt)?.unwrap_or(attempt);
         match report::attempt_footer(&last) {
             Some(footer) => writeln!(out, "{footer}")?,
-            None => writeln!(out, "attempt {} is still running", last.attempt)?,
+            None if daemon_running() => {
+                writeln!(out, "attempt {} is still running", last.attempt)?
+            }
+            None => writeln!(
+                out,
+                "attempt {} has not finished and no daemon is running: it resumes when `polyphony daemon` starts",
+                last.attempt
+            )?,
         }
     }
     out.flush()?;

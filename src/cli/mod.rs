@@ -8,6 +8,7 @@
 //! [`Outcome`] or an error to the process exit code through [`exit_code`].
 //! API Boundary: every `--json` output (scripts parse it).
 
+mod backup;
 mod cleanup;
 mod config;
 mod daemon;
@@ -22,6 +23,7 @@ pub mod route;
 mod spawn;
 mod status;
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -89,6 +91,8 @@ pub enum Command {
     Doctor(doctor::Args),
     /// Remove this home's leftover containers, finished workspaces and stale locks.
     Cleanup(cleanup::Args),
+    /// Write a consistent copy of the queue database, safe while the daemon runs.
+    Backup(backup::Args),
 }
 
 /// How a verb ended when it did not fail.
@@ -135,7 +139,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         home,
         log_json: cli.global.log_format == LogFormat::Json,
     };
-    match cli.command {
+    let db = crate::config::db_path(&ctx.home);
+    let result = match cli.command {
         Command::Init(args) => init::run(args, &ctx),
         Command::Config(args) => config::run(args, &ctx),
         Command::Enqueue(args) => enqueue::run(args, &ctx),
@@ -149,7 +154,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Logs(args) => logs::run(args, &ctx),
         Command::Doctor(args) => doctor::run(args, &ctx),
         Command::Cleanup(args) => cleanup::run(args, &ctx),
-    }
+        Command::Backup(args) => backup::run(args, &ctx),
+    };
+    // A damaged queue.db is reported the same way by every verb: the file and how to
+    // recover (issue 12), never as whatever query happened to meet it.
+    result.map_err(|e| match crate::store::damage_in(&e, &db) {
+        Some(damaged) => anyhow::Error::new(damaged),
+        None => e,
+    })
 }
 
 /// The exit code for a failed run: 2 for configuration and usage errors, 1 otherwise.
@@ -158,6 +170,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|cause| {
         cause.is::<crate::config::ConfigError>()
             || cause.is::<UsageError>()
+            || cause.is::<crate::store::DatabaseDamaged>()
             || cause.is::<crate::orchestrator::lock::LockError>()
             || cause
                 .downcast_ref::<GithubError>()
@@ -184,12 +197,22 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(use_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling run twice) is harmless: keep the first.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set to a non-empty value
+/// (no-color.org; issue 12: escape codes landed in piped logs).
+pub fn use_colour(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Prints a value as one line of JSON on stdout, streamed (a 100k-task listing is tens

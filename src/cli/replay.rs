@@ -1,8 +1,8 @@
 //! `polyphony replay FILE --agent claude|codex|kimi|gemini [--json]`: parse a saved
 //! transcript and print its events summary and outcome (spec §9).
 //!
-//! Exit codes: 0 the run succeeded, 1 it failed, 3 quota/rate limit, 4 incomplete (no
-//! completion, no error); errors reading the file are returned to `main`.
+//! Exit codes: 0 the run succeeded, 1 it did not (failed, out of quota or incomplete);
+//! 2 for every input that cannot be read.
 //! No business logic here: `agents::replay` does the work.
 
 use anyhow::Context;
@@ -36,8 +36,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<super::Outcome> {
         )
     })?;
     let adapter = adapter_for(args.agent);
-    let summary = replay(BufReader::with_capacity(1 << 20, file), adapter.as_ref())
-        .with_context(|| format!("cannot read transcript {}", args.file.display()))?;
+    // Every unreadable input (missing, a directory, unreadable bytes) is the same usage
+    // error, exit 2 (issue 12: a directory used to exit 1 and a missing file 2).
+    let summary =
+        replay(BufReader::with_capacity(1 << 20, file), adapter.as_ref()).map_err(|e| {
+            super::UsageError::new(
+                format!("cannot read transcript {}: {e}", args.file.display()),
+                "give the path of a saved .ndjson transcript file (e.g. $POLYPHONY_HOME/transcripts/<task>/<attempt>.ndjson)",
+            )
+        })?;
     if args.json {
         let json = serde_json::to_string_pretty(&summary).context("cannot encode the summary")?;
         println!("{json}");

@@ -41,19 +41,33 @@ pub fn execute(
     task: &Task,
     routing: &RoutingFile,
     repo_dir: Option<&Path>,
+    window_of: &dyn Fn(&str) -> Option<u64>,
 ) -> anyhow::Result<String> {
-    let explanation = crate::routing::explain_task(task, routing, repo_dir)
+    let mut explanation = crate::routing::explain_task(task, routing, repo_dir)
         .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
+    let tokens = explanation.facts.context_tokens;
+    match crate::routing::fit_context(explanation.decision.clone(), tokens, window_of) {
+        crate::routing::ContextFit::Fits(d) | crate::routing::ContextFit::Rerouted(d) => {
+            explanation.decision = d
+        }
+        crate::routing::ContextFit::TooLarge { reason } => {
+            explanation.decision.context = Some(format!("cannot run: {reason}"))
+        }
+    }
     if args.explain || args.json {
         return Ok(explanation.render(task, args.json));
     }
     let d = &explanation.decision;
     Ok(format!(
-        "{}: rule `{}` -> {} (complexity {}/10)\n",
+        "{}: rule `{}` -> {} (complexity {}/10){}\n",
         task.id,
         d.rule,
         d.chain().join(" -> "),
-        explanation.score.total
+        explanation.score.total,
+        d.context
+            .as_deref()
+            .map(|c| format!("; {c}"))
+            .unwrap_or_default()
     ))
 }
 
@@ -78,8 +92,15 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
     } else {
         mirror.filter(|m| m.is_dir())
     };
-    let text = execute(&args, &task, &config.routing, repo_dir.as_deref())
-        .with_context(|| format!("cannot route task {}", task.id))?;
+    let window_of = |agent: &str| config.agent(agent).map(|a| a.context_window_tokens);
+    let text = execute(
+        &args,
+        &task,
+        &config.routing,
+        repo_dir.as_deref(),
+        &window_of,
+    )
+    .with_context(|| format!("cannot route task {}", task.id))?;
     print!("{text}");
     Ok(super::Outcome::Success)
 }

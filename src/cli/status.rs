@@ -37,11 +37,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     match &args.task {
         Some(id) => show_task(store.as_ref(), id, args.json),
-        None => list(store.as_ref(), &args),
+        None => list(store.as_ref(), &args, &ctx.home),
     }
 }
 
-fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
+fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::Result<Outcome> {
     let limit = match (args.limit, args.json) {
         (Some(0), _) | (None, true) => None,
         (Some(n), _) => Some(n),
@@ -55,8 +55,13 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
         None => Default::default(),
     };
     let now = Utc::now();
+    let daemon_running = crate::orchestrator::lock::DaemonLock::is_held(home);
     let mut rows: Vec<[String; COLUMNS]> = Vec::new();
     if let Some(s) = store {
+        // The table is for people: say so when the file is damaged instead of printing
+        // whatever rows still read (issue 12). `--json` streams for scripts; `doctor`
+        // checks there.
+        s.ensure_sound()?;
         s.for_each_task_summary(args.state, limit, |t| -> anyhow::Result<()> {
             let created = DateTime::parse_from_rfc3339(t.created_at)
                 .map(|c| age(c.with_timezone(&Utc), now))
@@ -83,7 +88,7 @@ fn list(store: Option<&Store>, args: &Args) -> anyhow::Result<Outcome> {
                 match (t.state, retried_as) {
                     (TaskState::Blocked, Some(new)) => format!("retried as {new}"),
                     (TaskState::Blocked, None) => format!("polyphony retry {}", t.id),
-                    _ => next_step(t.state, next, now),
+                    _ => without_daemon(daemon_running, t.state, next_step(t.state, next, now)),
                 },
             ]);
             Ok(())
@@ -156,6 +161,7 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
         )
     };
     let store = store.ok_or_else(not_found)?;
+    store.ensure_sound()?;
     let task = store.get_task(id)?.ok_or_else(not_found)?;
     let transitions = store.transitions(id)?;
     let attempts = store.attempts(id)?;
@@ -315,6 +321,20 @@ fn next_step(state: TaskState, next: Option<DateTime<Utc>>, now: DateTime<Utc>) 
     }
 }
 
+/// What NEXT says when no daemon holds this home's lock: nothing moves until one starts
+/// (issue 12: "waiting for a slot" promised progress that would never come).
+fn without_daemon(daemon_running: bool, state: TaskState, step: String) -> String {
+    if daemon_running {
+        return step;
+    }
+    match state {
+        TaskState::Discovered => "no daemon: run `polyphony daemon`".into(),
+        TaskState::Failed if step.starts_with("retry") => format!("{step} once a daemon runs"),
+        s if s.is_active() => "stopped: no daemon (it resumes on start)".into(),
+        _ => step,
+    }
+}
+
 fn print_table(header: &[&str; COLUMNS], rows: &[[String; COLUMNS]]) {
     let mut widths = header.map(str::len);
     for row in rows {
@@ -455,7 +475,10 @@ mod tests {
             }
         }
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(
+            store.schema_version().unwrap(),
+            crate::store::schema::latest()
+        );
         check_stored_json(&store);
     }
 
@@ -474,6 +497,25 @@ mod tests {
         );
         assert_eq!(next_step(TaskState::Running, None, now), "in progress");
         assert_eq!(next_step(TaskState::Landed, None, now), "-");
+    }
+
+    #[test]
+    fn next_steps_without_a_daemon() {
+        let step = |state, text: &str| without_daemon(false, state, text.to_string());
+        assert_eq!(
+            step(TaskState::Discovered, "waiting for a slot"),
+            "no daemon: run `polyphony daemon`"
+        );
+        assert_eq!(
+            step(TaskState::Failed, "retry in 20s"),
+            "retry in 20s once a daemon runs"
+        );
+        assert!(step(TaskState::Running, "in progress").contains("no daemon"));
+        assert_eq!(step(TaskState::Landed, "-"), "-");
+        assert_eq!(
+            without_daemon(true, TaskState::Discovered, "waiting for a slot".into()),
+            "waiting for a slot"
+        );
     }
 
     #[test]

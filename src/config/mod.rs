@@ -16,6 +16,7 @@
 //! Must not: touch the store, the network or Docker; decide routing (that is `routing/`).
 //! API Boundary: [`Config`] and its accessors.
 
+mod checks;
 pub mod error;
 pub mod locate;
 pub mod model;
@@ -34,6 +35,7 @@ use crate::domain::{
     AgentProfile, AgentType, Identity, NetworkMode, ResourceLimits, Risk, Scope, SourceKind,
     TaskType, VerifyCommand,
 };
+pub use checks::{check_branch_prefix, check_image_ref};
 pub use error::{ConfigError, ConfigErrorKind};
 use locate::{Locator, Seg};
 use model::{AgentConfig, AgentsFile, DefaultRuleConfig, IdentitiesFile, RuleConfig};
@@ -93,7 +95,7 @@ pub fn resolve_home(
 /// [`resolve_home`] against the process environment, made absolute.
 pub fn home_from_env(flag: Option<&Path>) -> Result<PathBuf, ConfigError> {
     let home = resolve_home(flag, &|v| std::env::var(v).ok())?;
-    std::path::absolute(&home).map_err(|e| {
+    let home = std::path::absolute(&home).map_err(|e| {
         ConfigError::new(
             ConfigErrorKind::Io,
             &home,
@@ -101,7 +103,26 @@ pub fn home_from_env(flag: Option<&Path>) -> Result<PathBuf, ConfigError> {
             format!("cannot make the home path absolute: {e}"),
             "pass an absolute --home PATH",
         )
-    })
+    })?;
+    // Issue 12: a home that is a file failed later as "cannot read config.yaml: Not a
+    // directory".
+    if home.exists() && !home.is_dir() {
+        let from = if flag.is_some() {
+            "--home"
+        } else if std::env::var_os("POLYPHONY_HOME").is_some_and(|v| !v.is_empty()) {
+            "POLYPHONY_HOME"
+        } else {
+            "the default home ~/.polyphony"
+        };
+        return Err(ConfigError::new(
+            ConfigErrorKind::Io,
+            &home,
+            (0, 0),
+            format!("{from} points at a file, not a directory"),
+            "point it at a directory (it is created when missing), or move the file away",
+        ));
+    }
+    Ok(home)
 }
 
 /// The raw text of the four files; `None` for a file that does not exist.
@@ -229,7 +250,22 @@ impl Config {
     /// Reads and validates the four files under `home`.
     pub fn load(home: &Path) -> Result<Config, ConfigError> {
         let sources = ConfigSources::read(home)?;
-        Config::from_sources(home, &sources, &|v| std::env::var(v).ok())
+        let config = Config::from_sources(home, &sources, &|v| std::env::var(v).ok())?;
+        // The checks that read the disk (issue 12): a root holding someone else's files,
+        // a prompt template that is missing or does not parse.
+        let doc = Doc::new(home, CONFIG_FILE, &sources.config);
+        checks::check_roots_on_disk(
+            [
+                ("workspace_root", config.workspace_root()),
+                ("mirror_root", config.mirror_root()),
+            ],
+            home,
+            &doc,
+        )?;
+        if let Some(path) = config.prompt_template() {
+            checks::check_prompt_template(path, &doc)?;
+        }
+        Ok(config)
     }
 
     /// Validates already-read file contents. `lookup` answers environment variables for
@@ -270,7 +306,17 @@ impl Config {
             None => default_routing(&agents_file),
         };
 
+        checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
+        let user_home = env("HOME")
+            .filter(|h| !h.trim().is_empty())
+            .map(PathBuf::from);
+        for (field, root) in [
+            ("workspace_root", &resolved.workspace_root),
+            ("mirror_root", &resolved.mirror_root),
+        ] {
+            checks::check_root_identity(field, root, home, user_home.as_deref(), &docs.config)?;
+        }
         let identities = build_identities(home, &identities_file, &docs.identities, &env)?;
         let identity_names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
         if let Some(name) = &global.default_identity {
@@ -760,6 +806,12 @@ fn resolve_global(
         "set it to 1 or more (default 8)",
     )?;
     positive(
+        g.max_body_bytes >= 1,
+        &[Key("max_body_bytes")],
+        "max_body_bytes",
+        "set it to 1 or more (default 262144, 256 KiB)",
+    )?;
+    positive(
         g.max_attempts >= 1,
         &[Key("max_attempts")],
         "max_attempts",
@@ -887,11 +939,16 @@ fn check_cpus_pids(
     if let Some(c) = cpus {
         if !(c > 0.0 && c.is_finite()) {
             let path: Vec<Seg<'_>> = base.iter().copied().chain([Seg::Key("cpus")]).collect();
+            let problem = if c.is_nan() {
+                "is not a number".to_string()
+            } else {
+                format!("is {c}; it must be above 0")
+            };
             return Err(doc.error(
                 ConfigErrorKind::InvalidValue,
                 &path,
                 None,
-                format!("`{section}.cpus` is {c}; it must be above 0"),
+                format!("`{section}.cpus` {problem}"),
                 "set cpus to a positive number such as 2 or 0.5",
             ));
         }
@@ -998,7 +1055,13 @@ fn build_identities(
                     ConfigErrorKind::InvalidValue,
                     &[Key("identities"), Item(i), Key("api_keys")],
                     Some(if is_env_name(container_var) { host_var } else { container_var }),
-                    format!("identity `{}` api_keys entry `{container_var}: {host_var}` is not a pair of variable names", id.name),
+                    // A value that is not a variable name may be the key itself: never echo it.
+                    format!(
+                        "identity `{}` api_keys entry `{}: {}` is not a pair of variable names",
+                        id.name,
+                        if is_env_name(container_var) { container_var.as_str() } else { "***" },
+                        if is_env_name(host_var) { host_var.as_str() } else { "***" },
+                    ),
                     "map a container variable to the HOST variable holding the key, e.g. `ANTHROPIC_API_KEY: WORK_ANTHROPIC_KEY` (never the key itself)",
                 ));
             }

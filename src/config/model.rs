@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 
 // ---------------------------------------------------------------- config.yaml
 
+/// Default of `max_body_bytes`: 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
+
 /// `config.yaml`: global settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -23,6 +26,8 @@ pub struct GlobalConfig {
     pub event_idle_timeout: String,
     /// Attempts (not counting quota fallbacks) before a task is BLOCKED.
     pub max_attempts: u32,
+    /// Largest task body `enqueue` accepts, in bytes (issue 12).
+    pub max_body_bytes: u64,
     /// Identity used when neither the rule nor the agent profile names one.
     pub default_identity: Option<String>,
     /// Prompt template file (placeholders like `{title}`); built-in default when unset.
@@ -44,6 +49,7 @@ impl Default for GlobalConfig {
             max_concurrent_agents: 8,
             event_idle_timeout: "5m".into(),
             max_attempts: 3,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_identity: None,
             prompt_template: None,
             container: ContainerConfig::default(),

@@ -53,6 +53,32 @@ pub fn from_serde(file: &Path, err: &serde_yaml::Error) -> ConfigError {
             .rsplit_once(", expected ")
             .map_or("another type", |(_, e)| e);
         let what = field.map_or("this value".to_string(), |f| format!("`{f}`"));
+        // Issue 12: `-1` for a count is not "not a whole number", and NaN is not a number.
+        let unsigned = matches!(expected.trim(), "u8" | "u16" | "u32" | "u64" | "usize");
+        if let Some(n) = detail
+            .strip_prefix("invalid type: integer `-")
+            .or_else(|| detail.strip_prefix("invalid value: integer `-"))
+            .filter(|_| unsigned)
+        {
+            let n = n.split('`').next().unwrap_or(n);
+            return ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                file,
+                pos,
+                format!("{what} is -{n}; it must be positive"),
+                format!("make {what} a positive whole number"),
+            );
+        }
+        let lowered = detail.to_ascii_lowercase();
+        if lowered.contains("`nan`") || lowered.contains("`inf`") || lowered.contains("`-inf`") {
+            return ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                file,
+                pos,
+                format!("{what} is not a number"),
+                format!("make {what} {}", humanize_type(expected)),
+            );
+        }
         return ConfigError::new(
             ConfigErrorKind::WrongType,
             file,
@@ -232,6 +258,25 @@ mod tests {
             (3, 1),
             "quoted scalar at line 1 column 16",
             "indentation",
+        );
+    }
+
+    /// Issue 12: `-1` read "not a whole number" and NaN "invalid type: floating point".
+    #[test]
+    fn negative_counts_and_nan_are_named() {
+        check::<GlobalConfig>(
+            "max_attempts: -1\n",
+            ConfigErrorKind::InvalidValue,
+            (1, 15),
+            "`max_attempts` is -1; it must be positive",
+            "positive whole number",
+        );
+        check::<GlobalConfig>(
+            "max_attempts: .nan\n",
+            ConfigErrorKind::InvalidValue,
+            (1, 15),
+            "`max_attempts` is not a number",
+            "a whole number",
         );
     }
 

@@ -12,6 +12,7 @@ pub mod result;
 pub mod run_spec;
 pub mod state;
 pub mod task;
+pub mod text;
 
 pub use agent::{AgentProfile, AgentType, NetworkMode, ResourceLimits};
 pub use event::{EventKind, EventStream, TaskEvent};

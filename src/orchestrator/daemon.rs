@@ -21,8 +21,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
-use crate::runtime::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
-use crate::store::{AttemptRecord, Store};
+use crate::runtime::{RunState, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
+use crate::store::{AttemptRecord, Settlement, Store};
 
 use super::lock::DaemonLock;
 use super::pipeline::{describe, AttemptEnd, RunOptions};
@@ -74,6 +74,8 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
     let _socket_guard = RemoveOnDrop(socket_path.clone());
     let store = Store::open(&orch.db_path())?;
+    // Never start work on a damaged queue (issue 12).
+    store.ensure_sound()?;
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let run_opts = RunOptions {
         progress: progress.clone(),
@@ -101,6 +103,13 @@ pub async fn run(
     let mut stopping = false;
     loop {
         let signal_count = *signals.borrow();
+        if crate::store::damaged() && !stopping {
+            // A damaged database is never a task failure (issue 12): claim nothing more,
+            // stop the running attempts (they record nothing) and exit 2 below.
+            tracing::error!(db = %orch.db_path().display(), "the queue database is damaged: no new claims; stopping running attempts");
+            stopping = true;
+            let _ = cancel_tx.send(true);
+        }
         if signal_count >= 1 && !stopping {
             stopping = true;
             tracing::info!(
@@ -124,20 +133,31 @@ pub async fn run(
                 poll_sources(&orch, &store).await;
                 next_poll = tokio::time::Instant::now() + poll_interval;
             }
-            dispatch(
+            let dispatched = dispatch(
                 &orch,
                 &store,
                 &run_opts,
                 &slots,
                 &mut attempts,
                 &mut summary,
-            )?;
-            if opts.exit_when_idle && attempts.is_empty() && is_idle(&store)? {
-                tracing::info!("nothing left to run: exiting");
-                break;
+            )
+            .and_then(|()| Ok(opts.exit_when_idle && attempts.is_empty() && is_idle(&store)?));
+            match dispatched {
+                Ok(true) => {
+                    tracing::info!("nothing left to run: exiting");
+                    break;
+                }
+                Ok(false) => {}
+                Err(_) if crate::store::damaged() => continue,
+                Err(e) => return Err(e),
             }
         }
-        let retry_due = store.next_retry_at()?.map(|at| {
+        let next_retry = match store.next_retry_at() {
+            // Stopping: only the attempts and the signals are waited for now.
+            Err(_) if crate::store::damaged() => None,
+            other => other?,
+        };
+        let retry_due = next_retry.map(|at| {
             let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + wait + Duration::from_millis(5)
         });
@@ -165,6 +185,13 @@ pub async fn run(
     }
     while let Some(joined) = attempts.join_next().await {
         record_end(joined, &mut summary);
+    }
+    if crate::store::damaged() {
+        return Err(crate::store::DatabaseDamaged {
+            path: orch.db_path(),
+            detail: "met while the daemon ran; it stopped its attempts and exited".into(),
+        }
+        .into());
     }
     tracing::info!(?summary, "daemon stopped");
     Ok(summary)
@@ -278,7 +305,7 @@ async fn reconcile(
 ) -> anyhow::Result<()> {
     let labels = vec![(LABEL_HOME.to_string(), orch.home_label.clone())];
     let containers = orch.runtime.list_by_labels(&labels).await?;
-    let mut live: BTreeMap<(String, u32), String> = BTreeMap::new();
+    let mut live: BTreeMap<(String, u32), (String, RunState)> = BTreeMap::new();
     for c in containers {
         let role = c.labels.get(LABEL_ROLE).map(String::as_str).unwrap_or("");
         let task = c.labels.get(LABEL_TASK).cloned().unwrap_or_default();
@@ -288,7 +315,7 @@ async fn reconcile(
             .and_then(|a| a.parse().ok())
             .unwrap_or(0);
         if role == "agent" {
-            live.insert((task, attempt), c.id.clone());
+            live.insert((task, attempt), (c.id.clone(), c.state));
         } else {
             // A verification container's run is lost with the daemon: verification restarts.
             discard_container(orch, &c.id).await;
@@ -304,9 +331,16 @@ async fn reconcile(
         for task in store.list_tasks(Some(state), None)? {
             let record = store.attempt(&task.id, task.attempts)?;
             let container = live.remove(&(task.id.clone(), task.attempts));
+            // Only a container whose id was recorded and that was started is re-attached.
+            // One killed between `docker create` and the record (or before its start) ran
+            // nothing: it is removed and the attempt retried without a failure (issue 19).
             let resumable = match (&record, state) {
                 (Some(r), TaskState::Running | TaskState::Provisioned) => {
-                    container.is_some() && r.status.is_none()
+                    container
+                        .as_ref()
+                        .is_some_and(|(_, run)| *run != RunState::Created)
+                        && r.container_id.is_some()
+                        && r.status.is_none()
                 }
                 (Some(_), TaskState::Verifying) => true,
                 _ => false,
@@ -316,7 +350,7 @@ async fn reconcile(
                     let Ok(permit) = slots.clone().try_acquire_owned() else {
                         // More in flight than slots: the rest retry normally.
                         interrupt(store, &task, state, Some(&record))?;
-                        if let Some(id) = container {
+                        if let Some((id, _)) = container {
                             discard_container(orch, &id).await;
                         }
                         continue;
@@ -333,7 +367,7 @@ async fn reconcile(
                     });
                 }
                 (_, record) => {
-                    if let Some(id) = container {
+                    if let Some((id, _)) = container {
                         discard_container(orch, &id).await;
                     }
                     interrupt(store, &task, state, record.as_ref())?;
@@ -342,9 +376,13 @@ async fn reconcile(
         }
     }
     // Containers no live task owns (finished tasks, older attempts).
-    for ((task, attempt), id) in live {
+    for ((task, attempt), (id, _)) in live {
         tracing::info!(%task, attempt, "removing an orphan container");
         discard_container(orch, &id).await;
+    }
+    // Side effects at the source a kill left half-done (issue 19).
+    if let Err(e) = super::intents::finish_pending(orch, store).await {
+        tracing::warn!(error = %format!("{e:#}"), "cannot finish pending intents");
     }
     Ok(())
 }
@@ -386,8 +424,13 @@ fn interrupt(
         let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
         store.finish_attempt(&result, &[gate], now)?;
     }
-    store.transition(&task.id, state, TaskState::Failed, &reason, now)?;
-    store.set_retry(&task.id, task.failures, Some(now))?;
+    // FAILED and due at once in one transaction (issue 19): never FAILED with no retry time.
+    let settlement = Settlement {
+        failures: task.failures,
+        next_attempt_at: Some(now),
+        block: None,
+    };
+    store.settle_failure(&task.id, state, &reason, &settlement, now)?;
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }

@@ -3,7 +3,8 @@
 //!
 //! [`Orchestrator`] holds what every attempt shares (config, Docker, workspaces, router,
 //! GitHub source, prompt template). [`pipeline`] takes one claimed task through one
-//! attempt; [`daemon`] runs many of them and recovers after a restart.
+//! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
+//! side effects a kill left half-done through `intents` (issue 19).
 //!
 //! Architecture Invariant: the orchestrator decides *what happens next* only through the
 //! pure modules ([`retry`], [`proof`], `domain::state`, `routing`); it changes task state
@@ -14,6 +15,7 @@
 pub mod daemon;
 pub mod failure;
 pub mod generation;
+mod intents;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
@@ -141,6 +143,15 @@ impl Orchestrator {
     /// The GitHub source, or an error that says how to configure it.
     pub fn github(&self) -> anyhow::Result<&GithubSource> {
         self.github.as_deref().ok_or_else(|| {
+            // Say what is actually wrong (a bad GITHUB_API_URL, an unusable token) when
+            // building the client again shows it (issue 12).
+            let var = github_token_var(&self.config);
+            let lookup = |n: &str| (self.env)(n);
+            if let Err(e) = GithubClient::from_env(var.as_deref(), lookup, FaultPolicy::default()) {
+                if !matches!(e, crate::sources::GithubError::MissingToken { .. }) {
+                    return anyhow::Error::new(e);
+                }
+            }
             anyhow::Error::new(crate::cli::UsageError::new(
                 "GitHub is not configured: no token was found",
                 "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \

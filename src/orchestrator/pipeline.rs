@@ -32,11 +32,12 @@ use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::{agent_spec, verify_spec};
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo, Landed};
-use crate::store::{AttemptRecord, Store};
+use crate::sources::{ClaimError, ClaimInfo, Landed};
+use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
 use super::failure::{self, Class, Stage};
+use super::intents;
 use super::proof::{self, ProtectedPaths};
 use super::retry::{self, AfterAttempt};
 use super::sink::{short_id, StoreSink};
@@ -353,6 +354,22 @@ impl<'a> Attempt<'a> {
         );
         let input = routing::route_input(&self.task, &facts, &score);
         let decision = self.orch.router.route(&input);
+        // Issue 12: a prompt larger than the agent's context window cannot succeed.
+        let config = &self.orch.config;
+        let decision = match routing::fit_context(decision, facts.context_tokens, |agent| {
+            config.agent(agent).map(|a| a.context_window_tokens)
+        }) {
+            routing::ContextFit::Fits(d) => d,
+            routing::ContextFit::Rerouted(d) => {
+                tracing::info!(task = %self.task.id, "{}", d.context.as_deref().unwrap_or(""));
+                d
+            }
+            // No attempt can pass while the text stays this long: a configuration-class
+            // failure, so the task is BLOCKED at once with the reason.
+            routing::ContextFit::TooLarge { reason } => {
+                return Err(Failure::new(AttemptStatus::Failed, reason).at(Stage::Config))
+            }
+        };
         self.chain = decision.chain().into_iter().map(String::from).collect();
         let _ = self
             .db()
@@ -399,7 +416,30 @@ impl<'a> Attempt<'a> {
             attempt: self.attempt,
             claimant: self.orch.home_label.clone(),
         };
-        match github.claim_issue(&self.task, &info).await {
+        // Recorded before anything is written at GitHub; a claim this home left half-done
+        // (killed between comment and labels) is finished, never taken for a release.
+        let resuming = self
+            .db()
+            .has_pending_intent(&self.task.id, IntentKind::Claim)
+            .map_err(Failure::crash)?;
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Claim,
+                self.attempt,
+                &serde_json::json!({ "agent": self.agent }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let claim = github
+            .claim_issue_resuming(&self.task, &info, resuming)
+            .await;
+        if matches!(claim, Ok(_) | Err(ClaimError::NoLongerReady { .. })) {
+            self.db()
+                .complete_intent(&self.task.id, IntentKind::Claim, self.attempt, Utc::now())
+                .map_err(Failure::crash)?;
+        }
+        match claim {
             Ok(claimed) => {
                 self.db()
                     .freeze_text(&self.task.id, &claimed.title, &claimed.body)
@@ -417,9 +457,28 @@ impl<'a> Attempt<'a> {
                 Ok(None)
             }
             Err(ClaimError::NoLongerReady { reason, .. }) => {
-                let reason = format!("released: {reason}");
-                self.move_to(TaskState::Failed, &reason)?;
-                self.move_to(TaskState::Blocked, &reason)?;
+                let reason = self
+                    .scrubber
+                    .scrub_line(&format!("released: {reason}"))
+                    .into_owned();
+                // FAILED and BLOCKED in one transaction: never FAILED with no retry time.
+                let settlement = Settlement {
+                    failures: self.task.failures,
+                    next_attempt_at: None,
+                    block: Some(BlockSettlement {
+                        reason: reason.clone(),
+                        report: false,
+                    }),
+                };
+                let settled = self
+                    .db()
+                    .settle_failure(&self.task.id, self.state, &reason, &settlement, Utc::now())
+                    .map_err(Failure::crash)?;
+                self.task = settled;
+                self.state = self.task.state;
+                self.opts
+                    .progress
+                    .state(&self.task.id, TaskState::Blocked, &reason);
                 self.discard_workspace().await;
                 Ok(Some(AttemptEnd::Released { reason }))
             }
@@ -617,6 +676,19 @@ impl<'a> Attempt<'a> {
             mark_running: reattach.is_none(),
             error: None,
         };
+        if reattach.is_none() {
+            // Before `docker create`: a kill before the id is recorded leaves a container
+            // the next start finds by its labels and removes (issue 19).
+            self.db()
+                .record_intent(
+                    &self.task.id,
+                    IntentKind::Container,
+                    spec.attempt,
+                    &serde_json::json!({ "name": container.name }),
+                    Utc::now(),
+                )
+                .map_err(Failure::crash)?;
+        }
         let exec = match reattach {
             None => {
                 runtime::run_attempt(
@@ -869,6 +941,17 @@ impl<'a> Attempt<'a> {
             .ws
             .clone()
             .ok_or_else(|| Failure::crash("no workspace"))?;
+        // Push, PR, comment and labels are redone idempotently by the resumed verification
+        // until LANDED completes this intent (issue 19).
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Land,
+                self.attempt,
+                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
         let manager = self.orch.workspaces.clone();
         let token = self.token().map(String::from);
         let ws_for_push = ws.clone();
@@ -961,7 +1044,23 @@ impl<'a> Attempt<'a> {
                 ws.upstream
             ),
         };
-        self.move_to(TaskState::Landed, &reason)?;
+        let reason = self.scrubber.scrub_line(&reason).into_owned();
+        let landed = self
+            .db()
+            .transition_completing(
+                &self.task.id,
+                self.state,
+                TaskState::Landed,
+                &reason,
+                (IntentKind::Land, self.attempt),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        self.task = landed;
+        self.state = TaskState::Landed;
+        self.opts
+            .progress
+            .state(&self.task.id, TaskState::Landed, &reason);
         Ok(AttemptEnd::Landed {
             branch: ws.branch,
             pr_url,
@@ -1072,6 +1171,14 @@ impl<'a> Attempt<'a> {
             Ok(end) => return Ok(end),
             Err(failure) => failure,
         };
+        if crate::store::damaged() {
+            // A damaged database is never a task failure (issue 12): record nothing.
+            return Err(crate::store::DatabaseDamaged {
+                path: self.orch.db_path(),
+                detail: one_line(&failure.reason),
+            }
+            .into());
+        }
         let now = Utc::now();
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the
@@ -1123,30 +1230,56 @@ impl<'a> Attempt<'a> {
             // No attempt row: this number is reused, so its directory must go.
             self.discard_workspace().await;
         }
-        if !self.state.is_terminal() && self.state != TaskState::Failed {
-            let to_failed = self
-                .db()
-                .transition(&self.task.id, self.state, TaskState::Failed, &reason, now)
-                .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
-            self.task = to_failed;
-            self.state = TaskState::Failed;
+        // Decide first, then write FAILED, the failure count, the retry time and (when it
+        // gives up) BLOCKED with its pending report in one transaction (issue 19).
+        let (end, settlement) = self.settlement(&failure, &class, &reason, now)?;
+        let from = self.state;
+        let settled = self
+            .db()
+            .settle_failure(&self.task.id, from, &reason, &settlement, now)
+            .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
+        self.task = settled;
+        if from != TaskState::Failed {
             self.opts
                 .progress
                 .state(&self.task.id, TaskState::Failed, &reason);
         }
+        self.state = self.task.state;
+        crate::failpoint::hit("failed");
+        if let Some(block) = &settlement.block {
+            self.opts
+                .progress
+                .state(&self.task.id, TaskState::Blocked, &block.reason);
+            crate::failpoint::hit("blocked-report");
+            self.report_blocked().await;
+        }
+        Ok(end)
+    }
+
+    /// What follows a failure: the attempt end and what the store records with FAILED.
+    fn settlement(
+        &mut self,
+        failure: &Failure,
+        class: &Class,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<(AttemptEnd, Settlement)> {
+        let reason = reason.to_string();
+        let failures = self.task.failures;
+        let retry = |at: DateTime<Utc>, failures: u32| Settlement {
+            failures,
+            next_attempt_at: Some(at),
+            block: None,
+        };
         if let Some(at) = failure.wait_until {
-            self.db()
-                .set_retry(&self.task.id, self.task.failures, Some(at))?;
-            return Ok(AttemptEnd::Retry { at, reason });
+            return Ok((AttemptEnd::Retry { at, reason }, retry(at, failures)));
         }
         if failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry {
-            self.db()
-                .set_retry(&self.task.id, self.task.failures, Some(now))?;
-            return Ok(AttemptEnd::Retry { at: now, reason });
+            return Ok((AttemptEnd::Retry { at: now, reason }, retry(now, failures)));
         }
         let mut exhausted = self.exhausted();
         let auth = matches!(
-            &class,
+            class,
             Class::Permanent {
                 cause: failure::Cause::AgentAuth,
                 ..
@@ -1163,96 +1296,81 @@ impl<'a> Attempt<'a> {
         } else {
             self.chain.clone()
         };
-        let decision = match &class {
+        let decision = match class {
             Class::Permanent { cause, fix } => {
                 retry::after_permanent(cause, fix, &chain, &exhausted)
             }
             Class::Transient => retry::after_attempt(
                 &self.orch.policy,
                 failure.status,
-                self.task.failures,
+                failures,
                 &chain,
                 &exhausted,
                 now,
             ),
         };
-        match decision {
+        Ok(match decision {
             AfterAttempt::Retry { at, failures } => {
-                self.db().set_retry(&self.task.id, failures, Some(at))?;
-                Ok(AttemptEnd::Retry { at, reason })
+                (AttemptEnd::Retry { at, reason }, retry(at, failures))
             }
-            AfterAttempt::Fallback { next_agent } => {
-                self.db()
-                    .set_retry(&self.task.id, self.task.failures, Some(now))?;
-                Ok(AttemptEnd::Fallback { next_agent, reason })
-            }
-            AfterAttempt::Hold => {
-                self.db()
-                    .set_retry(&self.task.id, self.task.failures, None)?;
-                Ok(AttemptEnd::Held { reason })
-            }
+            AfterAttempt::Fallback { next_agent } => (
+                AttemptEnd::Fallback { next_agent, reason },
+                retry(now, failures),
+            ),
+            AfterAttempt::Hold => (
+                AttemptEnd::Held { reason },
+                Settlement {
+                    failures,
+                    next_attempt_at: None,
+                    block: None,
+                },
+            ),
             AfterAttempt::Block { reason: why } => {
                 let failures = if failure.status == AttemptStatus::Quota {
-                    self.task.failures
+                    failures
                 } else {
-                    self.task.failures + 1
+                    failures + 1
                 };
-                self.db().set_retry(&self.task.id, failures, None)?;
                 let block_reason = if class.is_permanent() {
                     reason.clone()
                 } else {
                     format!("{why}; last: {reason}")
                 };
-                let moved = self.db().transition(
-                    &self.task.id,
-                    TaskState::Failed,
-                    TaskState::Blocked,
-                    &block_reason,
-                    now,
-                );
-                self.task = moved?;
-                self.state = TaskState::Blocked;
-                self.opts
-                    .progress
-                    .state(&self.task.id, TaskState::Blocked, &block_reason);
-                self.report_blocked().await;
-                Ok(AttemptEnd::Blocked {
-                    reason: block_reason,
-                })
+                let settlement = Settlement {
+                    failures,
+                    next_attempt_at: None,
+                    block: Some(BlockSettlement {
+                        reason: block_reason.clone(),
+                        report: self.task.source == SourceKind::Github,
+                    }),
+                };
+                (
+                    AttemptEnd::Blocked {
+                        reason: block_reason,
+                    },
+                    settlement,
+                )
             }
-        }
+        })
     }
 
     async fn report_blocked(&self) {
         if self.task.source != SourceKind::Github {
             return;
         }
-        let Ok(github) = self.orch.github() else {
-            return;
-        };
         let attempts = self.db().attempts(&self.task.id).unwrap_or_default();
-        let blocked = Blocked {
-            attempts: attempts
-                .iter()
-                .rev()
-                .take(5)
-                .rev()
-                .map(|a| BlockedAttempt {
-                    attempt: a.attempt,
-                    agent: a.agent.clone(),
-                    reason: a.reason.clone().unwrap_or_else(|| "unknown".into()),
-                })
-                .collect(),
-        };
-        match github.block(&self.task, &blocked).await {
+        let blocked = intents::blocked_of(&attempts);
+        // Done only once GitHub has it; otherwise the next start finishes the report.
+        if intents::report_blocked(self.orch, &self.task, &blocked).await {
             // From now on the ready label on the issue can only be a person's: re-labelling
             // brings the task back as a new generation (`orchestrator::generation`).
-            Ok(_) => {
-                let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
-            }
-            Err(e) => {
-                tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub")
-            }
+            let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
+            let _ = self.db().complete_intent(
+                &self.task.id,
+                IntentKind::Block,
+                self.task.attempts,
+                Utc::now(),
+            );
         }
     }
 }

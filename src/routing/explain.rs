@@ -20,8 +20,9 @@ pub fn render_explanation(
         return render_json(task, facts, score, decision);
     }
     let mut out = String::new();
+    // Every line is clipped: a 10 MB body made lines hundreds of KB long (issue 12).
     let mut line = |s: String| {
-        out.push_str(&s);
+        out.push_str(&clip(&s, MAX_LINE_CHARS));
         out.push('\n');
     };
     line(format!("Task {}: {}", task.id, task.title));
@@ -48,14 +49,33 @@ pub fn render_explanation(
     line(format!("Complexity {}/10", score.total));
     for (name, d) in score.dimensions() {
         line(format!("  {name:<18} {}  {}", d.score, d.reason));
-        for e in &d.evidence {
+        for e in d.evidence.iter().take(MAX_LIST_ITEMS) {
             line(format!("  {:<18}    - {e}", ""));
+        }
+        if d.evidence.len() > MAX_LIST_ITEMS {
+            line(format!(
+                "  {:<18}    … and {} more (--json lists all)",
+                "",
+                d.evidence.len() - MAX_LIST_ITEMS
+            ));
         }
     }
     if !facts.missing_paths.is_empty() {
+        let shown: Vec<&str> = facts
+            .missing_paths
+            .iter()
+            .take(MAX_LIST_ITEMS)
+            .map(String::as_str)
+            .collect();
+        let more = facts.missing_paths.len().saturating_sub(MAX_LIST_ITEMS);
         line(format!(
-            "  mentioned but not in the repository: {}",
-            facts.missing_paths.join(", ")
+            "  mentioned but not in the repository: {}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" … and {more} more")
+            } else {
+                String::new()
+            }
         ));
     }
     line(String::new());
@@ -78,6 +98,9 @@ pub fn render_explanation(
             .map(|i| format!("; identity `{i}`"))
             .unwrap_or_default()
     ));
+    if let Some(note) = &decision.context {
+        line(format!("  context: {note}"));
+    }
     for miss in &decision.skipped {
         line(format!(
             "  skipped rule `{}`: {} expected {}, got {}",
@@ -85,6 +108,19 @@ pub fn render_explanation(
         ));
     }
     out
+}
+
+/// Evidence items and missing paths shown per list in the text rendering.
+const MAX_LIST_ITEMS: usize = 20;
+/// Longest line of the text rendering, in characters.
+const MAX_LINE_CHARS: usize = 400;
+
+/// `s` cut to `max` characters, with `…` when cut.
+fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((end, _)) => std::borrow::Cow::Owned(format!("{}…", &s[..end])),
+    }
 }
 
 fn render_json(
@@ -169,6 +205,7 @@ mod tests {
                 expected: "docs".into(),
                 actual: "bugfix".into(),
             }],
+            context: None,
         };
         (task, facts, s, decision)
     }

@@ -160,14 +160,25 @@ pub fn extract_mentions(text: &str) -> Mentions {
     static LOWER_CAMEL: OnceLock<Regex> = OnceLock::new();
     static SNAKE: OnceLock<Regex> = OnceLock::new();
     let mut m = Mentions::default();
+    // Membership sets beside the ordered lists: a long body mentions thousands of paths.
+    let mut seen_paths: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut seen_weak: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut idents: Vec<String> = Vec::new();
     let mut prose = String::with_capacity(text.len());
 
     // Path candidates from every whitespace-delimited token (backticks included).
     for raw in text.split(|c: char| c.is_whitespace() || "`()[]{}<>\"',;|*".contains(c)) {
         match classify_path(raw) {
-            PathCandidate::Strong(p) => push_unique(&mut m.paths, p),
-            PathCandidate::Weak(p) => push_unique(&mut m.weak_paths, p),
+            PathCandidate::Strong(p) => {
+                if seen_paths.insert(p.clone()) {
+                    m.paths.push(p);
+                }
+            }
+            PathCandidate::Weak(p) => {
+                if seen_weak.insert(p.clone()) {
+                    m.weak_paths.push(p);
+                }
+            }
             PathCandidate::No => {
                 prose.push_str(raw);
                 prose.push(' ');
@@ -600,12 +611,36 @@ pub fn gather_facts(task: &Task, repo_dir: Option<&Path>) -> TaskFacts {
     gather_facts_at(task, snapshot.as_ref())
 }
 
+/// Routing reads at most this much of a task's text (title and body): enough for any
+/// issue a person writes, and it bounds routing time whatever `max_body_bytes` allows
+/// (issue 12: a 10 MB body took minutes). The context estimate still counts all of it.
+pub const MAX_SCANNED_TEXT_BYTES: usize = 256 * 1024;
+
+/// The longest prefix of `text` within `max` bytes, cut at a character boundary.
+fn prefix_within(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// [`gather_facts`] with an explicit snapshot.
 pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFacts {
+    let full_chars = (task.title.chars().count() + 2 + task.body.chars().count()) as u64;
     let text = if task.body.trim().is_empty() {
         task.title.clone()
     } else {
-        format!("{}\n\n{}", task.title, task.body)
+        let room = MAX_SCANNED_TEXT_BYTES.saturating_sub(task.title.len() + 2);
+        format!("{}\n\n{}", task.title, prefix_within(&task.body, room))
+    };
+    let full_chars = if task.body.trim().is_empty() {
+        text.chars().count() as u64
+    } else {
+        full_chars
     };
     let (label_type, label_risk, label_web) = classify_labels(&task.labels);
     let task_type = label_type.unwrap_or(task.task_type);
@@ -700,8 +735,7 @@ pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFact
             })
             .collect();
     }
-    let chars = text.chars().count() as u64;
-    facts.context_tokens = (chars + file_bytes).div_ceil(4);
+    facts.context_tokens = (full_chars + file_bytes).div_ceil(4);
     facts.text = text;
     facts
 }

@@ -9,6 +9,7 @@
 //! Architecture Invariant: only `facts` touches disk (and the git CLI); everything else
 //! here takes values and returns values. Routing is total: every task gets a decision.
 
+pub mod context_fit;
 pub mod explain;
 pub mod facts;
 pub mod rules;
@@ -18,6 +19,7 @@ pub mod scoring;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+pub use context_fit::{fit_context, ContextFit};
 pub use explain::render_explanation;
 pub use facts::{classify_labels, enrich_task, gather_facts, gather_facts_at, RepoSnapshot};
 pub use rules::{RouteDecision, RouteInput, Router, RoutingError, RuleMiss};

@@ -70,6 +70,10 @@ pub struct RouteDecision {
     pub identity: Option<String>,
     /// Every rule before the matched one, with the predicate that failed.
     pub skipped: Vec<RuleMiss>,
+    /// Set when the routed agent's context window was too small and the chain was
+    /// shortened (`routing::context_fit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 impl RouteDecision {
@@ -306,6 +310,7 @@ fn decision(rule: &str, target: &Target, skipped: Vec<RuleMiss>) -> RouteDecisio
         fallback: target.fallback.clone(),
         identity: target.identity.clone(),
         skipped,
+        context: None,
     }
 }
 

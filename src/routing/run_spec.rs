@@ -299,6 +299,7 @@ mod tests {
             fallback: vec!["claude".into(), "kimi".into()],
             identity: None,
             skipped: vec![],
+            context: None,
         }
     }
 

@@ -250,12 +250,20 @@ pub fn keywords_in(text: &str, category: Category) -> Vec<String> {
     }
     // Longer matches first at each start, so a contained match is dropped.
     matches.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    // A match is dropped when a kept one with another span contains it. Every kept match
+    // starts at or before this one, so the largest kept end (and the earliest start that
+    // reaches it) decides in constant time; a pairwise scan took minutes on a 10 MB body
+    // (issue 12).
     let mut kept: Vec<(usize, usize, &str)> = Vec::new();
+    let mut reach: Option<(usize, usize)> = None; // (largest end, earliest start at it)
     for m in matches {
-        let covered = kept
-            .iter()
-            .any(|k| k.0 <= m.0 && m.1 <= k.1 && (k.0, k.1) != (m.0, m.1));
+        let covered = reach.is_some_and(|(end, start)| end > m.1 || (end == m.1 && start < m.0));
         if !covered {
+            reach = match reach {
+                Some((end, start)) if end == m.1 => Some((end, start.min(m.0))),
+                Some((end, start)) if end > m.1 => Some((end, start)),
+                _ => Some((m.1, m.0)),
+            };
             kept.push(m);
         }
     }

@@ -46,16 +46,9 @@ impl DockerRuntime {
     /// Connects with `DOCKER_HOST` (or the local socket) and negotiates the API version,
     /// so an older engine (20.10, API 1.41) is spoken to in its own version.
     pub async fn connect() -> Result<Self, RuntimeError> {
-        let docker =
-            Docker::connect_with_defaults().map_err(|e| RuntimeError::Connect(e.to_string()))?;
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
-        docker
-            .ping()
-            .await
-            .map_err(|e| RuntimeError::Connect(e.to_string()))?;
+        let docker = Docker::connect_with_defaults().map_err(connect_error)?;
+        let docker = docker.negotiate_version().await.map_err(connect_error)?;
+        docker.ping().await.map_err(connect_error)?;
         Ok(DockerRuntime { docker })
     }
 
@@ -468,4 +461,56 @@ fn home_variant(spec: &ContainerSpec) -> String {
         .map(String::as_str)
         .unwrap_or("");
     format!("{}-{}", spec.name, &home[..home.len().min(8)])
+}
+
+/// A connection failure, with a permission problem on the socket told apart (it needs a
+/// different fix than an engine that is not running).
+fn connect_error(e: bollard::errors::Error) -> RuntimeError {
+    let text = e.to_string();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut denied = text.to_ascii_lowercase().contains("permission denied")
+        || matches!(&e, bollard::errors::Error::IOError { err } if err.kind() == std::io::ErrorKind::PermissionDenied);
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+        {
+            denied = true;
+        }
+        source = err.source();
+    }
+    if denied {
+        let socket = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+        return RuntimeError::PermissionDenied { socket };
+    }
+    RuntimeError::Connect(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 12: a socket the user may not open read "cannot reach the engine".
+    #[test]
+    fn permission_denied_names_the_socket_and_the_fix() {
+        let denied = bollard::errors::Error::IOError {
+            err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let text = connect_error(denied).to_string();
+        assert!(
+            text.contains("permission denied on the Docker socket"),
+            "{text}"
+        );
+        assert!(
+            text.contains("docker` group") && text.contains("DOCKER_HOST"),
+            "{text}"
+        );
+        let refused = bollard::errors::Error::IOError {
+            err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(matches!(connect_error(refused), RuntimeError::Connect(_)));
+    }
 }

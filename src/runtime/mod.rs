@@ -49,6 +49,9 @@ pub const LABEL_ROLE: &str = "polyphony.role";
 pub enum RuntimeError {
     #[error("cannot reach the Docker engine ({0}); is it running and is DOCKER_HOST right?")]
     Connect(String),
+    /// The socket exists but this user may not open it (issue 12: this read "cannot reach").
+    #[error("permission denied on the Docker socket {socket}; add your user to the `docker` group (`sudo usermod -aG docker $USER`, then log in again) or point DOCKER_HOST at a socket you can use")]
+    PermissionDenied { socket: String },
     #[error("container `{0}` does not exist")]
     NotFound(String),
     #[error(

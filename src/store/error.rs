@@ -19,7 +19,10 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     #[error("queue database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
+    /// The file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB or a failed integrity check).
+    #[error("the queue database {} is damaged: {detail}", path.display())]
+    Damaged { path: PathBuf, detail: String },
     #[error("task `{0}` not found")]
     NotFound(String),
     #[error("attempt {attempt} of task `{task_id}` not found")]
@@ -52,4 +55,13 @@ pub enum StoreError {
         what: &'static str,
         source: serde_json::Error,
     },
+}
+
+/// Every SQLite error passes here, so a damaged file is noticed wherever it is met
+/// (`store::damaged`).
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        super::health::is_damage(&e);
+        StoreError::Sqlite(e)
+    }
 }

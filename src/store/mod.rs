@@ -2,8 +2,11 @@
 //! transitions, events and landing records (spec §2, §4; DESIGN.md "Durability").
 //!
 //! Architecture Invariant: only `store` writes SQL, and every task state change goes
-//! through [`Store::transition`] (or a claim), which checks `domain::transition` and
-//! writes the transition row in the same IMMEDIATE transaction.
+//! through [`Store::transition`] (or a claim, [`Store::settle_failure`],
+//! [`Store::transition_completing`]), which checks `domain::transition` and writes the
+//! transition row in the same IMMEDIATE transaction.
+//! Architecture Invariant: a side effect outside the store is an intent (`intents`)
+//! recorded before it is attempted, so whoever runs next can finish it (issue 19).
 //! Architecture Invariant: claims are atomic across processes: `BEGIN IMMEDIATE` takes
 //! the write lock before the candidate is read, so two daemons never claim one task.
 //! API Boundary: [`Store`].
@@ -17,6 +20,8 @@
 
 mod error;
 mod generations;
+pub mod health;
+mod intents;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -36,6 +41,8 @@ use crate::domain::{
 };
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
+pub use health::{damage_in, damaged, DatabaseDamaged};
+pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -149,9 +156,12 @@ impl Store {
                 source,
             })?;
         }
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
+        let open_err = |source| {
+            health::is_damage(&source);
+            StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
@@ -595,16 +605,6 @@ impl Store {
             )?;
             Ok(())
         })
-    }
-
-    /// Records the container running an attempt (so recovery can find it).
-    pub fn set_container(&self, task_id: &str, attempt: u32, container_id: &str) -> Result<()> {
-        self.update_attempt(
-            task_id,
-            attempt,
-            "UPDATE attempts SET container_id = ?3 WHERE task_id = ?1 AND attempt = ?2",
-            params![task_id, attempt, container_id],
-        )
     }
 
     /// Records how an attempt ended and the verification evidence.

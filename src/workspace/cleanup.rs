@@ -47,7 +47,16 @@ impl WorkspaceManager {
         }
         if let Some(parent) = resolved.parent() {
             if parent != root && parent.starts_with(&root) {
-                // Fails harmlessly while other attempts of the task remain.
+                // The marker goes only when it is all that is left; then the directory
+                // goes too. Both fail harmlessly while other attempts of the task remain.
+                let only_marker = std::fs::read_dir(parent).is_ok_and(|entries| {
+                    entries
+                        .flatten()
+                        .all(|e| e.file_name() == super::marker::KEY_MARKER)
+                });
+                if only_marker {
+                    let _ = std::fs::remove_file(parent.join(super::marker::KEY_MARKER));
+                }
                 let _ = std::fs::remove_dir(parent);
             }
         }

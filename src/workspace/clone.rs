@@ -7,9 +7,7 @@
 use super::cleanup::chown_recursive;
 use super::git::Git;
 use super::key::{check_repo_spec, task_key};
-use super::{
-    create_dir_all, io_err, CloneMode, PrepareRequest, Workspace, WorkspaceError, WorkspaceManager,
-};
+use super::{io_err, CloneMode, PrepareRequest, Workspace, WorkspaceError, WorkspaceManager};
 use std::path::{Path, PathBuf};
 
 /// Makes `repo` a stable upstream string: URLs (and scp-like `host:path`) as given, local paths
@@ -186,7 +184,7 @@ impl WorkspaceManager {
     /// Creates `{root}/{key}/{attempt}` (the last component with a plain `mkdir`), refusing
     /// symlinked or non-directory key entries and anything that resolves outside the root.
     fn create_attempt_dir(&self, key: &str, attempt: u32) -> Result<PathBuf, WorkspaceError> {
-        create_dir_all(&self.workspace_root)?;
+        super::marker::ensure_root(&self.workspace_root)?;
         let root = self
             .workspace_root
             .canonicalize()
@@ -218,6 +216,8 @@ impl WorkspaceManager {
                 root,
             });
         }
+        // Before the attempt directory exists, so even a crash mid-clone leaves it marked.
+        super::marker::mark_key_dir(&resolved)?;
         let dir = resolved.join(attempt.to_string());
         match std::fs::create_dir(&dir) {
             Ok(()) => Ok(dir),

@@ -152,6 +152,11 @@ impl<'a> Git<'a> {
         Ok((out, self.op, self.token))
     }
 
+    /// The prepared command, for callers that need to spawn and wait themselves.
+    pub(crate) fn command(&mut self) -> &mut Command {
+        &mut self.cmd
+    }
+
     /// Runs and returns trimmed stdout.
     pub(crate) fn stdout(self) -> Result<String, WorkspaceError> {
         let out = self.run()?;

@@ -12,7 +12,7 @@
 //! `refs/heads/*` and `refs/tags/*` only, which is all an attempt can start from.
 
 use super::git::Git;
-use super::{create_dir_all, io_err, WorkspaceError, WorkspaceManager};
+use super::{io_err, WorkspaceError, WorkspaceManager};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -60,7 +60,7 @@ impl WorkspaceManager {
         token: Option<&str>,
         fetch_existing: bool,
     ) -> Result<(PathBuf, MirrorLock, Result<(), WorkspaceError>), WorkspaceError> {
-        create_dir_all(&self.mirror_root)?;
+        super::marker::ensure_root(&self.mirror_root)?;
         let askpass = self.askpass()?;
         let mirror = self.mirror_root.join(super::key::mirror_dir_name(upstream));
         let lock = MirrorLock::open(&mirror)?;

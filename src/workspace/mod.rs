@@ -20,7 +20,9 @@ mod clone;
 mod commit;
 mod git;
 pub mod key;
+pub mod marker;
 mod mirror;
+pub mod probe;
 mod push;
 mod shared;
 
@@ -56,7 +58,7 @@ pub enum WorkspaceError {
         remote: String,
         reason: String,
     },
-    #[error("git {op} failed (exit {code:?}): {stderr}")]
+    #[error("git {op} failed ({}): {stderr}", exit_text(*code))]
     Git {
         op: String,
         code: Option<i32>,
@@ -204,10 +206,18 @@ impl WorkspaceManager {
         if let Some(p) = guard.as_ref() {
             return Ok(p.clone());
         }
-        create_dir_all(&self.mirror_root)?;
+        marker::ensure_root(&self.mirror_root)?;
         let p = git::ensure_askpass(&self.mirror_root)?;
         *guard = Some(p.clone());
         Ok(p)
+    }
+}
+
+/// `exit 128`, or `killed by a signal` (never Rust's `Some(128)`).
+fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c}"),
+        None => "killed by a signal".into(),
     }
 }
 

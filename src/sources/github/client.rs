@@ -31,7 +31,7 @@ pub enum GithubError {
     MissingToken { tried: Vec<String> },
     #[error("the GitHub token in ${var} contains characters an HTTP header cannot carry (a newline or a control character?); re-export it without them")]
     InvalidToken { var: String },
-    #[error("invalid GitHub API URL `{url}` (from GITHUB_API_URL): {reason}")]
+    #[error("invalid GitHub API URL `{url}` (from GITHUB_API_URL): {reason}; export GITHUB_API_URL as an absolute URL such as https://api.github.com, or unset it")]
     InvalidApiUrl { url: String, reason: String },
     #[error("invalid repository `{value}`: {reason} (expected owner/name, e.g. octo-org/widgets)")]
     InvalidRepo { value: String, reason: String },
@@ -162,6 +162,27 @@ pub fn resolve_api_url(lookup: impl Fn(&str) -> Option<String>) -> String {
         Some(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_string(),
         _ => DEFAULT_API_URL.to_string(),
     }
+}
+
+/// `url` as an absolute http(s) URI, or [`GithubError::InvalidApiUrl`] saying what is
+/// wrong with it (issue 12: a bad `GITHUB_API_URL` read as "no token was found").
+pub fn parse_api_url(url: &str) -> Result<http::Uri, GithubError> {
+    let invalid = |reason: String| GithubError::InvalidApiUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
+    let http = uri
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"));
+    if !http || uri.authority().is_none() {
+        return Err(invalid(
+            "expected an absolute http(s) URL such as https://api.github.com (or https://HOST/api/v3 for GitHub Enterprise)".into(),
+        ));
+    }
+    Ok(uri)
 }
 
 /// Bounds on waiting and retrying.
@@ -373,14 +394,7 @@ impl GithubClient {
             url: api_url.clone(),
             reason,
         };
-        let uri: http::Uri = api_url
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
-        if uri.scheme().is_none() || uri.authority().is_none() {
-            return Err(invalid(
-                "expected an absolute http(s) URL such as https://api.github.com".into(),
-            ));
-        }
+        let uri = parse_api_url(&api_url)?;
         // Our own loop handles retries: octocrab's default also re-sends POSTs.
         let octo = Octocrab::builder()
             .personal_token(token.value)
@@ -406,6 +420,8 @@ impl GithubClient {
         policy: FaultPolicy,
     ) -> Result<GithubClient, GithubError> {
         let api_url = resolve_api_url(&lookup);
+        // The URL first: with both wrong, the bad URL is the surprising half.
+        parse_api_url(&api_url)?;
         let token = resolve_token(identity_var, &lookup)?;
         GithubClient::new(&api_url, token, policy)
     }
@@ -528,7 +544,10 @@ impl GithubClient {
                 Err(_elapsed) => (
                     None,
                     Failure::Other {
-                        message: format!("no answer within {:?}", self.policy.request_timeout),
+                        message: format!(
+                            "no answer within {}",
+                            humantime::format_duration(self.policy.request_timeout)
+                        ),
                     },
                 ),
             };

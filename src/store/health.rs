@@ -1,0 +1,192 @@
+//! Database health (issue 12): recognising a damaged `queue.db` (SQLITE_CORRUPT,
+//! SQLITE_NOTADB), integrity checks for `doctor`, `enqueue` and daemon start, and a
+//! consistent copy taken while the daemon runs (`polyphony backup`, SQLite's online
+//! backup API).
+//!
+//! Architecture Invariant: a damaged database is never a task failure. Once this process
+//! has seen SQLITE_CORRUPT or SQLITE_NOTADB, [`damaged`] is true; the pipeline then
+//! records nothing more and the daemon stops claiming, stops its attempts and exits 2.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use super::{Store, StoreError};
+
+/// Set once any store call in this process met a damaged database.
+static DAMAGED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process has met a damaged database.
+pub fn damaged() -> bool {
+    DAMAGED.load(Ordering::SeqCst)
+}
+
+/// Whether `e` says the file is damaged or not a database; remembers it for [`damaged`].
+pub fn is_damage(e: &rusqlite::Error) -> bool {
+    let hit = matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
+    );
+    if hit {
+        DAMAGED.store(true, Ordering::SeqCst);
+    }
+    hit
+}
+
+impl StoreError {
+    /// Whether this error means the database file itself is damaged.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            StoreError::Open { source, .. } | StoreError::Sqlite(source) => is_damage(source),
+            StoreError::Damaged { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The error every verb reports for a damaged queue: the file, and how to recover.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the queue database {p} is damaged ({detail}); nothing more was written to it — fix: stop the daemon, then restore a backup (move {p} and its -wal/-shm files aside, then `cp BACKUP {p}`), or salvage it with `sqlite3 {p} .recover | sqlite3 {p}.recovered` and move that into place; `polyphony doctor` checks the result",
+    p = path.display()
+)]
+pub struct DatabaseDamaged {
+    pub path: PathBuf,
+    pub detail: String,
+}
+
+/// Finds a damage report in an error chain and names `db` in it.
+pub fn damage_in(err: &anyhow::Error, db: &Path) -> Option<DatabaseDamaged> {
+    err.chain().find_map(|cause| {
+        if let Some(d) = cause.downcast_ref::<DatabaseDamaged>() {
+            return Some(d.clone());
+        }
+        let detail = if let Some(e) = cause.downcast_ref::<rusqlite::Error>() {
+            is_damage(e).then(|| e.to_string())
+        } else if let Some(e) = cause.downcast_ref::<StoreError>() {
+            match e {
+                StoreError::Damaged { detail, .. } => Some(detail.clone()),
+                StoreError::Open { source, .. } | StoreError::Sqlite(source) => {
+                    is_damage(source).then(|| source.to_string())
+                }
+                _ => None,
+            }
+        } else {
+            None
+        }?;
+        Some(DatabaseDamaged {
+            path: db.to_path_buf(),
+            detail,
+        })
+    })
+}
+
+impl Store {
+    /// `PRAGMA quick_check` (`full` = `integrity_check`): the problems found, empty when
+    /// the file is sound. A damaged file may also fail the check itself: that is an
+    /// [`StoreError::Damaged`] too.
+    pub fn check_integrity(&self, full: bool) -> Result<Vec<String>, StoreError> {
+        let pragma = if full {
+            "PRAGMA integrity_check(20)"
+        } else {
+            "PRAGMA quick_check(20)"
+        };
+        let rows: Result<Vec<String>, rusqlite::Error> = self
+            .conn
+            .prepare(pragma)
+            .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect());
+        let rows = rows.map_err(|e| {
+            if is_damage(&e) {
+                self.damaged(e.to_string())
+            } else {
+                StoreError::Sqlite(e)
+            }
+        })?;
+        let problems: Vec<String> = rows.into_iter().filter(|r| r != "ok").collect();
+        if !problems.is_empty() {
+            DAMAGED.store(true, Ordering::SeqCst);
+        }
+        Ok(problems)
+    }
+
+    /// [`Store::check_integrity`] (quick) as an error: `Damaged` when anything is wrong.
+    pub fn ensure_sound(&self) -> Result<(), StoreError> {
+        let problems = self.check_integrity(false)?;
+        // One line for the message: SQLite puts several findings in one row.
+        let lines: Vec<&str> = problems
+            .iter()
+            .flat_map(|p| p.lines())
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("*** in database"))
+            .collect();
+        match lines.first() {
+            None if problems.is_empty() => Ok(()),
+            None => Err(self.damaged("quick_check failed".into())),
+            Some(first) => Err(self.damaged(format!(
+                "quick_check: {first}{}",
+                if lines.len() > 1 {
+                    format!(" and {} more problems", lines.len() - 1)
+                } else {
+                    String::new()
+                }
+            ))),
+        }
+    }
+
+    fn damaged(&self, detail: String) -> StoreError {
+        DAMAGED.store(true, Ordering::SeqCst);
+        StoreError::Damaged {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+
+    /// Copies the database to `dest` with SQLite's online backup API: one step under a
+    /// read transaction, so the copy is consistent even while the daemon writes. Written
+    /// to a temporary file beside `dest`, checked, then renamed into place.
+    pub fn backup_to(&self, dest: &Path) -> Result<(), StoreError> {
+        let dir = dest
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .prefix(".polyphony-backup-")
+            .tempfile_in(dir)
+            .map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        {
+            let mut out = Connection::open_with_flags(
+                tmp.path(),
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+            )?;
+            let backup = rusqlite::backup::Backup::new(&self.conn, &mut out)?;
+            // -1: every page in one step, so no writer can interleave (a multi-step
+            // backup restarts each time the source changes).
+            loop {
+                match backup.step(-1)? {
+                    rusqlite::backup::StepResult::Done => break,
+                    rusqlite::backup::StepResult::More
+                    | rusqlite::backup::StepResult::Busy
+                    | rusqlite::backup::StepResult::Locked => {
+                        std::thread::sleep(std::time::Duration::from_millis(50))
+                    }
+                    _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+                }
+            }
+            drop(backup);
+            // A plain rollback-journal file: one self-contained file to copy back.
+            out.pragma_update(None, "journal_mode", "DELETE")?;
+            let check: String = out.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+            if check != "ok" {
+                return Err(self.damaged(format!("the copy fails quick_check: {check}")));
+            }
+        }
+        tmp.persist(dest).map_err(|e| StoreError::Io {
+            path: dest.to_path_buf(),
+            source: e.error,
+        })?;
+        Ok(())
+    }
+}
