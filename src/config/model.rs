@@ -118,6 +118,9 @@ pub struct GitConfig {
     pub author_email: String,
     /// Branch name prefix: branches are `{prefix}{task_key}-a{attempt}`.
     pub branch_prefix: String,
+    /// `shared` (default): attempt clones borrow the mirror's objects read-only;
+    /// `dissociate`: each attempt gets an independent copy (spec §6).
+    pub clone_mode: crate::workspace::CloneMode,
 }
 
 impl Default for GitConfig {
@@ -126,6 +129,7 @@ impl Default for GitConfig {
             author_name: "Polyphony".into(),
             author_email: "polyphony@localhost".into(),
             branch_prefix: "polyphony/".into(),
+            clone_mode: crate::workspace::CloneMode::default(),
         }
     }
 }
