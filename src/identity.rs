@@ -181,6 +181,7 @@ pub fn from_config(
         api_keys: cfg.api_keys.clone(),
         github_token_env: cfg.github_token_env.clone(),
         cost_ceiling_usd_per_day: cfg.cost_ceiling_usd_per_day,
+        whole_directory: cfg.whole_directory.clone(),
     };
     validate(&identity)?;
     Ok(identity)
@@ -311,18 +312,77 @@ pub fn staging_path(agent_type: AgentType) -> String {
     format!("{AUTH_STAGING_ROOT}/{}", agent_type.default_auth_path())
 }
 
-/// Read-only mounts for the agent being run: only its own login directory.
+/// The files each CLI authenticates with, relative to its login directory (the identity's
+/// volume), from the CLIs' own layouts:
+/// - Claude Code: `~/.claude/.credentials.json` (OAuth tokens on Linux); its account
+///   state `~/.claude.json` sits BESIDE the directory (see [`sibling_files`]).
+/// - Codex: `~/.codex/auth.json` (ChatGPT login or API key) and `config.toml`.
+/// - Kimi: `~/.kimi/config.toml` (providers and their keys), the OAuth token
+///   `credentials/kimi-code.json` and the `device_id` its OAuth flow is bound to.
+/// - Gemini: `~/.gemini/oauth_creds.json`, `settings.json` (the selected auth type) and
+///   `google_accounts.json` (the active account).
+///
+/// History, sessions, logs and projects are never staged unless the identity lists the
+/// agent type under `whole_directory`.
+pub fn credential_files(agent_type: AgentType) -> &'static [&'static str] {
+    match agent_type {
+        AgentType::Claude => &[".credentials.json"],
+        AgentType::Codex => &["auth.json", "config.toml"],
+        AgentType::Kimi => &["config.toml", "credentials/kimi-code.json", "device_id"],
+        AgentType::Gemini => &["oauth_creds.json", "settings.json", "google_accounts.json"],
+    }
+}
+
+/// Files next to the login directory, as (suffix appended to the directory's path, name
+/// in HOME): Claude Code keeps `~/.claude.json` beside `~/.claude`.
+pub fn sibling_files(agent_type: AgentType) -> &'static [(&'static str, &'static str)] {
+    match agent_type {
+        AgentType::Claude => &[(".json", ".claude.json")],
+        _ => &[],
+    }
+}
+
+/// Read-only mounts for the agent being run: only its own login, and of that only the
+/// [`credential_files`] (plus [`sibling_files`]) unless the identity names the agent type
+/// in `whole_directory`. Files that do not exist on the host are left to the caller to
+/// drop (the list is pure).
 pub fn volume_mounts(identity: &Identity, agent_type: AgentType) -> Vec<VolumeMount> {
-    identity
+    let whole = identity
+        .whole_directory
+        .iter()
+        .any(|t| t.parse::<AgentType>().ok() == Some(agent_type));
+    let mut out = Vec::new();
+    for (_, host) in identity
         .volumes
         .iter()
         .filter(|(k, _)| k.parse::<AgentType>().ok() == Some(agent_type))
-        .map(|(_, host)| VolumeMount {
-            host_path: host.clone(),
-            container_path: staging_path(agent_type),
-            read_only: true,
-        })
-        .collect()
+    {
+        if whole {
+            out.push(VolumeMount {
+                host_path: host.clone(),
+                container_path: staging_path(agent_type),
+                read_only: true,
+            });
+        } else {
+            for file in credential_files(agent_type) {
+                out.push(VolumeMount {
+                    host_path: host.join(file),
+                    container_path: format!("{}/{file}", staging_path(agent_type)),
+                    read_only: true,
+                });
+            }
+        }
+        for (suffix, name) in sibling_files(agent_type) {
+            let mut path = host.clone().into_os_string();
+            path.push(suffix);
+            out.push(VolumeMount {
+                host_path: PathBuf::from(path),
+                container_path: format!("{AUTH_STAGING_ROOT}/{name}"),
+                read_only: true,
+            });
+        }
+    }
+    out
 }
 
 /// The env overlay: container variable <- host variable, names only, sorted.
@@ -436,6 +496,7 @@ mod tests {
                 .collect(),
             github_token_env: None,
             cost_ceiling_usd_per_day: None,
+            whole_directory: vec![],
         }
     }
 
@@ -582,13 +643,42 @@ mod tests {
         );
         i.cost_ceiling_usd_per_day = Some(40.0);
         let b = broker(&i, AgentType::Codex).unwrap();
+        let mount = |host: &str, container: &str| VolumeMount {
+            host_path: host.into(),
+            container_path: container.into(),
+            read_only: true,
+        };
         assert_eq!(
             b.volume_mounts,
-            vec![VolumeMount {
-                host_path: "/home/me/.codex".into(),
-                container_path: "/polyphony/credentials/.codex".into(),
-                read_only: true,
-            }]
+            vec![
+                mount(
+                    "/home/me/.codex/auth.json",
+                    "/polyphony/credentials/.codex/auth.json"
+                ),
+                mount(
+                    "/home/me/.codex/config.toml",
+                    "/polyphony/credentials/.codex/config.toml"
+                ),
+            ]
+        );
+        assert_eq!(
+            broker(&i, AgentType::Claude).unwrap().volume_mounts,
+            vec![
+                mount(
+                    "/home/me/.claude/.credentials.json",
+                    "/polyphony/credentials/.claude/.credentials.json"
+                ),
+                mount(
+                    "/home/me/.claude.json",
+                    "/polyphony/credentials/.claude.json"
+                ),
+            ]
+        );
+        // Only when the identity says so is the whole directory staged.
+        i.whole_directory = vec!["codex".into()];
+        assert_eq!(
+            broker(&i, AgentType::Codex).unwrap().volume_mounts,
+            vec![mount("/home/me/.codex", "/polyphony/credentials/.codex")]
         );
         assert_eq!(
             b.env_overlay,

@@ -17,6 +17,7 @@
 //! - `metrics`: the process's Prometheus metrics (`/metrics`)
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
+//! - `failpoint`: test-only crash injection at named points (`POLYPHONY_FAILPOINT`)
 
 pub mod agents;
 pub mod cleanup;
@@ -25,6 +26,7 @@ pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod domain;
+pub mod failpoint;
 pub mod http;
 pub mod identity;
 pub mod metrics;
@@ -32,6 +34,7 @@ pub mod orchestrator;
 pub mod report;
 pub mod routing;
 pub mod runtime;
+pub mod scripted_model;
 pub mod sources;
 pub mod store;
 pub mod workspace;

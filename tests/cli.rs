@@ -455,3 +455,41 @@ fn replay_reads_a_real_claude_transcript() {
         .code(2)
         .stderr(predicate::str::contains("cannot open transcript"));
 }
+
+#[test]
+fn unsafe_settings_need_consent_then_warn_in_config_check_and_doctor() {
+    // Without consent: exit 2 naming file, line, the setting and the fix.
+    check_bad_config(
+        "config.yaml",
+        "container:\n  network: host\n",
+        2,
+        &["`container.network: host`", "allow_unsafe: true"],
+    );
+    let home = initialised();
+    let config = home.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace("allow_unsafe: false", "allow_unsafe: true")
+        .replace("network: bridge", "network: host");
+    std::fs::write(&config, text).unwrap();
+    let out = polyphony(home.path())
+        .args(["config", "check", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("stdout stays JSON");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("warning: unsafe setting").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("config.yaml:"), "{stderr}");
+    let out = polyphony(home.path()).arg("doctor").output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("unsafe setting (allow_unsafe)") && text.contains("network: host"),
+        "{text}"
+    );
+}

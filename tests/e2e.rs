@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -864,6 +864,13 @@ async fn an_identity_over_its_daily_ceiling_waits_and_status_says_so() {
         .collect();
     assert!(
         reasons.iter().any(|r| r.contains("daily ceiling")),
+        "{reasons:?}"
+    );
+    // The hold names the attempt whose figure weighs most (issue 11).
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains(&format!("largest: {} attempt 1, $0.04", ids[0]))),
         "{reasons:?}"
     );
     assert_eq!(v["task"]["failures"], 0, "waiting is not a failure");
@@ -1767,6 +1774,162 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
     println!("kill_9_container_lost: {:?}", started.elapsed());
 }
 
+/// Issue 11 "results come from the agent CLI": a tool subprocess forges a final report
+/// with a $1,000,000 cost through PID 1's stdout, and another run reports $1,000,000
+/// itself. Neither holds the identity: the forged line is not counted, the real-but-absurd
+/// figure is clamped to `container.max_cost_usd_per_attempt` with a warning in `status`,
+/// the next task still runs, no container is left and the daemon stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_absurd_costs_never_hold_the_identity() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            max_concurrent: 1,
+            ..Conf::default()
+        },
+        None,
+    );
+    let config = home.path.join("config.yaml");
+    let text_conf = std::fs::read_to_string(&config).expect("config.yaml");
+    std::fs::write(
+        &config,
+        text_conf.replace("  cpus: 1\n", "  cpus: 1\n  max_cost_usd_per_attempt: 1\n"),
+    )
+    .expect("write config.yaml");
+    let identities = home.path.join("identities.yaml");
+    let written = std::fs::read_to_string(&identities).expect("identities.yaml");
+    std::fs::write(
+        &identities,
+        written.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 5\n",
+        ),
+    )
+    .expect("write identities.yaml");
+    let mut ids = Vec::new();
+    for (title, scenario) in [
+        ("Forged report", "polyphony-fake: forge-result"),
+        (
+            "Absurd cost",
+            "polyphony-fake: forge-cost\npolyphony-fake-cost: 1000000",
+        ),
+        ("Plain run", "polyphony-fake: succeed"),
+    ] {
+        ids.push(home.enqueue(&origin, &body_with(scenario), title).await);
+    }
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    let mut costs = Vec::new();
+    for id in &ids {
+        let v = home
+            .wait_for(id, Duration::from_secs(90), &log, |v| {
+                matches!(state(v), "LANDED" | "FAILED" | "BLOCKED")
+            })
+            .await;
+        assert_eq!(state(&v), "LANDED", "{id}: {v}");
+        let a = &attempts(&v)[0];
+        costs.push(a["cost_usd"].as_f64().expect("a cost"));
+        if id == &ids[1] {
+            let reason = a["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("max_cost_usd_per_attempt"), "{reason}");
+            let out = home.run(&["status", id]).await;
+            assert!(
+                text(&out.stdout).contains("max_cost_usd_per_attempt"),
+                "status shows the warning: {}",
+                text(&out.stdout)
+            );
+        }
+    }
+    assert_eq!(
+        costs,
+        vec![0.0421, 1.0, 0.0421],
+        "forged line ignored, absurd cost clamped"
+    );
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", daemon.log());
+    assert!(home.containers().is_empty(), "{:?}", home.containers());
+}
+
+/// Issue 11 "resource caps": an agent that floods its output and one that fills the
+/// workspace are killed at the configured caps; each attempt ends `failed` with the reason
+/// in `status`, nothing is pushed, no container is left and the daemon stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flooding_and_filling_agents_are_killed_at_their_caps() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let config = home.path.join("config.yaml");
+    let text_conf = std::fs::read_to_string(&config).expect("config.yaml");
+    std::fs::write(
+        &config,
+        text_conf
+            .replace("max_attempts: 3", "max_attempts: 1")
+            .replace(
+                "  cpus: 1\n",
+                "  cpus: 1\n  max_output: 1m\n  max_workspace_size: 8m\n",
+            ),
+    )
+    .expect("write config.yaml");
+    let flood = home
+        .enqueue(&origin, &body_with("polyphony-fake: flood"), "Flood")
+        .await;
+    let fill = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: fill-workspace\npolyphony-fake-fill-mb: 32"),
+            "Fill",
+        )
+        .await;
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    for (id, why) in [
+        (&flood, "container.max_output"),
+        (&fill, "container.max_workspace_size"),
+    ] {
+        let v = home
+            .wait_for(id, Duration::from_secs(90), &log, |v| {
+                matches!(state(v), "BLOCKED" | "FAILED" | "LANDED")
+            })
+            .await;
+        assert_ne!(state(&v), "LANDED", "{id}");
+        let a = &attempts(&v)[0];
+        assert_eq!(a["status"], "failed", "{a:#}");
+        let reason = a["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{id}: {reason}");
+        let out = home.run(&["status", id]).await;
+        assert!(text(&out.stdout).contains(why), "{}", text(&out.stdout));
+    }
+    let transcripts: u64 = walk_bytes(&home.path.join("transcripts"));
+    assert!(
+        transcripts < 3 * 1024 * 1024,
+        "transcripts hold {transcripts} bytes"
+    );
+    assert!(origin.branches().is_empty(), "nothing is pushed");
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", daemon.log());
+    assert!(home.containers().is_empty(), "{:?}", home.containers());
+}
+
+fn walk_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| walk_bytes(&e.path()))
+            .sum()
+    } else {
+        meta.len()
+    }
+}
+
 // ------------------------------------------------ permanent failures and `retry` (issue 12)
 
 /// An image tag this test made (from the test image), removed again on drop: "building"
@@ -2069,4 +2232,549 @@ async fn retry_of_a_blocked_issue_relabels_it_and_lands() {
     let labels = fake.issue_labels(&repo, n);
     assert!(labels.iter().any(|l| l == "agent-landed"), "{labels:?}");
     println!("retry_blocked_issue: {:?}", started.elapsed());
+}
+
+// ------------------------------------------------------------ issue 19: crash windows
+//
+// Each test arms one failpoint (`POLYPHONY_FAILPOINT`, src/failpoint.rs) in a first daemon,
+// which then kills itself with SIGKILL at exactly that point, and lets a second daemon
+// (unarmed) finish the work. The chaos test kills at random points and moments.
+
+/// Starts `polyphony ARGS` on `home` with the failpoint `point` armed.
+fn start_armed(home: &Home, args: &[&str], point: &str) -> Daemon {
+    let n = home.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let log = home.dir.path().join(format!("{}-{n}.log", args[0]));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = home
+        .cmd(args)
+        .env(polyphony::failpoint::ENV, point)
+        .stdout(file.try_clone().expect("dup log"))
+        .stderr(file)
+        .spawn()
+        .expect("spawn polyphony");
+    Daemon { child, log }
+}
+
+/// Waits for an armed daemon to die at its failpoint (SIGKILL, the point named in its log).
+async fn died_at(daemon: &mut Daemon, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = daemon.wait(Duration::from_secs(150)).await;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "expected a kill at `{point}`: {status:?}\n{}",
+        daemon.log()
+    );
+    let name = point.split('@').next().unwrap_or(point);
+    assert!(
+        daemon.log().contains(&format!("failpoint `{name}`")),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// Rewrites `max_attempts` in the home's config.yaml.
+fn set_max_attempts(home: &Home, n: u32) {
+    let path = home.path.join("config.yaml");
+    let text = std::fs::read_to_string(&path).expect("config.yaml");
+    assert!(text.contains("max_attempts: 3"), "{text}");
+    std::fs::write(
+        &path,
+        text.replace("max_attempts: 3", &format!("max_attempts: {n}")),
+    )
+    .expect("config.yaml");
+}
+
+/// The `agent-*` labels of an issue, sorted.
+fn agent_labels(fake: &FakeGithub, repo: &str, n: u64) -> Vec<String> {
+    let mut labels: Vec<String> = fake
+        .issue_labels(repo, n)
+        .into_iter()
+        .filter(|l| l.starts_with("agent-"))
+        .collect();
+    labels.sort();
+    labels
+}
+
+/// Hidden markers (`<!-- polyphony:… -->`) that appear in more than one comment.
+fn duplicate_markers(comments: &[String]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for c in comments {
+        for (start, _) in c.match_indices("<!-- polyphony:") {
+            let rest = &c[start..];
+            let end = rest.find("-->").map_or(rest.len(), |e| e + 3);
+            *seen.entry(rest[..end].to_string()).or_default() += 1;
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(m, _)| m)
+        .collect()
+}
+
+/// Window 1: killed between the two label writes of the claim. The restart recognises
+/// its own claim (marker and store), finishes the label swap and lands; the issue is never
+/// treated as released by someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_between_the_claim_labels_still_lands() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-claim", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let mut first = start_armed(&home, &["daemon"], "claim-labels");
+    died_at(&mut first, "claim-labels").await;
+    let labels = agent_labels(&fake, &repo, n);
+    assert!(
+        !labels.is_empty(),
+        "no instant without a label: the issue carries neither ready nor claimed"
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&format!("{repo}#{n}")).await;
+    assert_eq!(v["task"]["failures"], 0);
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-landed"]);
+    let comments = fake.comments(&repo, n);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    println!("issue_19_claim_labels: {:?}", started.elapsed());
+}
+
+/// Window 2: killed after the task was committed BLOCKED, before the blocked comment and
+/// labels. The restart finishes the pending report: one blocked comment, the blocked label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_before_the_blocked_report_still_reports() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-blocked", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() (never right)",
+        "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n",
+    );
+    let home = polling_home(&image, &fake, &repo);
+    set_max_attempts(&home, 1);
+    let mut first = start_armed(&home, &["daemon"], "blocked-report");
+    died_at(&mut first, "blocked-report").await;
+    let id = format!("{repo}#{n}");
+    assert_eq!(state(&home.task(&id).await), "BLOCKED");
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let comments = fake.comments(&repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:blocked"),
+        1,
+        "{comments:#?}\n{}",
+        daemon_log(&home)
+    );
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-blocked"]);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["failures"], 1);
+    assert!(home.containers().is_empty());
+    println!("issue_19_blocked_report: {:?}", started.elapsed());
+}
+
+/// Window 3: killed after `docker create`, before the container was recorded. The
+/// restart removes the unrecorded container and retries at once without counting a
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_after_container_create_is_not_a_failure() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+    let mut first = start_armed(&home, &["daemon"], "container-created");
+    died_at(&mut first, "container-created").await;
+    assert_eq!(
+        home.containers().len(),
+        1,
+        "the created container outlives the kill"
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon_log(&home));
+    assert_eq!(v["task"]["failures"], 0, "a kill is not a failure");
+    let a = attempts(&v);
+    assert!(
+        a.iter().all(|x| x["status"] != "failed"),
+        "no attempt failed: {a:#?}"
+    );
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("issue_19_container_created: {:?}", started.elapsed());
+}
+
+/// Window 4: killed right after an attempt was recorded FAILED. The retry time is written
+/// with the state, so the restart retries when due and lands; the one real failure is
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_after_failed_keeps_the_retry_time() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(
+        &image,
+        Conf {
+            agent: "gemini",
+            ..Conf::default()
+        },
+        None,
+    );
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: fix-on-retry"),
+            "Fix add() (needs a repair round)",
+        )
+        .await;
+    let mut first = start_armed(&home, &["daemon"], "failed");
+    died_at(&mut first, "failed").await;
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "FAILED");
+    assert!(
+        !v["task"]["next_attempt_at"].is_null(),
+        "FAILED without a retry time is stuck forever: {:#}",
+        v["task"]
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", daemon_log(&home));
+    assert_eq!(v["task"]["failures"], 1);
+    assert_eq!(attempts(&v).len(), 2);
+    assert!(home.containers().is_empty());
+    println!("issue_19_failed_retry_time: {:?}", started.elapsed());
+}
+
+/// The landing's label swap: killed between adding `agent-landed` and removing
+/// `agent-claimed`, the issue still carries a label, and the restart (verification again,
+/// then the idempotent landing) leaves exactly `agent-landed`, one PR, one comment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_kill_between_the_landing_labels_lands_once() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-land", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let mut first = start_armed(&home, &["daemon"], "land-labels");
+    died_at(&mut first, "land-labels").await;
+    assert!(
+        !agent_labels(&fake, &repo, n).is_empty(),
+        "no instant without a label"
+    );
+    let mut second = home.start(&["daemon", "--exit-when-idle"]);
+    let status = second.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-landed"]);
+    let comments = fake.comments(&repo, n);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    println!("issue_19_landing_labels: {:?}", started.elapsed());
+}
+
+/// A small seeded generator (splitmix64): the chaos schedule replays from its seed.
+struct ChaosRng(u64);
+
+impl ChaosRng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// Every point a chaos round may arm (the four windows and the label swaps around them).
+const CHAOS_POINTS: &[&str] = &[
+    "claim-labels",
+    "container-created",
+    "failed",
+    "blocked-report",
+    "block-labels",
+    "land-labels",
+];
+
+/// Chaos (issue 19): eight issues of mixed outcomes (five land, three can never pass their
+/// checks) go through daemons killed with SIGKILL again and again — at a random armed
+/// failpoint (claim, container, failure, block and land paths) or after a random time
+/// (mid-clone, mid-run, mid-verification, mid-push) — then one daemon runs them to the end.
+/// Every issue must end LANDED or BLOCKED with exactly one PR or blocked report, the right
+/// labels, no failure counted for a kill, no duplicate comment or event, no pending intent,
+/// and no container after `cleanup`. The seed is printed; `POLYPHONY_CHAOS_SEED` replays it
+/// (timing under load varies, the schedule does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let seed = std::env::var("POLYPHONY_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(19, |d| d.as_nanos() as u64)
+        });
+    println!("chaos seed: {seed} (replay with POLYPHONY_CHAOS_SEED={seed})");
+    let mut rng = ChaosRng(seed);
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-chaos", &origin);
+    let mut issues: Vec<(u64, bool)> = Vec::new();
+    for i in 1..=5 {
+        let scenario = if i % 2 == 0 {
+            "polyphony-fake: slow\npolyphony-fake-sleep: 2"
+        } else {
+            "polyphony-fake: succeed"
+        };
+        let n = ready_issue(
+            &fake,
+            &repo,
+            &format!("Fix add() {i}"),
+            &body_with(scenario),
+        );
+        issues.push((n, true));
+    }
+    for i in 1..=3 {
+        let n = ready_issue(
+            &fake,
+            &repo,
+            &format!("Fix add() (never right) {i}"),
+            "`add 2 3` prints -1.\n\npolyphony-fake: fail-tests\n",
+        );
+        issues.push((n, false));
+    }
+    let home = polling_home(&image, &fake, &repo);
+    set_max_attempts(&home, 2);
+
+    let mut kills = 0;
+    for round in 0..14 {
+        if started.elapsed() > Duration::from_secs(75) {
+            break;
+        }
+        let armed = rng.range(0, 9) < 6;
+        let point = if armed {
+            let p = CHAOS_POINTS[rng.range(0, CHAOS_POINTS.len() as u64 - 1) as usize];
+            Some(format!("{p}@{}", rng.range(1, 2)))
+        } else {
+            None
+        };
+        // An armed daemon lives long enough to reach its point, most of the time.
+        let lifetime = if armed {
+            Duration::from_millis(rng.range(4000, 12000))
+        } else {
+            Duration::from_millis(rng.range(300, 5000))
+        };
+        let mut daemon = match &point {
+            Some(p) => start_armed(&home, &["daemon"], p),
+            None => home.start(&["daemon"]),
+        };
+        let how = tokio::select! {
+            status = daemon.child.wait() => format!("died at its failpoint ({:?})", status.ok()),
+            _ = tokio::time::sleep(lifetime) => {
+                let _ = daemon.child.start_kill();
+                let _ = daemon.child.wait().await;
+                format!("kill -9 after {lifetime:?}")
+            }
+        };
+        kills += 1;
+        let states: Vec<String> = {
+            let db = home.db();
+            let mut stmt = db
+                .prepare("SELECT state, COUNT(*) FROM tasks GROUP BY state ORDER BY state")
+                .expect("prepare");
+            stmt.query_map([], |r| {
+                Ok(format!(
+                    "{}={}",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?
+                ))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+        };
+        println!(
+            "chaos round {round}: point {point:?}, {how}; tasks {}",
+            states.join(" ")
+        );
+    }
+
+    let mut last = home.start(&["daemon", "--exit-when-idle"]);
+    let status = last.wait(Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon_log(&home));
+    let out = home.run(&["cleanup"]).await;
+    assert!(out.status.success(), "cleanup: {}", output(&out));
+
+    let context = || format!("seed {seed}\n{}", daemon_log(&home));
+    let pulls = fake.pulls(&repo);
+    for (n, lands) in &issues {
+        let id = format!("{repo}#{n}");
+        let v = home.task(&id).await;
+        let comments = fake.comments(&repo, *n);
+        let expected = if *lands { "LANDED" } else { "BLOCKED" };
+        assert_eq!(
+            state(&v),
+            expected,
+            "{id}: {}\n{comments:#?}\n{}",
+            serde_json::to_string_pretty(&v["transitions"]).unwrap_or_default(),
+            context()
+        );
+        assert!(
+            duplicate_markers(&comments).is_empty(),
+            "{id}: {comments:#?}"
+        );
+        let failed = attempts(&v)
+            .iter()
+            .filter(|a| a["status"] == "failed")
+            .count() as u64;
+        assert_eq!(
+            v["task"]["failures"].as_u64(),
+            Some(failed),
+            "{id}: a failure counted for a kill: {:#}",
+            v["attempts"]
+        );
+        if *lands {
+            assert_eq!(v["task"]["failures"], 0, "{id}: {:#}", v["attempts"]);
+            let branch = v["landing"]["branch"].as_str().expect("landing branch");
+            assert_eq!(
+                pulls.iter().filter(|p| p.head == branch).count(),
+                1,
+                "{id}: {pulls:#?}"
+            );
+            assert_eq!(count_containing(&comments, "polyphony:landed"), 1, "{id}");
+            assert_eq!(count_containing(&comments, "polyphony:blocked"), 0, "{id}");
+            assert_eq!(agent_labels(&fake, &repo, *n), vec!["agent-landed"], "{id}");
+        } else {
+            assert_eq!(v["task"]["failures"], 2, "{id}: {:#}", v["attempts"]);
+            assert_eq!(count_containing(&comments, "polyphony:blocked"), 1, "{id}");
+            assert_eq!(count_containing(&comments, "polyphony:landed"), 0, "{id}");
+            assert_eq!(
+                agent_labels(&fake, &repo, *n),
+                vec!["agent-blocked"],
+                "{id}"
+            );
+        }
+    }
+    assert_eq!(pulls.len(), 5, "{pulls:#?}");
+    assert!(
+        duplicate_seqs(&home).is_empty(),
+        "{:?}",
+        duplicate_seqs(&home)
+    );
+    let pending: i64 = home
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM intents WHERE done_at IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .expect("intents");
+    assert_eq!(pending, 0, "pending intents left\n{}", context());
+    assert!(
+        home.containers().is_empty(),
+        "containers left after cleanup"
+    );
+    println!(
+        "issue_19_chaos: {kills} kills, seed {seed}, {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 18: with `clone_mode: shared` (the default) the agent sees the mirror's object
+/// directory read-only at the path its alternates name. Reading works; writing a file, adding
+/// a loose object, "repacking" (a new pack renamed over the old one), truncating, chmod and
+/// deleting all fail inside the container; the mirror's fsck stays clean and the attempt
+/// still lands a complete branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_cannot_write_repack_or_delete_the_shared_mirror() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: vandal-mirror"),
+            "Fix add()",
+        )
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+
+    let branches = origin.branches();
+    assert_eq!(branches.len(), 1, "{branches:?}");
+    let note = origin.show(&format!("{}:POLYPHONY_FAKE.md", branches[0]));
+    let report = note
+        .lines()
+        .find(|l| l.contains("mirror vandal:"))
+        .unwrap_or_else(|| panic!("no vandal report in {note}"));
+    assert!(report.contains("read:done"), "{report}");
+    for op in [
+        "write",
+        "loose",
+        "repack",
+        "truncate",
+        "chmod",
+        "delete",
+        "delete-all",
+    ] {
+        assert!(
+            report.contains(&format!(" {op}:refused")),
+            "{op} was not refused: {report}"
+        );
+    }
+
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(home.path.join("mirrors"))
+        .expect("mirrors")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("objects").is_dir())
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    let mirror = mirrors[0].display().to_string();
+    git(&["--git-dir", &mirror, "fsck", "--full", "--strict"]);
+    assert!(!mirrors[0].join("objects/polyphony-fake-was-here").exists());
+    assert!(!mirrors[0].join("objects/ff").exists());
+    let origin_dir = origin.path.display().to_string();
+    git(&["--git-dir", &origin_dir, "fsck", "--full", "--strict"]);
 }

@@ -942,3 +942,54 @@ async fn fetch_task_reads_one_issue_whatever_its_labels() {
         "{missing}"
     );
 }
+
+/// Issue 19: a claim this home left half-done (its marker posted, killed mid label swap,
+/// the issue left with neither label) is finished when the store says so, and still taken
+/// for a release when it does not.
+#[tokio::test]
+async fn an_own_half_done_claim_is_finished_not_taken_for_a_release() {
+    let w = world().await;
+    let n = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Spin fix").labels(&["agent-ready"]));
+    let source = source_for(&w.fake, &[REPO], false);
+    let task = source.poll().await.unwrap().remove(0);
+    source.claim_issue(&task, &info(1)).await.expect("claim");
+    // What the old order left behind: ready removed, claimed never added.
+    w.fake.unlabel_issue(REPO, n, "agent-claimed", "octocat");
+    assert!(w.fake.issue_labels(REPO, n).is_empty());
+
+    match source.claim_issue_resuming(&task, &info(1), false).await {
+        Err(ClaimError::NoLongerReady { .. }) => {}
+        other => panic!("without the store's word it is a release: {other:?}"),
+    }
+    let claimed = source
+        .claim_issue_resuming(&task, &info(1), true)
+        .await
+        .expect("an interrupted claim of ours is finished");
+    assert_eq!(claimed.title, "Spin fix");
+    assert_eq!(w.fake.issue_labels(REPO, n), vec!["agent-claimed"]);
+    assert_eq!(w.fake.comments(REPO, n).len(), 1, "no second claim comment");
+
+    // Another home's marker first: never ours, whatever the store says.
+    let other = w
+        .fake
+        .add_issue(REPO, NewIssue::new("Other").labels(&["agent-ready"]));
+    let tasks = source.poll().await.unwrap();
+    let task = tasks
+        .iter()
+        .find(|t| t.id == format!("{REPO}#{other}"))
+        .unwrap();
+    let theirs = ClaimInfo {
+        claimant: "home-b".into(),
+        ..info(1)
+    };
+    source
+        .claim_issue(task, &theirs)
+        .await
+        .expect("home-b claims");
+    assert!(matches!(
+        source.claim_issue_resuming(task, &info(1), true).await,
+        Err(ClaimError::NoLongerReady { .. })
+    ));
+}

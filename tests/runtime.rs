@@ -20,9 +20,9 @@ use polyphony::domain::{
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
 use polyphony::runtime::execute::{Scrub, VecSink};
 use polyphony::runtime::{
-    daemon_user, ensure_test_image, home_label, reattach, run_attempt, run_check, AttemptExecution,
-    ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths, WorkerRuntime,
-    LABEL_HOME,
+    daemon_user, default_container_user, ensure_test_image, home_label, reattach, run_attempt,
+    run_check, AttemptExecution, ContainerSpec, DockerRuntime, RunLimits, RuntimeError,
+    TranscriptPaths, WorkerRuntime, LABEL_HOME,
 };
 use tokio::sync::{watch, OnceCell};
 
@@ -169,10 +169,7 @@ fn no_cancel() -> watch::Receiver<bool> {
     rx
 }
 
-const LIMITS: RunLimits = RunLimits {
-    deadline: Duration::from_secs(60),
-    idle_timeout: Duration::from_secs(30),
-};
+const LIMITS: RunLimits = RunLimits::new(Duration::from_secs(60), Duration::from_secs(30));
 
 struct Ran {
     exec: AttemptExecution,
@@ -196,7 +193,7 @@ async fn run(
     let spec = w.run_spec(agent, name, attempt);
     let adapter = adapter_for(agent);
     let inv = adapter.invocation(&spec, &prompt(directives, attempt));
-    let cspec = tweak(agent_spec(&spec, &inv, &w.label, &daemon_user()));
+    let cspec = tweak(agent_spec(&spec, &inv, &w.label, &default_container_user()));
     let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, attempt);
     let mut sink = VecSink::default();
     let started = Instant::now();
@@ -383,7 +380,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
     );
     let inv = adapter.invocation(&spec, &long);
     assert!(inv.stdin.is_some(), "a 200 KB prompt goes through stdin");
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let mut sink = VecSink::default();
     let exec = run_attempt(
         &w.rt,
@@ -600,10 +597,7 @@ async fn quota_garbage_crash_for_every_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_kill_lands_within_five_seconds() {
     let w = world!("deadline");
-    let limits = RunLimits {
-        deadline: Duration::from_secs(3),
-        idle_timeout: Duration::from_secs(30),
-    };
+    let limits = RunLimits::new(Duration::from_secs(3), Duration::from_secs(30));
     let r = run(
         &w,
         AgentType::Claude,
@@ -635,10 +629,7 @@ async fn deadline_kill_lands_within_five_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_kill_fires_and_cancel_kills() {
     let w = world!("idle");
-    let limits = RunLimits {
-        deadline: Duration::from_secs(60),
-        idle_timeout: Duration::from_secs(2),
-    };
+    let limits = RunLimits::new(Duration::from_secs(60), Duration::from_secs(2));
     let r = run(
         &w,
         AgentType::Codex,
@@ -657,7 +648,7 @@ async fn idle_kill_fires_and_cancel_kills() {
     let spec = w.run_spec(AgentType::Gemini, "cancel", 1);
     let adapter = adapter_for(AgentType::Gemini);
     let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let (tx, rx) = watch::channel(false);
     let mut sink = VecSink::default();
     let canceller = async {
@@ -732,7 +723,7 @@ async fn echoed_secret_is_stored_only_as_stars() {
         &spec,
         &adapter_for(AgentType::Claude).invocation(&spec, "hi"),
         &w.label,
-        &daemon_user(),
+        &default_container_user(),
     )
     .env_from_host(EnvVar {
         name: "K".into(),
@@ -798,17 +789,19 @@ async fn hardening_user_and_credential_staging() {
         container_path: format!("{CREDENTIAL_STAGING_DIR}/.claude"),
         read_only: true,
     });
-    let is_root = daemon_user() == "0:0";
-    if is_root {
-        chown_r(&spec.workspace, 1000, 1000);
-        chown_r(&creds, 1000, 1000);
-    }
+    // As root, the daemon's files stay root's 0600: the runtime shares the workspace with
+    // the container's group and stages a group-readable copy of the credentials.
+    std::fs::set_permissions(
+        creds.join(".credentials.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let adapter = adapter_for(AgentType::Claude);
     let inv = adapter.invocation(
         &spec,
         &prompt("polyphony-fake-sed: calc.sh s/a - b/a + b/", 1),
     );
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let id = w.rt.create(&cspec).await.expect("create");
     let info = w.rt.inspect(&id).await.expect("inspect");
     assert_eq!(info.cap_drop, vec!["ALL".to_string()]);
@@ -823,12 +816,40 @@ async fn hardening_user_and_credential_staging() {
     assert_eq!(info.init, Some(true));
     assert_eq!(info.user.as_deref(), Some("1000:1000"));
     assert_eq!(info.network_mode.as_deref(), Some("bridge"));
+    assert!(info.readonly_rootfs, "root filesystem is read-only");
+    let ulimit = |name: &str| {
+        info.ulimits
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, soft, hard)| (*soft, *hard))
+    };
+    assert_eq!(ulimit("core"), Some((0, 0)));
+    assert_eq!(ulimit("nofile"), Some((8192, 8192)));
+    assert_eq!(ulimit("nproc"), Some((8192, 8192)));
+    assert_eq!(ulimit("fsize"), Some((1 << 31, 1 << 31)));
+    assert_eq!(info.log_config["type"], "json-file");
+    assert_eq!(info.log_config["max-size"], "128m");
+    assert!(
+        info.tmpfs["/home/worker"].contains("mode=0700,uid=1000,gid=1000"),
+        "{:?}",
+        info.tmpfs
+    );
+    assert!(info.tmpfs.contains_key("/tmp"));
+    // Only the workspace and the staging copy are mounted; never the login directory.
+    let creds_str = creds.to_string_lossy().into_owned();
+    assert!(
+        info.mounts
+            .iter()
+            .all(|(_, src)| !src.starts_with(&creds_str)),
+        "{:?}",
+        info.mounts
+    );
     assert_eq!(info.labels["polyphony.role"], "agent");
     assert_eq!(info.labels["polyphony.attempt"], "1");
     assert_eq!(info.labels["polyphony.task"], spec.task_id);
     w.rt.remove(&id).await.unwrap();
 
-    if is_root {
+    {
         let mut sink = VecSink::default();
         let exec = run_attempt(
             &w.rt,
@@ -857,14 +878,14 @@ async fn hardening_user_and_credential_staging() {
         vec![
             "/bin/sh".into(),
             "-c".into(),
-            "cat $HOME/.claude/.credentials.json && echo rewritten > $HOME/.claude/.credentials.json && cat $HOME/.claude/.credentials.json && id -u && (echo x 2>/dev/null > /polyphony/credentials/.claude/x && echo WROTE-STAGING || echo staging-read-only)".into(),
+            "cat $HOME/.claude/.credentials.json && echo rewritten > $HOME/.claude/.credentials.json && cat $HOME/.claude/.credentials.json && id -u && (echo x 2>/dev/null > /polyphony/credentials/.claude/x && echo WROTE-STAGING || echo staging-read-only) && (echo x 2>/dev/null > /etc/x && echo WROTE-ROOTFS || echo rootfs-read-only) && echo ok > /workspace/by-container && echo ok > /tmp/t".into(),
         ],
     )
     .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Verify)
     .workspace(spec.workspace.clone())
     .mount(spec.volume_mounts[0].clone())
     .network(NetworkMode::None)
-    .limits(spec.limits.clone(), &daemon_user());
+    .limits(spec.limits.clone(), &default_container_user());
     let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
         .await
         .unwrap();
@@ -876,7 +897,7 @@ async fn hardening_user_and_credential_staging() {
     );
     assert!(
         out.output_tail
-            .contains("rewritten\n1000\nstaging-read-only"),
+            .contains("rewritten\n1000\nstaging-read-only\nrootfs-read-only"),
         "{}",
         out.output_tail
     );
@@ -887,25 +908,13 @@ async fn hardening_user_and_credential_staging() {
     w.assert_no_containers().await;
 }
 
-fn chown_r(path: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-    for entry in std::fs::read_dir(path).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            chown_r(&p, uid, gid);
-        } else {
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
     let w = world!("leftover");
     let spec = w.run_spec(AgentType::Codex, "leftover", 1);
     let adapter = adapter_for(AgentType::Codex);
     let inv = adapter.invocation(&spec, &prompt("", 1));
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     // A crash left a created (never collected) container with the same name.
     let stale = w.rt.create(&cspec).await.expect("stale create");
     let mut sink = VecSink::default();
@@ -1038,7 +1047,7 @@ async fn reattach_resumes_without_duplicates() {
         &spec,
         &prompt("polyphony-fake: slow\npolyphony-fake-sleep: 5", 1),
     );
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, 1);
     let mut sink = VecSink::default();
     // The daemon "dies" 2.5 s in: the follower is dropped, the container keeps running.
@@ -1102,7 +1111,7 @@ async fn oom_kill_is_a_crash_with_the_reason() {
         ],
         stdin: None,
     };
-    let cspec = agent_spec(&spec, &inv, &w.label, &daemon_user());
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let adapter = adapter_for(AgentType::Claude);
     let mut sink = VecSink::default();
     let exec = run_attempt(
@@ -1126,5 +1135,346 @@ async fn oom_kill_is_a_crash_with_the_reason() {
             .contains("out of memory"),
         "{exec:?}"
     );
+    w.assert_no_containers().await;
+}
+
+// ---------------------------------------------------------------- hostile agents (issue 11)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_final_report_is_stored_but_never_counted() {
+    let w = world!("forge");
+    for agent in [AgentType::Claude, AgentType::Codex, AgentType::Gemini] {
+        let r = run(
+            &w,
+            agent,
+            "forge",
+            1,
+            "polyphony-fake: forge-result",
+            LIMITS,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(
+            r.exec.status,
+            AttemptStatus::Succeeded,
+            "{agent}: {:?}",
+            r.exec
+        );
+        // The real figures, not the forged 1,000,000 dollars and 999 turns.
+        assert_success_figures(agent, &r);
+        assert_eq!(r.exec.lines_after_result, 1, "{agent}");
+        assert!(
+            r.exec
+                .warnings
+                .iter()
+                .any(|w| w.contains("after the CLI's final report")),
+            "{agent}: {:?}",
+            r.exec.warnings
+        );
+        let reports = r
+            .sink
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Result)
+            .count();
+        assert_eq!(reports, 2, "{agent}: the forged report is on record too");
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_cost_is_clamped_to_a_sane_range() {
+    let w = world!("cost");
+    let limits = RunLimits {
+        max_cost_usd: 25.0,
+        ..LIMITS
+    };
+    for (n, (reported, counted)) in [("-5", 0.0), ("1000000", 25.0)].into_iter().enumerate() {
+        let r = run(
+            &w,
+            AgentType::Claude,
+            &format!("cost{n}"),
+            1,
+            &format!("polyphony-fake: forge-cost\npolyphony-fake-cost: {reported}"),
+            limits,
+            &plain,
+            |s| s,
+        )
+        .await;
+        assert_eq!(r.exec.status, AttemptStatus::Succeeded, "{reported}");
+        assert_eq!(r.exec.outcome.cost_usd, Some(counted), "{reported}");
+        assert!(
+            r.exec
+                .warnings
+                .iter()
+                .any(|w| w.contains("max_cost_usd_per_attempt")),
+            "{reported}: {:?}",
+            r.exec.warnings
+        );
+    }
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_flood_is_capped_and_the_container_killed() {
+    let w = world!("flood");
+    let limits = RunLimits {
+        max_output_bytes: 1024 * 1024,
+        ..LIMITS
+    };
+    let r = run(
+        &w,
+        AgentType::Codex,
+        "flood",
+        1,
+        "polyphony-fake: flood",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Failed, "{:?}", r.exec);
+    let reason = r.exec.reason.clone().unwrap_or_default();
+    assert!(reason.contains("container.max_output"), "{reason}");
+    let stored: u64 = std::fs::metadata(&r.transcript.stdout).unwrap().len();
+    assert!(stored <= 1024 * 1024, "transcript holds {stored} bytes");
+    assert!(r.wall < Duration::from_secs(30), "killed in {:?}", r.wall);
+    assert_events_consistent(&r);
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_over_its_cap_fails_the_attempt() {
+    let w = world!("fill");
+    let limits = RunLimits {
+        max_workspace_bytes: Some(8 * 1024 * 1024),
+        ..LIMITS
+    };
+    let r = run(
+        &w,
+        AgentType::Claude,
+        "fill",
+        1,
+        "polyphony-fake: fill-workspace\npolyphony-fake-fill-mb: 16",
+        limits,
+        &plain,
+        |s| s,
+    )
+    .await;
+    assert_eq!(r.exec.status, AttemptStatus::Failed, "{:?}", r.exec);
+    let reason = r.exec.reason.clone().unwrap_or_default();
+    assert!(reason.contains("container.max_workspace_size"), "{reason}");
+    assert!(r.wall < Duration::from_secs(30), "killed in {:?}", r.wall);
+    w.assert_no_containers().await;
+}
+
+/// The real engine, except that the log stream breaks after its first chunk.
+struct BrokenStream(DockerRuntime);
+
+impl WorkerRuntime for BrokenStream {
+    fn create<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, RuntimeError>> {
+        self.0.create(spec)
+    }
+    fn start<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.start(id)
+    }
+    fn logs<'a>(
+        &'a self,
+        id: &'a str,
+        since: Option<i64>,
+    ) -> futures_util::stream::BoxStream<'a, Result<polyphony::runtime::LogChunk, RuntimeError>>
+    {
+        use futures_util::StreamExt;
+        self.0
+            .logs(id, since)
+            .take(1)
+            .chain(futures_util::stream::once(async {
+                Err(RuntimeError::Engine {
+                    op: "logs",
+                    message: "connection reset (injected)".into(),
+                })
+            }))
+            .boxed()
+    }
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<i64, RuntimeError>> {
+        self.0.wait(id)
+    }
+    fn kill<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.kill(id)
+    }
+    fn remove<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.0.remove(id)
+    }
+    fn list_by_labels<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Vec<polyphony::runtime::ContainerSummary>, RuntimeError>,
+    > {
+        self.0.list_by_labels(labels)
+    }
+    fn inspect<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<polyphony::runtime::ContainerInfo, RuntimeError>>
+    {
+        self.0.inspect(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_log_stream_leaves_no_container_behind() {
+    let w = world!("broken");
+    let spec = w.run_spec(AgentType::Claude, "broken", 1);
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
+    let rt = BrokenStream(w.rt.clone());
+    let mut sink = VecSink::default();
+    let err = run_attempt(
+        &rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .expect_err("the stream broke");
+    assert!(err.to_string().contains("injected"), "{err}");
+    // Killed and removed at once, not left running with no deadline.
+    w.assert_no_containers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_unprivileged_and_sees_only_credential_files() {
+    let w = world!("creds");
+    let login_home = w.home.path().join("operator");
+    let claude = login_home.join(".claude");
+    std::fs::create_dir_all(claude.join("projects")).unwrap();
+    std::fs::write(claude.join(".credentials.json"), "{\"claudeAiOauth\":{}}").unwrap();
+    std::fs::write(claude.join("projects/history.jsonl"), "old conversation").unwrap();
+    std::fs::write(login_home.join(".claude.json"), "{\"oauthAccount\":{}}").unwrap();
+    for f in [
+        claude.join(".credentials.json"),
+        login_home.join(".claude.json"),
+    ] {
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    let ident = polyphony::domain::Identity {
+        name: "op".into(),
+        volumes: [("claude".to_string(), claude.clone())].into(),
+        api_keys: Default::default(),
+        github_token_env: None,
+        cost_ceiling_usd_per_day: None,
+        whole_directory: vec![],
+    };
+    let mut spec = w.run_spec(AgentType::Claude, "creds", 1);
+    spec.volume_mounts = polyphony::identity::broker(&ident, AgentType::Claude)
+        .unwrap()
+        .volume_mounts;
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: show-home", 1));
+    let user = default_container_user();
+    let cspec = agent_spec(&spec, &inv, &w.label, &user);
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        &w.rt,
+        &cspec,
+        adapter.as_ref(),
+        &mut sink,
+        LIMITS,
+        None,
+        &plain,
+        no_cancel(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
+    let text: String = sink
+        .events
+        .iter()
+        .map(|e| e.summary.clone() + "\n")
+        .collect();
+    let uid = user.split(':').next().unwrap();
+    assert_ne!(uid, "0", "never root by default");
+    assert!(text.contains(&format!("uid={uid} ")), "{text}");
+    assert!(text.contains("./.claude/.credentials.json"), "{text}");
+    assert!(text.contains("./.claude.json"), "{text}");
+    assert!(
+        !text.contains("history"),
+        "history must not be staged: {text}"
+    );
+    assert!(text.contains("root: read-only"), "{text}");
+    // The agent's edit landed in the workspace the daemon still owns.
+    assert!(file(&spec.workspace, "POLYPHONY_FAKE.md").is_some());
+    w.assert_no_containers().await;
+    // The per-container credential copy went with the container.
+    let prefix = format!("polyphony-stage-{}-", w.label);
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_removes_containers_past_their_labelled_deadline() {
+    use polyphony::runtime::watchdog::{sweep, LABEL_DEADLINE};
+    let w = world!("watchdog");
+    let spec = w.run_spec(AgentType::Claude, "watchdog", 1);
+    let mk = |name: &str, deadline: i64| {
+        let mut c = ContainerSpec::new(
+            format!("polyphony-{}-{name}", w.prefix),
+            w.image.clone(),
+            vec!["/bin/sh".into(), "-c".into(), "sleep 1000".into()],
+        )
+        .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Agent)
+        .network(NetworkMode::None)
+        .limits(ResourceLimits::default(), &default_container_user());
+        c.labels
+            .insert(LABEL_DEADLINE.to_string(), deadline.to_string());
+        c
+    };
+    let now = chrono::Utc::now();
+    let late = w.rt.create(&mk("late", now.timestamp() - 5)).await.unwrap();
+    w.rt.start(&late).await.unwrap();
+    let fine =
+        w.rt.create(&mk("fine", now.timestamp() + 3600))
+            .await
+            .unwrap();
+    w.rt.start(&fine).await.unwrap();
+    let swept = sweep(&w.rt, &w.label, now).await.unwrap();
+    assert_eq!(swept, vec![format!("polyphony-{}-late", w.prefix)]);
+    assert!(matches!(
+        w.rt.inspect(&late).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(
+        w.rt.inspect(&fine).await.is_ok(),
+        "a container within its deadline stays"
+    );
+    w.rt.remove(&fine).await.unwrap();
     w.assert_no_containers().await;
 }

@@ -577,3 +577,141 @@ fn comments_and_kv_are_idempotent_records() {
     store.kv_set("cursor", "b", t0()).unwrap();
     assert_eq!(store.kv_get("cursor").unwrap().as_deref(), Some("b"));
 }
+
+// ------------------------------------------------------------ issue 19: intents
+
+use polyphony::store::{BlockSettlement, IntentKind, Settlement};
+
+#[test]
+fn intents_are_pending_until_completed_and_recording_again_reopens_them() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("local-1")).unwrap();
+    let payload = serde_json::json!({ "agent": "claude" });
+    store
+        .record_intent("local-1", IntentKind::Claim, 1, &payload, t0())
+        .unwrap();
+    assert!(store
+        .has_pending_intent("local-1", IntentKind::Claim)
+        .unwrap());
+    assert!(!store
+        .has_pending_intent("local-1", IntentKind::Block)
+        .unwrap());
+    let pending = store.pending_intents().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].kind, pending[0].attempt, &pending[0].payload),
+        (IntentKind::Claim, 1, &payload)
+    );
+    assert!(store
+        .complete_intent("local-1", IntentKind::Claim, 1, t0())
+        .unwrap());
+    assert!(!store
+        .complete_intent("local-1", IntentKind::Claim, 1, t0())
+        .unwrap());
+    assert!(store.pending_intents().unwrap().is_empty());
+    store
+        .record_intent("local-1", IntentKind::Claim, 1, &payload, t0())
+        .unwrap();
+    assert_eq!(store.pending_intents().unwrap().len(), 1);
+}
+
+#[test]
+fn recording_the_container_completes_its_intent_in_the_same_write() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("local-1")).unwrap();
+    drive(&store, "local-1", Routed);
+    store
+        .start_attempt(&spec("local-1", 1, "demo"), t0())
+        .unwrap();
+    store
+        .record_intent(
+            "local-1",
+            IntentKind::Container,
+            1,
+            &serde_json::json!({}),
+            t0(),
+        )
+        .unwrap();
+    store.set_container("local-1", 1, "abc123").unwrap();
+    assert!(store.pending_intents().unwrap().is_empty());
+    assert_eq!(
+        store
+            .attempt("local-1", 1)
+            .unwrap()
+            .unwrap()
+            .container_id
+            .as_deref(),
+        Some("abc123")
+    );
+}
+
+#[test]
+fn settling_a_failure_writes_state_retry_time_and_block_together() {
+    let (_dir, store) = temp_store();
+    for id in ["local-1", "local-2", "local-3"] {
+        store.insert_task(&task(id)).unwrap();
+        drive(&store, id, Running);
+    }
+    let at = t0() + Duration::seconds(10);
+    let retry = Settlement {
+        failures: 1,
+        next_attempt_at: Some(at),
+        block: None,
+    };
+    let t = store
+        .settle_failure("local-1", Running, "agent failed", &retry, t0())
+        .unwrap();
+    assert_eq!(
+        (t.state, t.failures, t.next_attempt_at),
+        (Failed, 1, Some(at))
+    );
+
+    // A stale caller writes nothing.
+    let err = store
+        .settle_failure("local-1", Running, "again", &retry, t0())
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StaleState { .. }), "{err}");
+    assert_eq!(store.transitions("local-1").unwrap().len(), 5);
+
+    // Giving up: FAILED and BLOCKED in one write, the report pending with it.
+    let block = Settlement {
+        failures: 3,
+        next_attempt_at: Some(at),
+        block: Some(BlockSettlement {
+            reason: "out of attempts".into(),
+            report: true,
+        }),
+    };
+    let t = store
+        .settle_failure("local-2", Running, "tests failed", &block, t0())
+        .unwrap();
+    assert_eq!((t.state, t.failures, t.next_attempt_at), (Blocked, 3, None));
+    let to: Vec<TaskState> = store
+        .transitions("local-2")
+        .unwrap()
+        .iter()
+        .map(|r| r.to)
+        .collect();
+    assert_eq!(&to[to.len() - 2..], &[Failed, Blocked]);
+    let pending = store.pending_intents().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].kind, IntentKind::Block);
+
+    // Already FAILED (released while claiming): only BLOCKED is added; no report.
+    store
+        .settle_failure("local-3", Running, "x", &retry, t0())
+        .unwrap();
+    let quiet = Settlement {
+        failures: 1,
+        next_attempt_at: None,
+        block: Some(BlockSettlement {
+            reason: "released".into(),
+            report: false,
+        }),
+    };
+    let t = store
+        .settle_failure("local-3", Failed, "released", &quiet, t0())
+        .unwrap();
+    assert_eq!(t.state, Blocked);
+    assert_eq!(store.pending_intents().unwrap().len(), 1);
+}

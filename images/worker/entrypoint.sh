@@ -1,10 +1,12 @@
 #!/bin/sh
 # Polyphony container entrypoint (shared by images/worker and images/test).
 #
-# 1. Stage credentials: the identity's credential directories are mounted READ-ONLY below
-#    $POLYPHONY_CREDENTIALS (e.g. /polyphony/credentials/.claude). Agents rewrite their
-#    token files, so each attempt gets a private writable copy in $HOME; the host's files
-#    are never handed over writable.
+# 1. Stage credentials: the runtime mounts a per-container copy of the identity's
+#    credential files READ-ONLY below $POLYPHONY_CREDENTIALS (e.g.
+#    /polyphony/credentials/.claude/.credentials.json, readable by this container's group
+#    only). Agents rewrite their token files, so each attempt gets a private writable copy
+#    in $HOME (a tmpfs owned by the container user); the host's files are never mounted.
+#    Runs as the unprivileged container user: nothing here needs root.
 # 2. Feed stdin: when the runtime uploaded a prompt to $POLYPHONY_STDIN, the command reads
 #    it on stdin; otherwise stdin is empty (never a terminal).
 # 3. exec the command (argv, never a shell string), so signals reach it directly.

@@ -66,6 +66,13 @@ impl AgentAdapter for CodexAdapter {
         }
     }
 
+    fn is_final(&self, event: &Classified) -> bool {
+        matches!(
+            str_of(&event.data, "type"),
+            Some("turn.completed" | "turn.failed")
+        )
+    }
+
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
         let data = &event.data;
         match str_of(data, "type") {

@@ -65,6 +65,10 @@ impl AgentAdapter for GeminiAdapter {
         }
     }
 
+    fn is_final(&self, event: &Classified) -> bool {
+        matches!(str_of(&event.data, "type"), Some("result"))
+    }
+
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
         let data = &event.data;
         let ty = str_of(data, "type");

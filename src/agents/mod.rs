@@ -60,6 +60,31 @@ pub struct QuotaHit {
     pub resets_at: Option<String>,
 }
 
+/// What kind of failure the CLI reported, so an authentication failure, a usage limit and a
+/// transient API error are labelled distinctly (in the outcome and `replay --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The model API refused the credentials (401/403): no retry can fix it.
+    Auth,
+    /// A usage or rate limit (429).
+    Quota,
+    /// The model API failed (5xx, 529 overloaded): may pass later.
+    Transient,
+}
+
+/// A failed model API call the CLI is retrying (Claude Code's `system`/`api_retry` lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiRetry {
+    /// The CLI's retry number and its limit (Claude Code: 10).
+    pub attempt: u64,
+    pub max_retries: u64,
+    /// HTTP status of the failed call, when there was one.
+    pub status: Option<u64>,
+    /// The CLI's error label (`authentication_failed`, `server_error`, ...).
+    pub error: String,
+}
+
 /// What the stream said about the run, folded line by line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentOutcome {
@@ -75,6 +100,18 @@ pub struct AgentOutcome {
     pub final_message: Option<String>,
     /// The error the CLI reported, if any.
     pub error: Option<String>,
+    /// Auth, quota or transient, when the CLI said which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+    /// Set while the CLI is retrying a failed model API call; any other line clears it.
+    /// Retries are not progress: the idle timer does not restart on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_retry: Option<ApiRetry>,
+    /// The stream says the run cannot succeed however long it goes on (the model API refused
+    /// the key): the runtime stops the container at once instead of waiting out the CLI's
+    /// retries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hopeless: bool,
     /// Adapter bookkeeping between lines (Claude: the last assistant message id counted, so a
     /// message split over several lines is counted once). Not part of the outcome.
     #[serde(skip)]
@@ -93,4 +130,104 @@ pub trait AgentAdapter: Send + Sync {
 
     /// Folds one classified line into the outcome so far.
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified);
+
+    /// Whether `event` is the CLI's one final report (Claude `result`, Codex
+    /// `turn.completed`/`turn.failed`, Gemini `result`). The runtime folds nothing after
+    /// the first one: a process in the container can write forged report lines to the
+    /// container's stdout (`/proc/1/fd/1`), and the CLI's own report comes once, at the
+    /// end. Kimi has no final report (its completion is provisional): `false`.
+    fn is_final(&self, _event: &Classified) -> bool {
+        false
+    }
+}
+
+/// The default per-attempt cost maximum in dollars (`container.max_cost_usd_per_attempt`).
+pub const DEFAULT_MAX_COST_USD: f64 = 100.0;
+
+impl AgentOutcome {
+    /// Clamps the reported cost to `[0, max]` (a NaN, infinite or negative figure counts
+    /// as 0, so it can neither disable nor trip a cost ceiling on its own). Returns a
+    /// warning when the reported figure was changed. Pure.
+    pub fn clamp_cost(&mut self, max: f64) -> Option<String> {
+        let reported = self.cost_usd?;
+        let max = if max.is_finite() && max >= 0.0 {
+            max
+        } else {
+            DEFAULT_MAX_COST_USD
+        };
+        let clamped = if !reported.is_finite() || reported < 0.0 {
+            0.0
+        } else {
+            reported.min(max)
+        };
+        if clamped == reported {
+            return None;
+        }
+        self.cost_usd = Some(clamped);
+        Some(format!(
+            "the reported cost {reported} is outside 0..={max:.2} dollars (container.max_cost_usd_per_attempt); counted as ${clamped:.2}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clamp(reported: Option<f64>, max: f64) -> (Option<f64>, bool) {
+        let mut o = AgentOutcome {
+            cost_usd: reported,
+            ..Default::default()
+        };
+        let warned = o.clamp_cost(max).is_some();
+        (o.cost_usd, warned)
+    }
+
+    #[test]
+    fn cost_is_clamped_to_zero_and_the_maximum() {
+        assert_eq!(clamp(None, 10.0), (None, false));
+        assert_eq!(clamp(Some(0.04), 10.0), (Some(0.04), false));
+        assert_eq!(clamp(Some(10.0), 10.0), (Some(10.0), false));
+        assert_eq!(clamp(Some(1e6), 10.0), (Some(10.0), true));
+        assert_eq!(clamp(Some(-5.0), 10.0), (Some(0.0), true));
+        assert_eq!(clamp(Some(f64::NAN), 10.0), (Some(0.0), true));
+        assert_eq!(clamp(Some(f64::INFINITY), 10.0), (Some(0.0), true));
+        // A broken maximum falls back to the default, never to "no maximum".
+        assert_eq!(
+            clamp(Some(1e6), f64::NAN),
+            (Some(DEFAULT_MAX_COST_USD), true)
+        );
+    }
+
+    #[test]
+    fn final_reports_are_known_per_cli() {
+        let classify = |t: AgentType, line: &str| {
+            let a = adapter_for(t);
+            a.is_final(&a.classify(line))
+        };
+        assert!(classify(
+            AgentType::Claude,
+            r#"{"type":"result","subtype":"success"}"#
+        ));
+        assert!(!classify(
+            AgentType::Claude,
+            r#"{"type":"assistant","message":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Codex,
+            r#"{"type":"turn.completed","usage":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Codex,
+            r#"{"type":"turn.failed","error":{}}"#
+        ));
+        assert!(classify(
+            AgentType::Gemini,
+            r#"{"type":"result","status":"success"}"#
+        ));
+        assert!(!classify(
+            AgentType::Kimi,
+            r#"{"role":"assistant","content":"done"}"#
+        ));
+    }
 }

@@ -92,6 +92,15 @@ impl Scrubber {
         }
     }
 
+    /// Where the first known secret value (in any spelling this scrubber masks) occurs in
+    /// `text`, if anywhere: the landing gate refuses a diff that carries one (issue 11).
+    pub fn find_secret(&self, text: &str) -> Option<std::ops::Range<usize>> {
+        self.matcher
+            .as_ref()
+            .and_then(|m| m.find(text))
+            .map(|m| m.range())
+    }
+
     /// Known values, then known token shapes: what every stored line goes through.
     pub fn scrub_line<'a>(&self, line: &'a str) -> Cow<'a, str> {
         match self.scrub(line) {
@@ -123,6 +132,14 @@ pub fn scrub_known_patterns(line: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn find_secret_locates_a_known_value() {
+        let s = Scrubber::new(["hunter22"]);
+        assert_eq!(s.find_secret("pw=hunter22;"), Some(3..11));
+        assert_eq!(s.find_secret("nothing here"), None);
+        assert_eq!(Scrubber::new(Vec::<String>::new()).find_secret("x"), None);
+    }
 
     fn check(secrets: &[&str], line: &str, want: &str) {
         let s = Scrubber::new(secrets.iter().copied());

@@ -467,7 +467,10 @@ mod tests {
             }
         }
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(
+            store.schema_version().unwrap(),
+            crate::store::schema::latest()
+        );
         check_stored_json(&store);
     }
 

@@ -24,6 +24,8 @@ pub enum ConfigErrorKind {
     Duplicate,
     /// A name that refers to an agent or identity that is not defined.
     UnknownReference,
+    /// A setting that weakens isolation, given without `allow_unsafe: true`.
+    Unsafe,
 }
 
 /// A configuration error, rendered as

@@ -17,6 +17,7 @@
 //! API Boundary: [`Config`] and its accessors.
 
 mod checks;
+mod consent;
 pub mod error;
 pub mod locate;
 pub mod model;
@@ -181,6 +182,11 @@ pub struct VerifySettings {
     pub timeout: Duration,
     pub image: Option<String>,
     pub protected_paths: Vec<String>,
+    /// `verify.max_file_size` in bytes.
+    pub max_file_bytes: u64,
+    pub protect_check_scripts: bool,
+    pub allow_submodules: bool,
+    pub allow_attribute_filters: bool,
 }
 
 impl VerifySettings {
@@ -225,6 +231,9 @@ pub struct Config {
     pub agents: Vec<AgentProfile>,
     pub routing: RoutingFile,
     resolved: Resolved,
+    /// Unsafe settings accepted by `allow_unsafe: true` (empty otherwise: without consent
+    /// they fail the load). `doctor` and `config check` print one warning per item.
+    unsafe_settings: Vec<ConfigError>,
 }
 
 #[derive(Debug, Clone)]
@@ -235,9 +244,14 @@ struct Resolved {
     event_idle_timeout: Duration,
     container_deadline: Duration,
     verify_timeout: Duration,
+    /// `verify.max_file_size`, parsed.
+    max_file_bytes: u64,
     prompt_template: Option<PathBuf>,
     limits: ResourceLimits,
     network: NetworkMode,
+    /// `container.max_output` and `container.max_workspace_size`, in bytes.
+    max_output_bytes: u64,
+    max_workspace_bytes: u64,
     /// Parallel to `global.repos`.
     repo_globs: Vec<GlobMatcher>,
     /// Parallel to `global.repos`: each entry's `verify.timeout`, parsed.
@@ -338,6 +352,19 @@ impl Config {
         let agent_names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
         validate_routing(&routing, &docs.routing, &agent_names, &identity_names)?;
 
+        let unsafe_settings = consent::unsafe_settings(&global, &identities, &agents_file, &docs);
+        if !global.allow_unsafe {
+            if let Some(first) = unsafe_settings.first() {
+                let mut e = first.clone();
+                if unsafe_settings.len() > 1 {
+                    e.message.push_str(&format!(
+                        " (and {} more unsafe setting(s); `allow_unsafe: true` lists them in `config check`)",
+                        unsafe_settings.len() - 1
+                    ));
+                }
+                return Err(e);
+            }
+        }
         let mut resolved = resolved;
         resolved.files = FILES
             .iter()
@@ -356,7 +383,14 @@ impl Config {
             agents,
             routing,
             resolved,
+            unsafe_settings,
         })
+    }
+
+    /// The unsafe settings `allow_unsafe: true` accepted, one warning each (file:line,
+    /// what, fix).
+    pub fn unsafe_settings(&self) -> &[ConfigError] {
+        &self.unsafe_settings
     }
 
     pub fn workspace_root(&self) -> &Path {
@@ -400,6 +434,21 @@ impl Config {
 
     pub fn default_network(&self) -> &NetworkMode {
         &self.resolved.network
+    }
+
+    /// `container.max_output` in bytes.
+    pub fn max_output_bytes(&self) -> u64 {
+        self.resolved.max_output_bytes
+    }
+
+    /// `container.max_workspace_size` in bytes.
+    pub fn max_workspace_bytes(&self) -> u64 {
+        self.resolved.max_workspace_bytes
+    }
+
+    /// `container.max_cost_usd_per_attempt`.
+    pub fn max_cost_usd_per_attempt(&self) -> f64 {
+        self.global.container.max_cost_usd_per_attempt
     }
 
     /// `$POLYPHONY_HOME/queue.db`.
@@ -448,6 +497,10 @@ impl Config {
             timeout: self.resolved.verify_timeout,
             image: g.image.clone(),
             protected_paths: g.protected_paths.clone(),
+            max_file_bytes: self.resolved.max_file_bytes,
+            protect_check_scripts: g.protect_check_scripts,
+            allow_submodules: g.allow_submodules,
+            allow_attribute_filters: g.allow_attribute_filters,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {
@@ -629,6 +682,7 @@ fn default_agent_config(t: AgentType) -> AgentConfig {
         cpus: None,
         pids_limit: None,
         hardening: None,
+        user: None,
     }
 }
 
@@ -673,6 +727,27 @@ fn memory_at(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, text: &str) -> Result
     })
 }
 
+fn size_at(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, text: &str) -> Result<u64, ConfigError> {
+    values::parse_size(text).map_err(|e| {
+        doc.error(
+            ConfigErrorKind::InvalidValue,
+            path,
+            None,
+            format!("`{field}` is not a valid size: {e}"),
+            "write a size with a unit, like 64m or 10g",
+        )
+    })
+}
+
+/// Docker's rule for network names: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`. The predefined modes
+/// are refused here so `network:host` cannot bypass the explicit `host` spelling.
+fn is_docker_network_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && !matches!(name, "bridge" | "none" | "host" | "default")
+}
+
 fn network_at(
     doc: &Doc<'_>,
     path: &[Seg<'_>],
@@ -683,13 +758,16 @@ fn network_at(
         "bridge" => Ok(NetworkMode::Bridge),
         "none" => Ok(NetworkMode::None),
         "host" => Ok(NetworkMode::Host),
-        other => Err(doc.error(
-            ConfigErrorKind::InvalidValue,
-            path,
-            None,
-            format!("`{field}` is `{other}`, not a network mode"),
-            "use bridge, none or host",
-        )),
+        other => match other.strip_prefix("network:") {
+            Some(name) if is_docker_network_name(name) => Ok(NetworkMode::Named(name.to_string())),
+            _ => Err(doc.error(
+                ConfigErrorKind::InvalidValue,
+                path,
+                None,
+                format!("`{field}` is `{other}`, not a network mode"),
+                "use bridge, none, host or network:NAME (a user-defined Docker network)",
+            )),
+        },
     }
 }
 
@@ -759,6 +837,15 @@ fn resolve_global(
         "verify.timeout",
         &g.verify.timeout,
     )?;
+    let max_file_bytes = values::parse_size(&g.verify.max_file_size).map_err(|e| {
+        doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("verify"), Key("max_file_size")],
+            None,
+            format!("`verify.max_file_size` is not a valid size: {e}"),
+            "write a size with a unit, like 512k or 10m",
+        )
+    })?;
     let prompt_template = g
         .prompt_template
         .as_deref()
@@ -785,6 +872,28 @@ fn resolve_global(
         "container.network",
         &g.container.network,
     )?;
+    let max_output_bytes = size_at(
+        doc,
+        &[Key("container"), Key("max_output")],
+        "container.max_output",
+        &g.container.max_output,
+    )?;
+    let max_workspace_bytes = size_at(
+        doc,
+        &[Key("container"), Key("max_workspace_size")],
+        "container.max_workspace_size",
+        &g.container.max_workspace_size,
+    )?;
+    let max_cost = g.container.max_cost_usd_per_attempt;
+    if !(max_cost.is_finite() && max_cost > 0.0) {
+        return Err(doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("container"), Key("max_cost_usd_per_attempt")],
+            None,
+            format!("`container.max_cost_usd_per_attempt` is {max_cost}, not a positive number of dollars"),
+            "set it to the most one attempt may cost, e.g. 100",
+        ));
+    }
 
     let positive = |ok: bool, path: &[Seg<'_>], field: &str, fix: &str| {
         if ok {
@@ -901,6 +1010,7 @@ fn resolve_global(
         event_idle_timeout,
         container_deadline,
         verify_timeout,
+        max_file_bytes,
         prompt_template,
         limits: ResourceLimits {
             memory_bytes,
@@ -912,6 +1022,8 @@ fn resolve_global(
             user: g.container.user.clone(),
         },
         network,
+        max_output_bytes,
+        max_workspace_bytes,
         repo_globs,
         repo_verify_timeouts,
         files: BTreeMap::new(),
@@ -1049,6 +1161,20 @@ fn build_identities(
             )?;
             volumes.insert(agent_type.clone(), path);
         }
+        for agent_type in &id.whole_directory {
+            if agent_type.parse::<AgentType>().is_err() {
+                return Err(doc.error(
+                    ConfigErrorKind::InvalidValue,
+                    &at("whole_directory"),
+                    Some(agent_type),
+                    format!(
+                        "identity `{}` lists unknown agent type `{agent_type}` in whole_directory",
+                        id.name
+                    ),
+                    "list agent types (claude, codex, kimi or gemini) whose whole login directory may be staged, or remove the line",
+                ));
+            }
+        }
         for (container_var, host_var) in &id.api_keys {
             if !is_env_name(container_var) || !is_env_name(host_var) {
                 return Err(doc.error(
@@ -1094,6 +1220,7 @@ fn build_identities(
             api_keys: id.api_keys.clone(),
             github_token_env: id.github_token_env.clone(),
             cost_ceiling_usd_per_day: id.cost_ceiling_usd_per_day,
+            whole_directory: id.whole_directory.clone(),
         });
     }
     Ok(out)
@@ -1215,6 +1342,20 @@ fn build_agents(
                 "set max_turns to 1 or more, or remove it for the CLI's default",
             ));
         }
+        if let Some(user) = &a.user {
+            if !valid_user(user) {
+                return Err(doc.error(
+                    ConfigErrorKind::InvalidValue,
+                    &at("user"),
+                    None,
+                    format!(
+                        "agent `{}` has user `{user}`, not `uid` or `uid:gid`",
+                        a.name
+                    ),
+                    "use numeric ids like 1000:1000, or remove it for `container.user`",
+                ));
+            }
+        }
         let hardening = a.hardening.clone().unwrap_or_default();
         out.push(AgentProfile {
             name: a.name.clone(),
@@ -1246,7 +1387,7 @@ fn build_agents(
                 cap_drop_all: hardening.cap_drop_all,
                 no_new_privileges: hardening.no_new_privileges,
                 init: hardening.init,
-                user: g.container.user.clone(),
+                user: a.user.clone().or_else(|| g.container.user.clone()),
             }),
         });
     }

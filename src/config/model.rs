@@ -38,6 +38,10 @@ pub struct GlobalConfig {
     pub verify: VerifyConfig,
     /// Per-repository overrides, first matching entry wins.
     pub repos: Vec<RepoConfig>,
+    /// Consent to settings that weaken isolation (hardening off, `network: host`, user 0,
+    /// a dangerous credential volume, the GitHub token in `api_keys`, empty
+    /// `protected_paths`). Without it they fail the load; with it each one is a warning.
+    pub allow_unsafe: bool,
     /// The daemon's HTTP API, dashboard and metrics (off unless `listen` is set).
     pub http: HttpConfig,
 }
@@ -59,6 +63,7 @@ impl Default for GlobalConfig {
             github: GithubConfig::default(),
             verify: VerifyConfig::default(),
             repos: Vec::new(),
+            allow_unsafe: false,
             http: HttpConfig::default(),
         }
     }
@@ -101,8 +106,17 @@ pub struct ContainerConfig {
     pub pids_limit: i64,
     /// `uid:gid` inside the container; unset means the daemon's own uid:gid.
     pub user: Option<String>,
-    /// Default network for agent containers: `bridge`, `none` or `host`.
+    /// Default network for agent containers: `bridge`, `none`, `host` or `network:NAME`.
     pub network: String,
+    /// Output (both streams) stored per attempt, e.g. `64m`; past it the container is
+    /// killed and the attempt fails.
+    pub max_output: String,
+    /// Largest workspace an attempt may grow, e.g. `10g`; past it the container is killed
+    /// and the attempt fails.
+    pub max_workspace_size: String,
+    /// Largest cost (dollars) one attempt may report; other figures are clamped to
+    /// `0..=max` with a warning on the attempt.
+    pub max_cost_usd_per_attempt: f64,
 }
 
 impl Default for ContainerConfig {
@@ -115,6 +129,9 @@ impl Default for ContainerConfig {
             pids_limit: 512,
             user: None,
             network: "bridge".into(),
+            max_output: "64m".into(),
+            max_workspace_size: "10g".into(),
+            max_cost_usd_per_attempt: crate::agents::DEFAULT_MAX_COST_USD,
         }
     }
 }
@@ -127,6 +144,9 @@ pub struct GitConfig {
     pub author_email: String,
     /// Branch name prefix: branches are `{prefix}{task_key}-a{attempt}`.
     pub branch_prefix: String,
+    /// `shared` (default): attempt clones borrow the mirror's objects read-only;
+    /// `dissociate`: each attempt gets an independent copy (spec §6).
+    pub clone_mode: crate::workspace::CloneMode,
 }
 
 impl Default for GitConfig {
@@ -135,6 +155,7 @@ impl Default for GitConfig {
             author_name: "Polyphony".into(),
             author_email: "polyphony@localhost".into(),
             branch_prefix: "polyphony/".into(),
+            clone_mode: crate::workspace::CloneMode::default(),
         }
     }
 }
@@ -183,6 +204,16 @@ pub struct VerifyConfig {
     pub image: Option<String>,
     /// Globs the agent may not touch.
     pub protected_paths: Vec<String>,
+    /// Largest file (blob) the landing commit may add or change, like `10m` (issue 11).
+    pub max_file_size: String,
+    /// Also protect the repository files the verify commands run (`sh test.sh` protects
+    /// `test.sh`), so the agent cannot rewrite the check that judges it.
+    pub protect_check_scripts: bool,
+    /// Let the agent add or change submodules (gitlinks, `.gitmodules`); refused by default.
+    pub allow_submodules: bool,
+    /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
+    /// runs a configured program on checkout).
+    pub allow_attribute_filters: bool,
 }
 
 impl Default for VerifyConfig {
@@ -194,6 +225,10 @@ impl Default for VerifyConfig {
             timeout: "10m".into(),
             image: None,
             protected_paths: vec![".github/**".into(), ".polyphony.yaml".into()],
+            max_file_size: "10m".into(),
+            protect_check_scripts: false,
+            allow_submodules: false,
+            allow_attribute_filters: false,
         }
     }
 }
@@ -249,6 +284,10 @@ pub struct IdentityConfig {
     pub github_token_env: Option<String>,
     #[serde(default)]
     pub cost_ceiling_usd_per_day: Option<f64>,
+    /// Agent types whose whole login directory is staged (history, sessions and all);
+    /// by default only the files the CLI authenticates with are.
+    #[serde(default)]
+    pub whole_directory: Vec<String>,
 }
 
 // ---------------------------------------------------------------- agents.yaml
@@ -280,7 +319,7 @@ pub struct AgentConfig {
     pub image: Option<String>,
     #[serde(default)]
     pub identity: Option<String>,
-    /// `bridge`, `none` or `host`; default from `container.network`.
+    /// `bridge`, `none`, `host` or `network:NAME`; default from `container.network`.
     #[serde(default)]
     pub network: Option<String>,
     #[serde(default)]
@@ -298,6 +337,9 @@ pub struct AgentConfig {
     /// Turn hardening off for this profile (all on by default).
     #[serde(default)]
     pub hardening: Option<HardeningConfig>,
+    /// `uid:gid` this agent's containers run as; default `container.user`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

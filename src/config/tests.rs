@@ -176,7 +176,15 @@ fn config_yaml_errors() {
         InvalidValue,
         2,
         "wifi",
-        "bridge, none or host",
+        "bridge, none, host or network:NAME",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  network: network:host\n",
+        InvalidValue,
+        2,
+        "network:host",
+        "user-defined Docker network",
     );
     check_err(
         CONFIG_FILE,
@@ -487,5 +495,132 @@ fn home_resolution() {
     assert_eq!(
         resolve_home(None, &env4).unwrap_err().kind,
         ConfigErrorKind::Io
+    );
+}
+
+// ---------------------------------------------------------------- allow_unsafe (issue 11)
+
+const AGENT_UNSAFE: &str = "agents:\n  - name: claude\n    agent_type: claude\n    network: host\n    hardening:\n      cap_drop_all: false\n  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
+
+#[test]
+fn unsafe_settings_are_refused_without_consent() {
+    check_err(
+        CONFIG_FILE,
+        "container:\n  network: host\n",
+        ConfigErrorKind::Unsafe,
+        2,
+        "`container.network: host`",
+        "allow_unsafe: true",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  user: \"0:0\"\n",
+        ConfigErrorKind::Unsafe,
+        2,
+        "runs agents and checks as root",
+        "allow_unsafe: true",
+    );
+    check_err(
+        CONFIG_FILE,
+        "verify:\n  protected_paths: []\n",
+        ConfigErrorKind::Unsafe,
+        2,
+        "`verify.protected_paths` is empty",
+        ".github/**",
+    );
+    check_err(
+        AGENTS_FILE,
+        AGENT_UNSAFE,
+        ConfigErrorKind::Unsafe,
+        4,
+        "agent `claude` has `network: host`",
+        "allow_unsafe: true",
+    );
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: personal\n    volumes:\n      claude: /var/run/docker.sock\n",
+        ConfigErrorKind::Unsafe,
+        4,
+        "the Docker socket",
+        "login directory",
+    );
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: personal\n    volumes:\n      claude: /\n",
+        ConfigErrorKind::Unsafe,
+        4,
+        "whole filesystem",
+        "allow_unsafe: true",
+    );
+    check_err(
+        IDENTITIES_FILE,
+        "identities:\n  - name: personal\n    volumes:\n      claude: ~/.claude\n    api_keys:\n      GH_TOKEN: WORK_TOKEN\n",
+        ConfigErrorKind::Unsafe,
+        6,
+        "hands the GitHub token to the agent",
+        "remove the entry",
+    );
+}
+
+#[test]
+fn consent_turns_each_unsafe_setting_into_a_warning() {
+    let mut s = with(
+        CONFIG_FILE,
+        "allow_unsafe: true\ncontainer:\n  network: host\n  user: \"0\"\nverify:\n  protected_paths: []\n",
+    );
+    s.agents = Some(AGENT_UNSAFE.to_string());
+    let cfg = load(&s).unwrap();
+    let found: Vec<(String, usize)> = cfg
+        .unsafe_settings()
+        .iter()
+        .map(|e| {
+            (
+                e.file.file_name().unwrap().to_string_lossy().into_owned(),
+                e.line,
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("config.yaml".to_string(), 3),
+            ("config.yaml".to_string(), 4),
+            ("config.yaml".to_string(), 6),
+            ("agents.yaml".to_string(), 4),
+            ("agents.yaml".to_string(), 6),
+        ]
+    );
+    assert!(load(&ConfigSources::templates())
+        .unwrap()
+        .unsafe_settings()
+        .is_empty());
+}
+
+#[test]
+fn a_profile_may_set_its_own_container_user_but_not_root() {
+    let agents = "agents:\n  - name: claude\n    agent_type: claude\n    user: \"2000:2000\"\n  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
+    let cfg = load(&with(AGENTS_FILE, agents)).unwrap();
+    let user = |name: &str| {
+        cfg.agent(name)
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap()
+            .user
+            .clone()
+    };
+    assert_eq!(user("claude").as_deref(), Some("2000:2000"));
+    assert_eq!(
+        user("codex"),
+        None,
+        "unset: container.user, then the runtime default"
+    );
+    check_err(
+        AGENTS_FILE,
+        &agents.replace("2000:2000", "0:0"),
+        ConfigErrorKind::Unsafe,
+        4,
+        "agent `claude` runs as root",
+        "allow_unsafe: true",
     );
 }

@@ -30,6 +30,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Units are binary (`k` = 1024), as Docker's `--memory` reads them.
 pub fn parse_memory(text: &str) -> Result<i64, String> {
     let trimmed = text.trim();
+    let bytes = bytes_of(trimmed)?;
+    // Docker refuses limits under 6 MiB; anything smaller is a typo such as `4` for `4g`.
+    if bytes < 6.0 * 1024.0 * 1024.0 {
+        return Err(format!("`{trimmed}` is below Docker's 6m minimum"));
+    }
+    if bytes > i64::MAX as f64 {
+        return Err(format!("`{trimmed}` is too large"));
+    }
+    Ok(bytes as i64)
+}
+
+/// `12.5m` -> bytes (k, m, g, t with or without `b`/`ib`; a bare number is bytes).
+fn bytes_of(trimmed: &str) -> Result<f64, String> {
     let split = trimmed
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(trimmed.len());
@@ -45,15 +58,22 @@ pub fn parse_memory(text: &str) -> Result<i64, String> {
         "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         other => return Err(format!("`{trimmed}` has unknown unit `{other}`")),
     };
-    let bytes = value * multiplier;
-    // Docker refuses limits under 6 MiB; anything smaller is a typo such as `4` for `4g`.
-    if bytes < 6.0 * 1024.0 * 1024.0 {
-        return Err(format!("`{trimmed}` is below Docker's 6m minimum"));
+    Ok(value * multiplier)
+}
+
+/// A byte size like `64m` or `512k` with no engine minimum (output and workspace caps,
+/// `verify.max_file_size`);
+/// at least 1 KiB, so a bare `4` meant as `4g` is still caught.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let bytes = bytes_of(trimmed)?;
+    if bytes < 1024.0 {
+        return Err(format!("`{trimmed}` is below the 1k minimum"));
     }
     if bytes > i64::MAX as f64 {
         return Err(format!("`{trimmed}` is too large"));
     }
-    Ok(bytes as i64)
+    Ok(bytes as u64)
 }
 
 /// Expands `~` and `$VAR`/`${VAR}` in a path and makes it absolute against `base`.
@@ -121,6 +141,21 @@ mod tests {
             (Ok(b), Ok(want)) => assert_eq!(b, want, "{text}"),
             (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
             (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        for (text, want) in [
+            ("10m", Ok(10 * 1024 * 1024)),
+            ("512k", Ok(512 * 1024)),
+            ("1048576", Ok(1_048_576)),
+            ("1.5k", Ok(1536)),
+        ] {
+            assert_eq!(parse_size(text), want, "{text}");
+        }
+        for bad in ["", "m", "10x", "0"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
         }
     }
 

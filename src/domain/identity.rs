@@ -19,4 +19,8 @@ pub struct Identity {
     pub github_token_env: Option<String>,
     /// Spend per UTC day after which the scheduler holds this identity's tasks.
     pub cost_ceiling_usd_per_day: Option<f64>,
+    /// Agent types whose login directory is staged whole; the others get only the files
+    /// their CLI authenticates with (`identity::credential_files`).
+    #[serde(default)]
+    pub whole_directory: Vec<String>,
 }

@@ -21,8 +21,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
-use crate::runtime::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
-use crate::store::{AttemptRecord, Store};
+use crate::runtime::{RunState, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
+use crate::store::{AttemptRecord, Settlement, Store};
 
 use super::lock::DaemonLock;
 use super::pipeline::{describe, AttemptEnd, RunOptions};
@@ -97,6 +97,23 @@ pub async fn run(
     )
     .await?;
     tracing::info!(home = %home.display(), max_concurrent = max, "daemon started");
+    // Deadlines hold even when a follower lost its container (see runtime::watchdog).
+    let watchdog = {
+        let runtime = orch.runtime.clone();
+        let home_label = orch.home_label.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::runtime::watchdog::SWEEP_EVERY);
+            loop {
+                every.tick().await;
+                if let Err(e) =
+                    crate::runtime::watchdog::sweep(runtime.as_ref(), &home_label, Utc::now()).await
+                {
+                    tracing::debug!(error = %e, "watchdog sweep failed");
+                }
+            }
+        })
+    };
+    let _abort_watchdog = AbortOnDrop(watchdog);
 
     let poll_interval = orch.config.poll_interval();
     let mut next_poll = tokio::time::Instant::now();
@@ -195,6 +212,15 @@ pub async fn run(
     }
     tracing::info!(?summary, "daemon stopped");
     Ok(summary)
+}
+
+/// Stops a background task when the daemon loop returns, however it returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct RemoveOnDrop(PathBuf);
@@ -305,7 +331,7 @@ async fn reconcile(
 ) -> anyhow::Result<()> {
     let labels = vec![(LABEL_HOME.to_string(), orch.home_label.clone())];
     let containers = orch.runtime.list_by_labels(&labels).await?;
-    let mut live: BTreeMap<(String, u32), String> = BTreeMap::new();
+    let mut live: BTreeMap<(String, u32), (String, RunState)> = BTreeMap::new();
     for c in containers {
         let role = c.labels.get(LABEL_ROLE).map(String::as_str).unwrap_or("");
         let task = c.labels.get(LABEL_TASK).cloned().unwrap_or_default();
@@ -315,7 +341,7 @@ async fn reconcile(
             .and_then(|a| a.parse().ok())
             .unwrap_or(0);
         if role == "agent" {
-            live.insert((task, attempt), c.id.clone());
+            live.insert((task, attempt), (c.id.clone(), c.state));
         } else {
             // A verification container's run is lost with the daemon: verification restarts.
             discard_container(orch, &c.id).await;
@@ -331,9 +357,16 @@ async fn reconcile(
         for task in store.list_tasks(Some(state), None)? {
             let record = store.attempt(&task.id, task.attempts)?;
             let container = live.remove(&(task.id.clone(), task.attempts));
+            // Only a container whose id was recorded and that was started is re-attached.
+            // One killed between `docker create` and the record (or before its start) ran
+            // nothing: it is removed and the attempt retried without a failure (issue 19).
             let resumable = match (&record, state) {
                 (Some(r), TaskState::Running | TaskState::Provisioned) => {
-                    container.is_some() && r.status.is_none()
+                    container
+                        .as_ref()
+                        .is_some_and(|(_, run)| *run != RunState::Created)
+                        && r.container_id.is_some()
+                        && r.status.is_none()
                 }
                 (Some(_), TaskState::Verifying) => true,
                 _ => false,
@@ -343,7 +376,7 @@ async fn reconcile(
                     let Ok(permit) = slots.clone().try_acquire_owned() else {
                         // More in flight than slots: the rest retry normally.
                         interrupt(store, &task, state, Some(&record))?;
-                        if let Some(id) = container {
+                        if let Some((id, _)) = container {
                             discard_container(orch, &id).await;
                         }
                         continue;
@@ -360,7 +393,7 @@ async fn reconcile(
                     });
                 }
                 (_, record) => {
-                    if let Some(id) = container {
+                    if let Some((id, _)) = container {
                         discard_container(orch, &id).await;
                     }
                     interrupt(store, &task, state, record.as_ref())?;
@@ -369,9 +402,13 @@ async fn reconcile(
         }
     }
     // Containers no live task owns (finished tasks, older attempts).
-    for ((task, attempt), id) in live {
+    for ((task, attempt), (id, _)) in live {
         tracing::info!(%task, attempt, "removing an orphan container");
         discard_container(orch, &id).await;
+    }
+    // Side effects at the source a kill left half-done (issue 19).
+    if let Err(e) = super::intents::finish_pending(orch, store).await {
+        tracing::warn!(error = %format!("{e:#}"), "cannot finish pending intents");
     }
     Ok(())
 }
@@ -413,8 +450,13 @@ fn interrupt(
         let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
         store.finish_attempt(&result, &[gate], now)?;
     }
-    store.transition(&task.id, state, TaskState::Failed, &reason, now)?;
-    store.set_retry(&task.id, task.failures, Some(now))?;
+    // FAILED and due at once in one transaction (issue 19): never FAILED with no retry time.
+    let settlement = Settlement {
+        failures: task.failures,
+        next_attempt_at: Some(now),
+        block: None,
+    };
+    store.settle_failure(&task.id, state, &reason, &settlement, now)?;
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }

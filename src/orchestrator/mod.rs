@@ -3,7 +3,8 @@
 //!
 //! [`Orchestrator`] holds what every attempt shares (config, Docker, workspaces, router,
 //! GitHub source, prompt template). [`pipeline`] takes one claimed task through one
-//! attempt; [`daemon`] runs many of them and recovers after a restart.
+//! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
+//! side effects a kill left half-done through `intents` (issue 19).
 //!
 //! Architecture Invariant: the orchestrator decides *what happens next* only through the
 //! pure modules ([`retry`], [`proof`], `domain::state`, `routing`); it changes task state
@@ -14,12 +15,15 @@
 pub mod daemon;
 pub mod failure;
 pub mod generation;
+mod intents;
+pub mod land;
 pub mod lock;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
 pub mod retry;
 mod sink;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,7 +88,8 @@ impl Orchestrator {
             Some(path) => PromptTemplate::load(path)?,
             None => PromptTemplate::builtin(),
         };
-        let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());
+        let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root())
+            .with_clone_mode(config.global.git.clone_mode);
         let token_var = github_token_var(&config);
         let github_token = resolve_token(token_var.as_deref(), |n| env(n)).ok();
         let github = if config.global.github.repos.is_empty() && github_token.is_none() {
@@ -109,7 +114,7 @@ impl Orchestrator {
             }
         };
         let home_label = crate::runtime::home_label(&config.home);
-        let default_user = crate::runtime::daemon_user();
+        let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
             max_attempts: config.max_attempts(),
             ..RetryPolicy::default()

@@ -30,16 +30,19 @@ use crate::domain::{
 };
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
-use crate::runtime::container_spec::{agent_spec, verify_spec};
+use crate::runtime::container_spec::agent_spec;
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo, Landed};
-use crate::store::{AttemptRecord, Store};
+use crate::sources::{ClaimError, ClaimInfo};
+use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
 use super::failure::{self, Class, Stage};
-use super::proof::{self, ProtectedPaths};
+use super::intents;
+use super::land;
+use super::proof;
 use super::retry::{self, AfterAttempt};
 use super::sink::{short_id, StoreSink};
+use super::verify::{self, one_line};
 use super::{Orchestrator, Progress};
 
 /// How an attempt ended for the task.
@@ -128,6 +131,20 @@ impl Failure {
 fn workspace_key(task_id: &str, attempt: u32) -> String {
     format!("workspace:{task_id}:{attempt}")
 }
+
+/// The kv key holding an attempt's landing commit (made once; verified and pushed by sha).
+fn commit_key(task_id: &str, attempt: u32) -> String {
+    format!("commit:{task_id}:{attempt}")
+}
+
+/// The kv key counting how often an attempt was resumed after a restart.
+fn resumes_key(task_id: &str, attempt: u32) -> String {
+    format!("resumes:{task_id}:{attempt}")
+}
+
+/// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
+/// hangs the daemon must not hang every restart too).
+const MAX_RESUMES: u32 = 3;
 
 /// The kv key holding the agents a task has found out of quota.
 fn exhausted_key(task_id: &str) -> String {
@@ -415,7 +432,30 @@ impl<'a> Attempt<'a> {
             attempt: self.attempt,
             claimant: self.orch.home_label.clone(),
         };
-        match github.claim_issue(&self.task, &info).await {
+        // Recorded before anything is written at GitHub; a claim this home left half-done
+        // (killed between comment and labels) is finished, never taken for a release.
+        let resuming = self
+            .db()
+            .has_pending_intent(&self.task.id, IntentKind::Claim)
+            .map_err(Failure::crash)?;
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Claim,
+                self.attempt,
+                &serde_json::json!({ "agent": self.agent }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let claim = github
+            .claim_issue_resuming(&self.task, &info, resuming)
+            .await;
+        if matches!(claim, Ok(_) | Err(ClaimError::NoLongerReady { .. })) {
+            self.db()
+                .complete_intent(&self.task.id, IntentKind::Claim, self.attempt, Utc::now())
+                .map_err(Failure::crash)?;
+        }
+        match claim {
             Ok(claimed) => {
                 self.db()
                     .freeze_text(&self.task.id, &claimed.title, &claimed.body)
@@ -433,9 +473,28 @@ impl<'a> Attempt<'a> {
                 Ok(None)
             }
             Err(ClaimError::NoLongerReady { reason, .. }) => {
-                let reason = format!("released: {reason}");
-                self.move_to(TaskState::Failed, &reason)?;
-                self.move_to(TaskState::Blocked, &reason)?;
+                let reason = self
+                    .scrubber
+                    .scrub_line(&format!("released: {reason}"))
+                    .into_owned();
+                // FAILED and BLOCKED in one transaction: never FAILED with no retry time.
+                let settlement = Settlement {
+                    failures: self.task.failures,
+                    next_attempt_at: None,
+                    block: Some(BlockSettlement {
+                        reason: reason.clone(),
+                        report: false,
+                    }),
+                };
+                let settled = self
+                    .db()
+                    .settle_failure(&self.task.id, self.state, &reason, &settlement, Utc::now())
+                    .map_err(Failure::crash)?;
+                self.task = settled;
+                self.state = self.task.state;
+                self.opts
+                    .progress
+                    .state(&self.task.id, TaskState::Blocked, &reason);
                 self.discard_workspace().await;
                 Ok(Some(AttemptEnd::Released { reason }))
             }
@@ -493,7 +552,7 @@ impl<'a> Attempt<'a> {
                 tracing::warn!(
                     identity = %brokered.identity,
                     path = %m.host_path.display(),
-                    "credential directory does not exist; running the agent without it"
+                    "credential path does not exist; running the agent without it"
                 );
             }
             present
@@ -511,10 +570,22 @@ impl<'a> Attempt<'a> {
                 .cost_spent_since(&brokered.identity, day_start)
                 .map_err(Failure::crash)?;
             if spent >= ceiling {
+                // Name the attempt whose figure weighs most, so one forged or runaway
+                // report never holds an identity silently.
+                let largest = self
+                    .db()
+                    .largest_cost_since(&brokered.identity, day_start)
+                    .ok()
+                    .flatten()
+                    .map(|(task, attempt, cost)| {
+                        format!(" (largest: {task} attempt {attempt}, ${cost:.2}; check it with `polyphony status {task}`)")
+                    })
+                    .unwrap_or_default();
+                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{largest}");
                 let mut failure = Failure::new(
                     AttemptStatus::Cancelled,
                     format!(
-                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC",
+                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC{largest}",
                         brokered.identity
                     ),
                 );
@@ -552,6 +623,19 @@ impl<'a> Attempt<'a> {
             workspace: ws.path.clone(),
             branch: ws.branch.clone(),
             project_verify: project.as_ref(),
+        })
+        .map(|mut spec| {
+            // A shared clone's alternates name the mirror's object directory: the agent sees
+            // it read-only at that same path (issue 18), so git inside works and can never
+            // write, repack or prune the mirror.
+            if let Some(objects) = &ws.mirror_objects {
+                spec.volume_mounts.push(crate::domain::VolumeMount {
+                    host_path: objects.clone(),
+                    container_path: objects.display().to_string(),
+                    read_only: true,
+                });
+            }
+            spec
         })
         .map_err(Failure::crash)
     }
@@ -602,9 +686,13 @@ impl<'a> Attempt<'a> {
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
             idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
+            max_output_bytes: config.max_output_bytes(),
+            max_workspace_bytes: Some(config.max_workspace_bytes()),
+            max_cost_usd: config.max_cost_usd_per_attempt(),
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
@@ -620,6 +708,19 @@ impl<'a> Attempt<'a> {
             mark_running: reattach.is_none(),
             error: None,
         };
+        if reattach.is_none() {
+            // Before `docker create`: a kill before the id is recorded leaves a container
+            // the next start finds by its labels and removes (issue 19).
+            self.db()
+                .record_intent(
+                    &self.task.id,
+                    IntentKind::Container,
+                    spec.attempt,
+                    &serde_json::json!({ "name": container.name }),
+                    Utc::now(),
+                )
+                .map_err(Failure::crash)?;
+        }
         let exec = match reattach {
             None => {
                 runtime::run_attempt(
@@ -692,10 +793,18 @@ impl<'a> Attempt<'a> {
                 .final_message
                 .as_deref()
                 .map(|m| self.scrubber.scrub_line(m).into_owned()),
-            reason: exec
-                .reason
-                .as_deref()
-                .map(|r| self.scrubber.scrub_line(r).into_owned()),
+            // Figures the runtime did not take as reported (a clamped cost) stay visible in
+            // `status TASK`, even on a successful attempt.
+            reason: {
+                let parts: Vec<&str> = exec
+                    .reason
+                    .iter()
+                    .chain(&exec.warnings)
+                    .map(String::as_str)
+                    .collect();
+                (!parts.is_empty())
+                    .then(|| self.scrubber.scrub_line(&parts.join("; ")).into_owned())
+            },
             events: exec.events,
             artifacts: vec![
                 TranscriptPaths::under(self.orch.home(), &self.task.id, self.attempt)
@@ -743,7 +852,8 @@ impl<'a> Attempt<'a> {
         self.land(sha, evidence).await
     }
 
-    /// Proof of work (spec §10): gates, then each configured check in a fresh container.
+    /// Proof of work (spec §10, issue 11): one commit, its sha recorded; the gates and each
+    /// check judge that sha only (see `verify`).
     async fn verify(
         &mut self,
         gate: CheckEvidence,
@@ -756,6 +866,92 @@ impl<'a> Attempt<'a> {
             .spec
             .clone()
             .ok_or_else(|| Failure::crash("no run spec"))?;
+        let Some(sha) = self.landing_commit(&ws, &spec).await? else {
+            let evidence = vec![gate, proof::diff_gate(&[])];
+            return Err(verify::verification_failure(evidence).into());
+        };
+        let rules = verify::GateRules {
+            settings: self.orch.config.verify_for(&self.task.repo),
+            check_commands: spec
+                .verification
+                .iter()
+                .map(|c| c.command.clone())
+                .collect(),
+            secrets: Arc::new(self.named_secrets(&spec.env_overlay)),
+        };
+        let mut evidence = vec![gate];
+        evidence.extend(
+            verify::gates(self.orch.workspaces.clone(), ws.clone(), sha.clone(), rules).await?,
+        );
+        if !proof::all_passed(&evidence) {
+            return Err(verify::verification_failure(evidence).into());
+        }
+        // The check copy belongs to the user the check container runs as (as `prepare` does
+        // for the workspace); a named, non-numeric user keeps the daemon's ownership.
+        let owner = spec
+            .limits
+            .user
+            .as_deref()
+            .or(self.orch.config.default_limits().user.as_deref())
+            .and_then(|user| workspace::parse_owner(user).ok());
+        let scrubber = self.scrubber.clone();
+        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
+        let progress = self.opts.progress.clone();
+        let task_id = self.task.id.clone();
+        let on_check = move |e: &CheckEvidence| {
+            progress.state(
+                &task_id,
+                TaskState::Verifying,
+                &format!(
+                    "{} `{}`: {}",
+                    e.name,
+                    e.command,
+                    if e.passed { "passed" } else { "FAILED" }
+                ),
+            );
+        };
+        let checks = verify::run_checks(verify::CheckRun {
+            runtime: self.orch.runtime.as_ref(),
+            workspaces: self.orch.workspaces.clone(),
+            ws: &ws,
+            sha: &sha,
+            spec: &spec,
+            home_label: &self.orch.home_label,
+            default_user: &self.orch.default_user,
+            owner,
+            scrub: &scrub,
+            cancel: self.opts.cancel.clone(),
+            on_check: &on_check,
+        })
+        .await;
+        match checks {
+            Ok(passed) => {
+                evidence.extend(passed);
+                Ok((sha, evidence))
+            }
+            Err(verify::ChecksStopped::Failed(failed)) => {
+                evidence.extend(failed);
+                Err(verify::verification_failure(evidence).into())
+            }
+            Err(verify::ChecksStopped::Crashed(reason)) => Err(Failure::crash(reason)),
+            Err(verify::ChecksStopped::Cancelled) => Err(Failure::new(
+                AttemptStatus::Cancelled,
+                "cancelled during verification",
+            )),
+        }
+    }
+
+    /// The attempt's one landing commit: made once after the agent exited and recorded, so a
+    /// verification resumed after a restart judges (and pushes) the same sha.
+    async fn landing_commit(
+        &mut self,
+        ws: &Workspace,
+        spec: &RunSpec,
+    ) -> Result<Option<String>, Failure> {
+        let key = commit_key(&self.task.id, self.attempt);
+        if let Some(sha) = self.db().kv_get(&key).ok().flatten() {
+            return Ok(Some(sha));
+        }
         let git = &self.orch.config.global.git;
         let author = Author {
             name: git.author_name.clone(),
@@ -769,98 +965,27 @@ impl<'a> Attempt<'a> {
             self.attempt,
             spec.agent
         );
-        let manager = self.orch.workspaces.clone();
-        let ws_for_commit = ws.clone();
-        let commit = tokio::task::spawn_blocking(move || {
-            manager.commit_all(&ws_for_commit, &author, &message)
-        })
-        .await
-        .map_err(Failure::crash)?
-        .map_err(|e| Failure::crash(format!("cannot commit the agent's work: {e}")))?;
-        let mut evidence = vec![gate, proof::diff_gate(&commit.changed_paths)];
-        let protected_globs = self.orch.config.verify_for(&self.task.repo).protected_paths;
-        let protected = ProtectedPaths::new(&protected_globs)
-            .map_err(|e| Failure::crash(format!("verify.protected_paths: {e}")))?;
-        evidence.push(proof::protected_gate(&protected, &commit.changed_paths));
-        if !proof::all_passed(&evidence) {
-            return Err(self.verification_failure(evidence));
+        let commit =
+            verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
+        if let Some(sha) = &commit.sha {
+            self.db()
+                .kv_set(&key, sha, Utc::now())
+                .map_err(Failure::crash)?;
         }
-        let scrubber = self.scrubber.clone();
-        let scrub = move |line: &str| scrubber.scrub_line(line).into_owned();
-        for (n, check) in spec.verification.iter().enumerate() {
-            if *self.opts.cancel.borrow() {
-                return Err(Failure::new(
-                    AttemptStatus::Cancelled,
-                    "cancelled during verification",
-                ));
-            }
-            let container = verify_spec(
-                &spec,
-                n as u32 + 1,
-                &check.command,
-                &self.orch.home_label,
-                &self.orch.default_user,
-            );
-            let run = runtime::run_check(
-                self.orch.runtime.as_ref(),
-                &container,
-                Duration::from_secs(check.timeout_seconds),
-                &scrub,
-            )
-            .await
-            .map_err(|e| Failure::crash(format!("cannot run check `{}`: {e}", check.name)))?;
-            let passed = !run.timed_out && run.exit_code == Some(0);
-            let mut tail = run.output_tail;
-            if run.timed_out {
-                tail.push_str(&format!(
-                    "\n(killed after the {}s timeout)",
-                    check.timeout_seconds
-                ));
-            }
-            evidence.push(CheckEvidence {
-                name: check.name.clone(),
-                command: check.command.clone(),
-                exit_code: run.exit_code,
-                duration_ms: run.duration.as_millis() as u64,
-                passed,
-                output_tail: tail,
-            });
-            self.opts.progress.state(
-                &self.task.id,
-                TaskState::Verifying,
-                &format!(
-                    "{} `{}`: {}",
-                    check.name,
-                    check.command,
-                    if passed { "passed" } else { "FAILED" }
-                ),
-            );
-            if !passed {
-                return Err(self.verification_failure(evidence));
-            }
-        }
-        let sha = commit
-            .sha
-            .ok_or_else(|| Failure::crash("the diff is not empty but there is no commit"))?;
-        Ok((sha, evidence))
+        Ok(commit.sha)
     }
 
-    fn verification_failure(&self, evidence: Vec<CheckEvidence>) -> Failure {
-        let failed: Vec<String> = evidence
+    /// The secrets a landing commit must not carry, by name: the env overlay's values and
+    /// the GitHub token.
+    fn named_secrets(&self, overlay: &[EnvVar]) -> verify::NamedSecrets {
+        let mut pairs: Vec<(String, String)> = overlay
             .iter()
-            .filter(|e| !e.passed)
-            .map(|e| match e.exit_code {
-                Some(code) if !e.command.is_empty() => format!("{} exited {code}", e.name),
-                None if !e.command.is_empty() => format!("{} timed out", e.name),
-                _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
-            })
+            .filter_map(|v| (self.orch.env)(&v.from_host).map(|value| (v.name.clone(), value)))
             .collect();
-        let mut failure = Failure::new(
-            AttemptStatus::Failed,
-            format!("verification failed: {}", failed.join("; ")),
-        );
-        failure.evidence = evidence;
-        failure
+        if let Some(token) = &self.orch.github_token {
+            pairs.push(("the GitHub token".into(), token.secret().to_string()));
+        }
+        verify::NamedSecrets::new(pairs)
     }
 
     async fn land(
@@ -872,9 +997,17 @@ impl<'a> Attempt<'a> {
             .ws
             .clone()
             .ok_or_else(|| Failure::crash("no workspace"))?;
-        let manager = self.orch.workspaces.clone();
-        let token = self.token().map(String::from);
-        let ws_for_push = ws.clone();
+        // Push, PR, comment and labels are redone idempotently by the resumed verification
+        // until LANDED completes this intent (issue 19).
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Land,
+                self.attempt,
+                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
         // The attempt's branch name may already exist upstream with unrelated history (a
         // reset home, another instance): push under a name of this home's instead of
         // failing the verified work. Never force.
@@ -883,58 +1016,20 @@ impl<'a> Attempt<'a> {
             ws.branch,
             &self.orch.home_label[..self.orch.home_label.len().min(6)]
         );
-        let pushed = tokio::task::spawn_blocking(move || {
-            match manager.push(&ws_for_push, None, token.as_deref()) {
-                Err(crate::workspace::WorkspaceError::PushRejected { reason, .. })
-                    if is_name_taken(&reason) =>
-                {
-                    manager
-                        .push_as(&ws_for_push, None, &fallback_name, token.as_deref())
-                        .map(|()| fallback_name)
-                }
-                other => other.map(|()| ws_for_push.branch.clone()),
-            }
-        })
+        let branch = land::push(
+            self.orch.workspaces.clone(),
+            ws.clone(),
+            sha.clone(),
+            fallback_name,
+            self.token().map(String::from),
+        )
         .await
-        .map_err(Failure::crash)?
-        .map_err(|e| {
-            let mut f = Failure::new(
-                AttemptStatus::Failed,
-                format!("cannot push {}: {}", ws.branch, one_line(&e.to_string())),
-            );
-            f.evidence = evidence.clone();
-            f
-        })?;
-        let mut ws = ws;
-        ws.branch = pushed;
-        let result = self.result.clone();
+        .map_err(|r| Failure::from(r.with_evidence(evidence.clone())))?;
         let mut pr_url = None;
         if self.task.source == SourceKind::Github {
             let github = self.orch.github().map_err(Failure::crash)?;
-            let landed = Landed {
-                branch: ws.branch.clone(),
-                base_ref: Some(ws.base_ref.clone()),
-                title: String::new(),
-                summary: result
-                    .as_ref()
-                    .and_then(|r| r.final_message.clone())
-                    .unwrap_or_default(),
-                agent: result.as_ref().map(|r| r.agent.clone()).unwrap_or_default(),
-                attempt: self.attempt,
-                evidence: evidence.clone(),
-                turns: result.as_ref().map_or(0, |r| r.turns),
-                tokens: result.as_ref().map(|r| r.tokens).unwrap_or_default(),
-                cost_usd: result.as_ref().and_then(|r| r.cost_usd),
-            };
-            let reported = github.land(&self.task, &landed).await.map_err(|e| {
-                let mut f = Failure::new(
-                    AttemptStatus::Failed,
-                    format!("cannot open the pull request: {}", one_line(&e.to_string())),
-                );
-                f.evidence = evidence.clone();
-                f
-            })?;
-            pr_url = reported.pr_url;
+            let landed = land::landed(&branch, &ws, self.attempt, self.result.as_ref(), &evidence);
+            pr_url = land::open_pull_request(github, &self.task, &landed).await?;
         }
         if let Some(result) = &self.result {
             self.db()
@@ -946,7 +1041,7 @@ impl<'a> Attempt<'a> {
                 &self.task.id,
                 self.attempt,
                 &sha,
-                &ws.branch,
+                &branch,
                 pr_url.as_deref(),
                 Utc::now(),
             )
@@ -954,21 +1049,34 @@ impl<'a> Attempt<'a> {
         let reason = match &pr_url {
             Some(url) => format!(
                 "pushed {} ({}); pull request {url}",
-                ws.branch,
+                branch,
                 &sha[..sha.len().min(10)]
             ),
             None => format!(
                 "pushed {} ({}) to {}",
-                ws.branch,
+                branch,
                 &sha[..sha.len().min(10)],
                 ws.upstream
             ),
         };
-        self.move_to(TaskState::Landed, &reason)?;
-        Ok(AttemptEnd::Landed {
-            branch: ws.branch,
-            pr_url,
-        })
+        let reason = self.scrubber.scrub_line(&reason).into_owned();
+        let landed = self
+            .db()
+            .transition_completing(
+                &self.task.id,
+                self.state,
+                TaskState::Landed,
+                &reason,
+                (IntentKind::Land, self.attempt),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        self.task = landed;
+        self.state = TaskState::Landed;
+        self.opts
+            .progress
+            .state(&self.task.id, TaskState::Landed, &reason);
+        Ok(AttemptEnd::Landed { branch, pr_url })
     }
 
     // ------------------------------------------------------------------ resume
@@ -999,6 +1107,29 @@ impl<'a> Attempt<'a> {
         self.chain = chain;
         self.scrub_secrets_of(&spec.env_overlay);
         self.spec = Some(spec.clone());
+        let key = resumes_key(&self.task.id, record.attempt);
+        let resumes = self
+            .db()
+            .kv_get(&key)
+            .ok()
+            .flatten()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+            + 1;
+        self.db()
+            .kv_set(&key, &resumes.to_string(), Utc::now())
+            .map_err(Failure::crash)?;
+        if resumes > MAX_RESUMES {
+            if let Some(id) = &record.container_id {
+                let _ = self.orch.runtime.kill(id).await;
+                let _ = self.orch.runtime.remove(id).await;
+            }
+            return Err(Failure::crash(format!(
+                "attempt {} was resumed {} times after restarts without finishing; giving it up",
+                record.attempt,
+                resumes - 1
+            )));
+        }
         match self.state {
             TaskState::Running | TaskState::Provisioned => {
                 let Some(container) = record.container_id.clone() else {
@@ -1134,30 +1265,56 @@ impl<'a> Attempt<'a> {
             // No attempt row: this number is reused, so its directory must go.
             self.discard_workspace().await;
         }
-        if !self.state.is_terminal() && self.state != TaskState::Failed {
-            let to_failed = self
-                .db()
-                .transition(&self.task.id, self.state, TaskState::Failed, &reason, now)
-                .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
-            self.task = to_failed;
-            self.state = TaskState::Failed;
+        // Decide first, then write FAILED, the failure count, the retry time and (when it
+        // gives up) BLOCKED with its pending report in one transaction (issue 19).
+        let (end, settlement) = self.settlement(&failure, &class, &reason, now)?;
+        let from = self.state;
+        let settled = self
+            .db()
+            .settle_failure(&self.task.id, from, &reason, &settlement, now)
+            .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
+        self.task = settled;
+        if from != TaskState::Failed {
             self.opts
                 .progress
                 .state(&self.task.id, TaskState::Failed, &reason);
         }
+        self.state = self.task.state;
+        crate::failpoint::hit("failed");
+        if let Some(block) = &settlement.block {
+            self.opts
+                .progress
+                .state(&self.task.id, TaskState::Blocked, &block.reason);
+            crate::failpoint::hit("blocked-report");
+            self.report_blocked().await;
+        }
+        Ok(end)
+    }
+
+    /// What follows a failure: the attempt end and what the store records with FAILED.
+    fn settlement(
+        &mut self,
+        failure: &Failure,
+        class: &Class,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<(AttemptEnd, Settlement)> {
+        let reason = reason.to_string();
+        let failures = self.task.failures;
+        let retry = |at: DateTime<Utc>, failures: u32| Settlement {
+            failures,
+            next_attempt_at: Some(at),
+            block: None,
+        };
         if let Some(at) = failure.wait_until {
-            self.db()
-                .set_retry(&self.task.id, self.task.failures, Some(at))?;
-            return Ok(AttemptEnd::Retry { at, reason });
+            return Ok((AttemptEnd::Retry { at, reason }, retry(at, failures)));
         }
         if failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry {
-            self.db()
-                .set_retry(&self.task.id, self.task.failures, Some(now))?;
-            return Ok(AttemptEnd::Retry { at: now, reason });
+            return Ok((AttemptEnd::Retry { at: now, reason }, retry(now, failures)));
         }
         let mut exhausted = self.exhausted();
         let auth = matches!(
-            &class,
+            class,
             Class::Permanent {
                 cause: failure::Cause::AgentAuth,
                 ..
@@ -1174,114 +1331,96 @@ impl<'a> Attempt<'a> {
         } else {
             self.chain.clone()
         };
-        let decision = match &class {
+        let decision = match class {
             Class::Permanent { cause, fix } => {
                 retry::after_permanent(cause, fix, &chain, &exhausted)
             }
             Class::Transient => retry::after_attempt(
                 &self.orch.policy,
                 failure.status,
-                self.task.failures,
+                failures,
                 &chain,
                 &exhausted,
                 now,
             ),
         };
-        match decision {
+        Ok(match decision {
             AfterAttempt::Retry { at, failures } => {
-                self.db().set_retry(&self.task.id, failures, Some(at))?;
-                Ok(AttemptEnd::Retry { at, reason })
+                (AttemptEnd::Retry { at, reason }, retry(at, failures))
             }
-            AfterAttempt::Fallback { next_agent } => {
-                self.db()
-                    .set_retry(&self.task.id, self.task.failures, Some(now))?;
-                Ok(AttemptEnd::Fallback { next_agent, reason })
-            }
-            AfterAttempt::Hold => {
-                self.db()
-                    .set_retry(&self.task.id, self.task.failures, None)?;
-                Ok(AttemptEnd::Held { reason })
-            }
+            AfterAttempt::Fallback { next_agent } => (
+                AttemptEnd::Fallback { next_agent, reason },
+                retry(now, failures),
+            ),
+            AfterAttempt::Hold => (
+                AttemptEnd::Held { reason },
+                Settlement {
+                    failures,
+                    next_attempt_at: None,
+                    block: None,
+                },
+            ),
             AfterAttempt::Block { reason: why } => {
                 let failures = if failure.status == AttemptStatus::Quota {
-                    self.task.failures
+                    failures
                 } else {
-                    self.task.failures + 1
+                    failures + 1
                 };
-                self.db().set_retry(&self.task.id, failures, None)?;
                 let block_reason = if class.is_permanent() {
                     reason.clone()
                 } else {
                     format!("{why}; last: {reason}")
                 };
-                let moved = self.db().transition(
-                    &self.task.id,
-                    TaskState::Failed,
-                    TaskState::Blocked,
-                    &block_reason,
-                    now,
-                );
-                self.task = moved?;
-                self.state = TaskState::Blocked;
-                self.opts
-                    .progress
-                    .state(&self.task.id, TaskState::Blocked, &block_reason);
-                self.report_blocked().await;
-                Ok(AttemptEnd::Blocked {
-                    reason: block_reason,
-                })
+                let settlement = Settlement {
+                    failures,
+                    next_attempt_at: None,
+                    block: Some(BlockSettlement {
+                        reason: block_reason.clone(),
+                        report: self.task.source == SourceKind::Github,
+                    }),
+                };
+                (
+                    AttemptEnd::Blocked {
+                        reason: block_reason,
+                    },
+                    settlement,
+                )
             }
-        }
+        })
     }
 
     async fn report_blocked(&self) {
         if self.task.source != SourceKind::Github {
             return;
         }
-        let Ok(github) = self.orch.github() else {
-            return;
-        };
         let attempts = self.db().attempts(&self.task.id).unwrap_or_default();
-        let blocked = Blocked {
-            attempts: attempts
-                .iter()
-                .rev()
-                .take(5)
-                .rev()
-                .map(|a| BlockedAttempt {
-                    attempt: a.attempt,
-                    agent: a.agent.clone(),
-                    reason: a.reason.clone().unwrap_or_else(|| "unknown".into()),
-                })
-                .collect(),
-        };
-        match github.block(&self.task, &blocked).await {
+        let blocked = intents::blocked_of(&attempts);
+        // Done only once GitHub has it; otherwise the next start finishes the report.
+        if intents::report_blocked(self.orch, &self.task, &blocked).await {
             // From now on the ready label on the issue can only be a person's: re-labelling
             // brings the task back as a new generation (`orchestrator::generation`).
-            Ok(_) => {
-                let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
-            }
-            Err(e) => {
-                tracing::warn!(task = %self.task.id, error = %e, "cannot report the block on GitHub")
-            }
+            let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
+            let _ = self.db().complete_intent(
+                &self.task.id,
+                IntentKind::Block,
+                self.task.attempts,
+                Utc::now(),
+            );
         }
     }
 }
 
-/// Whether a push rejection means the branch name exists upstream with other history.
-fn is_name_taken(reason: &str) -> bool {
-    let reason = reason.to_ascii_lowercase();
-    reason.contains("non-fast-forward") || reason.contains("fetch first")
-}
-
-/// The first line of a message, for transition reasons.
-fn one_line(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let mut out: String = line.trim().chars().take(300).collect();
-    if text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
-        out.push_str(" …");
+impl From<verify::Refusal> for Failure {
+    fn from(r: verify::Refusal) -> Failure {
+        Failure {
+            status: r.status,
+            reason: r.reason,
+            evidence: r.evidence,
+            wait_until: None,
+            // A secret in the diff is classified permanent from the reason's text.
+            stage: Stage::Verify,
+        }
     }
-    out
 }
 
 impl From<crate::store::StoreError> for Failure {

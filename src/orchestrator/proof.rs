@@ -1,10 +1,12 @@
 //! Proof-of-work gates that need no container (spec §10, DESIGN.md "Proof of work"):
-//! the agent's own verdict, a non-empty diff, untouched protected paths. The checks that
+//! the agent's own verdict, a non-empty diff, untouched protected paths, no submodule or
+//! filter-attribute change, no oversized file, no known secret (issue 11). The checks that
 //! run commands live in `verify`; this module only judges values.
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::domain::{AttemptStatus, CheckEvidence};
+use crate::workspace::TreeChange;
 
 /// Compiled protected-path globs.
 #[derive(Debug, Clone)]
@@ -90,6 +92,153 @@ pub fn protected_gate(protected: &ProtectedPaths, changed: &[String]) -> CheckEv
     }
 }
 
+/// The submodule gate (issue 11): a gitlink or a `.gitmodules` change makes a clone fetch
+/// another repository the checks never saw.
+pub fn submodule_gate(changes: &[TreeChange], allowed: bool) -> CheckEvidence {
+    let found: Vec<&str> = changes
+        .iter()
+        .filter(|c| {
+            c.new_mode == "160000"
+                || c.old_mode == "160000"
+                || c.path == ".gitmodules"
+                || c.path.ends_with("/.gitmodules")
+        })
+        .map(|c| c.path.as_str())
+        .collect();
+    match (found.is_empty(), allowed) {
+        (true, _) => gate("submodules", true, "no submodule change"),
+        (false, true) => gate(
+            "submodules",
+            true,
+            format!(
+                "submodule change(s) allowed by verify.allow_submodules: {}",
+                found.join(", ")
+            ),
+        ),
+        (false, false) => gate(
+            "submodules",
+            false,
+            format!(
+                "the agent changed submodules ({}); set verify.allow_submodules: true to accept them",
+                found.join(", ")
+            ),
+        ),
+    }
+}
+
+/// Whether a `.gitattributes` text assigns a filter driver (`filter=NAME`, `filter` set).
+pub fn assigns_filter(attributes: &str) -> bool {
+    attributes.lines().any(|line| {
+        let line = line.trim();
+        !line.starts_with('#')
+            && line
+                .split_whitespace()
+                .skip(1)
+                .any(|attr| attr == "filter" || attr.starts_with("filter="))
+    })
+}
+
+/// The attributes gate: `.gitattributes` files of the landing commit (path, text) that the
+/// agent changed must not assign filter drivers, which run programs on checkout.
+pub fn attributes_gate(changed_attributes: &[(String, String)], allowed: bool) -> CheckEvidence {
+    let found: Vec<&str> = changed_attributes
+        .iter()
+        .filter(|(_, text)| assigns_filter(text))
+        .map(|(path, _)| path.as_str())
+        .collect();
+    if found.is_empty() || allowed {
+        gate("attributes", true, "no filter attribute added")
+    } else {
+        gate(
+            "attributes",
+            false,
+            format!(
+                "{} assign(s) a filter driver; set verify.allow_attribute_filters: true to accept it",
+                found.join(", ")
+            ),
+        )
+    }
+}
+
+/// Whether `path` is a `.gitattributes` file.
+pub fn is_attributes_file(path: &str) -> bool {
+    path == ".gitattributes" || path.ends_with("/.gitattributes")
+}
+
+/// The size gate: no added or changed file above `max_bytes`.
+pub fn size_gate(changes: &[TreeChange], max_bytes: u64) -> CheckEvidence {
+    let big: Vec<String> = changes
+        .iter()
+        .filter(|c| c.size.is_some_and(|s| s > max_bytes))
+        .map(|c| format!("{} ({} bytes)", c.path, c.size.unwrap_or(0)))
+        .collect();
+    if big.is_empty() {
+        gate(
+            "file-size",
+            true,
+            format!("no file above {max_bytes} bytes"),
+        )
+    } else {
+        gate(
+            "file-size",
+            false,
+            format!(
+                "file(s) above verify.max_file_size ({max_bytes} bytes): {}",
+                big.join(", ")
+            ),
+        )
+    }
+}
+
+/// The secret gate: `found` names the secret whose value appears in the landing commit.
+pub fn secret_gate(found: Option<(&str, &str)>) -> CheckEvidence {
+    match found {
+        None => gate("secrets", true, "no known secret in the diff"),
+        Some((name, path)) => gate(
+            "secrets",
+            false,
+            format!("the value of {name} appears in {path} in the diff; refusing to land it"),
+        ),
+    }
+}
+
+/// Repository files a check command runs directly: arguments that name a script
+/// (`sh test.sh`, `./ci/run`, `python tools/check.py`) and the build files of `make`
+/// (`Makefile`). Heuristic by design: it only decides what `config check` warns about and
+/// what `verify.protect_check_scripts` protects.
+pub fn check_entry_points(command: &str) -> Vec<String> {
+    const SCRIPT_EXT: &[&str] = &[
+        ".sh", ".bash", ".py", ".js", ".mjs", ".ts", ".rb", ".pl", ".mk", ".ps1",
+    ];
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |p: String| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    for segment in command.split(['&', '|', ';', '\n']) {
+        let words: Vec<&str> = segment.split_whitespace().collect();
+        let Some(first) = words.first() else { continue };
+        if *first == "make" || first.ends_with("/make") {
+            match words.iter().position(|w| *w == "-f") {
+                Some(i) if i + 1 < words.len() => push(words[i + 1].to_string()),
+                _ => push("Makefile".into()),
+            }
+        }
+        for word in &words {
+            let w = word.trim_matches(|c| c == '"' || c == '\'');
+            if w.is_empty() || w.starts_with('-') || w.starts_with('/') || w.contains('=') {
+                continue;
+            }
+            let scriptish = SCRIPT_EXT.iter().any(|e| w.ends_with(e)) || w.starts_with("./");
+            if scriptish {
+                push(w.trim_start_matches("./").to_string());
+            }
+        }
+    }
+    out
+}
+
 /// All evidence green.
 pub fn all_passed(evidence: &[CheckEvidence]) -> bool {
     !evidence.is_empty() && evidence.iter().all(|e| e.passed)
@@ -119,6 +268,86 @@ mod tests {
         );
         assert!(!protected_gate(&p, &changed).passed);
         assert!(protected_gate(&p, &paths(&["src/a.rs"])).passed);
+    }
+
+    fn change(path: &str, old_mode: &str, new_mode: &str, size: Option<u64>) -> TreeChange {
+        TreeChange {
+            path: path.into(),
+            status: 'M',
+            old_mode: old_mode.into(),
+            new_mode: new_mode.into(),
+            new_oid: "0".repeat(40),
+            size,
+        }
+    }
+
+    #[test]
+    fn submodules_are_refused_unless_allowed() {
+        let file = change("src/a.rs", "100644", "100644", Some(3));
+        let link = change("vendor/lib", "000000", "160000", None);
+        let modules = change(".gitmodules", "000000", "100644", Some(40));
+        assert!(submodule_gate(std::slice::from_ref(&file), false).passed);
+        let g = submodule_gate(&[file.clone(), link.clone()], false);
+        assert!(!g.passed && g.output_tail.contains("vendor/lib"), "{g:?}");
+        assert!(!submodule_gate(std::slice::from_ref(&modules), false).passed);
+        assert!(submodule_gate(&[link, modules], true).passed);
+    }
+
+    #[test]
+    fn filter_attributes() {
+        for (text, expected) in [
+            ("*.txt text\n", false),
+            ("*.bin filter=lfs diff=lfs\n", true),
+            ("# *.x filter=evil\n", false),
+            ("*  filter\n", true),
+            ("filter=x\n", false),
+        ] {
+            assert_eq!(assigns_filter(text), expected, "{text:?}");
+        }
+        let files = vec![(".gitattributes".to_string(), "* filter=x".to_string())];
+        assert!(!attributes_gate(&files, false).passed);
+        assert!(attributes_gate(&files, true).passed);
+        assert!(is_attributes_file("a/.gitattributes"));
+        assert!(!is_attributes_file("a/gitattributes"));
+    }
+
+    #[test]
+    fn size_gate_names_the_big_file() {
+        let changes = [
+            change("small", "100644", "100644", Some(10)),
+            change("big.bin", "000000", "100644", Some(11)),
+            change("gone", "100644", "000000", None),
+        ];
+        assert!(size_gate(&changes, 11).passed);
+        let g = size_gate(&changes, 10);
+        assert!(
+            !g.passed && g.output_tail.contains("big.bin (11 bytes)"),
+            "{g:?}"
+        );
+    }
+
+    fn check_points(command: &str, expected: &[&str]) {
+        assert_eq!(check_entry_points(command), expected, "{command:?}");
+    }
+
+    #[test]
+    fn entry_points_of_check_commands() {
+        check_points("sh test.sh", &["test.sh"]);
+        check_points("./ci/run && make lint", &["ci/run", "Makefile"]);
+        check_points("make -f build.mk test", &["build.mk"]);
+        check_points("python tools/check.py --fast", &["tools/check.py"]);
+        check_points("cargo test --all", &[]);
+        check_points("sh -n calc.sh", &["calc.sh"]);
+        check_points("/usr/bin/check.sh", &[]);
+    }
+
+    #[test]
+    fn secret_gate_names_the_variable_not_the_value() {
+        assert!(secret_gate(None).passed);
+        let g = secret_gate(Some(("API_KEY", "notes.txt")));
+        assert!(
+            !g.passed && g.output_tail.contains("API_KEY") && g.output_tail.contains("notes.txt")
+        );
     }
 
     #[test]

@@ -63,6 +63,7 @@ impl EventSink for StoreSink<'_> {
     }
 
     fn container_created(&mut self, container_id: &str) {
+        crate::failpoint::hit("container-created");
         let recorded = self
             .db()
             .set_container(&self.task_id, self.attempt, container_id);

@@ -23,6 +23,26 @@ pub const HOME_DIR: &str = "/home/worker";
 pub const CREDENTIAL_STAGING_DIR: &str = "/polyphony/credentials";
 /// Where `DockerRuntime::create` puts [`ContainerSpec::stdin`] (the entrypoint feeds it).
 pub const STDIN_FILE: &str = "/polyphony/input/stdin";
+/// The per-container staging directory (credential copies and stdin) is mounted here,
+/// read-only (see `staging`).
+pub const STAGING_ROOT: &str = "/polyphony";
+/// The unprivileged `uid:gid` containers run as when the daemon itself runs as root and
+/// `container.user` is unset (the images' `worker` user).
+pub const UNPRIVILEGED_USER: &str = "1000:1000";
+/// Process limits every container gets (`setrlimit` names, soft = hard): open files,
+/// processes of the uid, largest file it may write (bytes), and no core dumps.
+pub const ULIMITS: [(&str, i64); 4] = [
+    ("nofile", 8192),
+    ("nproc", 8192),
+    ("fsize", 2 * 1024 * 1024 * 1024),
+    ("core", 0),
+];
+/// The engine keeps at most this much of a container's output on its disk (json-file,
+/// one file). Larger than the per-attempt output cap, which kills the container first,
+/// so a re-attach always re-reads the whole log.
+pub const LOG_MAX_SIZE: &str = "128m";
+/// Size of the per-container HOME and /tmp tmpfs.
+const TMPFS_SIZE: &str = "size=512m";
 
 /// Why a container exists: `polyphony.role` label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,15 +95,19 @@ impl ContainerSpec {
             "POLYPHONY_CREDENTIALS".to_string(),
             CREDENTIAL_STAGING_DIR.to_string(),
         );
+        // Git inside the container runs as a uid that does not own /workspace (the daemon
+        // keeps ownership, see `staging`): without this it refuses "dubious ownership".
+        // Command-scope config (GIT_CONFIG_COUNT) is one of the scopes git honours for it.
+        env.insert("GIT_CONFIG_COUNT".to_string(), "1".to_string());
+        env.insert("GIT_CONFIG_KEY_0".to_string(), "safe.directory".to_string());
+        env.insert("GIT_CONFIG_VALUE_0".to_string(), "*".to_string());
         let mut tmpfs = BTreeMap::new();
         // A mode is required: without it a non-root user cannot write (NOTES-crates.md).
-        tmpfs.insert(
-            HOME_DIR.to_string(),
-            "rw,exec,mode=1777,size=256m".to_string(),
-        );
+        // `limits` narrows HOME to the container's own uid once it is known.
+        tmpfs.insert(HOME_DIR.to_string(), home_tmpfs(None));
         tmpfs.insert(
             "/tmp".to_string(),
-            "rw,exec,mode=1777,size=256m".to_string(),
+            format!("rw,exec,nosuid,nodev,mode=1777,{TMPFS_SIZE}"),
         );
         ContainerSpec {
             name: name.into(),
@@ -151,17 +175,32 @@ impl ContainerSpec {
         self
     }
 
-    /// Sets limits; a `None` user becomes `default_user`.
+    /// Sets limits; a `None` user becomes `default_user`. HOME becomes a tmpfs owned by
+    /// that user (mode 0700) when it is numeric.
     pub fn limits(mut self, limits: ResourceLimits, default_user: &str) -> Self {
         let user = limits
             .user
             .clone()
             .unwrap_or_else(|| default_user.to_string());
+        self.tmpfs.insert(
+            HOME_DIR.to_string(),
+            home_tmpfs(super::staging::numeric_user(&user)),
+        );
         self.limits = ResourceLimits {
             user: Some(user),
             ..limits
         };
         self
+    }
+}
+
+/// HOME's tmpfs options: private to `owner` when known, else world-writable and sticky.
+fn home_tmpfs(owner: Option<(u32, u32)>) -> String {
+    match owner {
+        Some((uid, gid)) => {
+            format!("rw,exec,nosuid,nodev,mode=0700,uid={uid},gid={gid},{TMPFS_SIZE}")
+        }
+        None => format!("rw,exec,nosuid,nodev,mode=1777,{TMPFS_SIZE}"),
     }
 }
 
@@ -235,7 +274,9 @@ pub fn agent_spec(
 }
 
 /// Verification check `n` of an attempt: `/bin/sh -c COMMAND` over the workspace with no
-/// network, no credentials and no env overlay, in the verify image (spec §10).
+/// network, no credentials and no env overlay, in the verify image (spec §10). Always
+/// fully hardened whatever the agent profile says (`allow_unsafe` covers the agent only);
+/// the profile's sizes (memory, CPUs, pids) and user still apply, except uid 0.
 pub fn verify_spec(
     run: &RunSpec,
     n: u32,
@@ -243,6 +284,23 @@ pub fn verify_spec(
     home_label: &str,
     default_user: &str,
 ) -> ContainerSpec {
+    let mut limits = run.limits.clone();
+    let hardened = ResourceLimits::default();
+    limits.cap_drop_all = hardened.cap_drop_all;
+    limits.no_new_privileges = hardened.no_new_privileges;
+    limits.init = hardened.init;
+    if limits
+        .user
+        .as_deref()
+        .and_then(super::staging::numeric_user)
+        .is_some_and(|(uid, _)| uid == 0)
+    {
+        limits.user = None;
+    }
+    let default_user = match super::staging::numeric_user(default_user) {
+        Some((0, _)) => UNPRIVILEGED_USER,
+        _ => default_user,
+    };
     ContainerSpec::new(
         container_name(&run.task_id, run.attempt, Some(n)),
         run.verify_image.clone(),
@@ -251,7 +309,7 @@ pub fn verify_spec(
     .labels_for(&run.task_id, run.attempt, home_label, Role::Verify)
     .workspace(run.workspace.clone())
     .network(NetworkMode::None)
-    .limits(run.limits.clone(), default_user)
+    .limits(limits, default_user)
     .env("POLYPHONY_TASK", run.task_id.clone())
     .env("POLYPHONY_ATTEMPT", run.attempt.to_string())
 }
@@ -348,7 +406,7 @@ mod tests {
         assert!(!spec.mounts[0].read_only);
         assert!(spec.mounts[1].read_only, "credentials are forced read-only");
         assert_eq!(spec.env["HOME"], HOME_DIR);
-        assert!(spec.tmpfs[HOME_DIR].contains("mode=1777"));
+        assert!(spec.tmpfs[HOME_DIR].contains("mode=0700,uid=1000,gid=1000"));
         assert_eq!(spec.env_from_host[0].from_host, "WORK_KEY");
         assert_eq!(spec.limits.user.as_deref(), Some("1000:1000"));
         assert!(spec.limits.cap_drop_all && spec.limits.no_new_privileges && spec.limits.init);
@@ -368,5 +426,20 @@ mod tests {
         assert!(spec.env_from_host.is_empty());
         assert_eq!(spec.limits.user.as_deref(), Some("5:6"));
         assert!(spec.name.ends_with("-3-verify-1"));
+    }
+
+    #[test]
+    fn verify_spec_is_hardened_and_never_root_whatever_the_profile() {
+        let mut run = run_spec();
+        run.network = NetworkMode::Host;
+        run.limits.cap_drop_all = false;
+        run.limits.no_new_privileges = false;
+        run.limits.init = false;
+        run.limits.user = Some("0:0".into());
+        let spec = verify_spec(&run, 1, "make test", "abc", "0:0");
+        assert_eq!(spec.network, NetworkMode::None);
+        assert!(spec.limits.cap_drop_all && spec.limits.no_new_privileges && spec.limits.init);
+        assert_eq!(spec.limits.user.as_deref(), Some(UNPRIVILEGED_USER));
+        assert!(spec.tmpfs[HOME_DIR].contains("uid=1000,gid=1000"));
     }
 }

@@ -5,13 +5,16 @@
 //! are read; they go into the create request and nowhere else (not into errors or logs).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, ResourcesUlimits,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use bollard::Docker;
 use chrono::{DateTime, Utc};
@@ -19,7 +22,8 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::container_spec::{ContainerSpec, STDIN_FILE};
+use super::container_spec::{ContainerSpec, LOG_MAX_SIZE, ULIMITS};
+use super::staging::{self, Staged};
 use super::{
     ContainerInfo, ContainerSummary, LogChunk, RunState, RuntimeError, WorkerRuntime, LABEL_HOME,
 };
@@ -40,6 +44,9 @@ pub struct EngineVersion {
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
     docker: Docker,
+    /// Staging directories (credential copies, stdin) of containers created by this
+    /// process, by container id; dropped (deleted) when the container is removed.
+    staged: Arc<Mutex<HashMap<String, Staged>>>,
 }
 
 impl DockerRuntime {
@@ -49,11 +56,20 @@ impl DockerRuntime {
         let docker = Docker::connect_with_defaults().map_err(connect_error)?;
         let docker = docker.negotiate_version().await.map_err(connect_error)?;
         docker.ping().await.map_err(connect_error)?;
-        Ok(DockerRuntime { docker })
+        Ok(DockerRuntime::from_client(docker))
     }
 
     pub fn from_client(docker: Docker) -> Self {
-        DockerRuntime { docker }
+        DockerRuntime {
+            docker,
+            staged: Arc::default(),
+        }
+    }
+
+    fn forget_staged(&self, id: &str) {
+        if let Ok(mut staged) = self.staged.lock() {
+            staged.remove(id);
+        }
     }
 
     /// The bollard client, for image builds (`test_image`).
@@ -81,6 +97,53 @@ impl DockerRuntime {
             Ok(_) => Ok(true),
             Err(e) if is_status(&e, 404) => Ok(false),
             Err(e) => Err(engine("inspect image", e)),
+        }
+    }
+
+    /// Creates a user-defined bridge network labelled for `home_label` and returns its
+    /// gateway address: a host-side service bound there (the scripted model API of
+    /// `demo --real-claude`) is reachable from containers on this network only.
+    pub async fn create_network(
+        &self,
+        name: &str,
+        home_label: &str,
+    ) -> Result<std::net::IpAddr, RuntimeError> {
+        let request = bollard::models::NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([(
+                LABEL_HOME.to_string(),
+                home_label.to_string(),
+            )])),
+            ..Default::default()
+        };
+        self.docker
+            .create_network(request)
+            .await
+            .map_err(|e| engine("create network", e))?;
+        let inspect = self
+            .docker
+            .inspect_network(name, None)
+            .await
+            .map_err(|e| engine("inspect network", e))?;
+        inspect
+            .ipam
+            .and_then(|i| i.config)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.gateway.and_then(|g| g.parse().ok()))
+            .ok_or_else(|| RuntimeError::Engine {
+                op: "inspect network",
+                message: format!("network {name} has no IPv4 gateway"),
+            })
+    }
+
+    /// Removes a network made by [`Self::create_network`].
+    pub async fn remove_network(&self, name: &str) -> Result<(), RuntimeError> {
+        match self.docker.remove_network(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(engine("remove network", e)),
         }
     }
 
@@ -139,9 +202,6 @@ impl DockerRuntime {
                 })?;
             env.push(format!("{}={value}", var.name));
         }
-        if spec.stdin.is_some() {
-            env.push(format!("POLYPHONY_STDIN={STDIN_FILE}"));
-        }
         let mounts = spec
             .mounts
             .iter()
@@ -170,6 +230,27 @@ impl DockerRuntime {
             // Swap equal to memory: an OOM is an OOM, not a slow swap storm.
             memory_swap: Some(limits.memory_bytes),
             nano_cpus: Some((limits.cpus * 1e9) as i64),
+            // Only the workspace, HOME and /tmp are writable (issue 11 "resource caps").
+            readonly_rootfs: Some(true),
+            ulimits: Some(
+                ULIMITS
+                    .iter()
+                    .map(|(name, value)| ResourcesUlimits {
+                        name: Some(name.to_string()),
+                        soft: Some(*value),
+                        hard: Some(*value),
+                    })
+                    .collect(),
+            ),
+            // Explicit, whatever the engine's default driver: `logs` needs json-file, and
+            // the engine's disk use per container is bounded.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_string()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), LOG_MAX_SIZE.to_string()),
+                    ("max-file".to_string(), "1".to_string()),
+                ])),
+            }),
             ..Default::default()
         };
         Ok(ContainerCreateBody {
@@ -186,26 +267,6 @@ impl DockerRuntime {
             ..Default::default()
         })
     }
-
-    async fn upload_stdin(&self, id: &str, input: &str) -> Result<(), RuntimeError> {
-        let relative = STDIN_FILE.trim_start_matches('/');
-        let mut builder = tar::Builder::new(Vec::new());
-        let mut header = tar::Header::new_gnu();
-        header.set_size(input.len() as u64);
-        header.set_mode(0o444);
-        header.set_cksum();
-        builder
-            .append_data(&mut header, relative, input.as_bytes())
-            .map_err(|e| RuntimeError::Io(format!("packing the prompt for stdin: {e}")))?;
-        let tar = builder
-            .into_inner()
-            .map_err(|e| RuntimeError::Io(format!("packing the prompt for stdin: {e}")))?;
-        let options = UploadToContainerOptionsBuilder::default().path("/").build();
-        self.docker
-            .upload_to_container(id, Some(options), bollard::body_full(tar.into()))
-            .await
-            .map_err(|e| engine("upload stdin", e))
-    }
 }
 
 impl WorkerRuntime for DockerRuntime {
@@ -215,6 +276,8 @@ impl WorkerRuntime for DockerRuntime {
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(async move {
             let mut name = self.free_name(spec).await?;
+            let (spec, staged) = staging::prepare(spec)?;
+            let spec = &spec;
             let body = self.create_body(spec)?;
             let options = CreateContainerOptionsBuilder::default().name(&name).build();
             let mut created = self
@@ -239,10 +302,9 @@ impl WorkerRuntime for DockerRuntime {
                     engine("create", e)
                 }
             })?;
-            if let Some(input) = &spec.stdin {
-                if let Err(e) = self.upload_stdin(&created.id, input).await {
-                    let _ = self.remove(&created.id).await;
-                    return Err(e);
+            if let Some(staged) = staged {
+                if let Ok(mut map) = self.staged.lock() {
+                    map.insert(created.id.clone(), staged);
                 }
             }
             Ok(created.id)
@@ -334,7 +396,11 @@ impl WorkerRuntime for DockerRuntime {
                 .force(true)
                 .v(true)
                 .build();
-            match self.docker.remove_container(id, Some(options)).await {
+            let removed = self.docker.remove_container(id, Some(options)).await;
+            if removed.is_ok() || matches!(&removed, Err(e) if is_status(e, 404)) {
+                self.forget_staged(id);
+            }
+            match removed {
                 Ok(()) => Ok(()),
                 Err(e) if is_status(&e, 404) => Ok(()),
                 // 409 "removal already in progress": someone else is doing it.
@@ -415,6 +481,32 @@ impl WorkerRuntime for DockerRuntime {
                 init: host.init,
                 user: config.user.filter(|u| !u.is_empty()),
                 network_mode: host.network_mode,
+                readonly_rootfs: host.readonly_rootfs.unwrap_or(false),
+                ulimits: host
+                    .ulimits
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|u| Some((u.name?, u.soft?, u.hard?)))
+                    .collect(),
+                log_config: host
+                    .log_config
+                    .map(|l| {
+                        let mut out: BTreeMap<String, String> =
+                            l.config.unwrap_or_default().into_iter().collect();
+                        out.insert("type".into(), l.typ.unwrap_or_default());
+                        out
+                    })
+                    .unwrap_or_default(),
+                tmpfs: host
+                    .tmpfs
+                    .map(|t| t.into_iter().collect())
+                    .unwrap_or_default(),
+                mounts: c
+                    .mounts
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|m| Some((m.destination?, m.source.unwrap_or_default())))
+                    .collect(),
             })
         })
     }

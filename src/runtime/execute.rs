@@ -69,14 +69,45 @@ impl EventSink for VecSink {
 /// Secret scrubber: returns the line with every secret value replaced by `***`.
 pub type Scrub<'a> = &'a (dyn Fn(&str) -> String + Send + Sync);
 
-/// Time limits of one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Time and size limits of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunLimits {
     /// Wall clock from container start; then kill -> `timeout`.
     pub deadline: Duration,
     /// No output on either stream for this long; then kill -> `stalled`.
     pub idle_timeout: Duration,
+    /// Bytes of output (both streams) stored as events and transcript; past it the
+    /// container is killed -> `failed`, and nothing more is stored.
+    pub max_output_bytes: u64,
+    /// Size of the workspace (checked every [`WORKSPACE_CHECK_EVERY`]); past it the
+    /// container is killed -> `failed`. `None`: unchecked.
+    pub max_workspace_bytes: Option<u64>,
+    /// Largest cost one attempt may report; figures outside `0..=max` are clamped.
+    pub max_cost_usd: f64,
 }
+
+impl RunLimits {
+    /// 30 min, 5 min idle, 64 MiB of output, a 10 GiB workspace, $100.
+    pub const DEFAULT: RunLimits = RunLimits {
+        deadline: Duration::from_secs(30 * 60),
+        idle_timeout: Duration::from_secs(5 * 60),
+        max_output_bytes: 64 * 1024 * 1024,
+        max_workspace_bytes: Some(10 * 1024 * 1024 * 1024),
+        max_cost_usd: crate::agents::DEFAULT_MAX_COST_USD,
+    };
+
+    /// The default caps with these time limits.
+    pub const fn new(deadline: Duration, idle_timeout: Duration) -> Self {
+        RunLimits {
+            deadline,
+            idle_timeout,
+            ..RunLimits::DEFAULT
+        }
+    }
+}
+
+/// How often the workspace size is measured while an agent runs.
+pub const WORKSPACE_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// The transcript files of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +135,12 @@ pub enum Stop {
     Deadline,
     Idle,
     Cancel,
+    /// More output than `max_output_bytes`.
+    OutputCap,
+    /// The workspace grew past `max_workspace_bytes` (the size measured).
+    WorkspaceCap(u64),
+    /// The agent's stream said the run cannot succeed (a refused API key).
+    Hopeless,
 }
 
 /// What one attempt did.
@@ -125,6 +162,10 @@ pub struct AttemptExecution {
     pub duration: Duration,
     /// The last sink error, when events could not all be stored.
     pub sink_error: Option<String>,
+    /// Stdout lines after the CLI's final report: stored, never folded into the outcome.
+    pub lines_after_result: u64,
+    /// Figures the runtime did not take as reported (a clamped cost), one line each.
+    pub warnings: Vec<String>,
 }
 
 /// The result of one proof-of-work command.
@@ -152,6 +193,7 @@ pub async fn run_attempt(
     scrub: Scrub<'_>,
     cancel: watch::Receiver<bool>,
 ) -> Result<AttemptExecution, RuntimeError> {
+    let spec = &with_deadline(spec, limits.deadline);
     let id = rt.create(spec).await?;
     sink.container_created(&id);
     let started = Instant::now();
@@ -160,7 +202,8 @@ pub async fn run_attempt(
         return Err(e);
     }
     let deadline_at = tokio::time::Instant::from_std(started) + limits.deadline;
-    follow_and_collect(
+    let workspace = workspace_of(spec);
+    let result = follow_and_collect(
         rt,
         &id,
         adapter,
@@ -172,8 +215,48 @@ pub async fn run_attempt(
         scrub,
         cancel,
         0,
+        workspace,
     )
-    .await
+    .await;
+    discard_on_error(rt, &id, result).await
+}
+
+/// `spec` labelled with its deadline, so the watchdog can enforce it even when nobody
+/// follows the container any more.
+fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
+    let mut spec = spec.clone();
+    spec.labels.insert(
+        super::watchdog::LABEL_DEADLINE.to_string(),
+        super::watchdog::deadline_label(Utc::now(), deadline),
+    );
+    spec
+}
+
+/// The host path bound at `/workspace`, if any.
+fn workspace_of(spec: &ContainerSpec) -> Option<PathBuf> {
+    spec.mounts
+        .iter()
+        .find(|m| m.container_path == super::container_spec::WORKSPACE_DIR)
+        .map(|m| m.host_path.clone())
+}
+
+/// On any error after the container started (engine or stream error, a kill that failed,
+/// a transcript that cannot be written), kill and remove it: an attempt that failed must
+/// not leave a container running with no deadline.
+async fn discard_on_error<T>(
+    rt: &dyn WorkerRuntime,
+    id: &str,
+    result: Result<T, RuntimeError>,
+) -> Result<T, RuntimeError> {
+    if result.is_err() {
+        if let Err(e) = rt.kill(id).await {
+            tracing::warn!(container = id, error = %e, "cannot kill the container after an error");
+        }
+        if let Err(e) = rt.remove(id).await {
+            tracing::warn!(container = id, error = %e, "cannot remove the container after an error; the watchdog will");
+        }
+    }
+    result
 }
 
 /// Resumes an attempt whose follower died (daemon restart) without duplicating events:
@@ -201,7 +284,12 @@ pub async fn reattach(
     let started = now.checked_sub(ran_for).unwrap_or(now);
     let remaining = limits.deadline.saturating_sub(ran_for);
     let deadline_at = tokio::time::Instant::now() + remaining;
-    follow_and_collect(
+    let workspace = info
+        .mounts
+        .iter()
+        .find(|(target, _)| target == super::container_spec::WORKSPACE_DIR)
+        .map(|(_, source)| PathBuf::from(source));
+    let result = follow_and_collect(
         rt,
         &info.id,
         adapter,
@@ -213,8 +301,10 @@ pub async fn reattach(
         scrub,
         cancel,
         recorded,
+        workspace,
     )
-    .await
+    .await;
+    discard_on_error(rt, &info.id, result).await
 }
 
 /// Runs `spec` (a `/bin/sh -c CMD` verification container) to completion or `timeout`
@@ -225,10 +315,16 @@ pub async fn run_check(
     timeout: Duration,
     scrub: Scrub<'_>,
 ) -> Result<CheckRun, RuntimeError> {
+    let spec = &with_deadline(spec, timeout);
     let id = rt.create(spec).await?;
     let started = Instant::now();
     let result = run_check_inner(rt, &id, timeout, scrub, started).await;
-    let _ = rt.remove(&id).await;
+    if result.is_err() {
+        let _ = rt.kill(&id).await;
+    }
+    if let Err(e) = rt.remove(&id).await {
+        tracing::warn!(container = %id, error = %e, "cannot remove the check container; the watchdog will");
+    }
     result
 }
 
@@ -329,6 +425,32 @@ pub fn decide(
         );
     }
     match stop {
+        Some(Stop::Hopeless) => {
+            let why = outcome
+                .error
+                .clone()
+                .unwrap_or_else(|| "the agent reported an unrecoverable error".into());
+            return (
+                AttemptStatus::Failed,
+                Some(format!("{why}; container stopped")),
+            );
+        }
+        Some(Stop::Idle) if outcome.api_retry.is_some() => {
+            let r = outcome.api_retry.as_ref().map_or_else(String::new, |r| {
+                let status = r.status.map_or_else(String::new, |s| format!("{s} "));
+                format!(
+                    "{status}{}, the CLI's retry {} of {}",
+                    r.error, r.attempt, r.max_retries
+                )
+            });
+            return (
+                AttemptStatus::Stalled,
+                Some(format!(
+                    "the model API kept failing ({r}): no progress for {}s; container killed",
+                    limits.idle_timeout.as_secs()
+                )),
+            );
+        }
         Some(Stop::Deadline) => {
             return (
                 AttemptStatus::Timeout,
@@ -344,6 +466,24 @@ pub fn decide(
                 Some(format!(
                     "no output for {}s; container killed",
                     limits.idle_timeout.as_secs()
+                )),
+            )
+        }
+        Some(Stop::OutputCap) => {
+            return (
+                AttemptStatus::Failed,
+                Some(format!(
+                    "the agent printed more than {} bytes (container.max_output); container killed",
+                    limits.max_output_bytes
+                )),
+            )
+        }
+        Some(Stop::WorkspaceCap(size)) => {
+            return (
+                AttemptStatus::Failed,
+                Some(format!(
+                    "the workspace grew to {size} bytes, over {} (container.max_workspace_size); container killed",
+                    limits.max_workspace_bytes.unwrap_or(0)
                 )),
             )
         }
@@ -398,10 +538,28 @@ struct Follower<'a> {
     stdout_file: Option<BufWriter<File>>,
     stderr_file: Option<BufWriter<File>>,
     sink_error: Option<String>,
+    /// The CLI's final report was seen: later lines are stored but not folded.
+    final_seen: bool,
+    lines_after_result: u64,
+    /// Output bytes taken so far (line text as received, both streams).
+    output_bytes: u64,
+    max_output_bytes: u64,
+    /// Set once `max_output_bytes` is passed; nothing more is stored.
+    over_cap: bool,
+    /// Lines that were progress (everything but the CLI retrying a failed API call).
+    progress: u64,
 }
 
 impl Follower<'_> {
     fn line(&mut self, stream: EventStream, line: Line) {
+        if self.over_cap {
+            return;
+        }
+        self.output_bytes += line.text.len() as u64 + 1;
+        if self.output_bytes > self.max_output_bytes {
+            self.over_cap = true;
+            return;
+        }
         let seq = self.seq;
         self.seq += 1;
         let text = (self.scrub)(&line.text);
@@ -416,15 +574,27 @@ impl Follower<'_> {
             ),
             (EventStream::Stdout, None) => {
                 let c = self.adapter.classify(&text);
-                self.adapter.observe(&mut self.outcome, &c);
+                if self.final_seen {
+                    // Only the CLI's first report counts (see `AgentAdapter::is_final`).
+                    self.lines_after_result += 1;
+                } else {
+                    self.adapter.observe(&mut self.outcome, &c);
+                    self.final_seen = self.adapter.is_final(&c);
+                }
+                if self.outcome.api_retry.is_none() {
+                    self.progress += 1;
+                }
                 (c.kind, c.summary, c.data)
             }
             // stderr is diagnostics, never protocol: it must not decide the outcome.
-            (EventStream::Stderr, None) => (
-                EventKind::Unknown,
-                format!("stderr: {}", first_chars(&text, 200)),
-                json!({ "raw": text }),
-            ),
+            (EventStream::Stderr, None) => {
+                self.progress += 1;
+                (
+                    EventKind::Unknown,
+                    format!("stderr: {}", first_chars(&text, 200)),
+                    json!({ "raw": text }),
+                )
+            }
         };
         if seq < self.skip {
             return;
@@ -509,6 +679,7 @@ async fn follow_and_collect(
     scrub: Scrub<'_>,
     mut cancel: watch::Receiver<bool>,
     skip: u64,
+    workspace: Option<PathBuf>,
 ) -> Result<AttemptExecution, RuntimeError> {
     let (stdout_file, stderr_file) = match transcript {
         Some(t) => (Some(open_append(&t.stdout)?), Some(open_append(&t.stderr)?)),
@@ -527,7 +698,15 @@ async fn follow_and_collect(
         stdout_file,
         stderr_file,
         sink_error: None,
+        final_seen: false,
+        lines_after_result: 0,
+        output_bytes: 0,
+        max_output_bytes: limits.max_output_bytes,
+        over_cap: false,
+        progress: 0,
     };
+    let mut size_tick = tokio::time::interval(WORKSPACE_CHECK_EVERY);
+    let size_cap = limits.max_workspace_bytes.zip(workspace);
     let mut out = LineSplitter::default();
     let mut err = LineSplitter::default();
     let mut logs = rt.logs(id, None);
@@ -546,16 +725,29 @@ async fn follow_and_collect(
         tokio::select! {
             chunk = logs.next() => match chunk {
                 Some(Ok(c)) => {
-                    idle_at = tokio::time::Instant::now() + limits.idle_timeout;
                     let (splitter, stream) = match c.stream {
                         EventStream::Stdout => (&mut out, EventStream::Stdout),
                         EventStream::Stderr => (&mut err, EventStream::Stderr),
                     };
-                    for line in splitter.push(&c.bytes) {
+                    let progress = f.progress;
+                    let lines = splitter.push(&c.bytes);
+                    let whole = !lines.is_empty();
+                    for line in lines {
                         f.line(stream, line);
+                    }
+                    // A CLI retrying a failing API call is not making progress; a partial
+                    // line still is (it ends later).
+                    if f.progress > progress || !whole {
+                        idle_at = tokio::time::Instant::now() + limits.idle_timeout;
+                    }
+                    if running && f.outcome.hopeless {
+                        stop = Some(Stop::Hopeless);
                     }
                     if f.pending.len() >= BATCH_EVENTS {
                         f.flush();
+                    }
+                    if f.over_cap && running {
+                        stop = Some(Stop::OutputCap);
                     }
                 }
                 Some(Err(e)) => {
@@ -582,6 +774,17 @@ async fn follow_and_collect(
                 break;
             }
             _ = tick.tick() => f.flush(),
+            _ = size_tick.tick(), if running && size_cap.is_some() => {
+                if let Some((cap, path)) = &size_cap {
+                    let path = path.clone();
+                    let size = tokio::task::spawn_blocking(move || tree_size(&path))
+                        .await
+                        .unwrap_or(0);
+                    if size > *cap {
+                        stop = Some(Stop::WorkspaceCap(size));
+                    }
+                }
+            }
         }
         if running && stop.is_some() {
             rt.kill(id).await?;
@@ -602,6 +805,29 @@ async fn follow_and_collect(
     };
     let info = rt.inspect(id).await?;
     let exit_code = exit_code.or(info.exit_code);
+    if stop.is_none() {
+        // The agent may have filled the disk after the last measurement.
+        if let Some((cap, path)) = &size_cap {
+            let path = path.clone();
+            let size = tokio::task::spawn_blocking(move || tree_size(&path))
+                .await
+                .unwrap_or(0);
+            if size > *cap {
+                stop = Some(Stop::WorkspaceCap(size));
+            }
+        }
+    }
+    let mut warnings = Vec::new();
+    if let Some(w) = f.outcome.clamp_cost(limits.max_cost_usd) {
+        tracing::warn!(container = id, "{w}");
+        warnings.push(w);
+    }
+    if f.lines_after_result > 0 {
+        warnings.push(format!(
+            "{} stdout line(s) after the CLI's final report were recorded but not counted",
+            f.lines_after_result
+        ));
+    }
     let (status, reason) = decide(stop, limits, info.oom_killed, exit_code, &f.outcome);
     let duration = match (info.started_at, info.finished_at) {
         (Some(s), Some(e)) if e > s => (e - s).to_std().unwrap_or_else(|_| started.elapsed()),
@@ -620,7 +846,31 @@ async fn follow_and_collect(
         oom_killed: info.oom_killed,
         duration,
         sink_error: f.sink_error,
+        lines_after_result: f.lines_after_result,
+        warnings,
     })
+}
+
+/// Bytes of regular files below `path` (symlinks not followed, unreadable parts skipped).
+/// Hard links count once per link: a cap is about what the agent made appear.
+pub fn tree_size(path: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&p) {
+                stack.extend(entries.flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
+            // Allocated size: a sparse file of 1 TB holds no disk, a full one does.
+            use std::os::unix::fs::MetadataExt;
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+        }
+    }
+    total
 }
 
 #[cfg(test)]
@@ -628,10 +878,7 @@ mod tests {
     use super::*;
     use crate::agents::QuotaHit;
 
-    const LIMITS: RunLimits = RunLimits {
-        deadline: Duration::from_secs(60),
-        idle_timeout: Duration::from_secs(10),
-    };
+    const LIMITS: RunLimits = RunLimits::new(Duration::from_secs(60), Duration::from_secs(10));
 
     fn outcome(completed: bool, succeeded: bool) -> AgentOutcome {
         AgentOutcome {
@@ -702,6 +949,45 @@ mod tests {
             outcome(false, false),
             AttemptStatus::Failed,
             "without a result",
+        );
+    }
+
+    #[test]
+    fn a_refused_key_stops_the_attempt_as_an_auth_failure() {
+        let o = AgentOutcome {
+            error: Some("authentication failed: the model API answered 401".into()),
+            failure_kind: Some(crate::agents::FailureKind::Auth),
+            hopeless: true,
+            ..Default::default()
+        };
+        check(
+            Some(Stop::Hopeless),
+            false,
+            Some(137),
+            o,
+            AttemptStatus::Failed,
+            "authentication failed: the model API answered 401",
+        );
+    }
+
+    #[test]
+    fn idle_while_the_cli_retries_names_the_api_failure() {
+        let o = AgentOutcome {
+            api_retry: Some(crate::agents::ApiRetry {
+                attempt: 4,
+                max_retries: 10,
+                status: Some(500),
+                error: "server_error".into(),
+            }),
+            ..Default::default()
+        };
+        check(
+            Some(Stop::Idle),
+            false,
+            Some(137),
+            o,
+            AttemptStatus::Stalled,
+            "the model API kept failing (500 server_error, the CLI's retry 4 of 10): no progress for 10s",
         );
     }
 

@@ -16,8 +16,10 @@
 pub mod container_spec;
 pub mod docker;
 pub mod execute;
+pub mod staging;
 pub mod stream;
 pub mod test_image;
+pub mod watchdog;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -108,6 +110,15 @@ pub struct ContainerInfo {
     pub init: Option<bool>,
     pub user: Option<String>,
     pub network_mode: Option<String>,
+    pub readonly_rootfs: bool,
+    /// `(name, soft, hard)` as applied.
+    pub ulimits: Vec<(String, i64, i64)>,
+    /// The log driver as `type` plus its options.
+    pub log_config: BTreeMap<String, String>,
+    /// Container path -> tmpfs options.
+    pub tmpfs: BTreeMap<String, String>,
+    /// `(container path, host source)` of every mount.
+    pub mounts: Vec<(String, String)>,
 }
 
 /// One container found by label.
@@ -164,10 +175,25 @@ pub fn home_label(home: &Path) -> String {
     hex::encode(&digest[..8])
 }
 
-/// `uid:gid` of this process: the default container user, so files the agent writes in the
-/// bind-mounted workspace belong to whoever runs Polyphony.
+/// `uid:gid` of this process.
 pub fn daemon_user() -> String {
     // SAFETY: getuid/getgid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     format!("{uid}:{gid}")
+}
+
+/// The container user when `container.user` is unset: the daemon's own `uid:gid` (files
+/// the agent writes belong to whoever runs Polyphony), except that a root daemon never
+/// hands out uid 0: its containers run as [`container_spec::UNPRIVILEGED_USER`] and the
+/// workspace is shared with that group (`staging`).
+pub fn default_container_user() -> String {
+    container_user_for(&daemon_user())
+}
+
+/// [`default_container_user`] for a given daemon `uid:gid` (pure).
+pub fn container_user_for(daemon: &str) -> String {
+    match staging::numeric_user(daemon) {
+        Some((0, _)) => container_spec::UNPRIVILEGED_USER.to_string(),
+        _ => daemon.to_string(),
+    }
 }

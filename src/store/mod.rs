@@ -2,8 +2,11 @@
 //! transitions, events and landing records (spec §2, §4; DESIGN.md "Durability").
 //!
 //! Architecture Invariant: only `store` writes SQL, and every task state change goes
-//! through [`Store::transition`] (or a claim), which checks `domain::transition` and
-//! writes the transition row in the same IMMEDIATE transaction.
+//! through [`Store::transition`] (or a claim, [`Store::settle_failure`],
+//! [`Store::transition_completing`]), which checks `domain::transition` and writes the
+//! transition row in the same IMMEDIATE transaction.
+//! Architecture Invariant: a side effect outside the store is an intent (`intents`)
+//! recorded before it is attempted, so whoever runs next can finish it (issue 19).
 //! Architecture Invariant: claims are atomic across processes: `BEGIN IMMEDIATE` takes
 //! the write lock before the candidate is read, so two daemons never claim one task.
 //! API Boundary: [`Store`].
@@ -18,6 +21,7 @@
 mod error;
 mod generations;
 pub mod health;
+mod intents;
 pub mod schema;
 mod views;
 
@@ -41,6 +45,7 @@ use crate::domain::{
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
 pub use health::{damage_in, damaged, DatabaseDamaged};
+pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -607,16 +612,6 @@ impl Store {
         })
     }
 
-    /// Records the container running an attempt (so recovery can find it).
-    pub fn set_container(&self, task_id: &str, attempt: u32, container_id: &str) -> Result<()> {
-        self.update_attempt(
-            task_id,
-            attempt,
-            "UPDATE attempts SET container_id = ?3 WHERE task_id = ?1 AND attempt = ?2",
-            params![task_id, attempt, container_id],
-        )
-    }
-
     /// Records how an attempt ended and the verification evidence.
     pub fn finish_attempt(
         &self,
@@ -766,6 +761,25 @@ impl Store {
             params![identity, ts(since)],
             |r| r.get(0),
         )?)
+    }
+
+    /// The costliest attempt of `identity` since `since`: (task id, attempt, cost), so a
+    /// held identity can say which attempt's figure holds it.
+    pub fn largest_cost_since(
+        &self,
+        identity: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Option<(String, u32, f64)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT task_id, attempt, cost_usd FROM attempts \
+                 WHERE identity = ?1 AND started_at >= ?2 AND cost_usd IS NOT NULL \
+                 ORDER BY cost_usd DESC LIMIT 1",
+                params![identity, ts(since)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
     }
 
     // ------------------------------------------------------------------ events

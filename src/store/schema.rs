@@ -146,6 +146,22 @@ CREATE TRIGGER task_summaries_delete AFTER DELETE ON tasks BEGIN
     DELETE FROM task_summaries WHERE id = OLD.id;
 END;
 "#,
+    // 3: intents (issue 19). A side effect outside the store (claim comment and labels,
+    // container creation, landing, blocked report) is recorded before it is attempted and
+    // marked done after; whoever runs next finishes a pending one. One row per (task,
+    // kind, attempt); recording it again makes it pending again.
+    r#"
+CREATE TABLE intents (
+    task_id     TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL,           -- claim | container | land | block
+    attempt     INTEGER NOT NULL,
+    payload     TEXT NOT NULL,           -- JSON, never a secret
+    created_at  TEXT NOT NULL,
+    done_at     TEXT,                    -- NULL while pending
+    PRIMARY KEY (task_id, kind, attempt)
+);
+CREATE INDEX intents_pending ON intents(task_id) WHERE done_at IS NULL;
+"#,
 ];
 
 /// The schema version this binary writes.

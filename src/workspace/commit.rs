@@ -3,7 +3,8 @@
 //! check. Also `harden`, run before any git command in a workspace an agent has touched.
 //!
 //! Must not trust anything inside the workspace's `.git`: the config is rewritten from values
-//! recorded at prepare time, symlinks and alternates are refused or dropped.
+//! recorded at prepare time, symlinks are refused, alternates are dropped or re-written from the
+//! value recorded at prepare time.
 
 use super::git::Git;
 use super::{io_err, Author, CommitOutcome, Workspace, WorkspaceError, WorkspaceManager};
@@ -19,13 +20,7 @@ impl WorkspaceManager {
         message: &str,
     ) -> Result<CommitOutcome, WorkspaceError> {
         check_author(author)?;
-        if message.trim().is_empty() || message.contains('\0') {
-            return Err(WorkspaceError::InvalidInput {
-                what: "commit message",
-                value: message.to_string(),
-                reason: "it must be non-empty text without NUL".into(),
-            });
-        }
+        check_message(message)?;
         harden(ws)?;
         let git = |op: &str| Git::new(op).current_dir(&ws.path);
         git("add").args(["add", "--all", "--", "."]).run()?;
@@ -77,6 +72,7 @@ impl WorkspaceManager {
                 "--no-renames",
                 "--no-ext-diff",
                 "--no-textconv",
+                "--end-of-options",
                 &ws.base_sha,
                 &head,
                 "--",
@@ -98,7 +94,18 @@ impl WorkspaceManager {
     }
 }
 
-fn check_author(author: &Author) -> Result<(), WorkspaceError> {
+pub(super) fn check_message(message: &str) -> Result<(), WorkspaceError> {
+    if message.trim().is_empty() || message.contains('\0') {
+        return Err(WorkspaceError::InvalidInput {
+            what: "commit message",
+            value: message.to_string(),
+            reason: "it must be non-empty text without NUL".into(),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn check_author(author: &Author) -> Result<(), WorkspaceError> {
     for (what, v) in [
         ("author name", &author.name),
         ("author email", &author.email),
@@ -116,7 +123,8 @@ fn check_author(author: &Author) -> Result<(), WorkspaceError> {
 
 /// Makes the workspace's `.git` safe for host-side git: `.git` must be a real directory with no
 /// symlink anywhere inside (a symlinked `objects/xx` would make us write or read host files),
-/// alternates and grafts are dropped, and the config is rewritten from `ws`.
+/// alternates and grafts are dropped (a shared clone's alternates entry is re-written from
+/// `ws.mirror_objects`), and the config is rewritten from `ws`.
 pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
     let dot_git = ws.path.join(".git");
     let untrusted = |reason: String| WorkspaceError::InvalidInput {
@@ -130,6 +138,12 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
             ".git is not a directory (the agent replaced it); discard this attempt".into(),
         ));
     }
+    if let Some((path, kind)) = find_special_file(&ws.path)? {
+        return Err(untrusted(format!(
+            "{} is a {kind}, not a regular file; git would block or misread it, so this attempt is refused",
+            path.display()
+        )));
+    }
     if let Some(link) = find_symlink(&dot_git)? {
         return Err(untrusted(format!(
             "{} is a symlink inside .git; discard this attempt",
@@ -140,6 +154,9 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
         "objects/info/alternates",
         "objects/info/http-alternates",
         "info/grafts",
+        // Attributes here outrank the commit's own `.gitattributes` when the clean checkout
+        // for the checks is written: the checked copy must be what a clone of the sha gives.
+        "info/attributes",
         "commondir",
         "shallow",
     ] {
@@ -148,10 +165,49 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
             std::fs::remove_file(&p).map_err(io_err("remove", &p))?;
         }
     }
+    // A shared clone borrows the mirror's objects: the one entry recorded at prepare, never
+    // what the agent left in the file.
+    if let Some(objects) = &ws.mirror_objects {
+        super::shared::write_alternates(&dot_git, objects)?;
+    }
     let config = render_config(&ws.upstream, ws.base_sha.len() == 64);
     let path = dot_git.join("config");
     std::fs::write(&path, config).map_err(io_err("rewrite", &path))?;
     Ok(())
+}
+
+/// The first FIFO, socket or device anywhere under `dir` (symlinks are not followed; git
+/// stores them as links). Git opens every path it reads with a blocking `open`, so a FIFO at
+/// `.git/index` or in the work tree would hang the host-side command.
+pub(crate) fn find_special_file(
+    dir: &Path,
+) -> Result<Option<(std::path::PathBuf, &'static str)>, WorkspaceError> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io_err("read", &d))? {
+            let entry = entry.map_err(io_err("read", &d))?;
+            let ft = entry
+                .file_type()
+                .map_err(io_err("inspect", &entry.path()))?;
+            let kind = if ft.is_fifo() {
+                "FIFO"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "character device"
+            } else if ft.is_block_device() {
+                "block device"
+            } else {
+                if ft.is_dir() {
+                    stack.push(entry.path());
+                }
+                continue;
+            };
+            return Ok(Some((entry.path(), kind)));
+        }
+    }
+    Ok(None)
 }
 
 fn find_symlink(dir: &Path) -> Result<Option<std::path::PathBuf>, WorkspaceError> {

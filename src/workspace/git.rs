@@ -6,14 +6,24 @@
 //! every user in `/proc/<pid>/cmdline`; a process environment is readable only by its owner and
 //! root. The askpass script holds no secret (it echoes `$POLYPHONY_GIT_TOKEN`), so it can live
 //! on disk. Must not log arguments that could carry secrets; every error text passes `scrub`.
+//!
+//! Every child has a deadline (issue 11: a FIFO at `.git/index` hung an attempt forever): it
+//! runs in its own process group, and on expiry the whole group is killed with SIGKILL.
 
 use super::key::scrub;
 use super::WorkspaceError;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Deadline of a git child that talks to the network (clone, fetch, push, ls-remote).
+pub(crate) const NETWORK_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// Deadline of every other git child (local reads and writes in one repository).
+pub(crate) const LOCAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// Env var the askpass script reads the token from (only ever set on one child process).
 const TOKEN_ENV: &str = "POLYPHONY_GIT_TOKEN";
@@ -70,6 +80,7 @@ pub(crate) struct Git<'a> {
     cmd: Command,
     op: String,
     token: Option<&'a str>,
+    timeout: Duration,
 }
 
 impl<'a> Git<'a> {
@@ -90,11 +101,26 @@ impl<'a> Git<'a> {
             .env("LANGUAGE", "C")
             .env_remove(TOKEN_ENV)
             .stdin(Stdio::null());
+        let network = ["clone", "fetch", "push", "ls-remote"]
+            .iter()
+            .any(|w| op.split_whitespace().next() == Some(w));
         Git {
             cmd,
             op: op.to_string(),
             token: None,
+            timeout: if network {
+                NETWORK_TIMEOUT
+            } else {
+                LOCAL_TIMEOUT
+            },
         }
+    }
+
+    /// Replaces the default deadline (network or local, chosen from `op`).
+    #[allow(dead_code)]
+    pub(crate) fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = limit;
+        self
     }
 
     pub(crate) fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
@@ -143,12 +169,19 @@ impl<'a> Git<'a> {
 
     /// Runs and returns the raw output whatever the exit status (for `--quiet` probes).
     pub(crate) fn output(mut self) -> Result<(Output, String, Option<&'a str>), WorkspaceError> {
-        let out = self
-            .cmd
-            .output()
-            .map_err(|e| WorkspaceError::GitUnavailable {
+        let out = run_with_deadline(&mut self.cmd, self.timeout).map_err(|e| match e {
+            Spawn::Unavailable(e) => WorkspaceError::GitUnavailable {
                 reason: e.to_string(),
-            })?;
+            },
+            Spawn::TimedOut => WorkspaceError::Git {
+                op: scrub(&self.op, self.token),
+                code: None,
+                stderr: format!(
+                    "killed after {:?} without finishing (a hung git process; the workspace may hold a FIFO or a huge file)",
+                    self.timeout
+                ),
+            },
+        })?;
         Ok((out, self.op, self.token))
     }
 
@@ -162,6 +195,59 @@ impl<'a> Git<'a> {
         let out = self.run()?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
+}
+
+enum Spawn {
+    Unavailable(std::io::Error),
+    TimedOut,
+}
+
+/// Runs `cmd` in its own process group, collecting stdout and stderr; kills the group when
+/// `limit` passes first.
+fn run_with_deadline(cmd: &mut Command, limit: Duration) -> Result<Output, Spawn> {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(Spawn::Unavailable)?;
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_reader = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err_reader = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Ok(None) | Err(_) => {
+                // SAFETY: kill(2) on the process group this child leads (its pid, set above).
+                unsafe {
+                    libc::kill(-(child.id() as i32), libc::SIGKILL);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Spawn::TimedOut);
+            }
+        }
+    };
+    // A grandchild that kept the pipes open is in the same group; it is gone or done.
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 pub(crate) fn git_error(op: &str, out: &Output, token: Option<&str>) -> WorkspaceError {
@@ -209,4 +295,38 @@ pub(crate) fn ensure_askpass(dir: &Path) -> Result<PathBuf, WorkspaceError> {
         source: e.error,
     })?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11: a git child blocked on a FIFO is killed at its deadline, not waited for.
+    #[test]
+    fn a_hung_git_is_killed_at_its_deadline() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+        // SAFETY: mkfifo(3) on a NUL-terminated path in our temp dir.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = Instant::now();
+        let err = Git::new("hash-object")
+            .args(["hash-object", "--no-filters"])
+            .arg(&fifo)
+            .timeout(Duration::from_millis(300))
+            .run()
+            .expect_err("killed");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(err.to_string().contains("killed after 300ms"), "{err}");
+    }
+
+    #[test]
+    fn a_quick_git_returns_its_output() {
+        let out = Git::new("version").args(["version"]).stdout().expect("git");
+        assert!(out.starts_with("git version"), "{out}");
+    }
 }

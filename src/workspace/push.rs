@@ -32,23 +32,29 @@ impl WorkspaceManager {
         remote_branch: &str,
         token: Option<&str>,
     ) -> Result<(), WorkspaceError> {
+        let refspec = format!("refs/heads/{}:refs/heads/{remote_branch}", ws.branch);
+        self.push_refspec(ws, remote, &refspec, remote_branch, token)
+    }
+
+    /// Pushes one refspec (no force) from the workspace to `remote` (`None` = the upstream
+    /// recorded at prepare time); `remote_branch` names the destination in errors.
+    pub(super) fn push_refspec(
+        &self,
+        ws: &Workspace,
+        remote: Option<&str>,
+        refspec: &str,
+        remote_branch: &str,
+        token: Option<&str>,
+    ) -> Result<(), WorkspaceError> {
         let target = match remote {
             Some(r) if r != "origin" => resolve_upstream(r)?,
             _ => ws.upstream.clone(),
         };
         harden(ws)?;
         let askpass = self.askpass()?;
-        let refspec = format!("refs/heads/{}:refs/heads/{remote_branch}", ws.branch);
         let (out, op, token) = Git::new("push")
             .current_dir(&ws.path)
-            .args([
-                "push",
-                "--porcelain",
-                "--no-verify",
-                "--",
-                &target,
-                &refspec,
-            ])
+            .args(["push", "--porcelain", "--no-verify", "--", &target, refspec])
             .token(&askpass, token)
             .output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);

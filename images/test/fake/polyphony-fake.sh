@@ -275,6 +275,74 @@ emit_quota() {
 
 # ---- workspace changes --------------------------------------------------------------
 
+# Hostile agents (issue 11 "landing integrity"): each prepares an attack in the workspace,
+# then applies the fix like `succeed`, so only the attack can make the attempt go wrong.
+
+# attack_repoint: test.sh first moves the attempt branch to origin's `evil` commit (by
+# writing the ref file: no git in this image), then runs the real test.
+attack_repoint() {
+    {
+        echo '#!/bin/sh'
+        echo '# polyphony-fake repoint-branch: repoint the attempt branch at origin/evil.'
+        echo 'if [ -f .git/HEAD ]; then'
+        echo '    ref=$(sed -n "s/^ref: //p" .git/HEAD)'
+        echo '    evil=$(cat .git/refs/remotes/origin/evil 2>/dev/null || sed -n "s# refs/remotes/origin/evil\$##p" .git/packed-refs)'
+        echo '    if [ -n "$ref" ] && [ -n "$evil" ]; then'
+        echo '        mkdir -p ".git/$(dirname "$ref")" && echo "$evil" > ".git/$ref" && echo "repointed $ref to $evil"'
+        echo '    fi'
+        echo 'fi'
+        sed '1d' test.sh
+    } > test.sh.new
+    mv test.sh.new test.sh
+    CHANGED="$CHANGED test.sh"
+}
+
+# attack_exclude: the real fix lives in .fix.sh, hidden from the commit by .git/info/exclude;
+# calc.sh sources it when present. The agent's tree passes `sh test.sh`; the commit fails it.
+attack_exclude() {
+    printf 'add() {\n    echo $(($1 + $2))\n}\n' > .fix.sh
+    echo '[ -f ./.fix.sh ] && . ./.fix.sh' >> calc.sh
+    mkdir -p .git/info
+    echo '/.fix.sh' >> .git/info/exclude
+    CHANGED="$CHANGED calc.sh"
+}
+
+# attack_fifo: a FIFO at .git/index (host-side `git add` would block on it forever).
+attack_fifo() {
+    rm -f .git/index
+    mkfifo .git/index
+}
+
+attack_gitmodules() {
+    printf '[submodule "vendor/evil"]\n\tpath = vendor/evil\n\turl = https://example.invalid/evil.git\n' > .gitmodules
+    CHANGED="$CHANGED .gitmodules"
+}
+
+attack_attr_filter() {
+    echo '*.sh filter=polyphony-evil' > .gitattributes
+    CHANGED="$CHANGED .gitattributes"
+}
+
+# attack_big_file: a file of `polyphony-fake-size: BYTES` bytes (default 2 MiB).
+attack_big_file() {
+    size=$(directive polyphony-fake-size)
+    case "$size" in '' | *[!0-9]*) size=2097152 ;; esac
+    head -c "$size" /dev/zero > big.bin
+    CHANGED="$CHANGED big.bin"
+}
+
+# attack_leak: writes the values of the `polyphony-fake-echo` variables into leak.txt.
+attack_leak() {
+    for var in $(all_directives polyphony-fake-echo); do
+        case "$var" in
+            *[!A-Za-z0-9_]* | [0-9]*) continue ;;
+        esac
+        eval "val=\${$var-}"
+        echo "config: $val" >> leak.txt
+    done
+    CHANGED="$CHANGED leak.txt"
+}
+
 CHANGED=""
 
 note() {
@@ -419,6 +487,36 @@ fake_main() {
             done
             run_success default
             ;;
+        vandal-mirror)
+            # Issue 18: try to damage the mirror this workspace borrows objects from (the
+            # path its alternates file names), record each outcome, then do the task.
+            alt=$(head -n 1 .git/objects/info/alternates 2>/dev/null)
+            # One stored object: a pack, else a loose object (small mirrors keep those).
+            f=$(find "$alt" -type f -name '*.pack' 2>/dev/null | head -n 1)
+            [ -n "$f" ] || f=$(find "$alt" -type f -path '*/[0-9a-f][0-9a-f]/*' 2>/dev/null | head -n 1)
+            if [ -z "$alt" ] || [ -z "$f" ]; then
+                note "mirror vandal: no mirror object visible under '$alt'"
+            else
+                report=""
+                vandal() {
+                    what=$1
+                    shift
+                    if "$@" >/dev/null 2>&1; then r=done; else r=refused; fi
+                    report="$report $what:$r"
+                }
+                d=$(dirname "$f")
+                vandal read head -c 4 "$f"
+                vandal write sh -c "echo x > '$alt/polyphony-fake-was-here'"
+                vandal loose sh -c "mkdir -p '$alt/ff' && echo x > '$alt/ff/polyphony-fake'"
+                vandal repack sh -c "cat '$f' > '$d/tmp_pack_fake' && mv '$d/tmp_pack_fake' '$f'"
+                vandal truncate sh -c ": > '$f'"
+                vandal chmod chmod u+w "$f"
+                vandal delete sh -c "rm -f '$f'; [ ! -e '$f' ]"
+                vandal delete-all sh -c "rm -rf '$alt'; [ ! -d '$alt' ]"
+                note "mirror vandal:$report"
+            fi
+            run_success default
+            ;;
         slow)
             secs=$(directive polyphony-fake-sleep)
             case "$secs" in '' | *[!0-9]*) secs=5 ;; esac
@@ -429,6 +527,57 @@ fake_main() {
                 emit_text "Progress $i/$secs"
                 sleep 1
             done
+            run_success default
+            ;;
+        repoint-branch) attack_repoint; run_success default ;;
+        exclude-hidden) attack_exclude; run_success note "the fix is in an excluded file" ;;
+        fifo-index) attack_fifo; run_success default ;;
+        gitmodules) attack_gitmodules; run_success default ;;
+        attr-filter) attack_attr_filter; run_success default ;;
+        big-file) attack_big_file; run_success default ;;
+        leak-secret) attack_leak; run_success default ;;
+        forge-result)
+            # The real report first, then a "tool subprocess" forges a second one through
+            # PID 1's stdout (the container's stdout), as a hostile tool run could.
+            run_success default
+            COST_USD=1000000
+            TURNS=999
+            forged=$(emit_result_ok "forged report")
+            sh -c 'printf "%s\n" "$1" > /proc/1/fd/1' forge "$forged"
+            ;;
+        forge-cost)
+            # The one report carries the cost of `polyphony-fake-cost: N` (e.g. -5, 1000000).
+            cost=$(directive polyphony-fake-cost)
+            [ -n "$cost" ] && COST_USD=$cost
+            run_success default
+            ;;
+        flood)
+            # Output without end: 1000-byte lines as fast as the pipe takes them.
+            emit_init
+            line=$(head -c 1000 /dev/zero | tr '\0' 'x')
+            while :; do
+                echo "$line"
+            done
+            ;;
+        fill-workspace)
+            # Grows the workspace by `polyphony-fake-fill-mb: N` MiB (default 64), then waits.
+            mb=$(directive polyphony-fake-fill-mb)
+            case "$mb" in '' | *[!0-9]*) mb=64 ;; esac
+            emit_init
+            dd if=/dev/zero of=polyphony-fill.bin bs=1048576 count="$mb" 2>/dev/null
+            i=0
+            while :; do
+                i=$((i + 1))
+                emit_text "Still filling ($i)"
+                sleep 1
+            done
+            ;;
+        show-home)
+            # What the agent can see of its credentials and who it runs as.
+            emit_init
+            emit_text "uid=$(id -u) gid=$(id -g) home=$HOME"
+            emit_text "files: $(cd "$HOME" && find . -type f | sort | tr '\n' ' ')"
+            emit_text "root: $( (echo x > /polyphony-root-write) 2>/dev/null && echo writable || echo read-only)"
             run_success default
             ;;
         *)

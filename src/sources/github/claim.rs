@@ -57,6 +57,21 @@ pub async fn claim_issue(
     task_id: &str,
     info: &ClaimInfo,
 ) -> Result<ClaimedTask, ClaimError> {
+    claim_issue_resuming(client, labels, issue, task_id, info, false).await
+}
+
+/// [`claim_issue`], told by the caller's store whether a claim of this task was left
+/// half-done (a pending claim intent, issue 19). Then our own first claim marker is proof
+/// enough that the issue is ours, whatever labels the interrupted swap left: a task's own
+/// claim is never mistaken for someone else's release.
+pub async fn claim_issue_resuming(
+    client: &GithubClient,
+    labels: &Labels,
+    issue: &IssueRef,
+    task_id: &str,
+    info: &ClaimInfo,
+    resuming: bool,
+) -> Result<ClaimedTask, ClaimError> {
     let found: Issue = client
         .get_json(&format!("reading issue {issue}"), &issue.api_path())
         .await?;
@@ -88,7 +103,8 @@ pub async fn claim_issue(
             )));
         }
     }
-    let held = has(&labels.claimed) && first.is_some();
+    let ours = first.as_deref() == Some(info.claimant.as_str());
+    let held = ours && (has(&labels.claimed) || resuming);
     if !has(&labels.ready) && !held {
         return Err(no_longer(format!(
             "{issue} no longer carries the `{}` label",
@@ -98,7 +114,8 @@ pub async fn claim_issue(
     // The comment is the record of ownership, so it goes first and the labels follow:
     // a crash between the two leaves the issue offered with our marker (the retry
     // finishes the swap), never claimed-labelled with no owner (which nobody would take
-    // again), and an instance that lost the race never touches the labels.
+    // again), and an instance that lost the race never touches the labels. The claimed
+    // label is added before the ready label goes: no instant has neither (issue 19).
     let marker = claim_marker(task_id, info.attempt, &info.claimant);
     let body = format!(
         "Polyphony claimed this issue as task `{task_id}`: attempt {} by agent `{}`.\n\n{marker}",
@@ -118,11 +135,12 @@ pub async fn claim_issue(
             }
         }
     }
-    if has(&labels.ready) {
-        remove_label(client, issue, &labels.ready).await?;
-    }
     if !has(&labels.claimed) {
         add_labels(client, issue, &[labels.claimed.as_str()]).await?;
+    }
+    crate::failpoint::hit("claim-labels");
+    if has(&labels.ready) {
+        remove_label(client, issue, &labels.ready).await?;
     }
     Ok(ClaimedTask {
         task_id: task_id.to_string(),

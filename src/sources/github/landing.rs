@@ -79,9 +79,11 @@ pub async fn land(
         ensure_comment(client, issue, &marker, &comment, None).await?;
 
     let labels = &settings.labels;
+    // The new label first, then the old ones go: no instant without a label (issue 19).
+    add_labels(client, issue, &[labels.landed.as_str()]).await?;
+    crate::failpoint::hit("land-labels");
     remove_label(client, issue, &labels.ready).await?;
     remove_label(client, issue, &labels.claimed).await?;
-    add_labels(client, issue, &[labels.landed.as_str()]).await?;
     Ok(Reported {
         pr_url: Some(pr_url),
         pr_number: Some(pr.number),
@@ -166,9 +168,10 @@ pub async fn block(
         labels.ready
     );
     let (comment_id, created) = ensure_comment(client, issue, &marker, &body, None).await?;
+    add_labels(client, issue, &[labels.blocked.as_str()]).await?;
+    crate::failpoint::hit("block-labels");
     remove_label(client, issue, &labels.ready).await?;
     remove_label(client, issue, &labels.claimed).await?;
-    add_labels(client, issue, &[labels.blocked.as_str()]).await?;
     Ok(Reported {
         pr_url: None,
         pr_number: None,

@@ -241,8 +241,27 @@ impl GithubSource {
         task: &Task,
         info: &ClaimInfo,
     ) -> Result<ClaimedTask, ClaimError> {
+        self.claim_issue_resuming(task, info, false).await
+    }
+
+    /// Claim the issue behind `task`, finishing a claim this home left half-done (see
+    /// [`claim::claim_issue_resuming`]).
+    pub async fn claim_issue_resuming(
+        &self,
+        task: &Task,
+        info: &ClaimInfo,
+        resuming: bool,
+    ) -> Result<ClaimedTask, ClaimError> {
         let issue = issue_of(task)?;
-        claim::claim_issue(&self.client, &self.settings.labels, &issue, &task.id, info).await
+        claim::claim_issue_resuming(
+            &self.client,
+            &self.settings.labels,
+            &issue,
+            &task.id,
+            info,
+            resuming,
+        )
+        .await
     }
 
     /// Open (or find) the pull request, comment once, label landed.

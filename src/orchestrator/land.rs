@@ -1,0 +1,132 @@
+//! Landing (spec §10, DESIGN.md "Proof of work and landing", issue 11): push exactly the
+//! verified commit, `<sha>:refs/heads/<branch>`, never force, then read the remote ref back
+//! and require it to equal the sha; for GitHub tasks, open the pull request with the
+//! evidence.
+//!
+//! Functions take what they need and return the landed branch or a [`Refusal`]; they never
+//! touch the store or the task's state (the pipeline records what comes back). Must not
+//! push a ref name read from the workspace: the agent and the checks could move it.
+
+use std::sync::Arc;
+
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, Task};
+use crate::sources::github::GithubSource;
+use crate::sources::Landed;
+use crate::workspace::{Workspace, WorkspaceError, WorkspaceManager};
+
+use super::verify::{one_line, Refusal};
+
+/// Pushes `sha` to the attempt's branch at the upstream; when that name is taken there by
+/// unrelated history (a reset home, another instance), to `fallback` instead. Returns the
+/// branch the remote now holds `sha` under, after checking it does.
+pub async fn push(
+    workspaces: Arc<WorkspaceManager>,
+    ws: Workspace,
+    sha: String,
+    fallback: String,
+    token: Option<String>,
+) -> Result<String, Refusal> {
+    let branch = ws.branch.clone();
+    tokio::task::spawn_blocking(move || push_blocking(&workspaces, &ws, &sha, &fallback, token))
+        .await
+        .map_err(Refusal::crash)?
+        .map_err(|e| Refusal::failed(format!("cannot push {branch}: {}", one_line(&e))))
+}
+
+fn push_blocking(
+    workspaces: &WorkspaceManager,
+    ws: &Workspace,
+    sha: &str,
+    fallback: &str,
+    token: Option<String>,
+) -> Result<String, String> {
+    let token = token.as_deref();
+    let branch = match workspaces.push_commit(ws, sha, &ws.branch, token) {
+        Err(WorkspaceError::PushRejected { reason, .. }) if is_name_taken(&reason) => {
+            workspaces
+                .push_commit(ws, sha, fallback, token)
+                .map_err(|e| e.to_string())?;
+            fallback.to_string()
+        }
+        Err(e) => return Err(e.to_string()),
+        Ok(()) => ws.branch.clone(),
+    };
+    let remote = workspaces
+        .remote_sha(ws, &branch, token)
+        .map_err(|e| format!("cannot read {branch} back from the remote: {e}"))?;
+    match remote {
+        Some(r) if r == sha => Ok(branch),
+        Some(r) => Err(format!(
+            "the remote's {branch} is {r}, not the verified commit {sha}"
+        )),
+        None => Err(format!(
+            "the remote has no {branch} after the push of {sha}"
+        )),
+    }
+}
+
+/// Whether a push rejection means the branch name exists upstream with other history.
+pub fn is_name_taken(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    reason.contains("non-fast-forward") || reason.contains("fetch first")
+}
+
+/// What the pull request and the landed comment say about the attempt.
+pub fn landed(
+    branch: &str,
+    ws: &Workspace,
+    attempt: u32,
+    result: Option<&RunResult>,
+    evidence: &[CheckEvidence],
+) -> Landed {
+    Landed {
+        branch: branch.to_string(),
+        base_ref: Some(ws.base_ref.clone()),
+        title: String::new(),
+        summary: result
+            .and_then(|r| r.final_message.clone())
+            .unwrap_or_default(),
+        agent: result.map(|r| r.agent.clone()).unwrap_or_default(),
+        attempt,
+        evidence: evidence.to_vec(),
+        turns: result.map_or(0, |r| r.turns),
+        tokens: result.map(|r| r.tokens).unwrap_or_default(),
+        cost_usd: result.and_then(|r| r.cost_usd),
+    }
+}
+
+/// Opens (or finds) the pull request and posts the landed comment; returns its URL.
+pub async fn open_pull_request(
+    github: &GithubSource,
+    task: &Task,
+    landed: &Landed,
+) -> Result<Option<String>, Refusal> {
+    github
+        .land(task, landed)
+        .await
+        .map(|reported| reported.pr_url)
+        .map_err(|e| {
+            Refusal::new(
+                AttemptStatus::Failed,
+                format!("cannot open the pull request: {}", one_line(&e.to_string())),
+            )
+            .with_evidence(landed.evidence.clone())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_taken_rejections() {
+        for (reason, taken) in [
+            ("[rejected] (non-fast-forward)", true),
+            ("[rejected] (fetch first)", true),
+            ("[remote rejected] (pre-receive hook declined)", false),
+            ("", false),
+        ] {
+            assert_eq!(is_name_taken(reason), taken, "{reason:?}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Verification, the proof of work (spec §10, DESIGN.md "Proof of work", issue 11): ONE
+//! commit is made after the agent exits, and everything that judges the attempt judges that
+//! commit only. The gates read its objects (diff, protected paths, submodules, filter
+//! attributes, file sizes, known secrets); each check command runs in a fresh container
+//! over a clean checkout of it in a directory this module creates, so nothing the agent
+//! left in its workspace (`.git`, hooks, config, ignored or `.git/info/exclude`d files)
+//! reaches a check, and nothing a check writes reaches what lands.
+//!
+//! Functions take what they need and return evidence or a [`Refusal`]; they never touch the
+//! store or the task's state (the pipeline records what comes back).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::agents::scrub::Scrubber;
+use crate::config::VerifySettings;
+use crate::domain::{AttemptStatus, CheckEvidence, RunSpec};
+use crate::runtime::container_spec::verify_spec;
+use crate::runtime::{self, WorkerRuntime};
+use crate::workspace::{Author, CommitOutcome, TreeChange, Workspace, WorkspaceManager};
+
+use super::proof::{self, ProtectedPaths};
+
+/// Why verification (or landing) refused the attempt.
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: AttemptStatus,
+    pub reason: String,
+    pub evidence: Vec<CheckEvidence>,
+}
+
+impl Refusal {
+    pub fn new(status: AttemptStatus, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            reason: reason.into(),
+            evidence: Vec::new(),
+        }
+    }
+
+    pub fn crash(err: impl std::fmt::Display) -> Refusal {
+        Refusal::new(AttemptStatus::Crash, one_line(&err.to_string()))
+    }
+
+    /// A refusal over the agent's work (not an orchestrator fault): FAILED, retried.
+    pub fn failed(err: impl std::fmt::Display) -> Refusal {
+        Refusal::new(AttemptStatus::Failed, one_line(&err.to_string()))
+    }
+
+    pub fn with_evidence(mut self, evidence: Vec<CheckEvidence>) -> Refusal {
+        self.evidence = evidence;
+        self
+    }
+}
+
+/// The secrets a landing commit must not carry, each with the name it is reported under.
+pub struct NamedSecrets {
+    // One matcher per value, so a hit names its variable (never its value).
+    secrets: Vec<(String, Scrubber)>,
+}
+
+impl NamedSecrets {
+    /// `(name, value)` pairs; values shorter than the scrubber's minimum are ignored.
+    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> NamedSecrets {
+        NamedSecrets {
+            secrets: pairs
+                .into_iter()
+                .map(|(name, value)| (name, Scrubber::new([value])))
+                .filter(|(_, s)| !s.is_empty())
+                .collect(),
+        }
+    }
+
+    /// The name of the first secret whose value occurs in `text`.
+    pub fn find(&self, text: &str) -> Option<&str> {
+        self.secrets
+            .iter()
+            .find(|(_, s)| s.find_secret(text).is_some())
+            .map(|(name, _)| name.as_str())
+    }
+}
+
+/// Makes the one landing commit of the attempt (see `WorkspaceManager::commit_once`). A
+/// workspace git refuses to read (a FIFO, a symlinked `.git`) fails the attempt, not the
+/// daemon.
+pub async fn commit(
+    workspaces: Arc<WorkspaceManager>,
+    ws: Workspace,
+    author: Author,
+    message: String,
+) -> Result<CommitOutcome, Refusal> {
+    tokio::task::spawn_blocking(move || workspaces.commit_once(&ws, &author, &message))
+        .await
+        .map_err(Refusal::crash)?
+        .map_err(|e| match e {
+            crate::workspace::WorkspaceError::InvalidInput { .. } => {
+                Refusal::failed(format!("cannot commit the agent's work: {e}"))
+            }
+            e => Refusal::crash(format!("cannot commit the agent's work: {e}")),
+        })
+}
+
+/// What the gates judge besides the commit.
+pub struct GateRules {
+    pub settings: VerifySettings,
+    /// The commands the checks will run (their scripts are protected when
+    /// `verify.protect_check_scripts` is set).
+    pub check_commands: Vec<String>,
+    pub secrets: Arc<NamedSecrets>,
+}
+
+/// The gates over commit `sha` in order: diff, protected paths, submodules, attributes,
+/// file size, secrets. A failed secrets gate's reason says "secret … diff", which
+/// `failure::classify` reads as permanent (BLOCKED at once, no retry).
+pub async fn gates(
+    workspaces: Arc<WorkspaceManager>,
+    ws: Workspace,
+    sha: String,
+    rules: GateRules,
+) -> Result<Vec<CheckEvidence>, Refusal> {
+    tokio::task::spawn_blocking(move || gates_blocking(&workspaces, &ws, &sha, &rules))
+        .await
+        .map_err(Refusal::crash)?
+}
+
+fn gates_blocking(
+    workspaces: &WorkspaceManager,
+    ws: &Workspace,
+    sha: &str,
+    rules: &GateRules,
+) -> Result<Vec<CheckEvidence>, Refusal> {
+    let changes = workspaces
+        .changes(ws, sha)
+        .map_err(|e| Refusal::crash(format!("cannot list the changes of {sha}: {e}")))?;
+    let paths: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+    let settings = &rules.settings;
+    let mut globs = settings.protected_paths.clone();
+    if settings.protect_check_scripts {
+        for command in &rules.check_commands {
+            globs.extend(proof::check_entry_points(command));
+        }
+    }
+    let protected = ProtectedPaths::new(&globs)
+        .map_err(|e| Refusal::crash(format!("verify.protected_paths: {e}")))?;
+    let read = |c: &TreeChange| {
+        workspaces
+            .blob(ws, &c.new_oid)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| Refusal::crash(format!("cannot read {} at {sha}: {e}", c.path)))
+    };
+    let mut attributes = Vec::new();
+    for c in changes
+        .iter()
+        .filter(|c| c.has_blob() && proof::is_attributes_file(&c.path))
+    {
+        attributes.push((c.path.clone(), read(c)?));
+    }
+    let mut found = None;
+    for c in changes
+        .iter()
+        .filter(|c| c.has_blob() && c.size.is_some_and(|s| s <= settings.max_file_bytes))
+    {
+        if let Some(name) = rules.secrets.find(&read(c)?) {
+            found = Some((name.to_string(), c.path.clone()));
+            break;
+        }
+    }
+    Ok(vec![
+        proof::diff_gate(&paths),
+        proof::protected_gate(&protected, &paths),
+        proof::submodule_gate(&changes, settings.allow_submodules),
+        proof::attributes_gate(&attributes, settings.allow_attribute_filters),
+        proof::size_gate(&changes, settings.max_file_bytes),
+        proof::secret_gate(found.as_ref().map(|(n, p)| (n.as_str(), p.as_str()))),
+    ])
+}
+
+/// Everything a check run needs from the attempt.
+pub struct CheckRun<'a> {
+    pub runtime: &'a dyn WorkerRuntime,
+    pub workspaces: Arc<WorkspaceManager>,
+    pub ws: &'a Workspace,
+    pub sha: &'a str,
+    pub spec: &'a RunSpec,
+    pub home_label: &'a str,
+    pub default_user: &'a str,
+    /// `(uid, gid)` the clean checkout is chowned to (the container user).
+    pub owner: Option<(u32, u32)>,
+    pub scrub: runtime::execute::Scrub<'a>,
+    pub cancel: watch::Receiver<bool>,
+    /// Told each check's evidence as it completes.
+    pub on_check: &'a (dyn Fn(&CheckEvidence) + Send + Sync),
+}
+
+/// Where check `n`'s clean checkout goes: beside the attempt's workspace, so cleanup and the
+/// workspace root's guards cover it.
+pub fn check_dir(ws: &Workspace, n: u32) -> std::path::PathBuf {
+    let name = ws
+        .path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    ws.path.with_file_name(format!("{name}.check-{n}"))
+}
+
+/// Why the checks stopped short of passing.
+#[derive(Debug)]
+pub enum ChecksStopped {
+    /// A check failed or timed out: the evidence so far, the failed check last.
+    Failed(Vec<CheckEvidence>),
+    /// The checkout or the engine failed (not the agent's fault).
+    Crashed(String),
+    Cancelled,
+}
+
+/// Runs each check of `run.spec` in its own container over its own clean checkout of
+/// `run.sha` (removed afterwards); stops at the first failure. Returns the checks' evidence.
+pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksStopped> {
+    let mut evidence = Vec::new();
+    for (n, check) in run.spec.verification.iter().enumerate() {
+        let n = n as u32 + 1;
+        if *run.cancel.borrow() {
+            return Err(ChecksStopped::Cancelled);
+        }
+        let dir = check_dir(run.ws, n);
+        let made = prepare_check_dir(&run, &dir).await;
+        let outcome = match made {
+            Ok(()) => {
+                let mut spec = run.spec.clone();
+                spec.workspace = dir.clone();
+                let container =
+                    verify_spec(&spec, n, &check.command, run.home_label, run.default_user);
+                runtime::run_check(
+                    run.runtime,
+                    &container,
+                    Duration::from_secs(check.timeout_seconds),
+                    run.scrub,
+                )
+                .await
+                .map_err(|e| format!("cannot run check `{}`: {e}", check.name))
+            }
+            Err(e) => Err(e),
+        };
+        remove_dir(&run.workspaces, &dir).await;
+        let r = outcome.map_err(ChecksStopped::Crashed)?;
+        let passed = !r.timed_out && r.exit_code == Some(0);
+        let mut tail = r.output_tail;
+        if r.timed_out {
+            tail.push_str(&format!(
+                "\n(killed after the {}s timeout)",
+                check.timeout_seconds
+            ));
+        }
+        let e = CheckEvidence {
+            name: check.name.clone(),
+            command: check.command.clone(),
+            exit_code: r.exit_code,
+            duration_ms: r.duration.as_millis() as u64,
+            passed,
+            output_tail: tail,
+        };
+        (run.on_check)(&e);
+        let passed = e.passed;
+        evidence.push(e);
+        if !passed {
+            return Err(ChecksStopped::Failed(evidence));
+        }
+    }
+    Ok(evidence)
+}
+
+async fn prepare_check_dir(run: &CheckRun<'_>, dir: &std::path::Path) -> Result<(), String> {
+    // A leftover of a run the daemon did not finish: never reused.
+    remove_dir(&run.workspaces, dir).await;
+    let workspaces = run.workspaces.clone();
+    let ws = run.ws.clone();
+    let sha = run.sha.to_string();
+    let owner = run.owner;
+    let dest = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || workspaces.checkout(&ws, &sha, &dest, owner))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot check out the commit for the checks: {e}"))
+}
+
+async fn remove_dir(workspaces: &Arc<WorkspaceManager>, dir: &std::path::Path) {
+    let workspaces = workspaces.clone();
+    let dir = dir.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Err(e) = workspaces.remove(&dir) {
+            tracing::warn!(path = %dir.display(), error = %e, "cannot remove a check directory");
+        }
+        let _ = std::fs::remove_file(dir.with_extension("index"));
+    })
+    .await;
+}
+
+/// The refusal for failed evidence: names each failed gate or check.
+pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
+    let failed: Vec<String> = evidence
+        .iter()
+        .filter(|e| !e.passed)
+        .map(|e| match e.exit_code {
+            Some(code) if !e.command.is_empty() => format!("{} exited {code}", e.name),
+            None if !e.command.is_empty() => format!("{} timed out", e.name),
+            _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
+        })
+        .collect();
+    Refusal {
+        status: AttemptStatus::Failed,
+        reason: format!("verification failed: {}", failed.join("; ")),
+        evidence,
+    }
+}
+
+/// The first line of a message, for transition reasons.
+pub fn one_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut out: String = line.trim().chars().take(300).collect();
+    if text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+        out.push_str(" …");
+    }
+    out
+}

@@ -1,0 +1,700 @@
+//! Landing integrity (issue 11, "the pushed commit is the verified commit"): a hostile
+//! scripted agent (images/test/fake, the `repoint-branch`, `exclude-hidden`, `fifo-index`,
+//! `gitmodules`, `attr-filter`, `big-file` and `leak-secret` scenarios) drives the BUILT
+//! binary through the real pipeline: real Docker, real git with a local bare origin, and the
+//! stateful fake GitHub where the attack is about the orchestrator's token. Each attack must
+//! fail safely: the attempt FAILED or BLOCKED with a clear reason (or, where the attack is
+//! simply neutralised, exactly the verified commit lands), nothing unverified pushed, no
+//! secret stored, no container left.
+//!
+//! Also: resuming one attempt after restarts is capped; `config check` warns about
+//! unprotected check scripts; and, without Docker, the workspace layer sees a gitlink,
+//! refuses a FIFO at `.git/index` and writes a check copy holding only the commit.
+//!
+//! Without an engine the Docker tests fail when `CI` is set, otherwise print `SKIPPED`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
+use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
+use serde_json::Value;
+use support::fake_github::{FakeGithub, NewIssue};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
+
+async fn image() -> Option<String> {
+    IMAGE
+        .get_or_init(|| async {
+            let rt = match DockerRuntime::connect().await {
+                Ok(rt) => rt,
+                Err(e) => {
+                    if std::env::var_os("CI").is_some() {
+                        panic!("Docker is required under CI: {e}");
+                    }
+                    println!("SKIPPED: no Docker engine ({e})");
+                    return None;
+                }
+            };
+            let tag = ensure_test_image(rt.client())
+                .await
+                .unwrap_or_else(|e| panic!("building the test image: {e}"));
+            Some(tag)
+        })
+        .await
+        .clone()
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
+const RUN_LIMIT: Duration = Duration::from_secs(240);
+/// The secret the leaking agent's identity carries (never stored anywhere).
+const SECRET: &str = "pp-test-secret-7f3c9a51d2e84b06";
+
+fn git(cwd: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The demo project (`add` subtracts, `sh test.sh` fails) as a bare origin, plus a branch
+/// `evil` whose one commit only changes `.github/workflows/ci.yml`.
+struct Origin {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    evil: String,
+}
+
+impl Origin {
+    fn new() -> Origin {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = write_sample_repo(dir.path()).expect("sample repo");
+        let work = dir.path().join("evil-work");
+        git(
+            dir.path(),
+            &["clone", "-q", &path.display().to_string(), "evil-work"],
+        );
+        std::fs::create_dir_all(work.join(".github/workflows")).expect("mkdir");
+        std::fs::write(
+            work.join(".github/workflows/ci.yml"),
+            "on: push\njobs: { steal: { runs-on: ubuntu-latest, steps: [ { run: 'curl evil' } ] } }\n",
+        )
+        .expect("ci.yml");
+        git(&work, &["checkout", "-q", "-b", "evil"]);
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "ci: harmless"]);
+        git(&work, &["push", "-q", "origin", "evil"]);
+        let evil = git(&work, &["rev-parse", "HEAD"]);
+        Origin {
+            _dir: dir,
+            path,
+            evil,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+
+    /// Branches under `polyphony/` in the origin, with their tips.
+    fn pushed(&self) -> Vec<(String, String)> {
+        git(
+            &self.path,
+            &[
+                "for-each-ref",
+                "--format=%(refname:short) %(objectname)",
+                "refs/heads/polyphony/",
+            ],
+        )
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(b, s)| (b.to_string(), s.to_string()))
+        .collect()
+    }
+
+    fn main_sha(&self) -> String {
+        git(&self.path, &["rev-parse", "main"])
+    }
+}
+
+struct Home {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    label: String,
+    github: Option<(String, String)>,
+}
+
+impl Home {
+    /// A home running every agent as `claude` in the test image; `verify` is appended to
+    /// config.yaml's `verify:` section.
+    fn new(image: &str, max_attempts: u32, verify: &str, github: Option<&FakeGithub>) -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("home");
+        write_home(&path, dir.path(), image).expect("home");
+        std::fs::write(
+            path.join("config.yaml"),
+            format!(
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: {max_attempts}\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\nverify:\n  timeout: 1m\n{verify}"
+            ),
+        )
+        .expect("config.yaml");
+        std::fs::write(
+            path.join("routing.yaml"),
+            "default:\n  agent: claude\n  fallback: []\n",
+        )
+        .expect("routing.yaml");
+        let logins = dir.path().join("logins");
+        std::fs::write(
+            path.join("identities.yaml"),
+            format!(
+                "identities:\n  - name: demo\n    volumes:\n      claude: {}\n    api_keys:\n      LEAKY_API_KEY: POLYPHONY_LANDING_SECRET\n",
+                logins.join("claude").display()
+            ),
+        )
+        .expect("identities.yaml");
+        let label = home_label(&path);
+        Home {
+            _dir: dir,
+            path,
+            label,
+            github: github.map(|g| (g.base_url().to_string(), g.token())),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("POLYPHONY_HOME", &self.path)
+            .env("POLYPHONY_LANDING_SECRET", SECRET)
+            .env("RUST_LOG", "info")
+            .env_remove("GH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        match &self.github {
+            Some((url, token)) => {
+                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
+            }
+            None => {
+                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
+            }
+        }
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = self.cmd(args).spawn().expect("spawn polyphony");
+        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
+            Ok(out) => out.expect("wait for polyphony"),
+            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
+        }
+    }
+
+    async fn enqueue(&self, origin: &Origin, scenario: &str, extra: &str) -> String {
+        let body = format!("Fix add().\n\npolyphony-fake: {scenario}\n{FIX_DIRECTIVE}\n{extra}");
+        let out = self
+            .run(&[
+                "enqueue",
+                "--repo",
+                &origin.path.display().to_string(),
+                "--body",
+                &body,
+                &format!("Fix add() ({scenario})"),
+            ])
+            .await;
+        assert!(out.status.success(), "{}", output(&out));
+        text(&out.stdout).trim().to_string()
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        let out = self.run(&["status", id, "--json"]).await;
+        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+    }
+
+    fn containers(&self) -> Vec<String> {
+        let out = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label=polyphony.home={}", self.label))
+            .output()
+            .expect("docker ps");
+        text(&out.stdout).lines().map(str::to_string).collect()
+    }
+
+    /// Every file under the home (database, transcripts, logs) holding `needle`.
+    fn files_containing(&self, needle: &str) -> Vec<PathBuf> {
+        let mut hits = Vec::new();
+        let mut stack = vec![self.path.clone()];
+        while let Some(p) = stack.pop() {
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if p.ends_with("workspaces") || p.ends_with("mirrors") {
+                    continue;
+                }
+                stack.extend(
+                    std::fs::read_dir(&p)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.path()),
+                );
+            } else if meta.is_file() {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    hits.push(p);
+                }
+            }
+        }
+        hits
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let ids = self.containers();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn output(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn state(v: &Value) -> &str {
+    v["task"]["state"].as_str().unwrap_or("")
+}
+
+/// Every attempt's reason, joined (what `status` shows the operator).
+fn reasons(v: &Value) -> String {
+    v["attempts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| a["reason"].as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Spawns a local task of `scenario` that must not land; returns its status.
+async fn refused(home: &Home, origin: &Origin, scenario: &str, extra: &str) -> Value {
+    let id = home.enqueue(origin, scenario, extra).await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert!(
+        matches!(state(&v), "FAILED" | "BLOCKED"),
+        "{scenario}: {}",
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    );
+    assert!(
+        origin.pushed().is_empty(),
+        "{scenario}: nothing may be pushed: {:?}",
+        origin.pushed()
+    );
+    assert!(home.containers().is_empty(), "{scenario}: containers left");
+    v
+}
+
+// ---------------------------------------------------------------------------- tests
+
+/// The check script (`sh test.sh`, rewritten by the agent) repoints the attempt branch at a
+/// commit that only changes `.github/workflows/ci.yml`. Checks run on a clean checkout with
+/// no `.git`, and the push names the verified sha: exactly that commit lands, with the
+/// orchestrator's token, and the PR's branch is it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_repoints_the_branch_cannot_change_what_is_pushed() {
+    let Some(image) = image().await else { return };
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = "acme/calc-repoint";
+    fake.add_repo(repo, &origin.url(), "main");
+    let n = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add()")
+            .body(&format!(
+                "Fix add().\n\npolyphony-fake: repoint-branch\n{FIX_DIRECTIVE}\n"
+            ))
+            .labels(&["agent-ready"]),
+    );
+    let home = Home::new(&image, 1, "", Some(&fake));
+    let issue = format!("{repo}#{n}");
+    let out = home.run(&["spawn", &issue]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+
+    let v = home.task(&issue).await;
+    assert_eq!(state(&v), "LANDED", "{}", reasons(&v));
+    let landed_sha = v["landing"]["commit_sha"].as_str().expect("commit_sha");
+    let pushed = origin.pushed();
+    assert_eq!(pushed.len(), 1, "{pushed:?}");
+    let (branch, tip) = &pushed[0];
+    assert_eq!(
+        tip, landed_sha,
+        "the remote holds exactly the verified commit"
+    );
+    assert_ne!(tip, &origin.evil, "the repointed commit was pushed");
+    assert_eq!(
+        git(&origin.path, &["rev-parse", &format!("{tip}^")]),
+        origin.main_sha(),
+        "one commit on the base"
+    );
+    let changed = git(
+        &origin.path,
+        &["diff", "--name-only", &origin.main_sha(), tip],
+    );
+    assert!(!changed.contains(".github"), "{changed}");
+    assert!(git(&origin.path, &["show", &format!("{tip}:calc.sh")]).contains("a + b"));
+    let pulls = fake.pulls(repo);
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(&pulls[0].head, branch);
+    assert!(home.containers().is_empty(), "containers left");
+}
+
+/// With `verify.protect_check_scripts`, the same attack is refused at the gate: the agent
+/// rewrote `test.sh`, which the check runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_check_scripts_refuse_a_rewritten_check() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "  protect_check_scripts: true\n", None);
+    let v = refused(&home, &origin, "repoint-branch", "").await;
+    let why = reasons(&v);
+    assert!(
+        why.contains("protected-paths") && why.contains("test.sh"),
+        "{why}"
+    );
+}
+
+/// The agent's fix lives in a file hidden by `.git/info/exclude`: it passes the check in
+/// the agent's tree, but the commit does not hold it, so verification fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_hidden_by_info_exclude_does_not_make_verification_pass() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "", None);
+    let v = refused(&home, &origin, "exclude-hidden", "").await;
+    let why = reasons(&v);
+    assert!(why.contains("verification failed: test exited 1"), "{why}");
+    let tail = v["attempts"][0]["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .find(|e| e["name"] == "test")
+        .and_then(|e| e["output_tail"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(tail.contains("FAIL: add 2 3 gave -1"), "{tail}");
+}
+
+/// A FIFO at `.git/index` once hung host-side git forever: now the attempt fails with the
+/// reason, and the daemon goes on to land the next task and exits when idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_git_fails_the_attempt_and_the_daemon_carries_on() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "", None);
+    let bad = home.enqueue(&origin, "fifo-index", "").await;
+    let good = home.enqueue(&origin, "succeed", "").await;
+    let out = home.run(&["daemon", "--exit-when-idle"]).await;
+    assert!(out.status.success(), "daemon: {}", output(&out));
+    let v = home.task(&bad).await;
+    assert!(matches!(state(&v), "FAILED" | "BLOCKED"), "{v:#}");
+    let why = reasons(&v);
+    assert!(why.contains(".git/index is a FIFO"), "{why}");
+    let g = home.task(&good).await;
+    assert_eq!(state(&g), "LANDED", "{}", reasons(&g));
+    let pushed = origin.pushed();
+    assert_eq!(pushed.len(), 1, "only the good task lands: {pushed:?}");
+    assert_eq!(
+        pushed[0].1,
+        g["landing"]["commit_sha"].as_str().unwrap_or("")
+    );
+    assert!(home.containers().is_empty(), "containers left");
+}
+
+/// `.gitmodules` and `.gitattributes` filter changes are refused by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submodule_and_filter_attribute_changes_are_refused() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "", None);
+    let v = refused(&home, &origin, "gitmodules", "").await;
+    let why = reasons(&v);
+    assert!(
+        why.contains("submodules") && why.contains(".gitmodules"),
+        "{why}"
+    );
+    let v = refused(&home, &origin, "attr-filter", "").await;
+    let why = reasons(&v);
+    assert!(
+        why.contains("attributes") && why.contains(".gitattributes"),
+        "{why}"
+    );
+}
+
+/// A file above `verify.max_file_size` is refused, naming the file and its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_over_the_size_limit_is_refused() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "  max_file_size: 1m\n", None);
+    let v = refused(&home, &origin, "big-file", "polyphony-fake-size: 2097152\n").await;
+    let why = reasons(&v);
+    assert!(why.contains("big.bin (2097152 bytes)"), "{why}");
+}
+
+/// The agent writes its identity's API key into a file: the task is BLOCKED at once (no
+/// retry although max_attempts is 3), the reason names the variable, and the value is in
+/// no stored file, log or branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_the_diff_blocks_the_task_without_retry() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 3, "", None);
+    let id = home
+        .enqueue(
+            &origin,
+            "leak-secret",
+            "polyphony-fake-echo: LEAKY_API_KEY\n",
+        )
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "BLOCKED", "{v:#}");
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "no retry");
+    let why = reasons(&v);
+    assert!(
+        why.contains("LEAKY_API_KEY") && why.contains("leak.txt"),
+        "{why}"
+    );
+    assert!(!why.contains(SECRET));
+    assert!(origin.pushed().is_empty(), "{:?}", origin.pushed());
+    let hits = home.files_containing(SECRET);
+    assert!(hits.is_empty(), "the secret reached {hits:?}");
+    assert!(home.containers().is_empty(), "containers left");
+}
+
+// ------------------------------------------------------------- workspace layer, no Docker
+
+fn prepared(
+    dir: &Path,
+) -> (
+    polyphony::workspace::WorkspaceManager,
+    polyphony::workspace::Workspace,
+) {
+    let origin = write_sample_repo(dir).expect("sample repo");
+    let manager = polyphony::workspace::WorkspaceManager::new(dir.join("ws"), dir.join("mirrors"));
+    let ws = manager
+        .prepare(&polyphony::workspace::PrepareRequest {
+            repo: origin.display().to_string(),
+            task_id: "local-1".into(),
+            attempt: 1,
+            base_ref: None,
+            branch: "polyphony/local-1-a1".into(),
+            token: None,
+            owner: None,
+        })
+        .expect("prepare");
+    (manager, ws)
+}
+
+fn author() -> polyphony::workspace::Author {
+    polyphony::workspace::Author {
+        name: "Polyphony".into(),
+        email: "p@example.invalid".into(),
+    }
+}
+
+/// A nested repository the agent left in its tree becomes a gitlink in the landing commit
+/// (mode 160000), and the submodule gate refuses it.
+#[test]
+fn an_embedded_repository_is_seen_as_a_gitlink_and_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (manager, ws) = prepared(dir.path());
+    let nested = ws.path.join("vendor/lib");
+    std::fs::create_dir_all(&nested).expect("mkdir");
+    git(&nested, &["init", "-q"]);
+    std::fs::write(nested.join("x"), "x").expect("w");
+    git(&nested, &["add", "x"]);
+    git(&nested, &["commit", "-qm", "x"]);
+    let commit = manager.commit_once(&ws, &author(), "land").expect("commit");
+    let sha = commit.sha.expect("a commit");
+    let changes = manager.changes(&ws, &sha).expect("changes");
+    let link = changes
+        .iter()
+        .find(|c| c.path == "vendor/lib")
+        .expect("the gitlink");
+    assert_eq!(link.new_mode, "160000");
+    let gate = polyphony::orchestrator::proof::submodule_gate(&changes, false);
+    assert!(
+        !gate.passed && gate.output_tail.contains("vendor/lib"),
+        "{gate:?}"
+    );
+}
+
+/// A FIFO at `.git/index` is refused before any git command opens it (it would block).
+#[test]
+fn a_fifo_at_the_index_is_refused_without_hanging() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (manager, ws) = prepared(dir.path());
+    let index = ws.path.join(".git/index");
+    std::fs::remove_file(&index).expect("rm index");
+    let c = std::ffi::CString::new(index.display().to_string()).expect("path");
+    // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let started = std::time::Instant::now();
+    let err = manager
+        .commit_once(&ws, &author(), "land")
+        .expect_err("refused");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(err.to_string().contains(".git/index is a FIFO"), "{err}");
+}
+
+/// The clean checkout holds the commit's files only: no `.git`, no ignored or excluded file.
+#[test]
+fn the_check_copy_holds_only_the_commit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (manager, ws) = prepared(dir.path());
+    std::fs::write(ws.path.join("calc.sh"), "add() { echo $(($1 + $2)); }\n").expect("w");
+    std::fs::write(ws.path.join(".hidden"), "x").expect("w");
+    std::fs::write(ws.path.join(".git/info/exclude"), "/.hidden\n").expect("w");
+    let sha = manager
+        .commit_once(&ws, &author(), "land")
+        .expect("commit")
+        .sha
+        .expect("sha");
+    // The branch moving afterwards changes nothing: the copy is of the sha.
+    git(
+        &ws.path,
+        &[
+            "update-ref",
+            "refs/heads/polyphony/local-1-a1",
+            &ws.base_sha,
+        ],
+    );
+    let dest = dir.path().join("ws").join("copy");
+    manager.checkout(&ws, &sha, &dest, None).expect("checkout");
+    assert!(!dest.join(".git").exists());
+    assert!(!dest.join(".hidden").exists());
+    assert!(std::fs::read_to_string(dest.join("calc.sh"))
+        .expect("calc.sh")
+        .contains("$1 + $2"));
+    assert!(dest.join("test.sh").exists());
+}
+
+/// `config check` warns when a verify command runs a repository file the agent may change,
+/// and is quiet once the file is protected (or `protect_check_scripts` is set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_warns_about_unprotected_check_scripts() {
+    for (verify, warns) in [
+        ("  test: sh test.sh\n  lint: make lint\n", true),
+        (
+            "  test: sh test.sh\n  lint: make lint\n  protected_paths: ['.github/**', test.sh, Makefile]\n",
+            false,
+        ),
+        ("  test: sh test.sh\n  protect_check_scripts: true\n", false),
+    ] {
+        let home = Home::new("img:1", 1, verify, None);
+        let out = home.run(&["config", "check"]).await;
+        assert!(out.status.success(), "{}", output(&out));
+        let err = text(&out.stderr);
+        assert_eq!(
+            err.contains("verify.test runs `test.sh`, which the agent may change"),
+            warns,
+            "{verify}: {err}"
+        );
+        assert_eq!(err.contains("verify.lint runs `Makefile`"), warns, "{err}");
+    }
+}
+
+/// Issue 11: an attempt that keeps the daemon from finishing it (here: killed with -9 each
+/// time it runs) is resumed at most three times; the next restart gives it up with the
+/// reason, kills its container and the daemon carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_one_attempt_after_restarts_is_capped() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, 1, "", None);
+    let id = home.enqueue(&origin, "hang", "").await;
+    let resumes = || -> u32 {
+        rusqlite::Connection::open(home.path.join("queue.db"))
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT value FROM kv WHERE key = ?1",
+                    [format!("resumes:{id}:1")],
+                    |r| r.get::<_, String>(0),
+                )
+            })
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    // Round 0 runs the attempt; rounds 1-3 resume it; round 4 gives it up.
+    for round in 0..=4u32 {
+        let mut daemon = home.cmd(&["daemon"]).spawn().expect("daemon");
+        let started = std::time::Instant::now();
+        loop {
+            let v = home.task(&id).await;
+            if round < 4 && state(&v) == "RUNNING" && resumes() == round {
+                break;
+            }
+            if round == 4 && matches!(state(&v), "FAILED" | "BLOCKED") {
+                let why = reasons(&v);
+                assert!(why.contains("was resumed 3 times after restarts"), "{why}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "round {round}: {v:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // SIGKILL: the container stays and the next daemon re-attaches to it.
+        daemon.start_kill().expect("kill -9");
+        let _ = daemon.wait().await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !home.containers().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(home.containers().is_empty(), "containers left");
+}
