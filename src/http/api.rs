@@ -22,12 +22,40 @@ use crate::store::{Store, StoreError, TaskFilter};
 pub const DEFAULT_PAGE: usize = 100;
 
 /// `{"error": …, "fix": …}` with `status`.
-pub fn error_response(status: StatusCode, error: &str, fix: &str) -> Response {
-    (status, Json(json!({ "error": error, "fix": fix }))).into_response()
+pub fn error_response(status: StatusCode, error: &str, fix: &'static str) -> Response {
+    ApiError::new(status, error, fix).into_response()
 }
 
-fn store_failure(e: impl std::fmt::Display) -> Response {
-    error_response(
+/// A refused or failed request: its status and the `{"error", "fix"}` body.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    error: String,
+    fix: &'static str,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error: &str, fix: &'static str) -> ApiError {
+        ApiError {
+            status,
+            error: error.to_string(),
+            fix,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({ "error": self.error, "fix": self.fix })),
+        )
+            .into_response()
+    }
+}
+
+fn store_failure(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         &format!("the queue cannot be read: {e}"),
         "run `polyphony doctor` on the host",
@@ -38,7 +66,7 @@ fn store_failure(e: impl std::fmt::Display) -> Response {
 async fn with_store<T: Send + 'static>(
     db: std::path::PathBuf,
     f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, Response> {
+) -> Result<T, ApiError> {
     let joined = tokio::task::spawn_blocking(move || {
         let store = Store::open(&db)?;
         f(&store)
@@ -59,7 +87,7 @@ pub async fn health(State(s): State<Shared>) -> Response {
             "schema_version": schema,
         }))
         .into_response(),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -70,7 +98,7 @@ pub async fn metrics(State(s): State<Shared>) -> Response {
             crate::metrics::render(&counts),
         )
             .into_response(),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -86,10 +114,10 @@ pub struct ListQuery {
 }
 
 /// The filter a query asks for, or the 400 naming the bad parameter.
-fn filter_of(q: &ListQuery) -> Result<TaskFilter, Response> {
+fn filter_of(q: &ListQuery) -> Result<TaskFilter, ApiError> {
     let state = match &q.state {
         Some(s) => Some(s.to_ascii_uppercase().parse::<TaskState>().map_err(|_| {
-            error_response(
+            ApiError::new(
                 StatusCode::BAD_REQUEST,
                 &format!("`state={s}` is not a task state"),
                 "use one of DISCOVERED, CLAIMED, ROUTED, PROVISIONED, RUNNING, VERIFYING, LANDED, FAILED, BLOCKED",
@@ -101,7 +129,7 @@ fn filter_of(q: &ListQuery) -> Result<TaskFilter, Response> {
         Some("local") => Some(SourceKind::Local),
         Some("github") => Some(SourceKind::Github),
         Some(other) => {
-            return Err(error_response(
+            return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 &format!("`source={other}` is not a source"),
                 "use `local` or `github`",
@@ -142,7 +170,7 @@ pub async fn list_tasks(
     };
     let filter = match filter_of(&q) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let limit = match q.limit.unwrap_or(DEFAULT_PAGE) {
         0 => None,
@@ -153,8 +181,8 @@ pub async fn list_tasks(
     let db = s.db.clone();
     let store = match tokio::task::spawn_blocking(move || Store::open(&db)).await {
         Ok(Ok(store)) => store,
-        Ok(Err(e)) => return store_failure(e),
-        Err(e) => return store_failure(e),
+        Ok(Err(e)) => return store_failure(e).into_response(),
+        Err(e) => return store_failure(e).into_response(),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
@@ -212,7 +240,7 @@ pub async fn show_task(State(s): State<Shared>, Path(id): Path<String>) -> Respo
     match with_store(s.db.clone(), move |store| store.task_detail_json(&wanted)).await {
         Ok(Some(detail)) => Json(detail).into_response(),
         Ok(None) => not_found(&id),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -243,7 +271,7 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
     .await;
     let (running, counts, failed, spend) = match read {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let parked: Vec<_> = failed
         .iter()

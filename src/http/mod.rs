@@ -223,11 +223,14 @@ pub fn encode_segment(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// (method, token presented, token configured, token for reads, expected)
+    type Case<'a> = (&'a Method, Option<&'a str>, Option<&'a str>, bool, Access);
+
     #[test]
     fn access_rules() {
         let get = Method::GET;
         let post = Method::POST;
-        let cases: &[(&Method, Option<&str>, Option<&str>, bool, Access)] = &[
+        let cases: &[Case<'_>] = &[
             // Loopback reads without a token are open unless configured otherwise.
             (&get, None, None, false, Access::Allowed),
             (&get, None, Some("t"), false, Access::Allowed),
