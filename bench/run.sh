@@ -4,7 +4,7 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status ingest clone spawn daemon (default: all of them)
+#   SECTION: queue status ingest clone spawn daemon http (default: all of them)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
@@ -14,7 +14,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status ingest clone spawn daemon"
+ALL="queue status ingest clone spawn daemon http"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -69,6 +69,16 @@ section_status() {
   "$harness" status
 }
 
+section_http() {
+  echo "Issue 16. The daemon's JSON API, /metrics and dashboard over loopback at 100k tasks, and"
+  echo "its memory and write latency with 50 Server-Sent-Events clients on a running attempt."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS)bench/run.sh http\` (examples/bench/http.rs)"
+  echo
+  "$harness" http
+}
+
 section_ingest() {
   echo "Issue 8 item 5. \`polyphony replay FILE --agent A\` streams a saved transcript through the"
   echo "agent's adapter (the same classify/observe path the daemon uses on live output)."
@@ -121,6 +131,7 @@ heading() {
     clone) echo "Clone per attempt" ;;
     spawn) echo "Spawn overhead" ;;
     daemon) echo "Daemon memory" ;;
+    http) echo "HTTP API and dashboard" ;;
   esac
 }
 

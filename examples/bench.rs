@@ -13,6 +13,8 @@
 //!   (fixture lines repeated) under `/usr/bin/time -v`, beside `wc -l` and `cat`.
 //!
 //! - `spawn`, `daemon`: real attempts on the Docker engine (examples/bench/attempts.rs).
+//! - `http`: the daemon's API, metrics and dashboard at `BENCH_STATUS_TASKS` tasks, and
+//!   its memory with 50 SSE clients (examples/bench/http.rs).
 //!
 //! Adding a section is one more function returning its Markdown and one arm in `main`,
 //! plus one line in bench/run.sh.
@@ -36,6 +38,8 @@ use rusqlite::{Connection, TransactionBehavior};
 
 #[path = "bench/attempts.rs"]
 mod attempts;
+#[path = "bench/http.rs"]
+mod http;
 
 fn main() -> anyhow::Result<()> {
     let section = std::env::args().nth(1).unwrap_or_default();
@@ -46,9 +50,12 @@ fn main() -> anyhow::Result<()> {
         "ingest" => ingest(&cfg)?,
         "spawn" => attempts::spawn(&cfg)?,
         "daemon" => attempts::daemon(&cfg)?,
+        "http" => http::http(&cfg)?,
         "claim-worker" => return claim_worker(),
         other => {
-            bail!("unknown section `{other}` (expected queue, status, ingest, spawn or daemon)")
+            bail!(
+                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon or http)"
+            )
         }
     };
     print!("{markdown}");

@@ -145,3 +145,84 @@ pub fn tasks() -> Vec<DemoTask> {
         },
     ]
 }
+
+// ---------------------------------------------------------------- demo --real-claude
+
+/// What the scripted model does in `demo --real-claude`, decided from the request the REAL
+/// Claude Code sent (the task's title and, on a repair round, the failing check's output are
+/// in its prompt). `limited`: this is the API of the identity that is out of quota.
+pub fn real_claude_script(
+    turn: &crate::scripted_model::Turn<'_>,
+    limited: bool,
+    reset_epoch: i64,
+) -> crate::scripted_model::Reply {
+    use crate::scripted_model::Reply;
+    let t = turn.transcript;
+    if t.contains("tool_result") {
+        return Reply::Text("Done: see the diff.".into());
+    }
+    if limited && t.contains("claude is out of quota") {
+        return Reply::RateLimited {
+            retry_after_secs: 3600,
+            reset_epoch,
+        };
+    }
+    let no_fix = t.contains("the agent never gets it right")
+        || (t.contains("needs a repair round") && !t.contains("FAIL: add 2 3 gave -1"));
+    if no_fix {
+        Reply::Bash("echo 'add() looks fine to me' >> NOTES.md".into())
+    } else {
+        Reply::Bash("sed -i 's/a - b/a + b/' calc.sh".into())
+    }
+}
+
+/// Host variables the real-Claude demo home's identities read (set by the demo itself).
+pub const REAL_KEY_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_KEY";
+pub const REAL_URL_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_URL";
+pub const REAL_URL2_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_URL_2";
+
+/// A home whose agents are the real Claude in `image` on the Docker network `network`:
+/// profile `claude` (identity `demo`, whose API is out of quota for one task) falls back to
+/// `claude-b` (identity `second`). `user`: the container user when the daemon is root.
+pub fn write_real_home(
+    home: &Path,
+    dir: &Path,
+    image: &str,
+    network: &str,
+    user: Option<&str>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(home)?;
+    let login = dir.join("logins").join("claude");
+    std::fs::create_dir_all(&login)?;
+    std::fs::write(login.join("settings.json"), "{}\n")?;
+    let user = user.map_or(String::new(), |u| format!("  user: \"{u}\"\n"));
+    std::fs::write(
+        home.join("config.yaml"),
+        format!(
+            "# Written by `polyphony demo --real-claude`.\npoll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  network: network:{network}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n"
+        ),
+    )?;
+    let identity = |name: &str, url_var: &str| {
+        format!(
+            "  - name: {name}\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: {REAL_KEY_VAR}\n      ANTHROPIC_BASE_URL: {url_var}\n",
+            login.display()
+        )
+    };
+    std::fs::write(
+        home.join("identities.yaml"),
+        format!(
+            "identities:\n{}{}",
+            identity("demo", REAL_URL_VAR),
+            identity("second", REAL_URL2_VAR)
+        ),
+    )?;
+    std::fs::write(
+        home.join("agents.yaml"),
+        "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude-b\n    agent_type: claude\n    identity: second\n",
+    )?;
+    std::fs::write(
+        home.join("routing.yaml"),
+        "# The real Claude; a second Claude identity takes over when the first is out of quota.\ndefault:\n  agent: claude\n  fallback: [claude-b]\n",
+    )?;
+    Ok(())
+}

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::domain::AgentType;
 use crate::runtime::test_image::TEST_IMAGE_REPO;
 use crate::runtime::{DockerRuntime, EngineVersion};
 use crate::sources::github::client::{resolve_api_url, resolve_token, FaultPolicy, GithubClient};
@@ -345,6 +346,140 @@ pub fn daemon_check(running: bool, pid: Option<&str>) -> Check {
     }
 }
 
+/// `(major, minor, patch)`.
+pub type Version = (u64, u64, u64);
+
+/// The real CLI versions the adapters were run or recorded against (docs/agents.md), as
+/// inclusive `(major, minor, patch)` ranges. Only Claude Code runs for real here.
+pub const TESTED_VERSIONS: [(AgentType, Version, Version); 2] = [
+    (AgentType::Claude, (2, 1, 59), (2, 1, 332)),
+    (AgentType::Gemini, (0, 31, 0), (0, 31, u64::MAX)),
+];
+
+/// `probe`: `Ok((exit code, output))` of `CLI --version` in `image`, or why it could not run.
+pub fn cli_version_check(
+    image: &str,
+    agent: AgentType,
+    cli: &str,
+    probe: Result<(Option<i64>, String), String>,
+) -> Check {
+    let name = format!("{agent} CLI in {image}");
+    let install = format!(
+        "put the {agent} CLI on PATH as `{cli}` in {image} (images/worker/Dockerfile; \
+         images/real/build.sh has the real Claude Code offline), set the profile's \
+         `cli_command`, or route no task to {agent}"
+    );
+    let (code, output) = match probe {
+        Ok(p) => p,
+        Err(e) => return Check::warn(name, format!("cannot run `{cli} --version`: {e}"), install),
+    };
+    let line = output
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string();
+    if output.contains("no longer maintained") {
+        return Check::warn(
+            name,
+            format!("{line}: a deprecation stub that runs no task"),
+            "use an image with a working Kimi CLI (docs/agents.md: kimi-cli 1.52.0 on PyPI is a stub)",
+        );
+    }
+    if code != Some(0) {
+        let code = code.map_or_else(|| "no exit code".to_string(), |c| format!("exit {c}"));
+        // A warning: the default profiles name all four CLIs, and an image rarely has them all.
+        return Check::warn(
+            name,
+            format!("`{cli} --version`: {code}: {line}; attempts routed to it will fail"),
+            install,
+        );
+    }
+    let Some(version) = parse_version(&line) else {
+        return Check::warn(
+            name,
+            format!("`{cli} --version` printed no version: {line}"),
+            install,
+        );
+    };
+    let shown = format!("{}.{}.{}", version.0, version.1, version.2);
+    match TESTED_VERSIONS.iter().find(|(a, _, _)| *a == agent) {
+        Some((_, low, high)) if (low..=high).contains(&&version) => {
+            Check::pass(name, format!("{shown} (tested range {} to {})", show(*low), show(*high)))
+        }
+        Some((_, low, high)) => Check::warn(
+            name,
+            format!("{shown} is outside the tested range ({} to {}): its stream format may differ", show(*low), show(*high)),
+            "try one attempt and `polyphony replay --agent AGENT` its transcript, or pin a tested version in the image",
+        ),
+        None => Check::pass(
+            name,
+            format!("{shown} (never run for real here; the adapter follows recorded streams, docs/agents.md)"),
+        ),
+    }
+}
+
+/// `X.Y.Z`, with an open-ended patch shown as `x`.
+fn show((a, b, c): (u64, u64, u64)) -> String {
+    if c == u64::MAX {
+        format!("{a}.{b}.x")
+    } else {
+        format!("{a}.{b}.{c}")
+    }
+}
+
+/// The first `X.Y.Z` in `text`.
+fn parse_version(text: &str) -> Option<(u64, u64, u64)> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find_map(|word| {
+            let mut parts = word.split('.').map(|p| p.parse::<u64>().ok());
+            match (parts.next()?, parts.next()?, parts.next()?) {
+                (Some(a), Some(b), Some(c)) => Some((a, b, c)),
+                _ => None,
+            }
+        })
+}
+
+/// For each image the agents run in, the agent types and commands that run there.
+fn clis_of(config: &Config) -> BTreeMap<String, BTreeSet<(AgentType, String)>> {
+    let mut out: BTreeMap<String, BTreeSet<(AgentType, String)>> = BTreeMap::new();
+    for agent in &config.agents {
+        let image = agent
+            .image
+            .clone()
+            .unwrap_or_else(|| config.global.container.image.clone());
+        out.entry(image)
+            .or_default()
+            .insert((agent.agent_type, agent.cli_command.clone()));
+    }
+    out
+}
+
+/// Runs `CLI --version` in `image`: no network, no credentials, removed afterwards.
+async fn probe_cli(
+    rt: &DockerRuntime,
+    home: &Path,
+    image: &str,
+    cli: &str,
+    user: &str,
+    n: usize,
+) -> Result<(Option<i64>, String), String> {
+    use crate::runtime::{run_check, ContainerSpec, Role};
+    let spec = ContainerSpec::new(
+        format!("polyphony-doctor-{}-{n}", std::process::id()),
+        image,
+        vec![cli.to_string(), "--version".to_string()],
+    )
+    .labels_for("doctor", 0, &crate::runtime::home_label(home), Role::Verify)
+    .network(crate::domain::NetworkMode::None)
+    .limits(crate::domain::ResourceLimits::default(), user);
+    let no_scrub = |s: &str| s.to_string();
+    run_check(rt, &spec, Duration::from_secs(60), &no_scrub)
+        .await
+        .map(|r| (r.exit_code, r.output_tail))
+        .map_err(|e| e.to_string())
+}
+
 // ---------------------------------------------------------------------------- run (IO)
 
 /// Runs every check against `home`. `lookup` reads environment variables (values are only
@@ -428,6 +563,28 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
         for item in config.unsafe_settings() {
             checks.push(unsafe_check(item));
+        }
+        // The CLI versions inside each present image (the offline test image holds fakes).
+        if let Some(rt) = &runtime {
+            let user = config
+                .global
+                .container
+                .user
+                .clone()
+                .unwrap_or_else(crate::runtime::daemon_user);
+            let mut n = 0;
+            for (image, clis) in clis_of(config) {
+                if image.starts_with(TEST_IMAGE_REPO)
+                    || !rt.image_present(&image).await.unwrap_or(false)
+                {
+                    continue;
+                }
+                for (agent, cli) in clis {
+                    n += 1;
+                    let probe = probe_cli(rt, home, &image, &cli, &user, n).await;
+                    checks.push(cli_version_check(&image, agent, &cli, probe));
+                }
+            }
         }
         credential_checks(config, lookup, &mut checks);
         github_checks(config, lookup, &mut checks).await;
@@ -694,6 +851,62 @@ fn free_bytes(path: &Path) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cli_versions() {
+        let ok = |out: &str| Ok((Some(0), out.to_string()));
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Claude,
+            "claude",
+            ok("2.1.332 (Claude Code)\n"),
+        );
+        assert_eq!(c.level, Level::Pass, "{c:?}");
+        assert!(c.detail.starts_with("2.1.332"), "{c:?}");
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Claude,
+            "claude",
+            ok("2.3.0 (Claude Code)"),
+        );
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        assert!(c.detail.contains("outside the tested range"), "{c:?}");
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Claude,
+            "claude",
+            ok("1.0.3 (Claude Code)"),
+        );
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        let c = cli_version_check("r:1", AgentType::Codex, "codex", ok("codex-cli 0.98.0"));
+        assert_eq!(c.level, Level::Pass, "{c:?}");
+        assert!(c.detail.contains("never run for real"), "{c:?}");
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Kimi,
+            "kimi",
+            ok("kimi, version 1.52.0\nkimi-cli is no longer maintained. Please use the new Kimi Code CLI."),
+        );
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Codex,
+            "codex",
+            Ok((Some(127), "exec: codex: not found".into())),
+        );
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        assert!(
+            c.fix.as_deref().is_some_and(|f| f.contains("codex")),
+            "{c:?}"
+        );
+        let c = cli_version_check(
+            "r:1",
+            AgentType::Gemini,
+            "gemini",
+            Err("engine gone".into()),
+        );
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+    }
 
     fn check(c: Check, level: Level, detail_has: &str, fix_has: Option<&str>) {
         assert_eq!(c.level, level, "{c:?}");

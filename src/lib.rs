@@ -13,6 +13,8 @@
 //! - `orchestrator`: attempt pipeline, proof of work, landing, supervisor loop
 //! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
 //! - `doctor`: environment checks (engine, images, git, config, credentials, token)
+//! - `http`: the daemon's JSON API, live event stream and dashboard (`--listen`)
+//! - `metrics`: the process's Prometheus metrics (`/metrics`)
 //! - `private`: owner-only permissions of the home, the store and transcripts
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
@@ -26,12 +28,15 @@ pub mod demo;
 pub mod doctor;
 pub mod domain;
 pub mod failpoint;
+pub mod http;
 pub mod identity;
+pub mod metrics;
 pub mod orchestrator;
 pub mod private;
 pub mod report;
 pub mod routing;
 pub mod runtime;
+pub mod scripted_model;
 pub mod sources;
 pub mod store;
 pub mod workspace;

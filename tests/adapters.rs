@@ -5,7 +5,7 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use polyphony::agents::replay::{replay, ReplayStatus, ReplaySummary};
-use polyphony::agents::{adapter_for, AgentOutcome};
+use polyphony::agents::{adapter_for, AgentOutcome, FailureKind};
 use polyphony::domain::{AgentType, EventKind, NetworkMode, ResourceLimits, RunSpec, TokenUsage};
 
 fn fixture(agent: AgentType, name: &str) -> ReplaySummary {
@@ -531,4 +531,115 @@ fn long_or_dash_prompts_go_to_stdin() {
             }
         }
     }
+}
+
+// ---- Real Claude Code 2.1.332 (tests/real_cli.rs against the scripted model API) ----
+
+#[test]
+fn claude_2_1_332_real_success_reads_usage_and_cost_from_the_result() {
+    // The result line starts with `duration_api_ms`, not `type`.
+    check(
+        AgentType::Claude,
+        "real_2.1.332_lands_1.ndjson",
+        Want {
+            status: ReplayStatus::Succeeded,
+            turns: 2,
+            // Two API calls of 1200 uncached + 5000 cache-read input and 40 output tokens.
+            tokens: tokens(12400, 10000, 80),
+            cost: Some(0.0132),
+            final_message: Some("Fixed add(): it now adds."),
+            quota: None,
+            counts: &[
+                (EventKind::System, 1),
+                (EventKind::ToolCall, 1),
+                (EventKind::ToolResult, 1),
+                (EventKind::Message, 1),
+                (EventKind::Result, 1),
+                (EventKind::Unknown, 0),
+            ],
+        },
+    );
+    let repair = fixture(AgentType::Claude, "real_2.1.332_repair_2.ndjson");
+    assert_eq!(repair.status, ReplayStatus::Succeeded);
+    assert_eq!(repair.outcome.failure_kind, None);
+}
+
+#[test]
+fn claude_2_1_332_real_429_is_quota_without_a_made_up_reset_time() {
+    check(
+        AgentType::Claude,
+        "real_2.1.332_quota_1.ndjson",
+        Want {
+            status: ReplayStatus::Quota,
+            turns: 1,
+            tokens: tokens(0, 0, 0),
+            cost: Some(0.0),
+            final_message: Some("API Error: Request rejected (429) · This request would exceed your account's rate limit. Please try again later."),
+            // "Please try again later." names no time.
+            quota: Some(None),
+            counts: &[(EventKind::Error, 1), (EventKind::Result, 1), (EventKind::Unknown, 0)],
+        },
+    );
+    let s = fixture(AgentType::Claude, "real_2.1.332_quota_1.ndjson");
+    assert_eq!(s.outcome.failure_kind, Some(FailureKind::Quota));
+    assert!(!s.outcome.hopeless);
+}
+
+#[test]
+fn claude_2_1_332_real_401_retry_is_a_hopeless_auth_failure() {
+    let s = fixture(AgentType::Claude, "real_2.1.332_auth_1.ndjson");
+    let o = &s.outcome;
+    assert_eq!(s.status, ReplayStatus::Failed, "{o:?}");
+    assert_eq!(o.failure_kind, Some(FailureKind::Auth));
+    assert!(o.hopeless);
+    assert!(o.quota.is_none());
+    let retry = o.api_retry.as_ref().expect("api_retry");
+    assert_eq!(
+        (retry.status, retry.error.as_str()),
+        (Some(401), "authentication_failed")
+    );
+    assert_eq!(retry.max_retries, 10);
+    assert!(o
+        .error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("authentication failed: the model API answered 401")));
+}
+
+#[test]
+fn claude_api_retry_lines_label_transient_errors_and_clear_on_progress() {
+    let adapter = adapter_for(AgentType::Claude);
+    let mut o = AgentOutcome::default();
+    for line in [
+        r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":529,"error":"overloaded_error"}"#,
+        r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"retry_delay_ms":1100,"error_status":500,"error":"server_error"}"#,
+    ] {
+        adapter.observe(&mut o, &adapter.classify(line));
+    }
+    assert_eq!(o.failure_kind, Some(FailureKind::Transient));
+    assert!(!o.hopeless);
+    assert_eq!(o.api_retry.as_ref().map(|r| r.attempt), Some(2));
+    // The call went through: the retry is over.
+    let line = r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1}}}"#;
+    adapter.observe(&mut o, &adapter.classify(line));
+    assert!(o.api_retry.is_none());
+    // A result that names the failed call's status labels it.
+    let line = r#"{"is_error":true,"subtype":"success","api_error_status":500,"result":"API Error: 500 Internal server error","type":"result","num_turns":1}"#;
+    adapter.observe(&mut o, &adapter.classify(line));
+    assert_eq!(o.failure_kind, Some(FailureKind::Transient));
+    assert!(!o.succeeded);
+}
+
+#[test]
+fn claude_2_1_332_real_500_retries_are_transient_and_not_hopeless() {
+    let s = fixture(AgentType::Claude, "real_2.1.332_server_error_1.ndjson");
+    let o = &s.outcome;
+    assert_eq!(s.status, ReplayStatus::Incomplete, "{o:?}");
+    assert_eq!(o.failure_kind, Some(FailureKind::Transient));
+    assert!(!o.hopeless);
+    let retry = o.api_retry.as_ref().expect("api_retry");
+    assert_eq!(
+        (retry.status, retry.error.as_str()),
+        (Some(500), "server_error")
+    );
+    assert_eq!(s.count(EventKind::System), 7);
 }

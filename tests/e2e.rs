@@ -2711,6 +2711,74 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
     );
 }
 
+/// Issue 18: with `clone_mode: shared` (the default) the agent sees the mirror's object
+/// directory read-only at the path its alternates name. Reading works; writing a file, adding
+/// a loose object, "repacking" (a new pack renamed over the old one), truncating, chmod and
+/// deleting all fail inside the container; the mirror's fsck stays clean and the attempt
+/// still lands a complete branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_cannot_write_repack_or_delete_the_shared_mirror() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: vandal-mirror"),
+            "Fix add()",
+        )
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED");
+
+    let branches = origin.branches();
+    assert_eq!(branches.len(), 1, "{branches:?}");
+    let note = origin.show(&format!("{}:POLYPHONY_FAKE.md", branches[0]));
+    let report = note
+        .lines()
+        .find(|l| l.contains("mirror vandal:"))
+        .unwrap_or_else(|| panic!("no vandal report in {note}"));
+    assert!(report.contains("read:done"), "{report}");
+    for op in [
+        "write",
+        "loose",
+        "repack",
+        "truncate",
+        "chmod",
+        "delete",
+        "delete-all",
+    ] {
+        assert!(
+            report.contains(&format!(" {op}:refused")),
+            "{op} was not refused: {report}"
+        );
+    }
+
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(home.path.join("mirrors"))
+        .expect("mirrors")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("objects").is_dir())
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    let mirror = mirrors[0].display().to_string();
+    git(&["--git-dir", &mirror, "fsck", "--full", "--strict"]);
+    assert!(!mirrors[0].join("objects/polyphony-fake-was-here").exists());
+    assert!(!mirrors[0].join("objects/ff").exists());
+    let origin_dir = origin.path.display().to_string();
+    git(&["--git-dir", &origin_dir, "fsck", "--full", "--strict"]);
+}
+
 /// Issue 11 "Scrubbing that holds": an agent that leaks its API key and the access token
 /// of its mounted credential file as base64, base64url, hex, URL-encoded, wrapped base64,
 /// split across two lines and across two writes of one line. None of those spellings may

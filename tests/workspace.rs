@@ -2,8 +2,8 @@
 //! mirror cache, clones per attempt, commit, push, cleanup (spec §6, issue 4).
 
 use polyphony::workspace::{
-    branch_name, disk_usage, task_key, Author, PrepareRequest, Workspace, WorkspaceError,
-    WorkspaceManager,
+    branch_name, disk_usage, task_key, Author, CloneMode, PrepareRequest, Workspace,
+    WorkspaceError, WorkspaceManager,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -51,6 +51,10 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_mode(CloneMode::default())
+    }
+
+    fn with_mode(mode: CloneMode) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let work = tmp.path().join("work");
         std::fs::create_dir(&work).unwrap();
@@ -75,10 +79,10 @@ impl Fixture {
         git(&work, &["checkout", "-q", "main"]);
         git(tmp.path(), &["clone", "-q", "--bare", "work", "origin.git"]);
         git(&work, &["remote", "add", "origin", "../origin.git"]);
-        let mgr = Arc::new(WorkspaceManager::new(
-            tmp.path().join("ws"),
-            tmp.path().join("mirrors"),
-        ));
+        let mgr = Arc::new(
+            WorkspaceManager::new(tmp.path().join("ws"), tmp.path().join("mirrors"))
+                .with_clone_mode(mode),
+        );
         Fixture { tmp, mgr }
     }
 
@@ -130,7 +134,7 @@ fn author() -> Author {
 
 #[test]
 fn clone_branch_commit_push_round_trip() {
-    let fx = Fixture::new();
+    let fx = Fixture::with_mode(CloneMode::Dissociate);
     let ws = fx.prepare("owner/repo#42", 1);
     let key = task_key("owner/repo#42").unwrap();
     let root = fx.tmp.path().join("ws").canonicalize().unwrap();
@@ -219,7 +223,7 @@ fn count_loose(repo: &Path) -> u64 {
 
 #[test]
 fn dissociated_clone_survives_mirror_deletion() {
-    let fx = Fixture::new();
+    let fx = Fixture::with_mode(CloneMode::Dissociate);
     let ws = fx.prepare("t", 1);
     std::fs::remove_dir_all(fx.mirror()).unwrap();
     git(&ws.path, &["fsck", "--full", "--strict"]);
@@ -733,4 +737,163 @@ fn workspace_is_chowned_to_the_container_user() {
     let out = fx.mgr.commit_all(&ws, &author(), "z").unwrap();
     assert_eq!(out.changed_paths, vec!["z.txt"]);
     fx.mgr.push(&ws, None, None).unwrap();
+}
+
+// ---- issue 18: clones that borrow the mirror's objects ------------------------------------
+
+/// Objects stored in `repo` itself, loose and packed (alternates not counted).
+fn local_objects(repo: &Path) -> u64 {
+    let out = git(repo, &["count-objects", "-v"]);
+    ["count: ", "in-pack: "]
+        .iter()
+        .map(|k| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// A bare repository that never saw the mirror or the origin's objects.
+fn fresh_remote(fx: &Fixture, name: &str) -> PathBuf {
+    git(fx.tmp.path(), &["init", "-q", "--bare", name]);
+    fx.tmp.path().join(name)
+}
+
+#[test]
+fn shared_clone_borrows_the_mirror_and_pushes_complete_branches() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("shared", 1);
+    let objects = fx.mirror().join("objects").canonicalize().unwrap();
+    assert_eq!(ws.mirror_objects.as_deref(), Some(objects.as_path()));
+    assert_eq!(
+        std::fs::read_to_string(ws.path.join(".git/objects/info/alternates")).unwrap(),
+        format!("{}\n", objects.display())
+    );
+    assert_eq!(git(&ws.path, &["remote", "get-url", "origin"]), fx.origin());
+    assert_eq!(ws.base_sha, git(&fx.work(), &["rev-parse", "main"]));
+    assert_eq!(local_objects(&ws.path), 0, "no object was copied");
+    git(&ws.path, &["fsck", "--full", "--strict"]);
+
+    write(&ws.path.join("src/shared.rs"), "pub fn shared() {}\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "shared change").unwrap();
+    let tip = out.sha.unwrap();
+    // The new commit lives in the workspace, never in the mirror.
+    assert!(local_objects(&ws.path) > 0);
+    let probe = Command::new("git")
+        .args(["--git-dir"])
+        .arg(fx.mirror())
+        .args(["cat-file", "-e", &tip])
+        .output()
+        .unwrap();
+    assert!(
+        !probe.status.success(),
+        "the commit was written to the mirror"
+    );
+
+    // A remote that never saw the mirror gets a complete branch.
+    let remote = fresh_remote(&fx, "elsewhere.git");
+    fx.mgr
+        .push(&ws, Some(&remote.display().to_string()), None)
+        .unwrap();
+    git(&remote, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert_eq!(git(&remote, &["rev-parse", &ws.branch]), tip);
+    assert_eq!(
+        git(&remote, &["rev-list", "--count", &ws.branch]),
+        "7",
+        "the whole history reached the new remote"
+    );
+    assert!(!remote.join("objects/info/alternates").exists());
+
+    // Removing the workspace leaves the mirror intact.
+    fx.mgr.remove(&ws.path).unwrap();
+    git(&fx.mirror(), &["fsck", "--full", "--strict"]);
+    assert_eq!(git(&fx.mirror(), &["rev-parse", "main"]), ws.base_sha);
+}
+
+#[test]
+fn agent_rewritten_alternates_are_restored_from_the_record() {
+    let fx = Fixture::new();
+    let ws = fx.prepare("alt", 1);
+    let evil = fresh_remote(&fx, "evil.git");
+    // The agent points its alternates elsewhere (to read another repository's objects).
+    write(
+        &ws.path.join(".git/objects/info/alternates"),
+        &format!("{}/objects\n", evil.display()),
+    );
+    write(&ws.path.join("a.txt"), "a\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "a").unwrap();
+    assert_eq!(out.changed_paths, vec!["a.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(ws.path.join(".git/objects/info/alternates")).unwrap(),
+        format!("{}\n", ws.mirror_objects.as_ref().unwrap().display())
+    );
+    fx.mgr.push(&ws, None, None).unwrap();
+    git(&fx.tmp.path().join("origin.git"), &["fsck", "--full"]);
+}
+
+#[test]
+fn shared_workspace_survives_mirror_fetch_and_gc() {
+    let fx = Fixture::new();
+    let mut req = fx.request("live", 1);
+    req.base_ref = Some("develop".into());
+    let ws = fx.mgr.prepare(&req).unwrap();
+    let develop = ws.base_sha.clone();
+
+    // Upstream drops `develop` and rewrites main while the attempt runs; the next attempt's
+    // prepare fetches the mirror with --prune, and the mirror is garbage-collected.
+    let work = fx.work();
+    git(&work, &["push", "-q", "origin", ":develop"]);
+    git(&work, &["reset", "-q", "--hard", "HEAD~2"]);
+    write(&work.join("rewritten.txt"), "history rewritten\n");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "rewrite"]);
+    git(&work, &["push", "-q", "--force", "origin", "main"]);
+    let origin = fx.tmp.path().join("origin.git");
+    git(&origin, &["gc", "-q", "--prune=now"]);
+    // An operator's aggressive settings must not matter while workspaces borrow.
+    git(&fx.mirror(), &["config", "gc.pruneExpire", "now"]);
+    let other = fx.prepare("other", 1);
+    assert!(other.used_mirror);
+    let gc = fx.mgr.gc_mirror(&fx.origin()).unwrap();
+    assert_eq!(gc.live_workspaces, 2);
+    assert!(!gc.pruned);
+    // Even an aggressive auto-gc through the fetch path keeps everything.
+    git(&fx.mirror(), &["config", "gc.auto", "1"]);
+    fx.prepare("third", 1);
+
+    // The live workspace is whole: its base, its stale remote-tracking refs, its checkout.
+    git(&ws.path, &["fsck", "--full", "--strict"]);
+    assert_eq!(git(&ws.path, &["rev-parse", "HEAD"]), develop);
+    git(&ws.path, &["log", "--all", "--oneline"]);
+    write(&ws.path.join("during.txt"), "d\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "during gc").unwrap();
+    let remote = fresh_remote(&fx, "after-gc.git");
+    fx.mgr
+        .push(&ws, Some(&remote.display().to_string()), None)
+        .unwrap();
+    git(&remote, &["fsck", "--full", "--strict"]);
+    assert_eq!(git(&remote, &["rev-parse", &ws.branch]), out.sha.unwrap());
+
+    // With no workspace left, gc may prune again.
+    for dir in ["live", "other", "third"] {
+        let path = fx.tmp.path().join("ws").join(dir).join("1");
+        fx.mgr.remove(&path).unwrap();
+    }
+    let gc = fx.mgr.gc_mirror(&fx.origin()).unwrap();
+    assert_eq!(gc.live_workspaces, 0);
+    assert!(gc.pruned);
+    git(&fx.mirror(), &["fsck", "--full", "--strict"]);
+    let probe = Command::new("git")
+        .arg("--git-dir")
+        .arg(fx.mirror())
+        .args(["cat-file", "-e", &develop])
+        .output()
+        .unwrap();
+    assert!(
+        !probe.status.success(),
+        "the dropped branch's commit is pruned once nothing borrows it"
+    );
 }

@@ -77,6 +77,14 @@ impl AgentAdapter for ClaudeAdapter {
 
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
         let data = &event.data;
+        let retry =
+            str_of(data, "type") == Some("system") && str_of(data, "subtype") == Some("api_retry");
+        if retry {
+            observe_api_retry(outcome, data);
+            return;
+        }
+        // Anything else means the CLI got past the failing call.
+        outcome.api_retry = None;
         match str_of(data, "type") {
             Some("result") => observe_result(outcome, data),
             Some("assistant") => observe_assistant(outcome, data),
@@ -302,6 +310,43 @@ fn observe_assistant(outcome: &mut AgentOutcome, data: &Value) {
     }
 }
 
+/// `{"type":"system","subtype":"api_retry","attempt":3,"max_retries":10,"retry_delay_ms":…,
+/// "error_status":401,"error":"authentication_failed"}` (Claude Code 2.1): the CLI retries a
+/// failed API call with growing delays. A refused key (401/403) never heals, so it makes the
+/// run hopeless at the first retry instead of minutes later.
+fn observe_api_retry(outcome: &mut AgentOutcome, data: &Value) {
+    let status = data.get("error_status").and_then(Value::as_u64);
+    let error = str_of(data, "error").unwrap_or("unknown").to_string();
+    let retry = super::ApiRetry {
+        attempt: u64_of(data, "attempt"),
+        max_retries: u64_of(data, "max_retries"),
+        status,
+        error: one_line(&error, 80),
+    };
+    if matches!(status, Some(401 | 403)) || error == "authentication_failed" {
+        outcome.failure_kind = Some(super::FailureKind::Auth);
+        outcome.hopeless = true;
+        outcome.error = Some(format!(
+            "authentication failed: the model API answered {} ({}); the CLI retries it {} times, so the attempt was stopped at once",
+            status.map_or_else(|| "an error".to_string(), |s| s.to_string()),
+            retry.error,
+            retry.max_retries
+        ));
+    } else {
+        outcome.failure_kind = Some(kind_of_status(status));
+    }
+    outcome.api_retry = Some(retry);
+}
+
+/// The kind of failure an HTTP status from the model API means.
+fn kind_of_status(status: Option<u64>) -> super::FailureKind {
+    match status {
+        Some(401 | 403) => super::FailureKind::Auth,
+        Some(429) => super::FailureKind::Quota,
+        _ => super::FailureKind::Transient,
+    }
+}
+
 fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
     outcome.completed = true;
     let subtype = str_of(data, "subtype").unwrap_or("");
@@ -332,15 +377,21 @@ fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
         outcome.succeeded = false;
         outcome.error = Some(one_line(text, 500));
         outcome.quota = Some(q);
+        outcome.failure_kind = Some(super::FailureKind::Quota);
         return;
     }
     if subtype == "success" && !is_error {
         outcome.succeeded = true;
         // The run finished, so an earlier limit event did not stop it.
         outcome.quota = None;
+        outcome.failure_kind = None;
         return;
     }
     outcome.succeeded = false;
+    // Claude Code 2.1 names the failed API call on the result line.
+    if let Some(status) = data.get("api_error_status").and_then(Value::as_u64) {
+        outcome.failure_kind = Some(kind_of_status(Some(status)));
+    }
     let mut err = if text.is_empty() {
         error_text(data)
     } else {

@@ -60,6 +60,31 @@ pub struct QuotaHit {
     pub resets_at: Option<String>,
 }
 
+/// What kind of failure the CLI reported, so an authentication failure, a usage limit and a
+/// transient API error are labelled distinctly (in the outcome and `replay --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The model API refused the credentials (401/403): no retry can fix it.
+    Auth,
+    /// A usage or rate limit (429).
+    Quota,
+    /// The model API failed (5xx, 529 overloaded): may pass later.
+    Transient,
+}
+
+/// A failed model API call the CLI is retrying (Claude Code's `system`/`api_retry` lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiRetry {
+    /// The CLI's retry number and its limit (Claude Code: 10).
+    pub attempt: u64,
+    pub max_retries: u64,
+    /// HTTP status of the failed call, when there was one.
+    pub status: Option<u64>,
+    /// The CLI's error label (`authentication_failed`, `server_error`, ...).
+    pub error: String,
+}
+
 /// What the stream said about the run, folded line by line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentOutcome {
@@ -75,6 +100,18 @@ pub struct AgentOutcome {
     pub final_message: Option<String>,
     /// The error the CLI reported, if any.
     pub error: Option<String>,
+    /// Auth, quota or transient, when the CLI said which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+    /// Set while the CLI is retrying a failed model API call; any other line clears it.
+    /// Retries are not progress: the idle timer does not restart on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_retry: Option<ApiRetry>,
+    /// The stream says the run cannot succeed however long it goes on (the model API refused
+    /// the key): the runtime stops the container at once instead of waiting out the CLI's
+    /// retries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hopeless: bool,
     /// Adapter bookkeeping between lines (Claude: the last assistant message id counted, so a
     /// message split over several lines is counted once). Not part of the outcome.
     #[serde(skip)]

@@ -82,7 +82,9 @@ pub fn hit(text: &str) -> QuotaHit {
         .or_else(|| RESETS.captures(text))
         .and_then(|c| c.get(1))
         .map(|m| m.as_str().trim().to_string())
-        .filter(|s| !s.is_empty());
+        // "Please try again later." (the API's 429 text, as Claude Code 2.1 prints it) names
+        // no time.
+        .filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("later"));
     QuotaHit {
         message: super::common::one_line(text, 300),
         resets_at,
@@ -96,6 +98,12 @@ mod tests {
     fn check_banner(text: &str, want: Option<Option<&str>>) {
         let got = banner(text).map(|h| h.resets_at);
         assert_eq!(got, want.map(|r| r.map(String::from)), "banner({text:?})");
+    }
+
+    #[test]
+    fn try_again_later_is_no_reset_time() {
+        let hit = in_error("API Error: Request rejected (429) · This request would exceed your account's rate limit. Please try again later.");
+        assert_eq!(hit.map(|h| h.resets_at), Some(None));
     }
 
     #[test]

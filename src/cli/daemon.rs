@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio::sync::watch;
 
-use super::{print_json, Context, Outcome};
+use super::{print_json, Context, Outcome, UsageError};
 use crate::config::Config;
 use crate::orchestrator::daemon::{self, DaemonOptions};
 use crate::orchestrator::progress::{LineProgress, LogProgress};
@@ -26,13 +26,49 @@ pub struct Args {
     /// Print a JSON summary (attempts, landed, blocked, resumed) on exit.
     #[arg(long)]
     json: bool,
+    /// Serve the JSON API, the dashboard and /metrics on this address (e.g.
+    /// 127.0.0.1:8787; overrides `http.listen`). A non-loopback address needs the token
+    /// variable (`http.token_env`, default POLYPHONY_HTTP_TOKEN) set. See docs/api.md.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
 }
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
     let log_json = ctx.log_json;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    // Checked before anything starts: a bad address or a missing token is exit 2.
+    let listen = args
+        .listen
+        .clone()
+        .or_else(|| config.global.http.listen.clone());
+    let http = match &listen {
+        Some(addr) => {
+            let token = std::env::var(&config.global.http.token_env).ok();
+            Some(
+                crate::http::settings(&config, addr, token)
+                    .map_err(|e| UsageError::new(e.to_string(), "see docs/api.md"))?,
+            )
+        }
+        None => None,
+    };
     runtime.block_on(async move {
+        let (http_stop, http_task) = match http {
+            Some((addr, settings)) => {
+                let listener = crate::http::bind(addr)
+                    .await
+                    .map_err(|e| UsageError::new(e.to_string(), "see docs/api.md"))?;
+                let bound = listener.local_addr().unwrap_or(addr);
+                eprintln!("serving the dashboard and API on http://{bound}/");
+                tracing::info!(%bound, "http server listening");
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let task = tokio::spawn(crate::http::serve(listener, settings, async move {
+                    let _ = stopped.await;
+                }));
+                (Some(stop), Some(task))
+            }
+            None => (None, None),
+        };
         let orch = Arc::new(Orchestrator::connect(config).await?);
         let (tx, rx) = watch::channel(0u32);
         tokio::spawn(count_signals(tx));
@@ -46,7 +82,13 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         } else {
             Arc::new(LineProgress::new())
         };
-        let summary = daemon::run(orch, opts, progress, rx).await?;
+        let summary = daemon::run(orch, opts, progress, rx).await;
+        if let (Some(stop), Some(task)) = (http_stop, http_task) {
+            let _ = stop.send(());
+            // Open event streams end with the server; do not wait on a stuck client.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        }
+        let summary = summary?;
         if args.json {
             print_json(&serde_json::json!({
                 "attempts": summary.attempts,

@@ -30,6 +30,11 @@ pub struct Args {
     /// Print the final task list as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Run the same four tasks on the REAL Claude Code CLI (offline image built by
+    /// images/real/build.sh from PyPI and Debian packages) against a SCRIPTED model API on
+    /// a Docker network of its own: no real model is involved. Needs a Polyphony checkout.
+    #[arg(long)]
+    real_claude: bool,
 }
 
 pub fn run(args: Args, _ctx: &Context) -> anyhow::Result<Outcome> {
@@ -45,6 +50,9 @@ pub fn run(args: Args, _ctx: &Context) -> anyhow::Result<Outcome> {
             .context("cannot create a temp dir")?
             .keep(),
     };
+    if args.real_claude {
+        return super::demo_real::run(dir, args.json);
+    }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(demo_in(dir, args.json))
 }
@@ -79,7 +87,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         task.task_type = crate::domain::TaskType::Bugfix;
         store.insert_task(&task)?;
         eprintln!("- enqueued {id}: {} ({})", t.title, t.story);
-        expected.push((id, t.expect, t.story));
+        expected.push((id, t.expect, t.story.to_string()));
     }
     eprintln!("- running the daemon until every task is done (retries back off 10 s, 20 s)\n");
     let env: EnvLookup = Arc::new(|name: &str| std::env::var(name).ok());
@@ -92,9 +100,27 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
 
+    let all_ok = report(&store, &expected, &home, &origin, json, "codex")?;
+    Ok(if all_ok {
+        Outcome::Success
+    } else {
+        Outcome::NotLanded
+    })
+}
+
+/// Prints the outcome of the demo's tasks; whether every one ended as promised.
+/// `fallback`: the agent that lands the quota task.
+pub(super) fn report(
+    store: &Store,
+    expected: &[(String, crate::domain::TaskState, String)],
+    home: &std::path::Path,
+    origin: &std::path::Path,
+    json: bool,
+    fallback: &str,
+) -> anyhow::Result<bool> {
     let mut all_ok = true;
     let mut rows = Vec::new();
-    for (id, expect, story) in &expected {
+    for (id, expect, story) in expected {
         let task = store
             .get_task(id)?
             .ok_or_else(|| anyhow::anyhow!("task {id} vanished"))?;
@@ -150,13 +176,9 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         println!("  polyphony --home {h} status");
         println!("  polyphony --home {h} status local-2   # the repair round, with evidence");
         println!(
-            "  polyphony --home {h} logs local-3     # codex; --attempt 1 shows claude's quota hit"
+            "  polyphony --home {h} logs local-3     # {fallback}; --attempt 1 shows claude's quota hit"
         );
         println!("Branches landed in {}", origin.display());
     }
-    Ok(if all_ok {
-        Outcome::Success
-    } else {
-        Outcome::NotLanded
-    })
+    Ok(all_ok)
 }

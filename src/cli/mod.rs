@@ -13,6 +13,7 @@ mod cleanup;
 mod config;
 mod daemon;
 mod demo;
+mod demo_real;
 mod doctor;
 mod enqueue;
 mod init;

@@ -162,24 +162,16 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     };
     let store = store.ok_or_else(not_found)?;
     store.ensure_sound()?;
+    if json {
+        print_json(&store.task_detail_json(id)?.ok_or_else(not_found)?)?;
+        return Ok(Outcome::Success);
+    }
     let task = store.get_task(id)?.ok_or_else(not_found)?;
     let transitions = store.transitions(id)?;
     let attempts = store.attempts(id)?;
     let landing = store.landing(id)?;
     let links = store.generation_links(id)?;
     let generation = crate::domain::generation::number(&task);
-    if json {
-        print_json(&serde_json::json!({
-            "task": task,
-            "transitions": transitions,
-            "attempts": attempts,
-            "landing": landing,
-            "generation": generation,
-            "retry_of": links.retry_of,
-            "retried_as": links.retried_as,
-        }))?;
-        return Ok(Outcome::Success);
-    }
     print_task(&task);
     print_generation(&task, generation, &links);
     crate::println_printable!("\ntransitions:");

@@ -40,7 +40,7 @@ pub use checks::{check_branch_prefix, check_image_ref};
 pub use error::{ConfigError, ConfigErrorKind};
 use locate::{Locator, Seg};
 use model::{AgentConfig, AgentsFile, DefaultRuleConfig, IdentitiesFile, RuleConfig};
-pub use model::{GlobalConfig, RepoConfig, RoutingFile};
+pub use model::{GlobalConfig, HttpConfig, RepoConfig, RoutingFile};
 
 /// The config files, in the order they are loaded.
 pub const CONFIG_FILE: &str = "config.yaml";
@@ -739,6 +739,15 @@ fn size_at(doc: &Doc<'_>, path: &[Seg<'_>], field: &str, text: &str) -> Result<u
     })
 }
 
+/// Docker's rule for network names: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`. The predefined modes
+/// are refused here so `network:host` cannot bypass the explicit `host` spelling.
+fn is_docker_network_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && !matches!(name, "bridge" | "none" | "host" | "default")
+}
+
 fn network_at(
     doc: &Doc<'_>,
     path: &[Seg<'_>],
@@ -749,13 +758,16 @@ fn network_at(
         "bridge" => Ok(NetworkMode::Bridge),
         "none" => Ok(NetworkMode::None),
         "host" => Ok(NetworkMode::Host),
-        other => Err(doc.error(
-            ConfigErrorKind::InvalidValue,
-            path,
-            None,
-            format!("`{field}` is `{other}`, not a network mode"),
-            "use bridge, none or host",
-        )),
+        other => match other.strip_prefix("network:") {
+            Some(name) if is_docker_network_name(name) => Ok(NetworkMode::Named(name.to_string())),
+            _ => Err(doc.error(
+                ConfigErrorKind::InvalidValue,
+                path,
+                None,
+                format!("`{field}` is `{other}`, not a network mode"),
+                "use bridge, none, host or network:NAME (a user-defined Docker network)",
+            )),
+        },
     }
 }
 

@@ -42,6 +42,8 @@ pub struct GlobalConfig {
     /// a dangerous credential volume, the GitHub token in `api_keys`, empty
     /// `protected_paths`). Without it they fail the load; with it each one is a warning.
     pub allow_unsafe: bool,
+    /// The daemon's HTTP API, dashboard and metrics (off unless `listen` is set).
+    pub http: HttpConfig,
 }
 
 impl Default for GlobalConfig {
@@ -62,6 +64,30 @@ impl Default for GlobalConfig {
             verify: VerifyConfig::default(),
             repos: Vec::new(),
             allow_unsafe: false,
+            http: HttpConfig::default(),
+        }
+    }
+}
+
+/// `http:` in config.yaml: what `polyphony daemon` serves (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address to serve on, e.g. `127.0.0.1:8787`; unset: no server (`--listen` wins).
+    pub listen: Option<String>,
+    /// Environment variable holding the bearer token. Required for a non-loopback
+    /// address and for every mutating request.
+    pub token_env: String,
+    /// Whether read-only requests on a loopback address need the token too.
+    pub token_for_reads: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: None,
+            token_env: "POLYPHONY_HTTP_TOKEN".into(),
+            token_for_reads: false,
         }
     }
 }
@@ -80,7 +106,7 @@ pub struct ContainerConfig {
     pub pids_limit: i64,
     /// `uid:gid` inside the container; unset means the daemon's own uid:gid.
     pub user: Option<String>,
-    /// Default network for agent containers: `bridge`, `none` or `host`.
+    /// Default network for agent containers: `bridge`, `none`, `host` or `network:NAME`.
     pub network: String,
     /// Output (both streams) stored per attempt, e.g. `64m`; past it the container is
     /// killed and the attempt fails.
@@ -118,6 +144,9 @@ pub struct GitConfig {
     pub author_email: String,
     /// Branch name prefix: branches are `{prefix}{task_key}-a{attempt}`.
     pub branch_prefix: String,
+    /// `shared` (default): attempt clones borrow the mirror's objects read-only;
+    /// `dissociate`: each attempt gets an independent copy (spec §6).
+    pub clone_mode: crate::workspace::CloneMode,
 }
 
 impl Default for GitConfig {
@@ -126,6 +155,7 @@ impl Default for GitConfig {
             author_name: "Polyphony".into(),
             author_email: "polyphony@localhost".into(),
             branch_prefix: "polyphony/".into(),
+            clone_mode: crate::workspace::CloneMode::default(),
         }
     }
 }
@@ -289,7 +319,7 @@ pub struct AgentConfig {
     pub image: Option<String>,
     #[serde(default)]
     pub identity: Option<String>,
-    /// `bridge`, `none` or `host`; default from `container.network`.
+    /// `bridge`, `none`, `host` or `network:NAME`; default from `container.network`.
     #[serde(default)]
     pub network: Option<String>,
     #[serde(default)]

@@ -176,7 +176,15 @@ fn config_yaml_errors() {
         InvalidValue,
         2,
         "wifi",
-        "bridge, none or host",
+        "bridge, none, host or network:NAME",
+    );
+    check_err(
+        CONFIG_FILE,
+        "container:\n  network: network:host\n",
+        InvalidValue,
+        2,
+        "network:host",
+        "user-defined Docker network",
     );
     check_err(
         CONFIG_FILE,

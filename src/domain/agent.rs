@@ -77,14 +77,18 @@ pub enum NetworkMode {
     None,
     /// The host's network stack.
     Host,
+    /// A user-defined Docker network by name (`network:NAME` in config): e.g. one a test
+    /// creates so agents reach a scripted model server on its gateway and nothing else.
+    Named(String),
 }
 
 impl NetworkMode {
-    pub fn as_docker(&self) -> &'static str {
+    pub fn as_docker(&self) -> &str {
         match self {
             NetworkMode::Bridge => "bridge",
             NetworkMode::None => "none",
             NetworkMode::Host => "host",
+            NetworkMode::Named(name) => name,
         }
     }
 }

@@ -89,7 +89,8 @@ impl Orchestrator {
             Some(path) => PromptTemplate::load(path)?,
             None => PromptTemplate::builtin(),
         };
-        let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());
+        let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root())
+            .with_clone_mode(config.global.git.clone_mode);
         let token_var = github_token_var(&config);
         let github_token = resolve_token(token_var.as_deref(), |n| env(n)).ok();
         let github = if config.global.github.repos.is_empty() && github_token.is_none() {

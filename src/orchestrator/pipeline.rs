@@ -625,6 +625,19 @@ impl<'a> Attempt<'a> {
             branch: ws.branch.clone(),
             project_verify: project.as_ref(),
         })
+        .map(|mut spec| {
+            // A shared clone's alternates name the mirror's object directory: the agent sees
+            // it read-only at that same path (issue 18), so git inside works and can never
+            // write, repack or prune the mirror.
+            if let Some(objects) = &ws.mirror_objects {
+                spec.volume_mounts.push(crate::domain::VolumeMount {
+                    host_path: objects.clone(),
+                    container_path: objects.display().to_string(),
+                    read_only: true,
+                });
+            }
+            spec
+        })
         .map_err(Failure::crash)
     }
 

@@ -100,6 +100,53 @@ impl DockerRuntime {
         }
     }
 
+    /// Creates a user-defined bridge network labelled for `home_label` and returns its
+    /// gateway address: a host-side service bound there (the scripted model API of
+    /// `demo --real-claude`) is reachable from containers on this network only.
+    pub async fn create_network(
+        &self,
+        name: &str,
+        home_label: &str,
+    ) -> Result<std::net::IpAddr, RuntimeError> {
+        let request = bollard::models::NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([(
+                LABEL_HOME.to_string(),
+                home_label.to_string(),
+            )])),
+            ..Default::default()
+        };
+        self.docker
+            .create_network(request)
+            .await
+            .map_err(|e| engine("create network", e))?;
+        let inspect = self
+            .docker
+            .inspect_network(name, None)
+            .await
+            .map_err(|e| engine("inspect network", e))?;
+        inspect
+            .ipam
+            .and_then(|i| i.config)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.gateway.and_then(|g| g.parse().ok()))
+            .ok_or_else(|| RuntimeError::Engine {
+                op: "inspect network",
+                message: format!("network {name} has no IPv4 gateway"),
+            })
+    }
+
+    /// Removes a network made by [`Self::create_network`].
+    pub async fn remove_network(&self, name: &str) -> Result<(), RuntimeError> {
+        match self.docker.remove_network(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(engine("remove network", e)),
+        }
+    }
+
     /// The name to create `spec` under: its own, or — when another home's container holds
     /// that name (two homes on one engine both run `local-1`) — the name with this home's
     /// label appended. Leftovers of this home under either name are removed first.
@@ -244,6 +291,7 @@ impl WorkerRuntime for DockerRuntime {
                 let options = CreateContainerOptionsBuilder::default().name(&name).build();
                 created = self.docker.create_container(Some(options), body).await;
             }
+            crate::metrics::container(created.is_ok());
             let created = created.map_err(|e| {
                 if is_status(&e, 404) {
                     RuntimeError::ImageMissing {

@@ -168,6 +168,8 @@ pub enum Stop {
     OutputCap,
     /// The workspace grew past `max_workspace_bytes` (the size measured).
     WorkspaceCap(u64),
+    /// The agent's stream said the run cannot succeed (a refused API key).
+    Hopeless,
 }
 
 /// What one attempt did.
@@ -452,6 +454,32 @@ pub fn decide(
         );
     }
     match stop {
+        Some(Stop::Hopeless) => {
+            let why = outcome
+                .error
+                .clone()
+                .unwrap_or_else(|| "the agent reported an unrecoverable error".into());
+            return (
+                AttemptStatus::Failed,
+                Some(format!("{why}; container stopped")),
+            );
+        }
+        Some(Stop::Idle) if outcome.api_retry.is_some() => {
+            let r = outcome.api_retry.as_ref().map_or_else(String::new, |r| {
+                let status = r.status.map_or_else(String::new, |s| format!("{s} "));
+                format!(
+                    "{status}{}, the CLI's retry {} of {}",
+                    r.error, r.attempt, r.max_retries
+                )
+            });
+            return (
+                AttemptStatus::Stalled,
+                Some(format!(
+                    "the model API kept failing ({r}): no progress for {}s; container killed",
+                    limits.idle_timeout.as_secs()
+                )),
+            );
+        }
         Some(Stop::Deadline) => {
             return (
                 AttemptStatus::Timeout,
@@ -550,6 +578,8 @@ struct Follower<'a> {
     max_output_bytes: u64,
     /// Set once `max_output_bytes` is passed; nothing more is stored.
     over_cap: bool,
+    /// Lines that were progress (everything but the CLI retrying a failed API call).
+    progress: u64,
 }
 
 impl Follower<'_> {
@@ -612,14 +642,20 @@ impl Follower<'_> {
                     self.adapter.observe(&mut self.outcome, &c);
                     self.final_seen = self.adapter.is_final(&c);
                 }
+                if self.outcome.api_retry.is_none() {
+                    self.progress += 1;
+                }
                 (c.kind, c.summary, c.data)
             }
             // stderr is diagnostics, never protocol: it must not decide the outcome.
-            (EventStream::Stderr, None) => (
-                EventKind::Unknown,
-                format!("stderr: {}", first_chars(&text, 200)),
-                json!({ "raw": text }),
-            ),
+            (EventStream::Stderr, None) => {
+                self.progress += 1;
+                (
+                    EventKind::Unknown,
+                    format!("stderr: {}", first_chars(&text, 200)),
+                    json!({ "raw": text }),
+                )
+            }
         };
         if seq < self.skip {
             return;
@@ -727,6 +763,7 @@ async fn follow_and_collect(
         output_bytes: 0,
         max_output_bytes: limits.max_output_bytes,
         over_cap: false,
+        progress: 0,
     };
     let mut size_tick = tokio::time::interval(WORKSPACE_CHECK_EVERY);
     let size_cap = limits.max_workspace_bytes.zip(workspace);
@@ -748,13 +785,23 @@ async fn follow_and_collect(
         tokio::select! {
             chunk = logs.next() => match chunk {
                 Some(Ok(c)) => {
-                    idle_at = tokio::time::Instant::now() + limits.idle_timeout;
                     let (splitter, stream) = match c.stream {
                         EventStream::Stdout => (&mut out, EventStream::Stdout),
                         EventStream::Stderr => (&mut err, EventStream::Stderr),
                     };
-                    for line in splitter.push(&c.bytes) {
+                    let progress = f.progress;
+                    let lines = splitter.push(&c.bytes);
+                    let whole = !lines.is_empty();
+                    for line in lines {
                         f.line(stream, line);
+                    }
+                    // A CLI retrying a failing API call is not making progress; a partial
+                    // line still is (it ends later).
+                    if f.progress > progress || !whole {
+                        idle_at = tokio::time::Instant::now() + limits.idle_timeout;
+                    }
+                    if running && f.outcome.hopeless {
+                        stop = Some(Stop::Hopeless);
                     }
                     if f.pending.len() >= BATCH_EVENTS {
                         f.flush();
@@ -963,6 +1010,45 @@ mod tests {
             outcome(false, false),
             AttemptStatus::Failed,
             "without a result",
+        );
+    }
+
+    #[test]
+    fn a_refused_key_stops_the_attempt_as_an_auth_failure() {
+        let o = AgentOutcome {
+            error: Some("authentication failed: the model API answered 401".into()),
+            failure_kind: Some(crate::agents::FailureKind::Auth),
+            hopeless: true,
+            ..Default::default()
+        };
+        check(
+            Some(Stop::Hopeless),
+            false,
+            Some(137),
+            o,
+            AttemptStatus::Failed,
+            "authentication failed: the model API answered 401",
+        );
+    }
+
+    #[test]
+    fn idle_while_the_cli_retries_names_the_api_failure() {
+        let o = AgentOutcome {
+            api_retry: Some(crate::agents::ApiRetry {
+                attempt: 4,
+                max_retries: 10,
+                status: Some(500),
+                error: "server_error".into(),
+            }),
+            ..Default::default()
+        };
+        check(
+            Some(Stop::Idle),
+            false,
+            Some(137),
+            o,
+            AttemptStatus::Stalled,
+            "the model API kept failing (500 server_error, the CLI's retry 4 of 10): no progress for 10s",
         );
     }
 

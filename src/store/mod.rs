@@ -23,6 +23,7 @@ mod generations;
 pub mod health;
 mod intents;
 pub mod schema;
+mod views;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ use rusqlite::{
     params, types::Type, Connection, OptionalExtension, Row, Transaction, TransactionBehavior,
 };
 use serde::Serialize;
+
+pub use views::{RunningAttempt, TaskFilter};
 
 use crate::domain::{
     self, AttemptStatus, CheckEvidence, EventKind, EventStream, Risk, RunResult, RunSpec, Scope,
@@ -235,9 +238,11 @@ impl Store {
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so
     /// what `f` reads cannot change before it writes. Rolls back on error.
     fn immediate<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let started = std::time::Instant::now();
         let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
         tx.commit()?;
+        crate::metrics::store_write(started.elapsed());
         Ok(value)
     }
 
@@ -627,7 +632,25 @@ impl Store {
         evidence: &[CheckEvidence],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let verification_ms = evidence.iter().map(|e| e.duration_ms).sum::<u64>();
         let evidence = to_json("evidence", &evidence)?;
+        let identity: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT identity FROM attempts WHERE task_id = ?1 AND attempt = ?2",
+                params![result.task_id, result.attempt],
+                |r| r.get(0),
+            )
+            .optional()?;
+        crate::metrics::attempt_finished(
+            &result.agent,
+            identity.as_deref().unwrap_or("-"),
+            result.status,
+            result.duration_seconds,
+            result.cost_usd,
+            &result.tokens,
+            verification_ms,
+        );
         self.update_attempt(
             &result.task_id,
             result.attempt,
@@ -922,7 +945,11 @@ fn claim_in(tx: &Transaction<'_>, task_id: &str, now: DateTime<Utc>) -> Result<T
         "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
         [task_id],
     )?;
-    get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))
+    let task = get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
+    if from == TaskState::Discovered && task.attempts == 0 {
+        crate::metrics::first_claim((now - task.created_at).to_std().unwrap_or_default());
+    }
+    Ok(task)
 }
 
 /// Checks the table, updates the state and appends the transition row.

@@ -1,5 +1,5 @@
-//! `prepare`: the per-attempt directory, the clone (mirror as reference, dissociated), the base
-//! commit and the attempt branch, then ownership.
+//! `prepare`: the per-attempt directory, the clone (sharing the mirror's objects, or with the
+//! mirror as reference and dissociated), the base commit and the attempt branch, then ownership.
 //!
 //! Must not reuse a directory: an attempt directory is created with `mkdir` (atomic, fails if
 //! it exists) before git writes into it, and removed again if anything after that fails.
@@ -7,7 +7,7 @@
 use super::cleanup::chown_recursive;
 use super::git::Git;
 use super::key::{check_repo_spec, task_key};
-use super::{io_err, PrepareRequest, Workspace, WorkspaceError, WorkspaceManager};
+use super::{io_err, CloneMode, PrepareRequest, Workspace, WorkspaceError, WorkspaceManager};
 use std::path::{Path, PathBuf};
 
 /// Makes `repo` a stable upstream string: URLs (and scp-like `host:path`) as given, local paths
@@ -66,7 +66,8 @@ fn check_base_ref(base: &str) -> Result<(), WorkspaceError> {
 
 impl WorkspaceManager {
     /// Prepares `{workspace_root}/{task_key}/{attempt}/`: fetches (or creates) the mirror, clones
-    /// from the upstream with the mirror as reference and dissociates, creates `branch` at the
+    /// it sharing its objects (`CloneMode::Shared`) or clones the upstream with the mirror as
+    /// reference and dissociates (`CloneMode::Dissociate`), creates `branch` at the
     /// base commit, chowns to `owner`. If the mirror cannot be fetched the clone comes straight
     /// from upstream and `used_mirror` is false.
     pub fn prepare(&self, req: &PrepareRequest) -> Result<Workspace, WorkspaceError> {
@@ -119,16 +120,21 @@ impl WorkspaceManager {
             }
         };
         lock.shared()?;
-        let mut clone = Git::new("clone").args(["clone", "--quiet", "--no-checkout"]);
-        if used_mirror {
-            clone = clone.arg("--reference").arg(&mirror).arg("--dissociate");
+        let mut mirror_objects = None;
+        if used_mirror && self.clone_mode == CloneMode::Shared {
+            mirror_objects = Some(super::shared::clone_shared(&mirror, upstream, dir)?);
+        } else {
+            let mut clone = Git::new("clone").args(["clone", "--quiet", "--no-checkout"]);
+            if used_mirror {
+                clone = clone.arg("--reference").arg(&mirror).arg("--dissociate");
+            }
+            clone
+                .arg("--")
+                .arg(upstream)
+                .arg(dir)
+                .token(&askpass, token, upstream)
+                .run()?;
         }
-        clone
-            .arg("--")
-            .arg(upstream)
-            .arg(dir)
-            .token(&askpass, token, upstream)
-            .run()?;
         drop(lock);
 
         let base_sha = resolve_base(dir, req.base_ref.as_deref()).ok_or_else(|| {
@@ -147,6 +153,9 @@ impl WorkspaceManager {
         };
         Git::new("checkout")
             .current_dir(dir)
+            // Writing the files is most of a shared clone's cost and is bound by file-creation
+            // latency, not CPU: parallel workers overlap it (issue 18, docs/benchmarks.md).
+            .args(["-c", "checkout.workers=8"])
             .args([
                 "checkout",
                 "--quiet",
@@ -169,6 +178,7 @@ impl WorkspaceManager {
             upstream: upstream.to_string(),
             used_mirror,
             mirror_note,
+            mirror_objects,
         })
     }
 

@@ -3,7 +3,8 @@
 //! check. Also `harden`, run before any git command in a workspace an agent has touched.
 //!
 //! Must not trust anything inside the workspace's `.git`: the config is rewritten from values
-//! recorded at prepare time, symlinks and alternates are refused or dropped.
+//! recorded at prepare time, symlinks are refused, alternates are dropped or re-written from the
+//! value recorded at prepare time.
 
 use super::git::Git;
 use super::{io_err, Author, CommitOutcome, Workspace, WorkspaceError, WorkspaceManager};
@@ -122,7 +123,8 @@ pub(super) fn check_author(author: &Author) -> Result<(), WorkspaceError> {
 
 /// Makes the workspace's `.git` safe for host-side git: `.git` must be a real directory with no
 /// symlink anywhere inside (a symlinked `objects/xx` would make us write or read host files),
-/// alternates and grafts are dropped, and the config is rewritten from `ws`.
+/// alternates and grafts are dropped (a shared clone's alternates entry is re-written from
+/// `ws.mirror_objects`), and the config is rewritten from `ws`.
 pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
     let dot_git = ws.path.join(".git");
     let untrusted = |reason: String| WorkspaceError::InvalidInput {
@@ -162,6 +164,11 @@ pub(crate) fn harden(ws: &Workspace) -> Result<(), WorkspaceError> {
         if p.exists() {
             std::fs::remove_file(&p).map_err(io_err("remove", &p))?;
         }
+    }
+    // A shared clone borrows the mirror's objects: the one entry recorded at prepare, never
+    // what the agent left in the file.
+    if let Some(objects) = &ws.mirror_objects {
+        super::shared::write_alternates(&dot_git, objects)?;
     }
     let config = render_config(&ws.upstream, ws.base_sha.len() == 64);
     let path = dot_git.join("config");

@@ -1,9 +1,10 @@
 //! The bare mirror cache: one per upstream under `mirror_root`, created on first use, fetched
 //! with prune before each attempt, guarded by a per-repo lock file.
 //!
-//! Locking: `flock` on `<mirror>.lock`. Creating or fetching takes it exclusive; cloning from
-//! the mirror and reading a file take it shared, so a concurrent prune or auto-gc can never
-//! pull objects from under a running clone, and two daemons sharing a home serialize on the
+//! Locking: `flock` on `<mirror>.lock`. Creating, fetching and gc take it exclusive; cloning
+//! from the mirror and reading a file take it shared, so a concurrent prune or auto-gc can never
+//! pull objects from under a running clone (and gc never prunes while a workspace borrows the
+//! mirror's objects: shared.rs), and two daemons sharing a home serialize on the
 //! same file. Must not touch attempt workspaces.
 //!
 //! Not `git clone --mirror`: on GitHub that also copies every `refs/pull/*` ref (and the fork
@@ -66,7 +67,11 @@ impl WorkspaceManager {
         lock.exclusive()?;
         let result = if is_bare_repo(&mirror) {
             if fetch_existing {
-                fetch(&mirror, upstream, &askpass, token)
+                let fetched = fetch(&mirror, upstream, &askpass, token);
+                if fetched.is_ok() {
+                    self.auto_gc(&mirror);
+                }
+                fetched
             } else {
                 Ok(())
             }
@@ -151,14 +156,10 @@ fn fetch(
     askpass: &Path,
     token: Option<&str>,
 ) -> Result<(), WorkspaceError> {
-    // Auto-gc runs in the foreground, i.e. under our exclusive lock, never racing a clone.
+    // No auto-gc here: it could prune objects a shared workspace borrows. `auto_gc` runs it
+    // after the fetch, still under our exclusive lock, with the prune policy of shared.rs.
     Git::new("fetch (mirror)")
-        .args([
-            "-c",
-            "gc.autoDetach=false",
-            "-c",
-            "maintenance.autoDetach=false",
-        ])
+        .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
         .arg("--git-dir")
         .arg(mirror)
         .args(["fetch", "--prune", "--quiet", "origin"])
@@ -184,6 +185,8 @@ fn create(
     let result = (|| {
         Git::new("init (mirror)")
             .args(["-c", "init.defaultBranch=main", "init", "--bare", "--quiet"])
+            // Shared clones read the objects as the container's uid, whatever our umask.
+            .arg("--shared=0644")
             .arg(&tmp)
             .run()?;
         let config = |args: &[&str]| {

@@ -1,6 +1,6 @@
-//! Workspace manager (spec §6): one bare mirror per repository, one full independent clone per
-//! attempt at `{workspace_root}/{task_key}/{attempt}/`, the attempt branch, commit, push and
-//! safe cleanup.
+//! Workspace manager (spec §6): one bare mirror per repository, one clone per attempt at
+//! `{workspace_root}/{task_key}/{attempt}/` (borrowing the mirror's objects read-only, or fully
+//! independent with `CloneMode::Dissociate`), the attempt branch, commit, push and safe cleanup.
 //!
 //! Owns every git operation on host repositories. Must not know about tasks' states, the
 //! store, Docker or GitHub's API: callers pass plain values and record what comes back.
@@ -24,10 +24,12 @@ pub mod marker;
 mod mirror;
 pub mod probe;
 mod push;
+mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
 pub use key::{branch_name, parse_owner, task_key};
+pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
 
 use std::path::{Path, PathBuf};
@@ -116,6 +118,23 @@ pub struct Workspace {
     /// upstream; `mirror_note` says why.
     pub used_mirror: bool,
     pub mirror_note: Option<String>,
+    /// The mirror's object directory this clone borrows from (its only alternates entry,
+    /// canonical), or `None` for an independent clone. The agent container must see it
+    /// read-only at this same path (`CloneMode::Shared`).
+    #[serde(default)]
+    pub mirror_objects: Option<PathBuf>,
+}
+
+/// How an attempt's clone gets its objects (config.yaml `git.clone_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloneMode {
+    /// Borrow the mirror's objects through `objects/info/alternates`: no object copy, only
+    /// the checkout and the branch; new objects go to the clone's own object directory.
+    #[default]
+    Shared,
+    /// `git clone --reference MIRROR --dissociate` (spec §6): a fully independent copy.
+    Dissociate,
 }
 
 /// Commit author (config.yaml `git.author_name` / `git.author_email`).
@@ -144,6 +163,7 @@ pub struct CommitOutcome {
 pub struct WorkspaceManager {
     workspace_root: PathBuf,
     mirror_root: PathBuf,
+    clone_mode: CloneMode,
     /// Path of the askpass script, written once under `mirror_root`.
     askpass: Mutex<Option<PathBuf>>,
 }
@@ -154,8 +174,19 @@ impl WorkspaceManager {
         WorkspaceManager {
             workspace_root: workspace_root.into(),
             mirror_root: mirror_root.into(),
+            clone_mode: CloneMode::default(),
             askpass: Mutex::new(None),
         }
+    }
+
+    /// Sets how later `prepare` calls clone (default `CloneMode::Shared`).
+    pub fn with_clone_mode(mut self, mode: CloneMode) -> Self {
+        self.clone_mode = mode;
+        self
+    }
+
+    pub fn clone_mode(&self) -> CloneMode {
+        self.clone_mode
     }
 
     pub fn workspace_root(&self) -> &Path {

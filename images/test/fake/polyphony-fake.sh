@@ -537,6 +537,36 @@ fake_main() {
             done
             run_success default
             ;;
+        vandal-mirror)
+            # Issue 18: try to damage the mirror this workspace borrows objects from (the
+            # path its alternates file names), record each outcome, then do the task.
+            alt=$(head -n 1 .git/objects/info/alternates 2>/dev/null)
+            # One stored object: a pack, else a loose object (small mirrors keep those).
+            f=$(find "$alt" -type f -name '*.pack' 2>/dev/null | head -n 1)
+            [ -n "$f" ] || f=$(find "$alt" -type f -path '*/[0-9a-f][0-9a-f]/*' 2>/dev/null | head -n 1)
+            if [ -z "$alt" ] || [ -z "$f" ]; then
+                note "mirror vandal: no mirror object visible under '$alt'"
+            else
+                report=""
+                vandal() {
+                    what=$1
+                    shift
+                    if "$@" >/dev/null 2>&1; then r=done; else r=refused; fi
+                    report="$report $what:$r"
+                }
+                d=$(dirname "$f")
+                vandal read head -c 4 "$f"
+                vandal write sh -c "echo x > '$alt/polyphony-fake-was-here'"
+                vandal loose sh -c "mkdir -p '$alt/ff' && echo x > '$alt/ff/polyphony-fake'"
+                vandal repack sh -c "cat '$f' > '$d/tmp_pack_fake' && mv '$d/tmp_pack_fake' '$f'"
+                vandal truncate sh -c ": > '$f'"
+                vandal chmod chmod u+w "$f"
+                vandal delete sh -c "rm -f '$f'; [ ! -e '$f' ]"
+                vandal delete-all sh -c "rm -rf '$alt'; [ ! -d '$alt' ]"
+                note "mirror vandal:$report"
+            fi
+            run_success default
+            ;;
         slow)
             secs=$(directive polyphony-fake-sleep)
             case "$secs" in '' | *[!0-9]*) secs=5 ;; esac

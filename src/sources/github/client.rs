@@ -595,6 +595,18 @@ impl GithubClient {
                 self.send_once(method.clone(), target, body),
             )
             .await;
+            match &sent {
+                Ok(Ok(answer)) => crate::metrics::github_request(
+                    method.as_str(),
+                    Some(answer.status.as_u16()),
+                    answer
+                        .headers
+                        .get("x-ratelimit-remaining")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok()),
+                ),
+                _ => crate::metrics::github_request(method.as_str(), None, None),
+            }
             let failure = match sent {
                 Ok(Ok(answer)) if answer.status.is_success() => return Ok(answer),
                 Ok(Ok(answer)) => {

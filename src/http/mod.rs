@@ -1,0 +1,262 @@
+//! The daemon's HTTP surface (`polyphony daemon --listen ADDR`, `http:` in config.yaml;
+//! docs/api.md): a JSON API under `/api/v1/` with the same shapes as the CLI's `--json`,
+//! an attempt's events live as Server-Sent Events, Prometheus metrics at `/metrics`, and
+//! a server-rendered dashboard at `/`.
+//!
+//! Every handler reads the store on the blocking pool (one short-lived connection per
+//! request, WAL readers never wait for the pipeline's writer), so serving never stalls an
+//! attempt. Auth is decided by [`Access`], a pure function of the request and the
+//! settings: a token for every mutating request, and for reads unless the address is
+//! loopback and the config allows reads without it.
+//!
+//! Must not: write to the store (mutations go through the same library calls as the CLI),
+//! render agent or issue text without escaping it, or echo the token.
+
+mod api;
+mod dashboard;
+mod events;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::config::Config;
+
+/// Why the server cannot start as configured: exit 2 (a usage or config error).
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("`{value}` is not an address to listen on ({problem}) — fix: give HOST:PORT, e.g. 127.0.0.1:8787")]
+    BadAddress { value: String, problem: String },
+    #[error("refusing to serve on {addr} without a token: a non-loopback address needs ${var} set — fix: export {var}=<a long random string>, or listen on 127.0.0.1")]
+    TokenRequired { addr: SocketAddr, var: String },
+    #[error("cannot listen on {addr}: {source} — fix: pick a free port, or stop what holds it")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What the server needs, fixed at start.
+#[derive(Clone)]
+pub struct ServerSettings {
+    /// `queue.db` of the home being served.
+    pub db: PathBuf,
+    /// The bearer token, if its variable is set.
+    pub token: Option<String>,
+    /// Whether reads need the token (always true off loopback).
+    pub token_for_reads: bool,
+    /// The daemon's agent slots (`max_concurrent_agents`).
+    pub slots: u32,
+    /// Each identity's name and daily cost ceiling, for `/state`.
+    pub identities: Vec<(String, Option<f64>)>,
+}
+
+impl std::fmt::Debug for ServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("db", &self.db)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("token_for_reads", &self.token_for_reads)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+/// Parses `listen` and decides the settings: a non-loopback address without a token is
+/// refused. `token` is the value of `token_env` (read by the caller).
+pub fn settings(
+    config: &Config,
+    listen: &str,
+    token: Option<String>,
+) -> Result<(SocketAddr, ServerSettings), HttpError> {
+    let addr: SocketAddr =
+        listen
+            .parse()
+            .map_err(|e: std::net::AddrParseError| HttpError::BadAddress {
+                value: listen.to_string(),
+                problem: e.to_string(),
+            })?;
+    let token = token.filter(|t| !t.trim().is_empty());
+    let loopback = addr.ip().is_loopback();
+    if !loopback && token.is_none() {
+        return Err(HttpError::TokenRequired {
+            addr,
+            var: config.global.http.token_env.clone(),
+        });
+    }
+    let settings = ServerSettings {
+        db: config.db_path(),
+        token,
+        token_for_reads: config.global.http.token_for_reads || !loopback,
+        slots: config.max_concurrent_agents(),
+        identities: config
+            .identities
+            .iter()
+            .map(|i| (i.name.clone(), i.cost_ceiling_usd_per_day))
+            .collect(),
+    };
+    Ok((addr, settings))
+}
+
+/// Binds `addr` (port 0 picks a free one; the caller reads `local_addr`).
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, HttpError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })
+}
+
+/// Serves until `shutdown` resolves, then finishes the requests in flight (event streams
+/// end with it).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    settings: ServerSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(settings))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The routes, for [`serve`] and for tests.
+pub fn router(settings: ServerSettings) -> Router {
+    let state = Arc::new(settings);
+    Router::new()
+        .route("/", get(dashboard::queue_page))
+        .route("/tasks/{id}", get(dashboard::task_page))
+        .route("/metrics", get(api::metrics))
+        .route("/api/v1/health", get(api::health))
+        .route("/api/v1/state", get(api::daemon_state))
+        .route("/api/v1/tasks", get(api::list_tasks))
+        .route("/api/v1/tasks/{id}", get(api::show_task))
+        .route("/api/v1/tasks/{id}/events", get(events::stream))
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .with_state(state)
+}
+
+type Shared = Arc<ServerSettings>;
+
+/// Whether a request may proceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Allowed,
+    /// No token or a wrong one: 401.
+    Unauthorized,
+}
+
+/// The auth rule (pure): mutations always need the token (and without a configured token
+/// there are none); reads need it when `token_for_reads`.
+pub fn access(
+    method: &Method,
+    presented: Option<&str>,
+    token: Option<&str>,
+    token_for_reads: bool,
+) -> Access {
+    let mutating = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    if !mutating && !token_for_reads {
+        return Access::Allowed;
+    }
+    match (presented, token) {
+        (Some(p), Some(t)) if constant_time_eq(p.as_bytes(), t.as_bytes()) => Access::Allowed,
+        _ => Access::Unauthorized,
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authorize(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match access(
+        request.method(),
+        presented,
+        state.token.as_deref(),
+        state.token_for_reads,
+    ) {
+        Access::Allowed => next.run(request).await,
+        Access::Unauthorized => {
+            let mut response = api::error_response(
+                StatusCode::UNAUTHORIZED,
+                "a bearer token is required",
+                "send `Authorization: Bearer $TOKEN` with the value of the daemon's `http.token_env` variable",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            response.into_response()
+        }
+    }
+}
+
+/// Percent-encodes a task id as one URL path segment (`owner/repo#42` →
+/// `owner%2Frepo%2342`).
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (method, token presented, token configured, token for reads, expected)
+    type Case<'a> = (&'a Method, Option<&'a str>, Option<&'a str>, bool, Access);
+
+    #[test]
+    fn access_rules() {
+        let get = Method::GET;
+        let post = Method::POST;
+        let cases: &[Case<'_>] = &[
+            // Loopback reads without a token are open unless configured otherwise.
+            (&get, None, None, false, Access::Allowed),
+            (&get, None, Some("t"), false, Access::Allowed),
+            (&get, None, Some("t"), true, Access::Unauthorized),
+            (&get, Some("t"), Some("t"), true, Access::Allowed),
+            (&get, Some("x"), Some("t"), true, Access::Unauthorized),
+            // Mutations always need the right token; without one configured, none pass.
+            (&post, None, None, false, Access::Unauthorized),
+            (&post, Some("t"), None, false, Access::Unauthorized),
+            (&post, None, Some("t"), false, Access::Unauthorized),
+            (&post, Some("tt"), Some("t"), false, Access::Unauthorized),
+            (&post, Some("t"), Some("t"), false, Access::Allowed),
+        ];
+        for (method, presented, token, reads, want) in cases {
+            assert_eq!(
+                access(method, *presented, *token, *reads),
+                *want,
+                "{method} presented={presented:?} token={token:?} reads={reads}"
+            );
+        }
+    }
+
+    #[test]
+    fn task_ids_encode_as_one_segment() {
+        assert_eq!(encode_segment("local-7"), "local-7");
+        assert_eq!(encode_segment("octo/widgets#42"), "octo%2Fwidgets%2342");
+        assert_eq!(encode_segment("a b<"), "a%20b%3C");
+    }
+}

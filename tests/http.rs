@@ -1,0 +1,542 @@
+//! The daemon's HTTP surface (issue 16) against a real queue file: the API's shapes equal
+//! the CLI's `--json`, auth, the SSE stream and its resume, escaping on the dashboard, and
+//! a `/metrics` scrape read by a Prometheus text parser.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use chrono::Utc;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use polyphony::domain::{
+    AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
+    RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+};
+use polyphony::http::{self, ServerSettings};
+use polyphony::store::Store;
+use serde_json::Value;
+
+fn polyphony(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("polyphony").unwrap();
+    cmd.env("POLYPHONY_HOME", home)
+        .env_remove("POLYPHONY_HTTP_TOKEN")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
+    ServerSettings {
+        db,
+        token: token.map(str::to_string),
+        token_for_reads,
+        slots: 4,
+        identities: vec![("personal".into(), Some(5.0))],
+    }
+}
+
+/// Serves `settings` on a free loopback port until the test ends.
+async fn start(settings: ServerSettings) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(http::serve(listener, settings, std::future::pending()));
+    addr
+}
+
+struct Answer {
+    status: u16,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+    let res = client.request(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Answer {
+    request(addr, "GET", path, &[], "").await
+}
+
+fn stdout_json(cmd: &mut Command) -> Value {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn spec(task_id: &str, attempt: u32) -> RunSpec {
+    RunSpec {
+        task_id: task_id.into(),
+        attempt,
+        agent: "claude".into(),
+        agent_type: AgentType::Claude,
+        cli_command: "claude".into(),
+        fallback: vec![],
+        identity: "personal".into(),
+        workspace: PathBuf::from(format!("/ws/{task_id}/{attempt}")),
+        branch: format!("polyphony/{task_id}-a{attempt}"),
+        base_ref: None,
+        image: "polyphony-worker:latest".into(),
+        model: None,
+        max_turns: None,
+        env_overlay: vec![],
+        volume_mounts: vec![],
+        deadline_seconds: 1800,
+        idle_timeout_seconds: 300,
+        network: NetworkMode::None,
+        limits: ResourceLimits::default(),
+        verification: vec![],
+        verify_image: "polyphony-worker:latest".into(),
+        rule: "default".into(),
+    }
+}
+
+fn event(seq: u64, summary: &str) -> TaskEvent {
+    TaskEvent {
+        seq,
+        kind: EventKind::Message,
+        stream: EventStream::Stdout,
+        summary: summary.into(),
+        data: serde_json::json!({"type": "assistant", "text": summary}),
+        at: Utc::now(),
+    }
+}
+
+/// A task in RUNNING with attempt 1 started and `events` stored.
+fn running_task(store: &Store, id: &str, title: &str, events: &[TaskEvent]) {
+    let now = Utc::now();
+    let task = Task::new(
+        id,
+        SourceKind::Local,
+        format!("local:{id}"),
+        "/srv/repo",
+        title,
+        now,
+    );
+    store.insert_task(&task).unwrap();
+    for to in [
+        TaskState::Claimed,
+        TaskState::Routed,
+        TaskState::Provisioned,
+        TaskState::Running,
+    ] {
+        let from = store.get_task(id).unwrap().unwrap().state;
+        store.transition(id, from, to, "test", now).unwrap();
+    }
+    store.start_attempt(&spec(id, 1), now).unwrap();
+    store.append_events(id, 1, events).unwrap();
+}
+
+fn finish(store: &Store, id: &str) {
+    let result = RunResult {
+        task_id: id.into(),
+        attempt: 1,
+        agent: "claude".into(),
+        status: AttemptStatus::Succeeded,
+        turns: 3,
+        duration_seconds: 42.0,
+        cost_usd: Some(0.5),
+        tokens: TokenUsage {
+            input: 100,
+            output: 20,
+            cached_input: 0,
+        },
+        exit_code: Some(0),
+        final_message: Some("done".into()),
+        reason: None,
+        events: 3,
+        artifacts: vec![],
+    };
+    let evidence = vec![CheckEvidence {
+        name: "test".into(),
+        command: "sh test.sh <script>".into(),
+        passed: true,
+        exit_code: Some(0),
+        duration_ms: 1200,
+        output_tail: "ok <img src=x onerror=alert(1)>".into(),
+    }];
+    store
+        .finish_attempt(&result, &evidence, Utc::now())
+        .unwrap();
+}
+
+#[tokio::test]
+async fn tasks_endpoints_return_the_cli_json_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "start",
+        ][..],
+    ] {
+        assert!(std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    }
+    for title in ["First task", "Second task", "Third task"] {
+        polyphony(&home)
+            .args(["enqueue", "--repo"])
+            .arg(&repo)
+            .arg(title)
+            .assert()
+            .success();
+    }
+    let addr = start(settings(home.join("queue.db"), None, false)).await;
+
+    let cli = stdout_json(polyphony(&home).args(["status", "--json"]));
+    let api = get(addr, "/api/v1/tasks").await;
+    assert_eq!(api.status, 200, "{}", api.body);
+    assert_eq!(api.json(), cli);
+
+    let cli = stdout_json(polyphony(&home).args(["status", "local-2", "--json"]));
+    let api = get(addr, "/api/v1/tasks/local-2").await;
+    assert_eq!(api.status, 200, "{}", api.body);
+    assert_eq!(api.json(), cli);
+
+    // Filters and pages.
+    let page = get(addr, "/api/v1/tasks?limit=1&offset=1").await.json();
+    assert_eq!(page.as_array().unwrap().len(), 1);
+    assert_eq!(page[0]["id"], "local-2");
+    let page = get(addr, "/api/v1/tasks?state=discovered&source=local")
+        .await
+        .json();
+    assert_eq!(page.as_array().unwrap().len(), 3);
+    let page = get(addr, "/api/v1/tasks?state=LANDED").await.json();
+    assert_eq!(page, serde_json::json!([]));
+    let page = get(addr, "/api/v1/tasks?agent=claude").await.json();
+    assert_eq!(page, serde_json::json!([]));
+
+    // Mistakes are 400/404 with the parameter named and a fix.
+    let bad = get(addr, "/api/v1/tasks?state=DONE").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"].as_str().unwrap().contains("state=DONE"));
+    assert!(bad.json()["fix"].as_str().unwrap().contains("RUNNING"));
+    let bad = get(addr, "/api/v1/tasks?colour=red").await;
+    assert_eq!(bad.status, 400);
+    let missing = get(addr, "/api/v1/tasks/local-99").await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("local-99"));
+
+    let health = get(addr, "/api/v1/health").await.json();
+    assert_eq!(health["status"], "ok");
+
+    let state = get(addr, "/api/v1/state").await.json();
+    assert_eq!(state["slots"]["max"], 4);
+    assert_eq!(state["counts"]["DISCOVERED"], 3);
+    assert_eq!(state["identities"][0]["identity"], "personal");
+    assert_eq!(state["identities"][0]["cost_ceiling_usd_per_day"], 5.0);
+}
+
+#[tokio::test]
+async fn mutations_need_the_token_and_reads_follow_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    Store::open(&db).unwrap();
+
+    // No token configured: reads open on loopback, every mutation refused.
+    let open = start(settings(db.clone(), None, false)).await;
+    assert_eq!(get(open, "/api/v1/tasks").await.status, 200);
+    let post = request(open, "POST", "/api/v1/tasks", &[], "{}").await;
+    assert_eq!(post.status, 401);
+    assert!(post.json()["fix"].as_str().unwrap().contains("Bearer"));
+    assert_eq!(post.headers["www-authenticate"], "Bearer");
+
+    // A token for reads too: nothing without it, everything with it.
+    let closed = start(settings(db, Some("s3cret-token"), true)).await;
+    assert_eq!(get(closed, "/api/v1/tasks").await.status, 401);
+    assert_eq!(get(closed, "/").await.status, 401);
+    assert_eq!(get(closed, "/metrics").await.status, 401);
+    let wrong = request(
+        closed,
+        "GET",
+        "/api/v1/tasks",
+        &[("authorization", "Bearer s3cret-tokeN")],
+        "",
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    assert!(!wrong.body.contains("s3cret"), "{}", wrong.body);
+    let right = request(
+        closed,
+        "GET",
+        "/api/v1/tasks",
+        &[("authorization", "Bearer s3cret-token")],
+        "",
+    )
+    .await;
+    assert_eq!(right.status, 200);
+}
+
+#[test]
+fn a_non_loopback_address_without_a_token_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    polyphony(&home).arg("init").assert().success();
+    let out = polyphony(&home)
+        .args(["daemon", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("POLYPHONY_HTTP_TOKEN"), "{err}");
+    assert!(err.contains("fix"), "{err}");
+
+    let out = polyphony(&home)
+        .args(["daemon", "--listen", "localhost-ish"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("localhost-ish"));
+}
+
+/// Reads SSE frames from `path` until an `end` event or `max` events.
+async fn sse(addr: SocketAddr, path: &str, last_id: Option<&str>) -> Vec<(String, String, String)> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = hyper::Request::get(format!("http://{addr}{path}"));
+    if let Some(id) = last_id {
+        req = req.header("last-event-id", id);
+    }
+    let res = client
+        .request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut body = res.into_body();
+    let mut text = String::new();
+    let mut events = Vec::new();
+    while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(20), body.frame())
+        .await
+        .expect("the stream stalled")
+    {
+        if let Ok(data) = frame.unwrap().into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let (mut id, mut kind, mut data) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = v.trim().to_string();
+                }
+            }
+            if !kind.is_empty() {
+                events.push((id, kind, data));
+            }
+        }
+        if events.iter().any(|(_, k, _)| k == "end") {
+            break;
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn events_stream_live_resume_after_the_last_id_and_end_with_the_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(
+        &store,
+        "local-1",
+        "Stream me",
+        &[event(0, "zero"), event(1, "one"), event(2, "two")],
+    );
+    let addr = start(settings(db.clone(), None, false)).await;
+
+    // A client that saw up to id 1 gets 2 and then what arrives live, then the end.
+    let reader =
+        tokio::spawn(async move { sse(addr, "/api/v1/tasks/local-1/events", Some("1")).await });
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    store
+        .append_events("local-1", 1, &[event(3, "three <script>x</script>")])
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    finish(&store, "local-1");
+    let events = reader.await.unwrap();
+    let ids: Vec<&str> = events
+        .iter()
+        .filter(|(_, k, _)| k == "event")
+        .map(|(id, _, _)| id.as_str())
+        .collect();
+    assert_eq!(ids, ["2", "3"], "{events:?}");
+    let last: Value = serde_json::from_str(&events[1].2).unwrap();
+    assert_eq!(last["task"], "local-1");
+    assert_eq!(last["attempt"], 1);
+    assert_eq!(last["summary"], "three <script>x</script>");
+    assert_eq!(events.last().unwrap().1, "end");
+
+    // After the end, a fresh client gets everything at once and the end.
+    let all = sse(addr, "/api/v1/tasks/local-1/events?attempt=1", None).await;
+    assert_eq!(all.len(), 5, "{all:?}");
+
+    let bad = request(
+        addr,
+        "GET",
+        "/api/v1/tasks/local-1/events",
+        &[("last-event-id", "yesterday")],
+        "",
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(get(addr, "/api/v1/tasks/nope/events").await.status, 404);
+}
+
+#[tokio::test]
+async fn agent_and_issue_text_renders_inert_on_the_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    let hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+    running_task(&store, "octo/w#7", hostile, &[event(0, hostile)]);
+    finish(&store, "octo/w#7");
+    store
+        .set_attempt_landing(
+            "octo/w#7",
+            1,
+            "abc123",
+            "polyphony/x\"><script>",
+            Some("javascript:alert(3)"),
+            Utc::now(),
+        )
+        .unwrap();
+    let addr = start(settings(db, None, false)).await;
+
+    let queue = get(addr, "/").await;
+    assert_eq!(queue.status, 200);
+    assert!(queue.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let task = get(addr, "/tasks/octo%2Fw%237").await;
+    assert_eq!(task.status, 200, "{}", task.body);
+    for page in [&queue.body, &task.body] {
+        assert!(!page.contains("<script>alert"), "{page}");
+        assert!(!page.contains("<img src=x"), "{page}");
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{page}"
+        );
+    }
+    assert!(queue.body.contains("href=\"/tasks/octo%2Fw%237\""));
+    // The PR link is shown as text, never as a javascript: href; evidence is escaped.
+    assert!(!task.body.contains("href=\"javascript"), "{}", task.body);
+    assert!(task.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(task.body.contains("polyphony/x&quot;&gt;&lt;script&gt;"));
+}
+
+#[tokio::test]
+async fn metrics_parse_as_exposition_format_and_count_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    let addr = start(settings(db, None, false)).await;
+
+    let value = |text: &str, name: &str, labels: &[(&str, &str)]| -> f64 {
+        let lines = text.lines().map(|l| Ok(l.to_string()));
+        let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition text");
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    };
+    let before = get(addr, "/metrics").await;
+    assert_eq!(before.status, 200);
+    assert!(before.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let attempts_before = value(
+        &before.body,
+        "polyphony_attempts_total",
+        &[("agent", "claude"), ("outcome", "succeeded")],
+    );
+    assert_eq!(
+        value(&before.body, "polyphony_tasks", &[("state", "RUNNING")]),
+        0.0
+    );
+
+    running_task(&store, "local-1", "Count me", &[]);
+    let during = get(addr, "/metrics").await.body;
+    assert_eq!(
+        value(&during, "polyphony_tasks", &[("state", "RUNNING")]),
+        1.0
+    );
+    finish(&store, "local-1");
+    let after = get(addr, "/metrics").await.body;
+    assert_eq!(
+        value(
+            &after,
+            "polyphony_attempts_total",
+            &[("agent", "claude"), ("outcome", "succeeded")]
+        ),
+        attempts_before + 1.0
+    );
+    assert!(
+        value(
+            &after,
+            "polyphony_cost_usd_total",
+            &[("identity", "personal"), ("agent", "claude")]
+        ) >= 0.5
+    );
+    assert!(after.contains("polyphony_store_write_duration_seconds_bucket"));
+}

@@ -1,0 +1,747 @@
+//! The REAL Claude Code CLI in the loop (issue 13): the built binary runs attempts in the
+//! offline worker image `images/real` (Debian trixie + the `claude` executable from the
+//! pinned `claude-agent-sdk` wheel), and the CLI talks to a scripted Anthropic Messages API
+//! (src/scripted_model.rs) over a Docker network each test creates for itself: the server
+//! listens on that network's gateway address, so the container reaches it and nothing else of
+//! the host, and no test traffic leaves the machine.
+//!
+//! Everything else is real too: Docker, git, a local bare origin, the store.
+//!
+//! The image build runs `images/real/build.sh` (downloads from PyPI and Debian once, then
+//! cached by content hash). Without an engine: fails when `CI` is set, otherwise prints
+//! `SKIPPED: <why>`. `POLYPHONY_SKIP_REAL_CLI=1` skips these tests outside CI (e.g. on a
+//! machine without the Debian mirror).
+
+mod support;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use polyphony::demo::write_sample_repo;
+use polyphony::runtime::home_label;
+use polyphony::scripted_model::{Reply, ScriptedAnthropic, Turn};
+use serde_json::Value;
+use support::fake_github::{FakeGithub, NewIssue};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+/// The fix the scripted model makes (the sample project's `add` subtracts).
+const FIX: &str = "sed -i 's/a - b/a + b/' calc.sh";
+/// The key the CLI sends; the scripted server accepts anything, the point is that it never
+/// shows up in logs or transcripts.
+const API_KEY: &str = "sk-ant-scripted-0123456789abcdef";
+
+static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
+
+/// The real-CLI image tag, or `None` after printing SKIPPED (a failure under CI).
+async fn image() -> Option<String> {
+    IMAGE
+        .get_or_init(|| async {
+            let ci = std::env::var_os("CI").is_some();
+            if !ci && std::env::var_os("POLYPHONY_SKIP_REAL_CLI").is_some() {
+                println!("SKIPPED: POLYPHONY_SKIP_REAL_CLI is set");
+                return None;
+            }
+            let engine = std::process::Command::new("docker")
+                .args(["version", "--format", "{{.Server.Version}}"])
+                .output();
+            if !engine.as_ref().is_ok_and(|o| o.status.success()) {
+                if ci {
+                    panic!("Docker is required under CI: {engine:?}");
+                }
+                println!("SKIPPED: no Docker engine");
+                return None;
+            }
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/real/build.sh");
+            let started = Instant::now();
+            let out = Command::new("bash")
+                .arg(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .expect("run images/real/build.sh");
+            assert!(
+                out.status.success(),
+                "images/real/build.sh failed ({})",
+                out.status
+            );
+            let tag = text(&out.stdout)
+                .lines()
+                .last()
+                .expect("build.sh prints the tag")
+                .trim()
+                .to_string();
+            println!(
+                "real-CLI image {tag} ready in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            Some(tag)
+        })
+        .await
+        .clone()
+}
+
+/// A user-defined bridge network for one test, removed on drop.
+struct TestNetwork {
+    name: String,
+    gateway: IpAddr,
+}
+
+impl TestNetwork {
+    fn create(test: &str) -> TestNetwork {
+        let name = format!(
+            "polyphony-realcli-{test}-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        );
+        let out = std::process::Command::new("docker")
+            .args(["network", "create", "--driver", "bridge", &name])
+            .output()
+            .expect("docker network create");
+        assert!(
+            out.status.success(),
+            "network create: {}",
+            text(&out.stderr)
+        );
+        let out = std::process::Command::new("docker")
+            .args([
+                "network",
+                "inspect",
+                "--format",
+                "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+                &name,
+            ])
+            .output()
+            .expect("docker network inspect");
+        let gateway = text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("gateway of {name}: {e}: {}", text(&out.stdout)));
+        TestNetwork { name, gateway }
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.name])
+            .output();
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:x}{}", nanos, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Knobs of a test home.
+struct Setup<'a> {
+    deadline: &'a str,
+    idle: &'a str,
+    /// A second identity `second` with its own scripted API, and an agent profile
+    /// `claude-b` using it as claude's fallback.
+    fallback: Option<&'a ScriptedAnthropic>,
+    /// Poll this fake GitHub repository (`github.repos`) every second.
+    github: Option<(&'a FakeGithub, &'a str)>,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Setup {
+            deadline: "3m",
+            idle: "1m",
+            fallback: None,
+            github: None,
+        }
+    }
+}
+
+/// A home whose default agent is the real Claude in `image`, on `network`, with the
+/// scripted model API's address and key handed over through the identity's `api_keys`.
+struct Home {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    origin: PathBuf,
+    label: String,
+    base_url: String,
+    fallback_url: Option<String>,
+    github: Option<(String, String)>,
+}
+
+impl Home {
+    fn new(image: &str, network: &TestNetwork, api: &ScriptedAnthropic, setup: Setup<'_>) -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("home");
+        std::fs::create_dir_all(&path).expect("home");
+        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let (poll, repos) = match setup.github {
+            Some((_, repo)) => ("1s", format!("github:\n  repos: [{repo}]\n")),
+            None => ("30s", String::new()),
+        };
+        std::fs::write(
+            path.join("config.yaml"),
+            format!(
+                "poll_interval: {poll}\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: {}\n  memory: 1g\n  cpus: 1\n{repos}",
+                setup.idle, network.name, setup.deadline
+            ),
+        )
+        .expect("config.yaml");
+        // The login directory holds only settings: the key comes from the env overlay.
+        let login = dir.path().join("login-claude");
+        std::fs::create_dir_all(&login).expect("login dir");
+        std::fs::write(login.join("settings.json"), "{}\n").expect("settings.json");
+        let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n", login.display());
+        let mut fallback = "[]";
+        if setup.fallback.is_some() {
+            identities.push_str(&format!("  - name: second\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL_2\n", login.display()));
+            std::fs::write(
+                path.join("agents.yaml"),
+                "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude-b\n    agent_type: claude\n    identity: second\n",
+            )
+            .expect("agents.yaml");
+            fallback = "[claude-b]";
+        }
+        std::fs::write(path.join("identities.yaml"), identities).expect("identities.yaml");
+        std::fs::write(
+            path.join("routing.yaml"),
+            format!("default:\n  agent: claude\n  fallback: {fallback}\n"),
+        )
+        .expect("routing.yaml");
+        let label = home_label(&path);
+        Home {
+            _dir: dir,
+            path,
+            origin,
+            label,
+            base_url: api.base_url(),
+            fallback_url: setup.fallback.map(ScriptedAnthropic::base_url),
+            github: setup
+                .github
+                .map(|(fake, _)| (fake.base_url().to_string(), fake.token())),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("POLYPHONY_HOME", &self.path)
+            .env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
+            .env("POLYPHONY_TEST_ANTHROPIC_URL", &self.base_url)
+            .env(
+                "POLYPHONY_TEST_ANTHROPIC_URL_2",
+                self.fallback_url.as_deref().unwrap_or(""),
+            )
+            .env_remove("RUST_LOG")
+            .env_remove("GH_TOKEN")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        match &self.github {
+            Some((url, token)) => {
+                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
+            }
+            None => {
+                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
+            }
+        }
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn polyphony");
+        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
+            Ok(out) => out.expect("wait for polyphony"),
+            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
+        }
+    }
+
+    async fn enqueue(&self, body: &str, title: &str) -> String {
+        let out = self
+            .run(&[
+                "enqueue",
+                "--repo",
+                &self.origin.display().to_string(),
+                "--body",
+                body,
+                title,
+            ])
+            .await;
+        assert!(out.status.success(), "{}", output(&out));
+        text(&out.stdout).trim().to_string()
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        let out = self.run(&["status", id, "--json"]).await;
+        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+    }
+
+    fn transcript(&self, id: &str, attempt: u32) -> String {
+        std::fs::read_to_string(
+            self.path
+                .join("transcripts")
+                .join(id)
+                .join(format!("{attempt}.ndjson")),
+        )
+        .unwrap_or_default()
+    }
+
+    /// With `POLYPHONY_REAL_CLI_DUMP=DIR`, copies this task's transcripts and status to
+    /// `DIR/SCENARIO-N.ndjson` (how tests/fixtures/claude-real/ was recorded).
+    async fn dump(&self, id: &str, scenario: &str) {
+        let Some(dir) = std::env::var_os("POLYPHONY_REAL_CLI_DUMP") else {
+            return;
+        };
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("dump dir");
+        for n in 1..=5 {
+            let t = self.transcript(id, n);
+            if !t.is_empty() {
+                std::fs::write(dir.join(format!("{scenario}-{n}.ndjson")), t).expect("dump");
+            }
+        }
+        let v = self.task(id).await;
+        std::fs::write(
+            dir.join(format!("{scenario}.status.json")),
+            serde_json::to_string_pretty(&v).unwrap_or_default(),
+        )
+        .expect("dump status");
+    }
+
+    fn show(&self, rev_path: &str) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.origin)
+            .args(["show", rev_path])
+            .output()
+            .expect("git show");
+        text(&out.stdout)
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=polyphony.home={}", self.label),
+            ])
+            .output();
+        if let Ok(out) = out {
+            let ids: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn output(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn attempts(v: &Value) -> &Vec<Value> {
+    v["attempts"].as_array().expect("attempts")
+}
+
+/// The model fixes calc.sh with Bash, then (once it has seen the tool result) ends the turn.
+fn fix_then_stop(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Fixed add(): it now adds.".into())
+    } else {
+        Reply::Bash(FIX.into())
+    }
+}
+
+/// First attempt: a change that fixes nothing. Once the prompt carries the failing check's
+/// output (the repair attempt): the fix.
+fn fix_only_when_shown_the_failure(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Done.".into())
+    } else if turn.transcript.contains("FAIL: add 2 3 gave -1") {
+        Reply::Bash(FIX.into())
+    } else {
+        Reply::Bash("echo 'add() looks fine to me' >> NOTES.md".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_lands_a_task() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("lands");
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "lands").await;
+    let v = home.task(&id).await;
+    assert!(
+        out.status.success(),
+        "spawn: {}\n{}\ntranscript:\n{}\nrequests: {:?}",
+        output(&out),
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+        home.transcript(&id, 1),
+        api.requests()
+    );
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["status"], "succeeded");
+    assert!(api.turns() >= 2, "{:?}", api.requests());
+    let branch = a[0]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    let transcript = home.transcript(&id, 1);
+    assert!(transcript.contains("Fixed add()"), "{transcript}");
+    assert!(
+        !transcript.contains(API_KEY),
+        "the API key leaked into the transcript"
+    );
+    println!("real_claude_lands_a_task: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_lands_on_the_repair_retry() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("repair");
+    let api = ScriptedAnthropic::start(net.gateway, fix_only_when_shown_the_failure)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "repair").await;
+    let v = home.task(&id).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(a[0]["status"], "failed");
+    assert!(
+        a[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("verification failed")),
+        "{:#}",
+        a[0]
+    );
+    assert!(
+        a[0]["commit_sha"].is_null(),
+        "attempt 1 must not land: {:#}",
+        a[0]
+    );
+    assert_eq!(a[1]["status"], "succeeded");
+    let branch = a[1]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    println!(
+        "real_claude_lands_on_the_repair_retry: {:?}",
+        started.elapsed()
+    );
+}
+
+/// The model API answers 401: the real CLI would retry ten times over minutes
+/// (`system`/`api_retry` lines); the attempt stops at the first retry line, labelled as an
+/// authentication failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_with_a_refused_key_is_an_authentication_failure() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("auth");
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::Unauthorized)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "auth").await;
+    let v = home.task(&id).await;
+    assert!(!out.status.success(), "{}", output(&out));
+    // Permanent (orchestrator/failure.rs): BLOCKED after the first attempt, no retries.
+    assert_eq!(v["task"]["state"], "BLOCKED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{v:#}");
+    for attempt in a {
+        assert_eq!(attempt["status"], "failed", "{attempt:#}");
+        let reason = attempt["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.contains("authentication failed") && reason.contains("401"),
+            "{reason}"
+        );
+        let secs = attempt["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+        assert!(
+            secs < 45.0,
+            "the attempt waited out the CLI's retries: {secs}s"
+        );
+    }
+    let transcript = home.transcript(&id, 1);
+    assert!(transcript.contains("\"api_retry\""), "{transcript}");
+    assert!(
+        !transcript.contains(API_KEY),
+        "the API key leaked into the transcript"
+    );
+    println!("real_claude_auth: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_out_of_quota_falls_back_to_the_next_agent() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("quota");
+    let reset = chrono::Utc::now().timestamp() + 3600;
+    let limited = ScriptedAnthropic::start(net.gateway, move |_: &Turn<'_>| Reply::RateLimited {
+        retry_after_secs: 3600,
+        reset_epoch: reset,
+    })
+    .await
+    .expect("scripted model API");
+    let healthy = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(
+        &image,
+        &net,
+        &limited,
+        Setup {
+            fallback: Some(&healthy),
+            ..Setup::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "quota").await;
+    let v = home.task(&id).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    let agents: Vec<&str> = a
+        .iter()
+        .map(|x| x["agent"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(agents, ["claude", "claude-b"], "{a:#?}");
+    assert_eq!(a[0]["status"], "quota");
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("usage limit") && reason.contains("429"),
+        "{reason}"
+    );
+    assert_eq!(a[1]["status"], "succeeded");
+    // The CLI does not retry a 429: one agent request reached the limited API.
+    assert_eq!(limited.turns(), 1, "{:?}", limited.requests());
+    println!("real_claude_quota: {:?}", started.elapsed());
+}
+
+/// The model API answers 500 forever: the CLI keeps printing `api_retry` lines, which are
+/// not progress, so the idle policy ends the attempt with the API's failure as the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_against_a_failing_api_ends_in_bounded_time() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("stall");
+    let api = ScriptedAnthropic::start(net.gateway, |_: &Turn<'_>| Reply::ServerError)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            deadline: "4m",
+            idle: "20s",
+            ..Setup::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "server-error").await;
+    let v = home.task(&id).await;
+    assert!(!out.status.success(), "{}", output(&out));
+    let a = attempts(&v);
+    assert!(!a.is_empty(), "{v:#}");
+    let first = &a[0];
+    assert_eq!(first["status"], "stalled", "{first:#}");
+    let reason = first["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("the model API kept failing (500 server_error"),
+        "{reason}"
+    );
+    let secs = first["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+    assert!(secs < 60.0, "not bounded by the idle timeout: {secs}s");
+    println!("real_claude_500: {:?}", started.elapsed());
+}
+
+/// The daemon (started as this test's user, root on CI) polls the fake GitHub, runs the real
+/// Claude as uid 1000 and opens the pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_lands_a_github_issue_with_real_claude() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("daemon");
+    let api = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+        .await
+        .expect("scripted model API");
+    let fake = FakeGithub::start().await;
+    let origin_dir = tempfile::tempdir().expect("temp dir");
+    let origin = write_sample_repo(origin_dir.path()).expect("sample repo");
+    let repo = "acme/calc-real";
+    fake.add_repo(repo, &format!("file://{}", origin.display()), "main");
+    let n = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add(): it subtracts")
+            .body("`add 2 3` prints -1; test.sh fails.")
+            .labels(&["agent-ready"]),
+    );
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            github: Some((&fake, repo)),
+            ..Setup::default()
+        },
+    );
+    let log = home.path.join("daemon.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut daemon = home
+        .cmd(&["daemon"])
+        .stdout(file.try_clone().expect("dup log"))
+        .stderr(file)
+        .spawn()
+        .expect("spawn the daemon");
+    let id = format!("{repo}#{n}");
+    let limit = Duration::from_secs(240);
+    loop {
+        let out = home.run(&["status", &id, "--json"]).await;
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+            if v["task"]["state"] == "LANDED" {
+                break;
+            }
+            assert!(
+                !matches!(v["task"]["state"].as_str(), Some("BLOCKED")),
+                "{v:#}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{id} did not land within {limit:?}:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    if let Some(pid) = daemon.id() {
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(60), daemon.wait()).await;
+    let pulls = fake.pulls(repo);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&origin)
+        .args(["show", &format!("{}:calc.sh", pulls[0].head)])
+        .output()
+        .expect("git show");
+    assert!(text(&out.stdout).contains("a + b"));
+    let v = home.task(&id).await;
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["run_spec"]["limits"]["user"], "1000:1000");
+    println!(
+        "daemon_lands_a_github_issue_with_real_claude: {:?}",
+        started.elapsed()
+    );
+}
+
+/// `demo --real-claude`: the four demo tasks end as promised on the real CLI, and the demo
+/// removes the Docker network it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_real_claude_runs_as_promised() {
+    let Some(_image) = image().await else { return };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let child = Command::new(BIN)
+        .args(["demo", "--real-claude", "--json", "--dir"])
+        .arg(dir.path())
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn demo");
+    let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("demo finished in time")
+        .expect("demo output");
+    assert!(out.status.success(), "{}", output(&out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("demo --json");
+    let states: Vec<&str> = rows
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        states,
+        ["LANDED", "LANDED", "LANDED", "BLOCKED"],
+        "{rows:#?}"
+    );
+    assert_eq!(rows[2]["agents"], serde_json::json!(["claude", "claude-b"]));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("REAL Claude Code CLI, SCRIPTED model API"),
+        "{err}"
+    );
+    let network = err
+        .split_whitespace()
+        .find(|w| w.starts_with("polyphony-demo-"))
+        .expect("the demo names its network")
+        .trim_end_matches(';')
+        .to_string();
+    let ls = std::process::Command::new("docker")
+        .args(["network", "ls", "--format", "{{.Name}}"])
+        .output()
+        .expect("docker network ls");
+    assert!(
+        !text(&ls.stdout).lines().any(|n| n == network),
+        "{network} left behind"
+    );
+    println!("demo_real_claude_runs_as_promised: {:?}", started.elapsed());
+}
