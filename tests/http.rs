@@ -29,7 +29,9 @@ fn polyphony(home: &Path) -> Command {
 
 fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
     ServerSettings {
+        home: db.parent().unwrap().to_path_buf(),
         db,
+        body_limit: 256 * 1024,
         token: token.map(str::to_string),
         token_for_reads,
         slots: 4,
@@ -539,4 +541,163 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
         ) >= 0.5
     );
     assert!(after.contains("polyphony_store_write_duration_seconds_bucket"));
+}
+
+/// A git repository with one commit at `dir`.
+fn repo_with_a_commit(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "start",
+        ][..],
+    ] {
+        assert!(std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn post_tasks_enqueues_with_the_cli_checks_and_retry_brings_back_a_blocked_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let repo = dir.path().join("repo");
+    repo_with_a_commit(&repo);
+    polyphony(&home).arg("init").assert().success();
+    let db = home.join("queue.db");
+    Store::open(&db).unwrap();
+    let addr = start(settings(db.clone(), Some("tok-123"), false)).await;
+    let auth = [
+        ("authorization", "Bearer tok-123"),
+        ("content-type", "application/json"),
+    ];
+
+    let task = serde_json::json!({
+        "repo": repo, "title": "Fix the parser", "type": "bugfix", "labels": ["parser"],
+        "body": "The parser drops the last line."
+    })
+    .to_string();
+    // Without the token nothing is stored.
+    assert_eq!(
+        request(addr, "POST", "/api/v1/tasks", &[], &task)
+            .await
+            .status,
+        401
+    );
+    let made = request(addr, "POST", "/api/v1/tasks", &auth, &task).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(made.json()["id"], "local-1");
+    let cli = stdout_json(polyphony(&home).args(["status", "local-1", "--json"]));
+    assert_eq!(cli["task"]["task_type"], "bugfix");
+    assert_eq!(cli["task"]["labels"], serde_json::json!(["parser"]));
+    assert_eq!(cli["task"]["body"], "The parser drops the last line.");
+
+    // The CLI's refusals, with the field named as the API spells it, and nothing stored.
+    let before = tree_bytes(&home);
+    for (body, names) in [
+        (
+            serde_json::json!({"repo": "https://me:ghp_s3cret@github.com/a/b.git", "title": "x"}),
+            "`repo`",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "two\nlines"}),
+            "title",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "x", "base": "--upload-pack=evil"}),
+            "`base`",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "x", "base": "no-such-branch"}),
+            "`repo`",
+        ),
+        (
+            serde_json::json!({"repo": dir.path().join("nowhere"), "title": "x"}),
+            "`repo`",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "x", "colour": "red"}),
+            "colour",
+        ),
+        (serde_json::json!({"title": "x"}), "repo"),
+    ] {
+        let refused = request(addr, "POST", "/api/v1/tasks", &auth, &body.to_string()).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.body);
+        let answer = refused.json();
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(names), "{body}: {error}");
+        assert!(!answer["fix"].as_str().unwrap().is_empty());
+        assert!(!refused.body.contains("ghp_s3cret"), "{}", refused.body);
+    }
+    let not_json = request(addr, "POST", "/api/v1/tasks", &auth, "title=x").await;
+    assert_eq!(not_json.status, 400);
+    assert_eq!(tree_bytes(&home), before, "a refused task changed the home");
+
+    // retry: only a BLOCKED task comes back, once, as its next generation.
+    let store = Store::open(&db).unwrap();
+    let retry = |id: &'static str| async move {
+        let path = format!("/api/v1/tasks/{id}/retry");
+        request(
+            addr,
+            "POST",
+            &path,
+            &[("authorization", "Bearer tok-123")],
+            "",
+        )
+        .await
+    };
+    let early = retry("local-1").await;
+    assert_eq!(early.status, 409, "{}", early.body);
+    for to in [TaskState::Claimed, TaskState::Failed, TaskState::Blocked] {
+        let from = store.get_task("local-1").unwrap().unwrap().state;
+        store
+            .transition("local-1", from, to, "test", Utc::now())
+            .unwrap();
+    }
+    assert_eq!(
+        request(addr, "POST", "/api/v1/tasks/local-1/retry", &[], "")
+            .await
+            .status,
+        401
+    );
+    let back = retry("local-1").await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert_eq!(back.json()["task"], "local-1.2");
+    assert_eq!(back.json()["generation"], 2);
+    let again = retry("local-1").await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(retry("local-9").await.status, 404);
+    let detail = get(addr, "/api/v1/tasks/local-1.2").await.json();
+    assert_eq!(detail["task"]["state"], "DISCOVERED");
+    assert_eq!(detail["retry_of"], "local-1");
 }

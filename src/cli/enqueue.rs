@@ -6,8 +6,8 @@ use anyhow::Context as _;
 use chrono::Utc;
 
 use super::{print_json, Context, Outcome, UsageError};
-use crate::domain::text::{check_body, check_not_option, check_title, TextError};
-use crate::domain::{Risk, Scope, SourceKind, Task, TaskType};
+use crate::domain::{Risk, Scope, TaskType};
+use crate::sources::intake::{self, NewTask, Refused, Surface};
 use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
@@ -50,75 +50,35 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
-    // Everything is checked before the store is opened: a refused task leaves the home
-    // exactly as it was (issue 12).
-    let text_error = |e: TextError| UsageError::new(e.message, e.fix);
-    check_title(&args.title).map_err(text_error)?;
-    let title = args.title.trim();
-    check_repo_text(&args.repo)?;
-    if let Some(base) = &args.base {
-        check_not_option("--base", base).map_err(text_error)?;
-        if base.trim().is_empty() || base.contains(['\0', '\n', '\r']) {
-            return Err(UsageError::new(
-                format!("--base `{}` is not a ref name", base.escape_debug()),
-                "pass a branch, tag or commit such as `main`",
-            )
-            .into());
-        }
-    }
-    let repo = normalize_repo(&args.repo)?;
+    let refused = |e: Refused| UsageError::new(e.message, e.fix);
     let limit = body_limit(ctx);
     let body = match (&args.body, &args.body_file) {
         (Some(text), _) => text.clone(),
         (None, Some(path)) => read_body_file(path, limit)?,
         (None, None) => String::new(),
     };
-    check_body(&body, limit).map_err(text_error)?;
-    for label in &args.labels {
-        if label.trim().is_empty() {
-            return Err(UsageError::new(
-                "a --label is empty",
-                "remove it or give the label a name",
-            )
-            .into());
-        }
-        check_not_option("--label", label).map_err(text_error)?;
-    }
-    check_source(&repo, args.base.as_deref(), args.no_check)?;
-
+    let new = NewTask {
+        repo: args.repo,
+        title: args.title,
+        base: args.base,
+        task_type: args.task_type,
+        risk: args.risk,
+        scope: args.scope,
+        labels: args.labels,
+        body,
+        requires_web: args.requires_web,
+        no_check: args.no_check,
+    };
+    // Everything is checked before the store is opened: a refused task leaves the home
+    // exactly as it was (issue 12).
+    let new = intake::check(new, limit, Surface::Cli).map_err(refused)?;
     let db = crate::config::db_path(&ctx.home);
     let store = Store::open(&db).with_context(|| format!("opening the queue {}", db.display()))?;
-    // Never write into a damaged file (issue 12): check it before adding a row.
-    store.ensure_sound()?;
-    let id = store.next_local_task_id()?;
-    let mut task = Task::new(
-        &id,
-        SourceKind::Local,
-        format!("local:{id}"),
-        repo,
-        title,
-        Utc::now(),
-    );
-    task.base_ref = args.base.clone();
-    task.task_type = args.task_type;
-    task.risk = args.risk;
-    task.scope = args.scope;
-    task.labels = args.labels.clone();
-    task.requires_web = args.requires_web;
-    // About four characters per token: enough for routing to compare context windows.
-    task.context_tokens = ((title.len() + body.len()) / 4) as u64;
-    task.body = body;
-    if !store.insert_task(&task)? {
-        anyhow::bail!(
-            "task id {id} already exists in {}: the queue's id counter is out of step",
-            db.display()
-        );
-    }
-    tracing::info!(task = %id, repo = %task.repo, "enqueued");
+    let task = intake::store(&store, new, Utc::now())?;
     if args.json {
-        print_json(&serde_json::json!({ "id": id }))?;
+        print_json(&serde_json::json!({ "id": task.id }))?;
     } else {
-        println!("{id}");
+        println!("{}", task.id);
     }
     // A running daemon picks the task up at once instead of at its next poll.
     crate::orchestrator::daemon::wake(&ctx.home);
@@ -166,129 +126,4 @@ fn read_body_file(path: &Path, limit: u64) -> Result<String, UsageError> {
     )
     .map_err(|e| unreadable(e.to_string()))?;
     Ok(text)
-}
-
-/// `--repo` as typed: not an option, and no credentials in a URL (they would be stored in
-/// the queue and shown by `status`). The error shows the URL with the credentials as `***`.
-fn check_repo_text(repo: &str) -> Result<(), UsageError> {
-    let trimmed = repo.trim();
-    if trimmed.is_empty() {
-        return Err(UsageError::new(
-            "--repo is empty",
-            "pass a local clone's path or a clone URL such as https://github.com/owner/name.git",
-        ));
-    }
-    check_not_option("--repo", trimmed).map_err(|e| UsageError::new(e.message, e.fix))?;
-    if trimmed.contains(['\0', '\n', '\r']) {
-        return Err(UsageError::new(
-            format!("--repo `{}` holds a NUL or newline", trimmed.escape_debug()),
-            "pass the repository path or URL on one line",
-        ));
-    }
-    if let Some(shown) = redact_credentials(trimmed) {
-        return Err(UsageError::new(
-            format!("--repo `{shown}` embeds credentials in the URL; they are never stored"),
-            "drop the `user:token@` part: Polyphony authenticates with the identity's token (github_token_env) or your git credentials",
-        ));
-    }
-    Ok(())
-}
-
-/// The URL with its userinfo replaced by `***` when an http(s) URL carries any, or any URL
-/// carries a password; `None` when it holds no credentials.
-fn redact_credentials(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (userinfo, host) = rest[..end].rsplit_once('@')?;
-    let http = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
-    if http || userinfo.contains(':') {
-        Some(format!("{scheme}://***@{host}{}", &rest[end..]))
-    } else {
-        None
-    }
-}
-
-/// The repository and base ref exist: checked locally for a path, with `git ls-remote`
-/// for a URL unless `--no-check`.
-fn check_source(repo: &str, base: Option<&str>, no_check: bool) -> Result<(), UsageError> {
-    use crate::workspace::probe::{self, ProbeError};
-    let is_url = repo.contains("://") || is_scp_like(repo);
-    let result = if is_url {
-        if no_check {
-            return Ok(());
-        }
-        probe::check_remote(repo, base, std::time::Duration::from_secs(30))
-    } else {
-        probe::check_local(Path::new(repo), base)
-    };
-    result.map_err(|e| {
-        let fix = match &e {
-            ProbeError::OtherOwner { .. } => {
-                "run polyphony as the repository's owner, or enqueue a clone you own"
-            }
-            ProbeError::NotARepository { .. } => {
-                "pass the path of a git clone (a directory holding .git, or a bare repository)"
-            }
-            ProbeError::NoCommits { .. } => "commit something first, or pass --base with an existing ref",
-            ProbeError::BaseNotFound { .. } => {
-                "pass --base with an existing branch, tag or commit (git branch -a lists them)"
-            }
-            ProbeError::Unreachable { .. } => {
-                "check the URL and your network or credentials, or pass --no-check to store it unchecked"
-            }
-            ProbeError::Git(_) => "install git (>= 2.32) and put it on PATH",
-        };
-        UsageError::new(format!("--repo: {e}"), fix)
-    })
-}
-
-/// URLs (`https://…`, `file://…`, `git@host:path`) are kept; anything else is a local
-/// path, which must exist and is made absolute so the daemon can find it from anywhere.
-fn normalize_repo(repo: &str) -> Result<String, UsageError> {
-    let trimmed = repo.trim();
-    if trimmed.contains("://") || is_scp_like(trimmed) {
-        return Ok(trimmed.to_string());
-    }
-    std::fs::canonicalize(Path::new(trimmed))
-        .map(|p| p.to_string_lossy().into_owned())
-        .map_err(|e| {
-            UsageError::new(
-                format!("--repo `{trimmed}` is not a URL and not an existing path ({e})"),
-                "pass a local clone's path or a clone URL such as https://github.com/owner/name.git",
-            )
-        })
-}
-
-/// `user@host:path`, git's scp-like syntax.
-fn is_scp_like(s: &str) -> bool {
-    match (s.find('@'), s.find(':')) {
-        (Some(at), Some(colon)) => at < colon && !s[..colon].contains('/'),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_are_kept_and_paths_must_exist() {
-        for url in [
-            "https://github.com/a/b.git",
-            "file:///srv/b.git",
-            "git@github.com:a/b.git",
-        ] {
-            assert_eq!(normalize_repo(url).unwrap(), url);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let canonical = std::fs::canonicalize(dir.path()).unwrap();
-        assert_eq!(
-            normalize_repo(&dir.path().to_string_lossy()).unwrap(),
-            canonical.to_string_lossy()
-        );
-        assert!(normalize_repo("/definitely/not/here").is_err());
-        assert!(is_scp_like("git@github.com:a/b.git"));
-        assert!(!is_scp_like("/srv/a@b:c"));
-        assert!(!is_scp_like("relative/dir"));
-    }
 }

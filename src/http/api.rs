@@ -296,3 +296,104 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
     }))
     .into_response()
 }
+
+/// `POST /api/v1/tasks`: `polyphony enqueue` over HTTP. The body is a JSON object
+/// (`repo`, `title`, optional `base`, `type`, `risk`, `scope`, `labels`, `body`,
+/// `requires_web`, `no_check`), checked exactly as the CLI checks its flags; `201
+/// {"id": …}` when stored, `400 {"error", "fix"}` naming the field otherwise.
+pub async fn enqueue(State(s): State<Shared>, body: Bytes) -> Response {
+    use crate::sources::intake::{self, NewTask, Surface};
+    let new: NewTask = match serde_json::from_slice(&body) {
+        Ok(new) => new,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not a task: {e}"),
+                "send a JSON object with at least `repo` and `title` (docs/api.md)",
+            )
+            .into_response()
+        }
+    };
+    let (db, limit) = (s.db.clone(), s.body_limit);
+    let stored = tokio::task::spawn_blocking(move || {
+        let new = intake::check(new, limit, Surface::Api)
+            .map_err(|r| (StatusCode::BAD_REQUEST, r.message, r.fix))?;
+        let store = Store::open(&db).map_err(|e| {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "run `polyphony doctor` on the host".to_string(),
+            )
+        })?;
+        intake::store(&store, new, Utc::now()).map_err(|e| {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "run `polyphony doctor` on the host".to_string(),
+            )
+        })
+    })
+    .await;
+    match stored {
+        Ok(Ok(task)) => {
+            crate::orchestrator::daemon::wake(&s.home);
+            (StatusCode::CREATED, Json(json!({ "id": task.id }))).into_response()
+        }
+        Ok(Err((status, error, fix))) => {
+            (status, Json(json!({ "error": error, "fix": fix }))).into_response()
+        }
+        Err(e) => store_failure(e).into_response(),
+    }
+}
+
+/// `POST /api/v1/tasks/{id}/retry`: `polyphony retry ID` over HTTP: a BLOCKED task comes
+/// back as its next generation. `200 {"from", "task", "generation"}`, or `409` with why it
+/// cannot be retried.
+pub async fn retry(State(s): State<Shared>, Path(id): Path<String>) -> Response {
+    use crate::orchestrator::generation;
+    let config = match crate::config::Config::load(&s.home) {
+        Ok(c) => c,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("the daemon's configuration does not load: {e}"),
+                "run `polyphony config check` on the host",
+            )
+            .into_response()
+        }
+    };
+    // The store connection is not `Sync`: the retry runs on a blocking thread of its own,
+    // driving its GitHub calls on this runtime.
+    let (db, wanted) = (s.db.clone(), id.clone());
+    let handle = tokio::runtime::Handle::current();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let store = Store::open(&db).map_err(|e| e.to_string())?;
+        if !matches!(store.get_task(&wanted), Ok(Some(_))) {
+            return Ok(None);
+        }
+        handle.block_on(async {
+            let github = generation::github_source(&config).map_err(|e| format!("{e:#}"));
+            let github = github.as_ref().map_err(String::as_str);
+            generation::retry(&store, github, &wanted, Utc::now())
+                .await
+                .map(Some)
+                .map_err(|e| format!("{e:#}"))
+        })
+    })
+    .await;
+    match outcome {
+        Ok(Ok(Some(Ok(done)))) => {
+            crate::orchestrator::daemon::wake(&s.home);
+            Json(done).into_response()
+        }
+        Ok(Ok(Some(Err(why)))) => ApiError::new(
+            StatusCode::CONFLICT,
+            &format!("cannot retry {id}: {}", why.0),
+            "GET /api/v1/tasks/{id} shows its state and generations",
+        )
+        .into_response(),
+        Ok(Ok(None)) => not_found(&id),
+        Ok(Err(e)) => store_failure(e).into_response(),
+        Err(e) => store_failure(e).into_response(),
+    }
+}

@@ -25,7 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 
 use crate::config::Config;
@@ -47,8 +47,12 @@ pub enum HttpError {
 /// What the server needs, fixed at start.
 #[derive(Clone)]
 pub struct ServerSettings {
+    /// The Polyphony home being served (its config is read again for a retry).
+    pub home: PathBuf,
     /// `queue.db` of the home being served.
     pub db: PathBuf,
+    /// `max_body_bytes`: the longest task body `POST /api/v1/tasks` accepts.
+    pub body_limit: u64,
     /// The bearer token, if its variable is set.
     pub token: Option<String>,
     /// Whether reads need the token (always true off loopback).
@@ -93,7 +97,9 @@ pub fn settings(
         });
     }
     let settings = ServerSettings {
+        home: config.home.clone(),
         db: config.db_path(),
+        body_limit: config.global.max_body_bytes,
         token,
         token_for_reads: config.global.http.token_for_reads || !loopback,
         slots: config.max_concurrent_agents(),
@@ -134,8 +140,9 @@ pub fn router(settings: ServerSettings) -> Router {
         .route("/metrics", get(api::metrics))
         .route("/api/v1/health", get(api::health))
         .route("/api/v1/state", get(api::daemon_state))
-        .route("/api/v1/tasks", get(api::list_tasks))
+        .route("/api/v1/tasks", get(api::list_tasks).post(api::enqueue))
         .route("/api/v1/tasks/{id}", get(api::show_task))
+        .route("/api/v1/tasks/{id}/retry", post(api::retry))
         .route("/api/v1/tasks/{id}/events", get(events::stream))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .with_state(state)

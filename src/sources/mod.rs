@@ -12,6 +12,7 @@
 //! already tracks.
 
 pub mod github;
+pub mod intake;
 pub mod local;
 
 use async_trait::async_trait;
