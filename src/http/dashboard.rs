@@ -323,17 +323,23 @@ pub fn render_task(v: &TaskView) -> String {
         if !a.evidence.is_empty() {
             out.push_str("<table class=evidence><tr><th>check</th><th>command</th><th>result</th><th>exit</th><th>duration</th></tr>");
             for e in &a.evidence {
+                // A gate has no command: its one-line verdict stands in the command cell.
+                let gate = e.command.is_empty();
+                let what = if gate {
+                    esc(e.output_tail.lines().next().unwrap_or("").trim())
+                } else {
+                    format!("<code>{}</code>", esc(&e.command))
+                };
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td><code>{}</code></td><td class={}>{}</td><td>{}</td><td>{:.1}s</td></tr>",
+                    "<tr><td>{}</td><td>{what}</td><td class={}>{}</td><td>{}</td><td>{:.1}s</td></tr>",
                     esc(&e.name),
-                    esc(&e.command),
                     if e.passed { "LANDED" } else { "FAILED" },
                     if e.passed { "pass" } else { "FAIL" },
                     e.exit_code.map_or("-".to_string(), |c| c.to_string()),
                     e.duration_ms as f64 / 1000.0
                 );
-                if !e.output_tail.trim().is_empty() {
+                if !gate && !e.output_tail.trim().is_empty() {
                     let _ = write!(
                         out,
                         "<tr><td colspan=5><pre>{}</pre></td></tr>",
