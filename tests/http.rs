@@ -196,29 +196,7 @@ async fn tasks_endpoints_return_the_cli_json_shapes() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let repo = dir.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "start",
-        ][..],
-    ] {
-        assert!(std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .status()
-            .unwrap()
-            .success());
-    }
+    repo_with_a_commit(&repo);
     for title in ["First task", "Second task", "Third task"] {
         polyphony(&home)
             .args(["enqueue", "--repo"])

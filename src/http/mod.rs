@@ -212,18 +212,17 @@ async fn authorize(State(state): State<Shared>, request: Request, next: Next) ->
     }
 }
 
+/// Everything but RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a task id as one URL path segment (`owner/repo#42` →
 /// `owner%2Frepo%2342`).
 pub fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 #[cfg(test)]
