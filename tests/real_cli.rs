@@ -745,3 +745,84 @@ async fn demo_real_claude_runs_as_promised() {
     );
     println!("demo_real_claude_runs_as_promised: {:?}", started.elapsed());
 }
+
+/// The agent runs git itself inside the real image (issue 18): its workspace borrows the
+/// mirror's objects (`git.clone_mode: shared`, the default) through the read-only mount, so
+/// history reads, a commit and a full fsck work in the container, the new objects go to the
+/// workspace, and the mirror comes out unchanged and sound.
+fn git_in_the_container_then_stop(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Fixed add() and committed it.".into())
+    } else {
+        Reply::Bash(format!(
+            "set -e; g() {{ git -c user.name=agent -c user.email=agent@example.com \"$@\"; }}; \
+             {{ echo \"log: $(g log --format=%s -1)\"; echo \"alternates: $(cat .git/objects/info/alternates)\"; }} > GITCHECK.txt; \
+             {FIX}; g add -A; g commit -qm 'agent: fix add'; \
+             g fsck --full --strict && echo 'fsck: ok' >> GITCHECK.txt; \
+             echo \"count: $(g rev-list --count HEAD)\" >> GITCHECK.txt; \
+             ( touch \"$(cat .git/objects/info/alternates)/agent-was-here\" 2>/dev/null && echo 'mirror: writable' || echo 'mirror: read-only' ) >> GITCHECK.txt"
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_runs_git_on_a_workspace_sharing_the_mirror() {
+    let Some(image) = image().await else { return };
+    let net = TestNetwork::create("gitshared");
+    let api = ScriptedAnthropic::start(net.gateway, git_in_the_container_then_stop)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    let v = home.task(&id).await;
+    assert!(
+        out.status.success(),
+        "spawn: {}\n{}\ntranscript:\n{}",
+        output(&out),
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+        home.transcript(&id, 1)
+    );
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let branch = attempts(&v)[0]["branch"]
+        .as_str()
+        .expect("branch")
+        .to_string();
+    let report = home.show(&format!("{branch}:GITCHECK.txt"));
+    assert!(report.contains("fsck: ok"), "{report}");
+    // The base history (in the mirror) and the agent's commit (in the workspace) both read.
+    let count: u32 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count line: {report}"));
+    assert!(count >= 2, "{report}");
+    assert!(report.contains("mirror: read-only"), "{report}");
+    let mirror_objects = report
+        .lines()
+        .find_map(|l| l.strip_prefix("alternates: "))
+        .unwrap_or_else(|| panic!("no alternates line: {report}"))
+        .trim()
+        .to_string();
+    assert!(
+        mirror_objects.starts_with(&home.path.join("mirrors").display().to_string()),
+        "the workspace borrows {mirror_objects}, not this home's mirror"
+    );
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+
+    // The mirror gained nothing from the container and is sound.
+    let mirror = Path::new(&mirror_objects)
+        .parent()
+        .expect("mirror dir")
+        .to_path_buf();
+    assert!(!Path::new(&mirror_objects).join("agent-was-here").exists());
+    let fsck = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&mirror)
+        .args(["fsck", "--full", "--strict"])
+        .output()
+        .expect("git fsck");
+    assert!(fsck.status.success(), "mirror fsck: {}", output(&fsck));
+}
