@@ -116,6 +116,31 @@ pub struct DemoTask {
     pub story: &'static str,
 }
 
+/// Enqueues the demo's four tasks in `store` against the sample repository at `origin`;
+/// returns each task's id beside its [`DemoTask`].
+pub fn enqueue(
+    store: &crate::store::Store,
+    origin: &std::path::Path,
+) -> Result<Vec<(String, DemoTask)>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    for t in tasks() {
+        let id = store.next_local_task_id()?;
+        let mut task = crate::domain::Task::new(
+            &id,
+            crate::domain::SourceKind::Local,
+            format!("local:{id}"),
+            origin.display().to_string(),
+            t.title,
+            chrono::Utc::now(),
+        );
+        task.body = t.body.clone();
+        task.task_type = crate::domain::TaskType::Bugfix;
+        store.insert_task(&task)?;
+        out.push((id, t));
+    }
+    Ok(out)
+}
+
 /// The four tasks of the demo.
 pub fn tasks() -> Vec<DemoTask> {
     vec![

@@ -7,13 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use chrono::Utc;
 use tokio::sync::watch;
 
 use super::{print_json, Context, Outcome};
 use crate::config::Config;
 use crate::demo;
-use crate::domain::{SourceKind, Task};
 use crate::orchestrator::daemon::{self, DaemonOptions};
 use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
@@ -73,19 +71,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     let config = Config::load(&home)?;
     let store = Store::open(&config.db_path())?;
     let mut expected = Vec::new();
-    for t in demo::tasks() {
-        let id = store.next_local_task_id()?;
-        let mut task = Task::new(
-            &id,
-            SourceKind::Local,
-            format!("local:{id}"),
-            origin.display().to_string(),
-            t.title,
-            Utc::now(),
-        );
-        task.body = t.body.clone();
-        task.task_type = crate::domain::TaskType::Bugfix;
-        store.insert_task(&task)?;
+    for (id, t) in demo::enqueue(&store, &origin)? {
         eprintln!("- enqueued {id}: {} ({})", t.title, t.story);
         expected.push((id, t.expect, t.story.to_string()));
     }
