@@ -37,6 +37,7 @@ pub mod report;
 pub mod routing;
 pub mod runtime;
 pub mod scripted_model;
+pub mod shepherd;
 pub mod sources;
 pub mod store;
 pub mod workspace;

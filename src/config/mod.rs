@@ -21,6 +21,7 @@ mod consent;
 pub mod error;
 pub mod locate;
 pub mod model;
+pub mod shepherd;
 pub mod templates;
 pub mod values;
 mod yaml;

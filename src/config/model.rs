@@ -44,6 +44,8 @@ pub struct GlobalConfig {
     pub allow_unsafe: bool,
     /// The daemon's HTTP API, dashboard and metrics (off unless `listen` is set).
     pub http: HttpConfig,
+    /// Keeping landed pull requests moving (issue 15).
+    pub shepherd: super::shepherd::ShepherdConfig,
 }
 
 impl Default for GlobalConfig {
@@ -65,6 +67,7 @@ impl Default for GlobalConfig {
             repos: Vec::new(),
             allow_unsafe: false,
             http: HttpConfig::default(),
+            shepherd: super::shepherd::ShepherdConfig::default(),
         }
     }
 }

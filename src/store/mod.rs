@@ -22,6 +22,7 @@ mod error;
 mod generations;
 pub mod health;
 mod intents;
+mod pulls;
 pub mod schema;
 mod views;
 
@@ -46,6 +47,7 @@ pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
 pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
+pub use pulls::{FollowUpRecord, PullLook, PullRecord};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

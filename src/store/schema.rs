@@ -162,6 +162,58 @@ CREATE TABLE intents (
 );
 CREATE INDEX intents_pending ON intents(task_id) WHERE done_at IS NULL;
 "#,
+    // 4: reserved for the quota work (issue 14), which lands its own migration here; until
+    // it does this entry changes nothing, so shepherd's tables stay at version 5.
+    "",
+    // 5: the pull requests this home opened and the shepherd watches (issue 15): one row
+    // per landing task, what was handled on it (reviews, comments, checks, base merges, the
+    // hand-off), its follow-up tasks (each a task of its own: LANDED stays terminal) and the
+    // replies a follow-up posted, so nothing is acted on or posted twice.
+    r#"
+CREATE TABLE pulls (
+    task_id     TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    repo        TEXT NOT NULL,               -- owner/name
+    number      INTEGER NOT NULL,
+    branch      TEXT NOT NULL,
+    base        TEXT NOT NULL,
+    head_sha    TEXT NOT NULL,
+    state       TEXT NOT NULL,               -- open | merged | closed
+    checks      TEXT,                        -- passing | failing | pending (last look)
+    review      TEXT,                        -- approved | changes_requested | commented
+    mergeable   TEXT,                        -- yes | no | unknown
+    etag        TEXT,                        -- of the last pull request read
+    followups   INTEGER NOT NULL DEFAULT 0,
+    watching    INTEGER NOT NULL DEFAULT 1,
+    updated_at  TEXT NOT NULL,
+    UNIQUE (repo, number)
+);
+CREATE INDEX pulls_watching ON pulls(task_id) WHERE watching = 1;
+
+CREATE TABLE pull_handled (
+    pull_task_id TEXT NOT NULL REFERENCES pulls(task_id) ON DELETE CASCADE,
+    key          TEXT NOT NULL,              -- review:N | review-comment:N | issue-comment:N | check:NAME:CONCLUSION | base:SHA | reported:… | hand-off
+    followup     TEXT,                       -- the follow-up task that took it, if any
+    at           TEXT NOT NULL,
+    PRIMARY KEY (pull_task_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE followups (
+    task_id      TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    pull_task_id TEXT NOT NULL REFERENCES pulls(task_id) ON DELETE CASCADE,
+    seq          INTEGER NOT NULL,
+    plan         TEXT NOT NULL,              -- JSON shepherd::decide::FollowUp
+    created_at   TEXT NOT NULL,
+    UNIQUE (pull_task_id, seq)
+);
+
+CREATE TABLE followup_replies (
+    task_id     TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    key         TEXT NOT NULL,               -- the feedback key replied to
+    comment_id  INTEGER NOT NULL,
+    at          TEXT NOT NULL,
+    PRIMARY KEY (task_id, key)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,40 @@
+//! `shepherd:` in config.yaml: how the daemon keeps the pull requests it opened moving
+//! (issue 15; README "After the pull request"). Plain values; `shepherd::decide` reads them.
+
+use serde::{Deserialize, Serialize};
+
+/// What the shepherd acts on and how far it goes before handing a PR to people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShepherdConfig {
+    /// Watch the pull requests this home opened until they are merged or closed.
+    pub enabled: bool,
+    /// Repository permissions whose holders' feedback is acted on (GitHub's
+    /// `admin`, `maintain`, `write`, `triage`, `read`).
+    pub trusted_permissions: Vec<String>,
+    /// A conversation comment counts only when it contains this (or mentions the bot).
+    pub trigger: String,
+    /// Follow-up tasks per pull request before it is handed to people.
+    pub max_followups: u32,
+    /// A pull request carrying this label is left alone.
+    pub hold_label: String,
+    /// Check names that count; empty = every check run and commit status on the head.
+    pub required_checks: Vec<String>,
+    /// Merge the base in when it moved even without a conflict (repositories that require
+    /// up-to-date branches).
+    pub require_up_to_date: bool,
+}
+
+impl Default for ShepherdConfig {
+    fn default() -> Self {
+        ShepherdConfig {
+            enabled: true,
+            trusted_permissions: vec!["admin".into(), "maintain".into(), "write".into()],
+            trigger: "/polyphony".into(),
+            max_followups: 3,
+            hold_label: "polyphony-hold".into(),
+            required_checks: Vec::new(),
+            require_up_to_date: false,
+        }
+    }
+}
