@@ -179,6 +179,7 @@ impl WorkspaceManager {
             used_mirror,
             mirror_note,
             mirror_objects,
+            merge_parents: Vec::new(),
         })
     }
 

@@ -19,6 +19,7 @@ mod cleanup;
 mod clone;
 mod commit;
 mod git;
+mod merge;
 pub mod key;
 pub mod marker;
 mod mirror;
@@ -28,6 +29,7 @@ mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
+pub use merge::BaseMerge;
 pub use key::{branch_name, parse_owner, task_key};
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
@@ -123,6 +125,10 @@ pub struct Workspace {
     /// read-only at this same path (`CloneMode::Shared`).
     #[serde(default)]
     pub mirror_objects: Option<PathBuf>,
+    /// Further parents of the landing commit: the base commit merged in by a follow-up on a
+    /// pull request (`merge_base`), so the landing commit is a merge, never a rebase.
+    #[serde(default)]
+    pub merge_parents: Vec<String>,
 }
 
 /// How an attempt's clone gets its objects (config.yaml `git.clone_mode`).

@@ -84,12 +84,19 @@ impl WorkspaceManager {
                 empty: true,
             });
         }
+        let mut parents = vec!["-p".to_string(), ws.base_sha.clone()];
+        for parent in &ws.merge_parents {
+            check_oid("merged commit", parent)?;
+            parents.extend(["-p".to_string(), parent.clone()]);
+        }
         let sha = git("commit-tree")
             .env("GIT_AUTHOR_NAME", &author.name)
             .env("GIT_AUTHOR_EMAIL", &author.email)
             .env("GIT_COMMITTER_NAME", &author.name)
             .env("GIT_COMMITTER_EMAIL", &author.email)
-            .args(["commit-tree", "-p", &ws.base_sha, "-m", message, &tree])
+            .arg("commit-tree")
+            .args(&parents)
+            .args(["-m", message, &tree])
             .stdout()?;
         check_oid("commit", &sha)?;
         git("update-ref")

@@ -1,0 +1,164 @@
+//! Merging the base into a pull request's branch for a follow-up (issue 15): the merge is
+//! started, never committed here, so conflicted files keep git's markers for the agent to
+//! resolve; the landing commit (`commit_once`) then records the merged base as its second
+//! parent. A merge, never a rebase: the branch's history is kept and the push is a
+//! fast-forward.
+
+use super::commit::harden;
+use super::git::Git;
+use super::{Workspace, WorkspaceError, WorkspaceManager};
+
+/// What merging the base did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseMerge {
+    /// The base commit merged in; `None` when the branch already contains it.
+    pub merged: Option<String>,
+    /// Files left with conflict markers.
+    pub conflicted: Vec<String>,
+}
+
+impl WorkspaceManager {
+    /// Merges `origin/<base>` into the workspace's branch without committing. On return
+    /// `ws.merge_parents` names the merged commit (when there was one).
+    pub fn merge_base(&self, ws: &mut Workspace, base: &str) -> Result<BaseMerge, WorkspaceError> {
+        harden(ws)?;
+        let git = |op: &str| Git::new(op).current_dir(&ws.path);
+        let name = base.strip_prefix("refs/heads/").unwrap_or(base);
+        let base_sha = git("rev-parse")
+            .args(["rev-parse", "--verify", "--end-of-options"])
+            .arg(format!("refs/remotes/origin/{name}^{{commit}}"))
+            .stdout()
+            .map_err(|_| WorkspaceError::BaseRefNotFound {
+                repo: ws.upstream.clone(),
+                base_ref: name.to_string(),
+            })?;
+        let (contained, _, _) = git("merge-base")
+            .args(["merge-base", "--is-ancestor", "--end-of-options"])
+            .args([&base_sha, &ws.base_sha])
+            .output()?;
+        if contained.status.success() {
+            return Ok(BaseMerge {
+                merged: None,
+                conflicted: Vec::new(),
+            });
+        }
+        let (out, op, _) = git("merge")
+            .args([
+                "-c",
+                "user.name=Polyphony",
+                "-c",
+                "user.email=polyphony@localhost",
+                "-c",
+                "merge.conflictStyle=merge",
+                "merge",
+                "--no-ff",
+                "--no-commit",
+                "--no-edit",
+                "--quiet",
+                "--end-of-options",
+                &base_sha,
+            ])
+            .output()?;
+        let conflicted: Vec<String> = git("diff")
+            .args(["diff", "--name-only", "--diff-filter=U", "-z"])
+            .run()?
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        if !out.status.success() && conflicted.is_empty() {
+            return Err(super::git::git_error(&op, &out, None));
+        }
+        ws.merge_parents = vec![base_sha.clone()];
+        Ok(BaseMerge {
+            merged: Some(base_sha),
+            conflicted,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::PrepareRequest;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// An origin whose `main` and `feature` both changed line 1 of `a.txt`.
+    fn origin(root: &Path) -> String {
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        git(&work, &["init", "-q", "-b", "main"]);
+        std::fs::write(work.join("a.txt"), "one\ntwo\n").expect("write");
+        std::fs::write(work.join("b.txt"), "b\n").expect("write");
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "base"]);
+        git(&work, &["checkout", "-qb", "feature"]);
+        std::fs::write(work.join("a.txt"), "ONE\ntwo\n").expect("write");
+        git(&work, &["commit", "-qam", "feature"]);
+        git(&work, &["checkout", "-q", "main"]);
+        std::fs::write(work.join("a.txt"), "uno\ntwo\n").expect("write");
+        git(&work, &["commit", "-qam", "main moved"]);
+        let bare = root.join("origin.git");
+        git(root, &["clone", "-q", "--bare", "work", "origin.git"]);
+        bare.display().to_string()
+    }
+
+    #[test]
+    fn a_conflicting_base_leaves_markers_and_becomes_the_second_parent() {
+        let root = tempfile::tempdir().expect("temp");
+        let repo = origin(root.path());
+        let manager = WorkspaceManager::new(root.path().join("ws"), root.path().join("mirrors"));
+        let mut ws = manager
+            .prepare(&PrepareRequest {
+                repo,
+                task_id: "t-f1".into(),
+                attempt: 1,
+                base_ref: Some("feature".into()),
+                branch: "feature".into(),
+                token: None,
+                owner: None,
+            })
+            .expect("prepare");
+        let merge = manager.merge_base(&mut ws, "main").expect("merge");
+        assert_eq!(merge.conflicted, ["a.txt"]);
+        let main = merge.merged.clone().expect("merged");
+        let text = std::fs::read_to_string(ws.path.join("a.txt")).expect("read");
+        assert!(text.contains("<<<<<<<") && text.contains("uno") && text.contains("ONE"));
+
+        // The agent resolves; the landing commit is a merge of the branch head and main.
+        std::fs::write(ws.path.join("a.txt"), "uno ONE\ntwo\n").expect("write");
+        let author = crate::workspace::Author {
+            name: "P".into(),
+            email: "p@e".into(),
+        };
+        let sha = manager
+            .commit_once(&ws, &author, "follow-up")
+            .expect("commit")
+            .sha
+            .expect("sha");
+        let parents = git(&ws.path, &["rev-list", "--parents", "-n1", &sha]);
+        assert_eq!(parents, format!("{sha} {} {main}", ws.base_sha));
+
+        // Merging again finds the base contained.
+        ws.base_sha = sha;
+        ws.merge_parents.clear();
+        git(&ws.path, &["checkout", "-q", "--detach", &ws.base_sha]);
+        let again = manager.merge_base(&mut ws, "main").expect("again");
+        assert_eq!(again.merged, None);
+    }
+}
