@@ -33,6 +33,7 @@ use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::agent_spec;
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
+use crate::shepherd::followup::FollowUpRun;
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
@@ -173,6 +174,8 @@ struct Attempt<'a> {
     result: Option<RunResult>,
     scrubber: Arc<Scrubber>,
     started: Instant,
+    /// A follow-up on a pull request this home opened (issue 15): see `shepherd::followup`.
+    followup: Option<FollowUpRun>,
 }
 
 impl Orchestrator {
@@ -205,7 +208,9 @@ impl Orchestrator {
 
 impl<'a> Attempt<'a> {
     fn new(orch: &'a Orchestrator, task: Task, opts: &'a RunOptions) -> anyhow::Result<Self> {
-        let store = Mutex::new(Store::open(&orch.db_path())?);
+        let store = Store::open(&orch.db_path())?;
+        let followup = crate::shepherd::followup::load(&store, &task.id)?;
+        let store = Mutex::new(store);
         let state = task.state;
         let attempt = task.attempts + 1;
         Ok(Attempt {
@@ -222,6 +227,7 @@ impl<'a> Attempt<'a> {
             result: None,
             scrubber: Arc::new(Scrubber::new(Vec::<String>::new())),
             started: Instant::now(),
+            followup,
         })
     }
 
@@ -289,11 +295,15 @@ impl<'a> Attempt<'a> {
 
     async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
         let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
-        let branch = workspace::branch_name(
-            &self.orch.config.global.git.branch_prefix,
-            &key,
-            self.attempt,
-        );
+        let branch = match &self.followup {
+            Some(run) => run.branch().to_string(),
+            None => workspace::branch_name(
+                &self.orch.config.global.git.branch_prefix,
+                &key,
+                self.attempt,
+            ),
+        };
+        let merge_base = self.followup.as_ref().and_then(FollowUpRun::merge_base);
         let base_ref = self.task.base_ref.clone().or_else(|| {
             self.orch
                 .config
@@ -333,7 +343,11 @@ impl<'a> Attempt<'a> {
                 tracing::info!(path = %leftover.display(), "removing the workspace of an interrupted attempt");
                 manager.remove(&leftover)?;
             }
-            manager.prepare(&req)
+            let mut ws = manager.prepare(&req)?;
+            if let Some(base) = merge_base {
+                manager.merge_base(&mut ws, &base)?;
+            }
+            Ok::<_, workspace::WorkspaceError>(ws)
         })
             .await
             .map_err(Failure::crash)?
@@ -424,7 +438,7 @@ impl<'a> Attempt<'a> {
     /// Claims the issue at the source and freezes its text. `Some(end)` when another
     /// instance owns it.
     async fn claim_at_source(&mut self) -> Result<Option<AttemptEnd>, Failure> {
-        if self.task.source != SourceKind::Github {
+        if self.task.source != SourceKind::Github || self.followup.is_some() {
             return Ok(None);
         }
         let github = self.orch.github().map_err(Failure::crash)?;
@@ -597,7 +611,10 @@ impl<'a> Attempt<'a> {
         // The project's checks come from the BASE commit, never from the agent's branch.
         let manager = self.orch.workspaces.clone();
         let repo = self.task.repo.clone();
-        let base = ws.base_sha.clone();
+        let base = match &self.followup {
+            Some(run) => run.config_ref().to_string(),
+            None => ws.base_sha.clone(),
+        };
         let token = self.token().map(String::from);
         let text = tokio::task::spawn_blocking(move || {
             manager.read_at_base(&repo, Some(&base), ".polyphony.yaml", token.as_deref())
@@ -1016,11 +1033,15 @@ impl<'a> Attempt<'a> {
         // The attempt's branch name may already exist upstream with unrelated history (a
         // reset home, another instance): push under a name of this home's instead of
         // failing the verified work. Never force.
-        let fallback_name = format!(
-            "{}-{}",
-            ws.branch,
-            &self.orch.home_label[..self.orch.home_label.len().min(6)]
-        );
+        let fallback_name = match &self.followup {
+            // A follow-up's push is a fast-forward of the pull request's branch or nothing.
+            Some(_) => ws.branch.clone(),
+            None => format!(
+                "{}-{}",
+                ws.branch,
+                &self.orch.home_label[..self.orch.home_label.len().min(6)]
+            ),
+        };
         let branch = land::push(
             self.orch.workspaces.clone(),
             ws.clone(),
@@ -1031,10 +1052,44 @@ impl<'a> Attempt<'a> {
         .await
         .map_err(|r| Failure::from(r.with_evidence(evidence.clone())))?;
         let mut pr_url = None;
-        if self.task.source == SourceKind::Github {
+        if let Some(run) = &self.followup {
+            let github = self.orch.github().map_err(Failure::crash)?;
+            let summary = self
+                .result
+                .as_ref()
+                .and_then(|r| r.final_message.as_deref());
+            crate::shepherd::followup::post_replies(
+                github,
+                &self.store,
+                &self.task.id,
+                run,
+                &sha,
+                summary,
+            )
+            .await
+            .map_err(|e| {
+                Failure::from(verify::Refusal::failed(format!(
+                    "cannot reply on the pull request: {}",
+                    one_line(&e.to_string())
+                )))
+            })?;
+        } else if self.task.source == SourceKind::Github {
             let github = self.orch.github().map_err(Failure::crash)?;
             let landed = land::landed(&branch, &ws, self.attempt, self.result.as_ref(), &evidence);
             pr_url = land::open_pull_request(github, &self.task, &landed).await?;
+            if let Some(url) = &pr_url {
+                // Watched by the shepherd until merged or closed (issue 15).
+                crate::shepherd::followup::record_landed(
+                    &self.db(),
+                    &self.task,
+                    url,
+                    &branch,
+                    &ws.base_ref,
+                    &sha,
+                    Utc::now(),
+                )
+                .map_err(Failure::crash)?;
+            }
         }
         if let Some(result) = &self.result {
             self.db()
@@ -1381,7 +1436,8 @@ impl<'a> Attempt<'a> {
                     next_attempt_at: None,
                     block: Some(BlockSettlement {
                         reason: block_reason.clone(),
-                        report: self.task.source == SourceKind::Github,
+                        // A follow-up's block is the shepherd's to hand over, not the issue's.
+                        report: self.task.source == SourceKind::Github && self.followup.is_none(),
                     }),
                 };
                 (
@@ -1395,7 +1451,7 @@ impl<'a> Attempt<'a> {
     }
 
     async fn report_blocked(&self) {
-        if self.task.source != SourceKind::Github {
+        if self.task.source != SourceKind::Github || self.followup.is_some() {
             return;
         }
         let attempts = self.db().attempts(&self.task.id).unwrap_or_default();

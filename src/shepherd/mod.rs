@@ -9,4 +9,6 @@
 //! conditional requests, the follow-up's workspace and landing) lives beside them.
 
 pub mod decide;
+pub mod followup;
+pub mod github;
 pub mod text;

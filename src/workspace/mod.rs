@@ -19,9 +19,9 @@ mod cleanup;
 mod clone;
 mod commit;
 mod git;
-mod merge;
 pub mod key;
 pub mod marker;
+mod merge;
 mod mirror;
 pub mod probe;
 mod push;
@@ -29,8 +29,8 @@ mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
-pub use merge::BaseMerge;
 pub use key::{branch_name, parse_owner, task_key};
+pub use merge::BaseMerge;
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
 

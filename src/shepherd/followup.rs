@@ -1,0 +1,260 @@
+//! A follow-up task (issue 15): its making, and what the pipeline does differently for one.
+//!
+//! A follow-up is a GitHub task of its own (LANDED stays terminal, spec §4) whose id is the
+//! landing task's plus `-f<n>`, whose source reference is the pull request and whose base is
+//! the pull request's branch. The pipeline runs it like any task — routing, identity and
+//! its cost ceiling, container, verification — with these differences, each a call into
+//! this module: nothing is claimed at the source; the workspace is a fresh clone of the PR
+//! branch and its branch keeps the PR branch's name (with the base merged in, markers left,
+//! when the plan says so); `.polyphony.yaml` is read at the PR's base; the push goes on top
+//! of the PR branch (a fast-forward, never forced; a moved branch fails the attempt); no
+//! pull request is opened; each piece of feedback gets one reply naming the commit; and a
+//! block is never reported on the issue (the watcher hands the PR over instead).
+//!
+//! Exactly once: the follow-up task and its handled keys are one transaction
+//! (`Store::insert_followup`); its commit is made once and recorded (kv `commit:`); push
+//! and replies run under the attempt's `land` intent, so a kill is finished by the resumed
+//! verification, and each reply is found again by its hidden marker before it is posted.
+
+use chrono::{DateTime, Utc};
+
+use super::decide::{Feedback, FollowUp, Place};
+use super::text;
+use crate::domain::{SourceKind, Task};
+use crate::sources::github::{GithubError, GithubSource, IssueRef, RepoSlug};
+use crate::store::{PullRecord, Store};
+
+/// Metadata key: the landing task whose pull request this follow-up works on.
+pub const FOLLOWUP_OF: &str = "followup_of";
+/// Metadata key: the pull request's number.
+pub const PULL_NUMBER: &str = "pull_number";
+
+/// What the pipeline needs to run a follow-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowUpRun {
+    pub pull: PullRecord,
+    pub plan: FollowUp,
+}
+
+impl FollowUpRun {
+    /// The branch the workspace keeps and the push goes to: the pull request's.
+    pub fn branch(&self) -> &str {
+        &self.pull.branch
+    }
+
+    /// The base to merge in before the agent runs, when the plan says so.
+    pub fn merge_base(&self) -> Option<String> {
+        self.plan.merge_base.then(|| self.pull.base.clone())
+    }
+
+    /// Where `.polyphony.yaml` is read: the pull request's base, never its branch.
+    pub fn config_ref(&self) -> &str {
+        &self.pull.base
+    }
+
+    pub fn pull_ref(&self) -> Result<IssueRef, GithubError> {
+        Ok(IssueRef {
+            repo: RepoSlug::parse(&self.pull.repo)?,
+            number: self.pull.number,
+        })
+    }
+}
+
+/// The follow-up `task_id` is, with its pull request and plan; `None` for any other task.
+pub fn load(store: &Store, task_id: &str) -> anyhow::Result<Option<FollowUpRun>> {
+    let Some(record) = store.followup(task_id)? else {
+        return Ok(None);
+    };
+    let Some(pull) = store.pull(&record.pull_task_id)? else {
+        return Ok(None);
+    };
+    let plan: FollowUp = serde_json::from_value(record.plan)?;
+    Ok(Some(FollowUpRun { pull, plan }))
+}
+
+/// The follow-up task for `plan` on `pull` (pure): the `seq`-th of the pull request.
+pub fn new_task(
+    landing: &Task,
+    pull: &PullRecord,
+    plan: &FollowUp,
+    seq: u32,
+    now: DateTime<Utc>,
+) -> Task {
+    let mut task = Task::new(
+        format!("{}-f{seq}", pull.task_id),
+        SourceKind::Github,
+        format!("{}#{}", pull.repo, pull.number),
+        landing.repo.clone(),
+        text::title(pull.number, plan),
+        now,
+    );
+    task.body = text::body(pull.number, &pull.branch, &pull.base, plan);
+    task.base_ref = Some(pull.branch.clone());
+    task.labels = landing.labels.clone();
+    task.metadata
+        .insert(FOLLOWUP_OF.into(), pull.task_id.clone());
+    task.metadata
+        .insert(PULL_NUMBER.into(), pull.number.to_string());
+    task
+}
+
+/// The pull request number at the end of its URL (`…/pull/7`).
+pub fn number_of(pr_url: &str) -> Option<u64> {
+    let (_, tail) = pr_url.trim_end_matches('/').rsplit_once('/')?;
+    tail.parse().ok()
+}
+
+/// Records the pull request a GitHub task just opened, so the daemon watches it.
+pub fn record_landed(
+    store: &Store,
+    task: &Task,
+    pr_url: &str,
+    branch: &str,
+    base: &str,
+    sha: &str,
+    now: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let Some(number) = number_of(pr_url) else {
+        tracing::warn!(task = %task.id, pr_url, "no pull request number in the URL: not watched");
+        return Ok(());
+    };
+    let Ok(issue) = IssueRef::parse(&task.source_ref) else {
+        return Ok(());
+    };
+    store.record_pull(&PullRecord {
+        task_id: task.id.clone(),
+        repo: issue.repo.to_string(),
+        number,
+        branch: branch.to_string(),
+        base: base.to_string(),
+        head_sha: sha.to_string(),
+        state: "open".into(),
+        checks: None,
+        review: None,
+        mergeable: None,
+        etag: None,
+        followups: 0,
+        watching: true,
+        updated_at: now,
+    })?;
+    Ok(())
+}
+
+/// Where the reply to `item` goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// A reply in the inline comment's thread (its first comment's id).
+    Thread(u64),
+    /// A comment in the pull request's conversation.
+    Conversation,
+}
+
+pub fn reply_to(item: &Feedback) -> ReplyTo {
+    match item.place {
+        Place::Inline { thread, .. } => ReplyTo::Thread(thread),
+        Place::Review { .. } | Place::Conversation => ReplyTo::Conversation,
+    }
+}
+
+/// Posts one reply per piece of feedback the follow-up carried, naming the pushed commit;
+/// each is recorded, and found again by its marker when a kill came between post and
+/// record. Errors leave the rest for the resumed landing.
+pub async fn post_replies(
+    github: &GithubSource,
+    store: &std::sync::Mutex<Store>,
+    task_id: &str,
+    run: &FollowUpRun,
+    sha: &str,
+    summary: Option<&str>,
+) -> Result<(), GithubError> {
+    let pull = run.pull_ref()?;
+    for item in &run.plan.feedback {
+        let key = item.key();
+        let recorded = lock(store).reply_id(task_id, &key).ok().flatten();
+        if recorded.is_some() {
+            continue;
+        }
+        let body = text::reply(item, sha, task_id, summary);
+        let marker = text::reply_marker(item);
+        let id = match reply_to(item) {
+            ReplyTo::Thread(thread) => {
+                super::github::ensure_thread_reply(github.client(), &pull, thread, &marker, &body)
+                    .await?
+            }
+            ReplyTo::Conversation => {
+                crate::sources::github::claim::ensure_comment(
+                    github.client(),
+                    &pull,
+                    &marker,
+                    &body,
+                    None,
+                )
+                .await?
+                .0
+            }
+        };
+        let _ = lock(store).record_reply(task_id, &key, id, Utc::now());
+    }
+    Ok(())
+}
+
+fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_numbers_come_from_the_url() {
+        assert_eq!(number_of("https://github.com/o/r/pull/12"), Some(12));
+        assert_eq!(number_of("http://127.0.0.1:9/o/r/pull/3/"), Some(3));
+        assert_eq!(number_of("https://github.com/o/r/pull/x"), None);
+    }
+
+    #[test]
+    fn a_follow_up_task_works_on_the_pull_requests_branch() {
+        let now = Utc::now();
+        let landing = Task::new(
+            "o/r#1",
+            SourceKind::Github,
+            "o/r#1",
+            "https://x/o/r",
+            "t",
+            now,
+        );
+        let pull = PullRecord {
+            task_id: "o/r#1".into(),
+            repo: "o/r".into(),
+            number: 4,
+            branch: "polyphony/o_r_1-a1".into(),
+            base: "main".into(),
+            head_sha: "a".repeat(40),
+            state: "open".into(),
+            checks: None,
+            review: None,
+            mergeable: None,
+            etag: None,
+            followups: 0,
+            watching: true,
+            updated_at: now,
+        };
+        let plan = FollowUp {
+            merge_base: true,
+            conflict: true,
+            ..FollowUp::default()
+        };
+        let task = new_task(&landing, &pull, &plan, 2, now);
+        assert_eq!(task.id, "o/r#1-f2");
+        assert_eq!(task.source_ref, "o/r#4");
+        assert_eq!(task.base_ref.as_deref(), Some("polyphony/o_r_1-a1"));
+        assert_eq!(
+            task.metadata.get(FOLLOWUP_OF).map(String::as_str),
+            Some("o/r#1")
+        );
+        let run = FollowUpRun { pull, plan };
+        assert_eq!(run.merge_base().as_deref(), Some("main"));
+        assert_eq!(run.config_ref(), "main");
+    }
+}
