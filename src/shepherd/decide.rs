@@ -139,6 +139,8 @@ pub struct Situation<'a> {
     pub followups: u32,
     /// A follow-up of this pull request has not finished yet.
     pub followup_running: bool,
+    /// Follow-ups of this pull request that ended BLOCKED (their ids and reasons).
+    pub blocked_followups: &'a [(String, String)],
     pub config: &'a ShepherdConfig,
 }
 
@@ -231,6 +233,19 @@ pub fn decide(s: &Situation<'_>) -> Vec<Action> {
         // One follow-up at a time: what arrives meanwhile is looked at once it finished.
         return Vec::new();
     }
+    if s.handled.contains(HANDED_OFF) {
+        // Handed to people: the shepherd only waits for the merge or the close.
+        return Vec::new();
+    }
+    if !s.blocked_followups.is_empty() {
+        // A follow-up that could not be done is not retried on the same pull request.
+        let reasons = s
+            .blocked_followups
+            .iter()
+            .map(|(id, why)| format!("follow-up {id} was BLOCKED: {why}"))
+            .collect();
+        return vec![Action::HandOff { reasons }];
+    }
     let mut actions = Vec::new();
 
     // Feedback: new, not the bot's own, from a trusted author, asking for work.
@@ -288,7 +303,7 @@ pub fn decide(s: &Situation<'_>) -> Vec<Action> {
         return actions;
     }
     if s.followups >= config.max_followups {
-        if !s.handled.contains(HANDED_OFF) {
+        {
             let mut reasons = vec![format!(
                 "the limit of {} follow-up(s) for this pull request is reached",
                 config.max_followups
@@ -393,6 +408,7 @@ mod tests {
         handled: Vec<&'static str>,
         followups: u32,
         running: bool,
+        blocked: Vec<(String, String)>,
         config: ShepherdConfig,
     }
 
@@ -405,6 +421,7 @@ mod tests {
                 handled: Vec::new(),
                 followups: 0,
                 running: false,
+                blocked: Vec::new(),
                 config: ShepherdConfig::default(),
             }
         }
@@ -421,6 +438,7 @@ mod tests {
                 handled: &handled,
                 followups: self.followups,
                 followup_running: self.running,
+                blocked_followups: &self.blocked,
                 config: &self.config,
             })
         }
@@ -620,6 +638,21 @@ mod tests {
         assert!(reasons[1].contains("1 new review comment"), "{reasons:?}");
 
         case.handled = vec![HANDED_OFF];
+        assert_eq!(case.run(), []);
+    }
+
+    #[test]
+    fn a_blocked_follow_up_hands_the_pull_request_over_once() {
+        let mut case = Case::new();
+        case.followups = 1;
+        case.blocked = vec![("o/r#1-f1".into(), "checks failed 3 times".into())];
+        let actions = case.run();
+        let [Action::HandOff { reasons }] = actions.as_slice() else {
+            panic!("{actions:?}")
+        };
+        assert!(reasons[0].contains("o/r#1-f1 was BLOCKED"), "{reasons:?}");
+        case.handled = vec![HANDED_OFF];
+        case.feedback = vec![inline(9, "alice", "again")];
         assert_eq!(case.run(), []);
     }
 

@@ -12,3 +12,4 @@ pub mod decide;
 pub mod followup;
 pub mod github;
 pub mod text;
+pub mod watch;
