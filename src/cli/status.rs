@@ -100,6 +100,16 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
         ],
         &rows,
     );
+    if let Some(s) = store.filter(|_| args.state.is_none()) {
+        let pulls: Vec<_> = s.pulls()?.into_iter().filter(|p| p.watching).collect();
+        if !pulls.is_empty() {
+            crate::println_printable!("\nwatched pull requests:");
+            for p in &pulls {
+                crate::println_printable!("  {}  {}", p.task_id, pull_line(p));
+            }
+            crate::println_printable!("");
+        }
+    }
     let total: u64 = match args.state {
         Some(s) => counts.get(&s).copied().unwrap_or(0),
         None => counts.values().sum(),
@@ -222,7 +232,35 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             l.pr_url.map_or(String::new(), |u| format!(" {u}"))
         );
     }
+    if let Some(pull) = store.pull(id)? {
+        crate::println_printable!("\npull request:\n  {}", pull_line(&pull));
+        for f in store.followups_of(id)? {
+            crate::println_printable!("  follow-up {}  {}", f.task_id, f.state);
+        }
+    }
+    if let Some(f) = store.followup(id)? {
+        crate::println_printable!("\nfollow-up #{} of {}", f.seq, f.pull_task_id);
+    }
     Ok(Outcome::Success)
+}
+
+/// `o/r#5 open · checks failing · review changes_requested · mergeable no · 2 follow-up(s)`
+fn pull_line(p: &crate::store::PullRecord) -> String {
+    let mut parts = vec![format!("{}#{} {}", p.repo, p.number, p.state)];
+    for (what, value) in [
+        ("checks", &p.checks),
+        ("review", &p.review),
+        ("mergeable", &p.mergeable),
+    ] {
+        if let Some(v) = value {
+            parts.push(format!("{what} {v}"));
+        }
+    }
+    parts.push(format!("{} follow-up(s)", p.followups));
+    if !p.watching {
+        parts.push("not watched".into());
+    }
+    parts.join(" · ")
 }
 
 /// `pass test: sh test.sh (exit 0, 1.2s)`, or a gate with its detail.

@@ -121,6 +121,11 @@ impl Store {
             "generation": crate::domain::generation::number(&task),
             "retry_of": links.retry_of,
             "retried_as": links.retried_as,
+            // The pull request it opened and its follow-ups, or the PR a follow-up works on
+            // (issue 15).
+            "pull": self.pull(id)?,
+            "followups": self.followups_of(id)?,
+            "followup_of": self.followup(id)?.map(|f| f.pull_task_id),
         })))
     }
 
