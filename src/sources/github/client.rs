@@ -417,6 +417,8 @@ pub struct GithubClient {
     policy: FaultPolicy,
     /// The token's own login (`GET /user`), read once.
     viewer: std::sync::Arc<tokio::sync::OnceCell<String>>,
+    /// Validators and bodies of conditional GETs, shared by clones (see `conditional`).
+    etags: std::sync::Arc<std::sync::Mutex<super::conditional::EtagCache>>,
 }
 
 impl fmt::Debug for GithubClient {
@@ -456,6 +458,7 @@ impl GithubClient {
             token_var: token.var,
             policy,
             viewer: Default::default(),
+            etags: Default::default(),
         })
     }
 
@@ -520,15 +523,109 @@ impl GithubClient {
         what: &str,
         path: &str,
     ) -> Result<Vec<T>, GithubError> {
+        self.pages(what, path, false).await
+    }
+
+    /// [`GithubClient::get_json`] as a conditional request: an unchanged resource costs a
+    /// `304`, answered from the ETag cache.
+    pub async fn get_json_cached<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+    ) -> Result<T, GithubError> {
+        self.get_cached(what, path).await?.json(what)
+    }
+
+    /// [`GithubClient::get_all_pages`] with every page a conditional request.
+    pub async fn get_all_pages_cached<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+    ) -> Result<Vec<T>, GithubError> {
+        self.pages(what, path, true).await
+    }
+
+    /// GET `target` with `If-None-Match` when a `200` for it was kept; a `304` is answered
+    /// with the kept body and `Link` (status 200, as if read again).
+    pub async fn get_cached(&self, what: &str, target: &str) -> Result<Answer, GithubError> {
+        let validator = self
+            .etag_cache()
+            .validator(target)
+            .and_then(|e| http::HeaderValue::from_str(e).ok());
+        let mut headers = HeaderMap::new();
+        if let Some(etag) = validator {
+            headers.insert(http::header::IF_NONE_MATCH, etag);
+        }
+        let answer = self
+            .send_with_headers(
+                Method::GET,
+                target,
+                None,
+                Some(&headers),
+                Repeat::Safe,
+                what,
+            )
+            .await?;
+        let header = |name: http::header::HeaderName| {
+            answer
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        if answer.status == StatusCode::NOT_MODIFIED {
+            let Some(kept) = self.etag_cache().get(target).cloned() else {
+                return Err(GithubError::Decode {
+                    what: what.to_string(),
+                    message: "304 Not Modified for a request that was not conditional".into(),
+                });
+            };
+            let mut headers = HeaderMap::new();
+            if let Some(link) = kept
+                .link
+                .as_deref()
+                .and_then(|l| http::HeaderValue::from_str(l).ok())
+            {
+                headers.insert(http::header::LINK, link);
+            }
+            return Ok(Answer {
+                status: StatusCode::OK,
+                headers,
+                body: kept.body,
+            });
+        }
+        self.etag_cache().store(
+            target,
+            header(http::header::ETAG).as_deref(),
+            header(http::header::LINK).as_deref(),
+            &answer.body,
+        );
+        Ok(answer)
+    }
+
+    fn etag_cache(&self) -> std::sync::MutexGuard<'_, super::conditional::EtagCache> {
+        // A panic while holding the lock leaves a consistent map: use it.
+        self.etags.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn pages<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+        conditional: bool,
+    ) -> Result<Vec<T>, GithubError> {
         let mut items = Vec::new();
         let mut next = Some(path.to_string());
         let mut pages = 0u32;
         while let Some(url) = next.take() {
             pages += 1;
             let page_what = format!("{what} (page {pages})");
-            let answer = self
-                .send(Method::GET, &url, None, Repeat::Safe, &page_what)
-                .await?;
+            let answer = if conditional {
+                self.get_cached(&page_what, &url).await?
+            } else {
+                self.send(Method::GET, &url, None, Repeat::Safe, &page_what)
+                    .await?
+            };
             let page: Vec<T> = answer.json(&page_what)?;
             items.extend(page);
             next = match answer
@@ -587,12 +684,27 @@ impl GithubClient {
         repeat: Repeat,
         what: &str,
     ) -> Result<Answer, GithubError> {
+        self.send_with_headers(method, target, body, None, repeat, what)
+            .await
+    }
+
+    /// [`GithubClient::send`] with extra request headers (only GETs carry them). A `304 Not
+    /// Modified` is an answer, not a failure: only conditional requests get one.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        target: &str,
+        body: Option<&Value>,
+        headers: Option<&HeaderMap>,
+        repeat: Repeat,
+        what: &str,
+    ) -> Result<Answer, GithubError> {
         let mut rate_waits = 0u32;
         let mut server_retries = 0u32;
         loop {
             let sent = tokio::time::timeout(
                 self.policy.request_timeout,
-                self.send_once(method.clone(), target, body),
+                self.send_once(method.clone(), target, body, headers),
             )
             .await;
             match &sent {
@@ -608,7 +720,11 @@ impl GithubClient {
                 _ => crate::metrics::github_request(method.as_str(), None, None),
             }
             let failure = match sent {
-                Ok(Ok(answer)) if answer.status.is_success() => return Ok(answer),
+                Ok(Ok(answer))
+                    if answer.status.is_success() || answer.status == StatusCode::NOT_MODIFIED =>
+                {
+                    return Ok(answer)
+                }
                 Ok(Ok(answer)) => {
                     let header =
                         |name: &str| answer.headers.get(name).and_then(|v| v.to_str().ok());
@@ -702,12 +818,13 @@ impl GithubClient {
         method: Method,
         target: &str,
         body: Option<&Value>,
+        headers: Option<&HeaderMap>,
     ) -> Result<Answer, String> {
         let uri: http::Uri = target
             .parse()
             .map_err(|e: http::uri::InvalidUri| format!("bad request URI `{target}`: {e}"))?;
         let response = match method {
-            Method::GET => self.octo._get(uri).await,
+            Method::GET => self.octo._get_with_headers(uri, headers.cloned()).await,
             Method::POST => self.octo._post(uri, body).await,
             Method::DELETE => self.octo._delete(uri, body).await,
             Method::PATCH => self.octo._patch(uri, body).await,
