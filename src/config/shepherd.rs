@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 pub struct ShepherdConfig {
     /// Watch the pull requests this home opened until they are merged or closed.
     pub enabled: bool,
-    /// Repository permissions whose holders' feedback is acted on (GitHub's
-    /// `admin`, `maintain`, `write`, `triage`, `read`).
-    pub trusted_permissions: Vec<String>,
+    /// The lowest repository permission whose holders' feedback is acted on (GitHub's
+    /// `read` < `triage` < `write` < `maintain` < `admin`).
+    pub trusted_permission: String,
     /// A conversation comment counts only when it contains this (or mentions the bot).
     pub trigger: String,
     /// Follow-up tasks per pull request before it is handed to people.
@@ -29,7 +29,7 @@ impl Default for ShepherdConfig {
     fn default() -> Self {
         ShepherdConfig {
             enabled: true,
-            trusted_permissions: vec!["admin".into(), "maintain".into(), "write".into()],
+            trusted_permission: "write".into(),
             trigger: "/polyphony".into(),
             max_followups: 3,
             hold_label: "polyphony-hold".into(),

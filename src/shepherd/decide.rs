@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use crate::config::shepherd::ShepherdConfig;
+use crate::sources::github::collaborators::Permission;
 
 /// The pull request's state at GitHub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -178,12 +179,11 @@ pub enum Action {
 /// The key recorded once the hand-off comment is posted.
 pub const HANDED_OFF: &str = "hand-off";
 
-/// Whether a GitHub permission (`admin`, `maintain`, `write`, …) is trusted.
-pub fn is_trusted(permission: &str, config: &ShepherdConfig) -> bool {
-    config
-        .trusted_permissions
-        .iter()
-        .any(|p| p.eq_ignore_ascii_case(permission))
+/// Whether a GitHub permission is trusted: at least `trusted_permission`.
+pub fn is_trusted(permission: Permission, config: &ShepherdConfig) -> bool {
+    let minimum = Permission::parse(&config.trusted_permission.to_ascii_lowercase());
+    // An unknown configured level trusts nobody rather than everybody.
+    minimum != Permission::None && permission.at_least(minimum)
 }
 
 /// Whether a conversation comment is addressed to the bot: it holds the trigger as a word
@@ -695,12 +695,15 @@ mod tests {
     #[test]
     fn trust_follows_the_configured_permissions() {
         let mut config = ShepherdConfig::default();
-        assert!(is_trusted("admin", &config));
-        assert!(is_trusted("WRITE", &config));
-        assert!(!is_trusted("triage", &config));
-        assert!(!is_trusted("read", &config));
-        config.trusted_permissions = vec!["triage".into()];
-        assert!(is_trusted("triage", &config));
-        assert!(!is_trusted("admin", &config));
+        assert!(is_trusted(Permission::Admin, &config));
+        assert!(is_trusted(Permission::Maintain, &config));
+        assert!(is_trusted(Permission::Write, &config));
+        assert!(!is_trusted(Permission::Triage, &config));
+        assert!(!is_trusted(Permission::None, &config));
+        config.trusted_permission = "Triage".into();
+        assert!(is_trusted(Permission::Triage, &config));
+        assert!(!is_trusted(Permission::Read, &config));
+        config.trusted_permission = "nonsense".into();
+        assert!(!is_trusted(Permission::Admin, &config));
     }
 }

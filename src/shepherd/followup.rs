@@ -132,7 +132,6 @@ pub fn record_landed(
         checks: None,
         review: None,
         mergeable: None,
-        etag: None,
         followups: 0,
         watching: true,
         updated_at: now,
@@ -178,8 +177,15 @@ pub async fn post_replies(
         let marker = text::reply_marker(item);
         let id = match reply_to(item) {
             ReplyTo::Thread(thread) => {
-                super::github::ensure_thread_reply(github.client(), &pull, thread, &marker, &body)
-                    .await?
+                crate::sources::github::feedback::ensure_review_reply(
+                    github.client(),
+                    &pull,
+                    thread,
+                    &marker,
+                    &body,
+                )
+                .await?
+                .0
             }
             ReplyTo::Conversation => {
                 crate::sources::github::claim::ensure_comment(
@@ -235,7 +241,6 @@ mod tests {
             checks: None,
             review: None,
             mergeable: None,
-            etag: None,
             followups: 0,
             watching: true,
             updated_at: now,

@@ -106,8 +106,8 @@ async fn watch_one(
         .map(|f| f.author.as_str())
         .collect();
     for author in authors {
-        let permissions = github::permissions(client, &pr, author).await?;
-        if permissions.iter().any(|p| decide::is_trusted(p, config)) {
+        let permission = github::permission(client, &pr, author).await?;
+        if decide::is_trusted(permission, config) {
             trusted.insert(author.to_string());
         }
     }
@@ -194,7 +194,6 @@ async fn watch_one(
                 }
                 .to_string(),
             ),
-            etag: None,
             watching,
         },
         Utc::now(),

@@ -33,8 +33,6 @@ pub struct PullRecord {
     pub checks: Option<String>,
     pub review: Option<String>,
     pub mergeable: Option<String>,
-    #[serde(skip)]
-    pub etag: Option<String>,
     pub followups: u32,
     pub watching: bool,
     pub updated_at: DateTime<Utc>,
@@ -48,7 +46,6 @@ pub struct PullLook {
     pub checks: Option<String>,
     pub review: Option<String>,
     pub mergeable: Option<String>,
-    pub etag: Option<String>,
     pub watching: bool,
 }
 
@@ -65,7 +62,7 @@ pub struct FollowUpRecord {
 }
 
 const PULL_COLS: &str = "task_id, repo, number, branch, base, head_sha, state, checks, review, \
-     mergeable, etag, followups, watching, updated_at";
+     mergeable, followups, watching, updated_at";
 
 fn pull_from_row(r: &Row<'_>) -> rusqlite::Result<PullRecord> {
     Ok(PullRecord {
@@ -79,10 +76,9 @@ fn pull_from_row(r: &Row<'_>) -> rusqlite::Result<PullRecord> {
         checks: r.get(7)?,
         review: r.get(8)?,
         mergeable: r.get(9)?,
-        etag: r.get(10)?,
-        followups: r.get(11)?,
-        watching: r.get::<_, i64>(12)? != 0,
-        updated_at: time_col(r, 13)?,
+        followups: r.get(10)?,
+        watching: r.get::<_, i64>(11)? != 0,
+        updated_at: time_col(r, 12)?,
     })
 }
 
@@ -115,7 +111,7 @@ impl Store {
         self.conn.execute(
             &format!(
                 "INSERT OR IGNORE INTO pulls ({PULL_COLS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
             ),
             params![
                 pull.task_id,
@@ -128,7 +124,6 @@ impl Store {
                 pull.checks,
                 pull.review,
                 pull.mergeable,
-                pull.etag,
                 pull.followups,
                 pull.watching as i64,
                 ts(pull.updated_at),
@@ -171,7 +166,7 @@ impl Store {
     pub fn update_pull(&self, task_id: &str, look: &PullLook, now: DateTime<Utc>) -> Result<()> {
         self.conn.execute(
             "UPDATE pulls SET head_sha = ?2, state = ?3, checks = ?4, review = ?5, \
-             mergeable = ?6, etag = ?7, watching = ?8, updated_at = ?9 WHERE task_id = ?1",
+             mergeable = ?6, watching = ?7, updated_at = ?8 WHERE task_id = ?1",
             params![
                 task_id,
                 look.head_sha,
@@ -179,7 +174,6 @@ impl Store {
                 look.checks,
                 look.review,
                 look.mergeable,
-                look.etag,
                 look.watching as i64,
                 ts(now),
             ],
@@ -350,7 +344,6 @@ mod tests {
             checks: None,
             review: None,
             mergeable: None,
-            etag: None,
             followups: 0,
             watching: true,
             updated_at: Utc::now(),
@@ -379,7 +372,6 @@ mod tests {
             head_sha: "c".repeat(40),
             state: "merged".into(),
             checks: Some("passing".into()),
-            etag: Some("\"e1\"".into()),
             watching: false,
             ..PullLook::default()
         };
@@ -388,7 +380,7 @@ mod tests {
             .expect("update");
         let read = store.pull("o/r#1").expect("read").expect("some");
         assert_eq!(read.state, "merged");
-        assert_eq!(read.etag.as_deref(), Some("\"e1\""));
+        assert_eq!(read.checks.as_deref(), Some("passing"));
         assert!(store.watched_pulls().expect("watched").is_empty());
         assert_eq!(store.pulls().expect("all").len(), 1);
     }

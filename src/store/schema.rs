@@ -181,7 +181,6 @@ CREATE TABLE pulls (
     checks      TEXT,                        -- passing | failing | pending (last look)
     review      TEXT,                        -- approved | changes_requested | commented
     mergeable   TEXT,                        -- yes | no | unknown
-    etag        TEXT,                        -- of the last pull request read
     followups   INTEGER NOT NULL DEFAULT 0,
     watching    INTEGER NOT NULL DEFAULT 1,
     updated_at  TEXT NOT NULL,
