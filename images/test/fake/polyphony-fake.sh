@@ -78,11 +78,12 @@ parse_args() {
     fi
 }
 
-# directive KEY: the value of `KEY[agent]: v` (wins) or `KEY: v` in the prompt.
+# directive KEY: the value of `KEY[agent]: v` (wins) or `KEY: v` in the prompt. A line may
+# be quoted (`> KEY: v`): a follow-up's prompt quotes the reviewer's words (issue 15).
 directive() {
-    v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]]*$1\[$AGENT\]:[[:space:]]*//p" | head -n 1)
+    v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]>]*$1\[$AGENT\]:[[:space:]]*//p" | head -n 1)
     if [ -z "$v" ]; then
-        v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]]*$1:[[:space:]]*//p" | head -n 1)
+        v=$(printf '%s\n' "$PROMPT" | sed -n "s/^[[:space:]>]*$1:[[:space:]]*//p" | head -n 1)
     fi
     printf '%s' "$v" | sed 's/[[:space:]]*$//'
 }
@@ -90,8 +91,8 @@ directive() {
 # all_directives KEY: every value of KEY and KEY[agent], one per line.
 all_directives() {
     printf '%s\n' "$PROMPT" | sed -n \
-        -e "s/^[[:space:]]*$1\[$AGENT\]:[[:space:]]*//p" \
-        -e "s/^[[:space:]]*$1:[[:space:]]*//p"
+        -e "s/^[[:space:]>]*$1\[$AGENT\]:[[:space:]]*//p" \
+        -e "s/^[[:space:]>]*$1:[[:space:]]*//p"
 }
 
 # j TEXT: TEXT escaped as the inside of a JSON string.
@@ -395,6 +396,17 @@ leak_value() {
     printf '%s end\n' "$b"
 }
 
+# resolve_conflicts: a merge left git's markers (a follow-up on a pull request whose base
+# moved, issue 15): keep the branch's side of each conflict, as an agent told to keep the
+# pull request's intent would.
+resolve_conflicts() {
+    for f in $(find . -path ./.git -prune -o -type f -print); do
+        grep -q '^<<<<<<< ' "$f" 2>/dev/null || continue
+        sed -i -e '/^<<<<<<< /d' -e '/^=======$/,/^>>>>>>> /d' "$f"
+        CHANGED="$CHANGED ${f#./}"
+    done
+}
+
 # run_success CHANGE: a complete successful session making CHANGE
 # (default | note | fix | protected | none).
 run_success() {
@@ -402,6 +414,7 @@ run_success() {
     emit_text "I'll start by looking at the repository."
     emit_tool shell "ls"
     emit_tool_result "$(ls -A 2>&1 | head -n 50)"
+    resolve_conflicts
     case "$1" in
         default) apply_seds || note "succeed" ;;
         fix) apply_seds || note "no fix given (no polyphony-fake-sed line)" ;;
