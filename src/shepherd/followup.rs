@@ -199,6 +199,8 @@ pub async fn post_replies(
                 .0
             }
         };
+        // A kill here leaves the reply posted but unrecorded: its marker finds it again.
+        crate::failpoint::hit("followup-reply");
         let _ = lock(store).record_reply(task_id, &key, id, Utc::now());
     }
     Ok(())

@@ -1,0 +1,497 @@
+//! The PR shepherd end to end (issue 15): the BUILT binary lands an issue as a pull request
+//! on the stateful fake GitHub (real Docker with the offline test image, real git with a
+//! local bare origin), then `daemon --exit-when-idle` looks at the pull request once and
+//! runs whatever follow-up that asks for, exactly as the long-running daemon does on each
+//! poll:
+//!
+//! - a trusted reviewer's inline comment → one new commit on the same PR branch, on top of
+//!   the old head, that does what the comment says, verified; one reply in that thread
+//!   naming the commit;
+//! - the same comment from an untrusted user → nothing;
+//! - a failing check run → a fix commit;
+//! - a conflicting change pushed to the base → a merge commit (old head + base) with the
+//!   conflict resolved, verified;
+//! - the follow-up limit → one hand-off comment, however often it looks;
+//! - the hold label → nothing;
+//! - kill -9 between the reply and its record → after the restart, still one commit and one
+//!   reply.
+//!
+//! The scripted agent reads its `polyphony-fake-sed` directive from the reviewer's quoted
+//! comment or the check's output in the follow-up's prompt, and keeps the branch's side of
+//! a merge conflict (images/test/README.md).
+//!
+//! Without an engine the tests fail when `CI` is set, otherwise print `SKIPPED`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
+use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
+use serde_json::Value;
+use support::fake_github::{push_to_branch, FakeGithub, NewIssue};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
+
+async fn image() -> Option<String> {
+    IMAGE
+        .get_or_init(|| async {
+            let rt = match DockerRuntime::connect().await {
+                Ok(rt) => rt,
+                Err(e) => {
+                    if std::env::var_os("CI").is_some() {
+                        panic!("Docker is required under CI: {e}");
+                    }
+                    println!("SKIPPED: no Docker engine ({e})");
+                    return None;
+                }
+            };
+            let tag = ensure_test_image(rt.client())
+                .await
+                .unwrap_or_else(|e| panic!("building the test image: {e}"));
+            Some(tag)
+        })
+        .await
+        .clone()
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+const REVIEWER: &str = "alice";
+const STRANGER: &str = "mallory";
+/// What the reviewer asks for, as a directive the scripted agent follows.
+const DOC_LINE: &str = "# add A B: prints A + B";
+
+fn git(cwd: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn output(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// A landed pull request on the fake GitHub, and the home that landed it.
+struct Scene {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    label: String,
+    fake: FakeGithub,
+    origin: PathBuf,
+    repo: String,
+    issue: String,
+    pr: u64,
+    branch: String,
+    head: String,
+}
+
+impl Scene {
+    /// Lands `acme/<name>#1` ("add() subtracts") with the scripted fix; `shepherd` is
+    /// config.yaml's `shepherd:` section (indented lines, may be empty).
+    async fn landed(image: &str, name: &str, shepherd: &str) -> Scene {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let fake = FakeGithub::start().await;
+        let repo = format!("acme/{name}");
+        fake.add_repo(&repo, &format!("file://{}", origin.display()), "main");
+        fake.set_permission(&repo, REVIEWER, "write");
+        fake.set_permission(&repo, STRANGER, "read");
+        let n = fake.add_issue(
+            &repo,
+            NewIssue::new("Fix add()")
+                .body(&format!(
+                    "`add 2 3` prints -1.\n\npolyphony-fake: succeed\n{FIX_DIRECTIVE}\n"
+                ))
+                .labels(&["agent-ready"]),
+        );
+        let home = dir.path().join("home");
+        write_home(&home, dir.path(), image).expect("home");
+        std::fs::write(
+            home.join("config.yaml"),
+            format!(
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 2\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\nverify:\n  timeout: 1m\nshepherd:\n  enabled: true\n{shepherd}"
+            ),
+        )
+        .expect("config.yaml");
+        std::fs::write(
+            home.join("routing.yaml"),
+            "default:\n  agent: claude\n  fallback: []\n",
+        )
+        .expect("routing.yaml");
+        let label = home_label(&home);
+        let mut scene = Scene {
+            _dir: dir,
+            home,
+            label,
+            fake,
+            origin,
+            repo: repo.clone(),
+            issue: format!("{repo}#{n}"),
+            pr: 0,
+            branch: String::new(),
+            head: String::new(),
+        };
+        let out = scene.run(&["spawn", &scene.issue.clone()], None).await;
+        assert!(out.status.success(), "spawn: {}", output(&out));
+        let v = scene.task(&scene.issue.clone()).await;
+        assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+        let pull = &v["pull"];
+        scene.pr = pull["number"]
+            .as_u64()
+            .expect("the landed pull request is watched");
+        scene.branch = pull["branch"].as_str().expect("branch").to_string();
+        scene.head = scene.tip();
+        assert_eq!(pull["head_sha"].as_str(), Some(scene.head.as_str()));
+        scene
+    }
+
+    fn cmd(&self, args: &[&str], failpoint: Option<&str>) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("POLYPHONY_HOME", &self.home)
+            .env("RUST_LOG", "info")
+            .env("GITHUB_API_URL", self.fake.base_url())
+            .env("GITHUB_TOKEN", self.fake.token())
+            .env_remove("GH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        match failpoint {
+            Some(point) => cmd.env("POLYPHONY_FAILPOINT", point),
+            None => cmd.env_remove("POLYPHONY_FAILPOINT"),
+        };
+        cmd
+    }
+
+    async fn run(&self, args: &[&str], failpoint: Option<&str>) -> Output {
+        let child = self.cmd(args, failpoint).spawn().expect("spawn polyphony");
+        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
+            Ok(out) => out.expect("wait for polyphony"),
+            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
+        }
+    }
+
+    /// One look at the pull request and whatever it runs, as the daemon does each poll.
+    async fn shepherd(&self) -> Output {
+        let out = self.run(&["daemon", "--exit-when-idle"], None).await;
+        assert!(out.status.success(), "daemon: {}", output(&out));
+        out
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        let out = self.run(&["status", id, "--json"], None).await;
+        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+    }
+
+    /// The PR branch's tip in the origin.
+    fn tip(&self) -> String {
+        git(
+            &self.origin,
+            &["rev-parse", &format!("refs/heads/{}", self.branch)],
+        )
+    }
+
+    fn show(&self, rev: &str, path: &str) -> String {
+        git(&self.origin, &["show", &format!("{rev}:{path}")])
+    }
+
+    /// Commits on the PR branch after `from`, newest first.
+    fn commits_since(&self, from: &str) -> Vec<String> {
+        let range = format!("{from}..refs/heads/{}", self.branch);
+        let list = git(&self.origin, &["rev-list", &range]);
+        list.lines().map(str::to_string).collect()
+    }
+
+    fn parents(&self, sha: &str) -> Vec<String> {
+        git(&self.origin, &["rev-list", "--parents", "-n1", sha])
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// An inline comment on line 5 of calc.sh (the fixed line) asking for a doc line.
+    fn review_comment(&self, login: &str) -> u64 {
+        self.fake.add_review_comment_as(
+            &self.repo,
+            self.pr,
+            login,
+            "calc.sh",
+            5,
+            &format!(
+                "Please document add() above it.\n\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"
+            ),
+        )
+    }
+
+    /// Our replies in the PR's review threads.
+    fn replies(&self) -> Vec<(u64, String)> {
+        self.fake
+            .review_comments(&self.repo, self.pr)
+            .into_iter()
+            .filter(|c| c.author == "polyphony-bot")
+            .map(|c| (c.in_reply_to.unwrap_or(0), c.body))
+            .collect()
+    }
+
+    fn conversation(&self) -> Vec<String> {
+        self.fake.comments(&self.repo, self.pr)
+    }
+
+    fn followups(v: &Value) -> Vec<Value> {
+        v["followups"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn containers(&self) -> Vec<String> {
+        let out = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label=polyphony.home={}", self.label))
+            .output()
+            .expect("docker ps");
+        text(&out.stdout).lines().map(str::to_string).collect()
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let ids = self.containers();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
+/// The follow-up's commit: one commit on top of the old head, carrying the doc line and the
+/// fix, and a reply in the reviewer's thread naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-review", "").await;
+    let comment = scene.review_comment(REVIEWER);
+    scene.shepherd().await;
+
+    let v = scene.task(&scene.issue).await;
+    let followups = Scene::followups(&v);
+    assert_eq!(followups.len(), 1, "{v:#}");
+    let id = followups[0]["task_id"].as_str().expect("id").to_string();
+    let f = scene.task(&id).await;
+    assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
+    assert_eq!(f["followup_of"], scene.issue.as_str());
+    let evidence = f["attempts"][0]["evidence"].as_array().expect("evidence");
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e["name"] == "test" && e["passed"] == true),
+        "verified by the project's checks: {evidence:?}"
+    );
+
+    let commits = scene.commits_since(&scene.head);
+    assert_eq!(commits.len(), 1, "one new commit: {commits:?}");
+    let new = &commits[0];
+    assert_eq!(scene.parents(new), [scene.head.clone()], "on top, no force");
+    assert_eq!(f["attempts"][0]["commit_sha"].as_str(), Some(new.as_str()));
+    let calc = scene.show(new, "calc.sh");
+    assert!(calc.contains(DOC_LINE) && calc.contains("a + b"), "{calc}");
+
+    let replies = scene.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].0, comment, "in the reviewer's thread");
+    assert!(
+        replies[0].1.contains(&new[..12]),
+        "names the commit: {}",
+        replies[0].1
+    );
+
+    // Looking again finds nothing new: the comment is handled, our reply is ours.
+    scene.shepherd().await;
+    assert_eq!(scene.commits_since(&scene.head).len(), 1);
+    assert_eq!(scene.replies().len(), 1);
+    let v = scene.task(&scene.issue).await;
+    assert_eq!(Scene::followups(&v).len(), 1);
+    assert!(scene.containers().is_empty(), "containers left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_comment_changes_nothing() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-untrusted", "").await;
+    scene.review_comment(STRANGER);
+    scene.shepherd().await;
+    let v = scene.task(&scene.issue).await;
+    assert!(Scene::followups(&v).is_empty(), "{v:#}");
+    assert_eq!(scene.tip(), scene.head);
+    assert!(scene.replies().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_check_run_gets_a_fix_commit() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-ci", "").await;
+    scene.fake.set_check_run(
+        &scene.repo,
+        &scene.head,
+        "docs",
+        "completed",
+        Some("failure"),
+        "calc.sh has no usage line",
+        "docs-lint: 1 file without a usage comment",
+        &format!("calc.sh:1: missing usage line\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"),
+    );
+    scene.shepherd().await;
+    let commits = scene.commits_since(&scene.head);
+    assert_eq!(commits.len(), 1, "one fix commit: {commits:?}");
+    assert_eq!(scene.parents(&commits[0]), [scene.head.clone()]);
+    assert!(scene.show(&commits[0], "calc.sh").contains(DOC_LINE));
+    let v = scene.task(&scene.issue).await;
+    let followups = Scene::followups(&v);
+    assert_eq!(followups.len(), 1, "{v:#}");
+    assert_eq!(followups[0]["state"], "LANDED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_base_gets_a_verified_merge_commit() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-conflict", "").await;
+    // The base changes the very line the pull request fixed.
+    let moved = push_to_branch(
+        &format!("file://{}", scene.origin.display()),
+        "main",
+        &[(
+            "calc.sh",
+            "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a - b)) # base\n}\n",
+        ), ("NEWS.md", "base news\n")],
+        "base: annotate add",
+    );
+    scene.shepherd().await;
+    let commits = scene.commits_since(&scene.head);
+    assert_eq!(commits.len(), 1, "one merge commit: {commits:?}");
+    let merge = &commits[0];
+    assert_eq!(
+        scene.parents(merge),
+        [scene.head.clone(), moved.clone()],
+        "a merge of the old head and the moved base, no rebase"
+    );
+    let calc = scene.show(merge, "calc.sh");
+    assert!(
+        !calc.contains("<<<<<<<") && !calc.contains(">>>>>>>"),
+        "{calc}"
+    );
+    assert!(calc.contains("a + b"), "the fix survives: {calc}");
+    assert_eq!(scene.show(merge, "NEWS.md"), "base news");
+    let v = scene.task(&scene.issue).await;
+    let id = Scene::followups(&v)[0]["task_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let f = scene.task(&id).await;
+    assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
+    let evidence = f["attempts"][0]["evidence"].as_array().expect("evidence");
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e["name"] == "test" && e["passed"] == true),
+        "{evidence:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_limit_one_hand_off_comment() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-limit", "  max_followups: 0\n").await;
+    scene.review_comment(REVIEWER);
+    scene.shepherd().await;
+    scene.review_comment(REVIEWER);
+    scene.shepherd().await;
+    let handoffs: Vec<String> = scene
+        .conversation()
+        .into_iter()
+        .filter(|c| c.contains("polyphony:hand-off"))
+        .collect();
+    assert_eq!(handoffs.len(), 1, "{handoffs:?}");
+    assert!(
+        handoffs[0].contains("limit of 0 follow-up"),
+        "{}",
+        handoffs[0]
+    );
+    assert_eq!(scene.tip(), scene.head, "nothing pushed");
+    assert!(scene.replies().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hold_label_stops_the_shepherd() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-hold", "").await;
+    scene
+        .fake
+        .label_issue(&scene.repo, scene.pr, "polyphony-hold", REVIEWER);
+    scene.review_comment(REVIEWER);
+    scene.shepherd().await;
+    let v = scene.task(&scene.issue).await;
+    assert!(Scene::followups(&v).is_empty(), "{v:#}");
+    assert_eq!(scene.tip(), scene.head);
+    assert!(scene.replies().is_empty());
+    assert!(!scene
+        .conversation()
+        .iter()
+        .any(|c| c.contains("polyphony:hand-off")));
+}
+
+/// kill -9 after the reply was posted but before it was recorded: the restarted daemon
+/// resumes the follow-up's landing, pushes nothing new and finds its reply by its marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_a_follow_up_duplicates_nothing() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-kill", "").await;
+    scene.review_comment(REVIEWER);
+    let out = scene
+        .run(&["daemon", "--exit-when-idle"], Some("followup-reply"))
+        .await;
+    assert_eq!(out.status.code(), None, "killed: {}", output(&out));
+    assert_eq!(
+        scene.commits_since(&scene.head).len(),
+        1,
+        "pushed before the kill"
+    );
+    assert_eq!(scene.replies().len(), 1, "replied before the kill");
+
+    scene.shepherd().await;
+    let commits = scene.commits_since(&scene.head);
+    assert_eq!(commits.len(), 1, "no second commit: {commits:?}");
+    let replies = scene.replies();
+    assert_eq!(replies.len(), 1, "no second reply: {replies:?}");
+    let v = scene.task(&scene.issue).await;
+    let followups = Scene::followups(&v);
+    assert_eq!(followups.len(), 1, "{v:#}");
+    assert_eq!(followups[0]["state"], "LANDED", "{v:#}");
+    assert!(scene.containers().is_empty(), "containers left");
+}
