@@ -9,7 +9,7 @@ use crate::sources::github::collaborators::{permission_of, Permission};
 use crate::sources::github::feedback::{
     list_issue_comments, list_review_comments, list_reviews, ReviewState,
 };
-use crate::sources::github::pulls::{get_pull, MergeableState};
+use crate::sources::github::pulls::{get_pull_settled, MergeableState};
 use crate::sources::github::{GithubClient, GithubError, IssueRef};
 
 /// What one read of the pull request gave.
@@ -20,9 +20,14 @@ pub struct Look {
     pub base: String,
 }
 
+/// Reads of a pull request whose mergeability GitHub is still computing, and their pause:
+/// a moved base shows as a conflict within one look instead of one poll later.
+const SETTLE_READS: u32 = 4;
+const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(750);
+
 /// The pull request now.
 pub async fn look(client: &GithubClient, pull: &IssueRef) -> Result<Look, GithubError> {
-    let snap = get_pull(client, pull).await?;
+    let snap = get_pull_settled(client, pull, SETTLE_READS, SETTLE_PAUSE).await?;
     let state = if snap.merged {
         PullState::Merged
     } else if snap.is_open() {
