@@ -3,7 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::state::{CommentData, EventData, FakeState, IssueData};
+use super::state::{
+    CheckRunData, CommentData, EventData, FakeState, IssueData, ReviewCommentData, ReviewData,
+    StatusData,
+};
 
 pub(super) fn encode(s: &str) -> String {
     s.bytes()
@@ -217,7 +220,7 @@ pub(super) fn issue_json(st: &FakeState, r: usize, i: &IssueData) -> Value {
             "html_url": format!("{html}/pull/{n}"),
             "diff_url": format!("{html}/pull/{n}.diff"),
             "patch_url": format!("{html}/pull/{n}.patch"),
-            "merged_at": null,
+            "merged_at": i.pull.as_ref().and_then(|p| p.merged_at.clone()),
         });
     }
     v
@@ -272,7 +275,14 @@ pub(super) fn event_json(st: &FakeState, r: usize, e: &EventData) -> Value {
     v
 }
 
-pub(super) fn pull_json(st: &FakeState, r: usize, i: &IssueData) -> Value {
+/// A pull request; `merge` is the `(mergeable, mergeable_state)` to show (`None`: not
+/// computed, `null` and `unknown` as GitHub answers before its background job ran).
+pub(super) fn pull_json(
+    st: &FakeState,
+    r: usize,
+    i: &IssueData,
+    merge: Option<(bool, &str)>,
+) -> Value {
     let repo = &st.repos[r];
     let pull = i.pull.as_ref().expect("a pull request");
     let api = format!("{}/repos/{}", st.api(), repo.full_name());
@@ -333,8 +343,8 @@ pub(super) fn pull_json(st: &FakeState, r: usize, i: &IssueData) -> Value {
         "created_at": i.created_at,
         "updated_at": i.updated_at,
         "closed_at": i.closed_at,
-        "merged_at": null,
-        "merge_commit_sha": null,
+        "merged_at": pull.merged_at,
+        "merge_commit_sha": pull.merge_commit_sha,
         "assignee": null,
         "assignees": [],
         "requested_reviewers": [],
@@ -342,13 +352,13 @@ pub(super) fn pull_json(st: &FakeState, r: usize, i: &IssueData) -> Value {
         "author_association": "NONE",
         "auto_merge": null,
         "draft": pull.draft,
-        "merged": false,
-        "mergeable": null,
-        "rebaseable": null,
-        "mergeable_state": "unknown",
-        "merged_by": null,
+        "merged": pull.merged,
+        "mergeable": merge.map(|(m, _)| m),
+        "rebaseable": merge.map(|(m, _)| m),
+        "mergeable_state": merge.map(|(_, s)| s).unwrap_or("unknown"),
+        "merged_by": pull.merged_by.as_deref().map(|l| user_by_login(st, l)),
         "comments": i.comments.len(),
-        "review_comments": 0,
+        "review_comments": pull.review_comments.len(),
         "maintainer_can_modify": false,
         "commits": 1,
         "additions": 1,
@@ -361,4 +371,212 @@ pub(super) fn pull_json(st: &FakeState, r: usize, i: &IssueData) -> Value {
         }
     }
     v
+}
+
+fn author_association(st: &FakeState, r: usize, login: &str) -> &'static str {
+    let repo = &st.repos[r];
+    if login == repo.owner {
+        "OWNER"
+    } else if repo.collaborators.contains_key(login) {
+        "COLLABORATOR"
+    } else {
+        "NONE"
+    }
+}
+
+pub(super) fn review_json(st: &FakeState, r: usize, i: &IssueData, v: &ReviewData) -> Value {
+    let repo = &st.repos[r];
+    let api = format!("{}/repos/{}", st.api(), repo.full_name());
+    let html = format!(
+        "{}/{}/pull/{}#pullrequestreview-{}",
+        st.root,
+        repo.full_name(),
+        i.number,
+        v.id
+    );
+    let mut review = json!({
+        "id": v.id,
+        "node_id": format!("PRR_kwDO{}", v.id),
+        "user": user_by_login(st, &v.author),
+        "body": v.body,
+        "state": v.state,
+        "html_url": html,
+        "pull_request_url": format!("{api}/pulls/{}", i.number),
+        "author_association": author_association(st, r, &v.author),
+        "_links": {
+            "html": {"href": html},
+            "pull_request": {"href": format!("{api}/pulls/{}", i.number)},
+        },
+        "commit_id": v.commit_id,
+    });
+    // A pending review has not been submitted: GitHub leaves the field out.
+    if let Some(at) = &v.submitted_at {
+        review["submitted_at"] = json!(at);
+    }
+    review
+}
+
+pub(super) fn review_comment_json(
+    st: &FakeState,
+    r: usize,
+    i: &IssueData,
+    c: &ReviewCommentData,
+) -> Value {
+    let repo = &st.repos[r];
+    let api = format!("{}/repos/{}", st.api(), repo.full_name());
+    let html = format!(
+        "{}/{}/pull/{}#discussion_r{}",
+        st.root,
+        repo.full_name(),
+        i.number,
+        c.id
+    );
+    let mut v = json!({
+        "url": format!("{api}/pulls/comments/{}", c.id),
+        "pull_request_review_id": c.review_id,
+        "id": c.id,
+        "node_id": format!("PRRC_kwDO{}", c.id),
+        "diff_hunk": c.diff_hunk,
+        "path": c.path,
+        "position": 1,
+        "original_position": 1,
+        "commit_id": c.commit_id,
+        "original_commit_id": c.commit_id,
+        "user": user_by_login(st, &c.author),
+        "body": c.body,
+        "created_at": c.created_at,
+        "updated_at": c.created_at,
+        "html_url": html,
+        "pull_request_url": format!("{api}/pulls/{}", i.number),
+        "author_association": author_association(st, r, &c.author),
+        "_links": {
+            "self": {"href": format!("{api}/pulls/comments/{}", c.id)},
+            "html": {"href": html},
+            "pull_request": {"href": format!("{api}/pulls/{}", i.number)},
+        },
+        "reactions": {
+            "url": format!("{api}/pulls/comments/{}/reactions", c.id),
+            "total_count": 0, "+1": 0, "-1": 0, "laugh": 0, "hooray": 0,
+            "confused": 0, "heart": 0, "rocket": 0, "eyes": 0
+        },
+        "start_line": c.start_line,
+        "original_start_line": c.start_line,
+        "start_side": c.start_line.map(|_| c.side.clone()),
+        "line": c.line,
+        "original_line": c.line,
+        "side": c.side,
+        "subject_type": "line",
+    });
+    // Only replies carry the field.
+    if let Some(root) = c.in_reply_to {
+        v["in_reply_to_id"] = json!(root);
+    }
+    v
+}
+
+pub(super) fn check_run_json(st: &FakeState, r: usize, c: &CheckRunData) -> Value {
+    let repo = &st.repos[r];
+    let api = format!("{}/repos/{}", st.api(), repo.full_name());
+    let html = format!("{}/{}/runs/{}", st.root, repo.full_name(), c.id);
+    json!({
+        "id": c.id,
+        "name": c.name,
+        "node_id": format!("CR_kwDO{}", c.id),
+        "head_sha": c.head_sha,
+        "external_id": "",
+        "url": format!("{api}/check-runs/{}", c.id),
+        "html_url": html,
+        "details_url": html,
+        "status": c.status,
+        "conclusion": c.conclusion,
+        "started_at": c.started_at,
+        "completed_at": c.completed_at,
+        "output": {
+            "title": c.title,
+            "summary": c.summary,
+            "text": c.text,
+            "annotations_count": 0,
+            "annotations_url": format!("{api}/check-runs/{}/annotations", c.id),
+        },
+        "check_suite": {"id": c.id + 1},
+        "app": {
+            "id": 15368,
+            "slug": "github-actions",
+            "node_id": "MDM6QXBwMTUzNjg=",
+            "owner": user_by_login(st, "github"),
+            "name": "GitHub Actions",
+            "description": "Automate your workflow from idea to production",
+            "external_url": "https://help.github.com/en/actions",
+            "html_url": "https://github.com/apps/github-actions",
+            "created_at": "2018-07-30T09:30:17Z",
+            "updated_at": "2019-12-10T19:04:12Z",
+            "permissions": {},
+            "events": [],
+        },
+        "pull_requests": [],
+    })
+}
+
+pub(super) fn status_json(st: &FakeState, s: &StatusData) -> Value {
+    json!({
+        "url": format!("{}/repos/statuses/{}", st.api(), s.sha),
+        "avatar_url": format!("{}/avatars/u/1?v=4", st.root),
+        "id": s.id,
+        "node_id": format!("SC_kwDO{}", s.id),
+        "state": s.state,
+        "description": s.description,
+        "target_url": s.target_url,
+        "context": s.context,
+        "created_at": s.created_at,
+        "updated_at": s.created_at,
+        "creator": user_by_login(st, &s.creator),
+    })
+}
+
+/// `GET /commits/{ref}/status`: the latest status per context, combined.
+pub(super) fn combined_status_json(st: &FakeState, r: usize, sha: &str) -> Value {
+    let repo = &st.repos[r];
+    let api = format!("{}/repos/{}", st.api(), repo.full_name());
+    let latest = latest_statuses(&repo.statuses, sha);
+    let state = combined_state(&latest);
+    let mut repository = repo_json(st, r);
+    if let Value::Object(fields) = &mut repository {
+        // The combined status carries a minimal repository.
+        fields.retain(|k, _| !k.ends_with("_count") && k != "permissions");
+    }
+    json!({
+        "state": state,
+        "statuses": latest.iter().map(|s| status_json(st, s)).collect::<Vec<_>>(),
+        "sha": sha,
+        "total_count": latest.len(),
+        "repository": repository,
+        "commit_url": format!("{api}/commits/{sha}"),
+        "url": format!("{api}/commits/{sha}/status"),
+    })
+}
+
+/// The latest status of each context for `sha`, newest first (as GitHub lists them).
+pub(super) fn latest_statuses<'a>(statuses: &'a [StatusData], sha: &str) -> Vec<&'a StatusData> {
+    let mut seen = std::collections::BTreeSet::new();
+    statuses
+        .iter()
+        .rev()
+        .filter(|s| s.sha == sha)
+        .filter(|s| seen.insert(s.context.clone()))
+        .collect()
+}
+
+/// `failure` if any failed or errored, `pending` if any is pending or there is none, else
+/// `success`.
+pub(super) fn combined_state(latest: &[&StatusData]) -> &'static str {
+    if latest
+        .iter()
+        .any(|s| s.state == "failure" || s.state == "error")
+    {
+        "failure"
+    } else if latest.is_empty() || latest.iter().any(|s| s.state == "pending") {
+        "pending"
+    } else {
+        "success"
+    }
 }

@@ -15,7 +15,10 @@
 //!
 //! Self-contained on purpose: other helpers may add files under `tests/support/`.
 
+mod checks;
+mod git;
 mod json;
+mod pulls;
 mod routes;
 mod state;
 
@@ -28,8 +31,12 @@ use std::time::Duration;
 use axum::http::Method;
 use axum::Router;
 
+use pulls::CommentSpec;
 use routes::handle;
-use state::{fake_sha, now, CommentData, FakeState, Fault, IssueData, PullData, RepoData, Shared};
+use state::{
+    fake_sha, now, CheckRunData, CommentData, FakeState, Fault, IssueData, PullData, RepoData,
+    Shared,
+};
 
 /// The token the fake accepts unless [`FakeGithub::set_token`] changes it.
 pub const FAKE_TOKEN: &str = "ghp_fake_polyphony_test_token";
@@ -76,6 +83,124 @@ pub struct FakePull {
     pub base: String,
     pub draft: bool,
     pub state: String,
+    pub merged: bool,
+    /// The branch tips (followed live while the pull request is open).
+    pub head_sha: String,
+    pub base_sha: String,
+    pub merge_commit_sha: Option<String>,
+}
+
+/// A review as stored, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeReview {
+    pub id: u64,
+    pub author: String,
+    pub state: String,
+    pub body: String,
+    pub commit_id: String,
+}
+
+/// An inline review comment as stored, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeReviewComment {
+    pub id: u64,
+    /// The thread's root comment, for a reply.
+    pub in_reply_to: Option<u64>,
+    pub author: String,
+    pub body: String,
+    pub path: String,
+    pub line: u64,
+    /// LEFT or RIGHT.
+    pub side: String,
+    pub diff_hunk: String,
+    pub commit_id: String,
+}
+
+/// An inline comment for [`FakeGithub::add_review_as`] and
+/// [`FakeGithub::add_inline_comment_as`].
+#[derive(Debug, Clone)]
+pub struct NewReviewComment {
+    pub path: String,
+    pub line: u64,
+    pub body: String,
+    /// First line of a multi-line comment.
+    pub start_line: Option<u64>,
+    /// The base side (a deleted line) instead of the head.
+    pub left: bool,
+}
+
+impl NewReviewComment {
+    pub fn new(path: &str, line: u64, body: &str) -> NewReviewComment {
+        NewReviewComment {
+            path: path.to_string(),
+            line,
+            body: body.to_string(),
+            start_line: None,
+            left: false,
+        }
+    }
+    pub fn left(mut self) -> NewReviewComment {
+        self.left = true;
+        self
+    }
+    pub fn start_line(mut self, line: u64) -> NewReviewComment {
+        self.start_line = Some(line);
+        self
+    }
+    fn spec(&self) -> CommentSpec {
+        CommentSpec {
+            body: self.body.clone(),
+            path: self.path.clone(),
+            line: self.line,
+            start_line: self.start_line,
+            side: if self.left { "LEFT" } else { "RIGHT" }.into(),
+            in_reply_to: None,
+            commit_id: None,
+        }
+    }
+}
+
+/// A check run for [`FakeGithub::set_check_run`].
+#[derive(Debug, Clone)]
+pub struct NewCheckRun {
+    pub name: String,
+    /// queued, in_progress or completed.
+    pub status: String,
+    /// success, failure, neutral, cancelled, skipped, timed_out, action_required (when
+    /// completed).
+    pub conclusion: Option<String>,
+    pub title: Option<String>,
+    pub summary: Option<String>,
+    pub text: Option<String>,
+}
+
+impl NewCheckRun {
+    /// A finished run with this conclusion.
+    pub fn completed(name: &str, conclusion: &str) -> NewCheckRun {
+        NewCheckRun {
+            name: name.to_string(),
+            status: "completed".into(),
+            conclusion: Some(conclusion.to_string()),
+            title: None,
+            summary: None,
+            text: None,
+        }
+    }
+    /// A run still going.
+    pub fn in_progress(name: &str) -> NewCheckRun {
+        NewCheckRun {
+            status: "in_progress".into(),
+            conclusion: None,
+            ..NewCheckRun::completed(name, "")
+        }
+    }
+    /// `output.title`, `output.summary` and `output.text`.
+    pub fn output(mut self, title: &str, summary: &str, text: Option<&str>) -> NewCheckRun {
+        self.title = Some(title.to_string());
+        self.summary = Some(summary.to_string());
+        self.text = text.map(str::to_string);
+        self
+    }
 }
 
 /// A new issue for [`FakeGithub::add_issue`].
@@ -169,6 +294,7 @@ impl FakeGithub {
             next_id: 1000,
             faults: Vec::new(),
             requests: Vec::new(),
+            rate_used: 0,
         };
         state.ensure_user(BOT_LOGIN);
         state.ensure_user("octocat");
@@ -229,6 +355,8 @@ impl FakeGithub {
             issues: BTreeMap::new(),
             collaborators: BTreeMap::from([(owner.to_string(), "admin".to_string())]),
             next_number: 1,
+            check_runs: Vec::new(),
+            statuses: Vec::new(),
         });
         id
     }
@@ -264,12 +392,14 @@ impl FakeGithub {
         let id = st.id();
         let number = st.repos[r].next_number;
         st.repos[r].next_number += 1;
-        let pull = new.pull_request_head.as_ref().map(|head| PullData {
-            head: head.clone(),
-            base: st.repos[r].default_branch.clone(),
-            head_sha: fake_sha(id),
-            base_sha: fake_sha(id + 1),
-            draft: false,
+        let pull = new.pull_request_head.as_ref().map(|head| {
+            PullData::new(
+                head.clone(),
+                st.repos[r].default_branch.clone(),
+                fake_sha(id),
+                fake_sha(id + 1),
+                false,
+            )
         });
         st.repos[r].issues.insert(
             number,
@@ -351,7 +481,7 @@ impl FakeGithub {
     }
 
     /// A comment by `login` (someone other than the token's user, as a rule).
-    pub fn add_comment_as(&self, repo: &str, number: u64, login: &str, body: &str) {
+    pub fn add_comment_as(&self, repo: &str, number: u64, login: &str, body: &str) -> u64 {
         let mut st = self.lock();
         st.ensure_user(login);
         let id = st.id();
@@ -364,12 +494,14 @@ impl FakeGithub {
             created_at: now(),
         });
         issue.updated_at = now();
+        id
     }
 
     /// Pull requests of a repository, by number.
     pub fn pulls(&self, repo: &str) -> Vec<FakePull> {
-        let st = self.lock();
+        let mut st = self.lock();
         let r = st.repo_index(repo);
+        pulls::sync_all(&mut st, r);
         st.repos[r]
             .issues
             .values()
@@ -382,9 +514,207 @@ impl FakeGithub {
                     base: p.base.clone(),
                     draft: p.draft,
                     state: i.state.clone(),
+                    merged: p.merged,
+                    head_sha: p.head_sha.clone(),
+                    base_sha: p.base_sha.clone(),
+                    merge_commit_sha: p.merge_commit_sha.clone(),
                 })
             })
             .collect()
+    }
+
+    /// One pull request (panics when there is none: a test bug).
+    pub fn pull(&self, repo: &str, number: u64) -> FakePull {
+        self.pulls(repo)
+            .into_iter()
+            .find(|p| p.number == number)
+            .unwrap_or_else(|| panic!("fake GitHub: no pull request {repo}#{number}"))
+    }
+
+    /// The clone URL of a repository (its bare repository, for `push_to_branch`).
+    pub fn clone_url(&self, repo: &str) -> String {
+        let st = self.lock();
+        let r = st.repo_index(repo);
+        st.repos[r].clone_url.clone()
+    }
+
+    /// A review by `login` on the pull request's current head: `state` APPROVED,
+    /// CHANGES_REQUESTED or COMMENTED, with inline `comments` (validated as GitHub does:
+    /// each line must be part of the diff, else this panics). Returns the review id.
+    pub fn add_review_as(
+        &self,
+        repo: &str,
+        number: u64,
+        login: &str,
+        state: &str,
+        body: &str,
+        comments: &[NewReviewComment],
+    ) -> u64 {
+        let event = match state {
+            "APPROVED" => "APPROVE",
+            "CHANGES_REQUESTED" => "REQUEST_CHANGES",
+            "COMMENTED" => "COMMENT",
+            other => panic!("fake GitHub: no review state {other}"),
+        };
+        let specs: Vec<CommentSpec> = comments.iter().map(NewReviewComment::spec).collect();
+        let mut st = self.lock();
+        let r = st.repo_index(repo);
+        pulls::add_review(&mut st, r, number, login, Some(event), body, &specs)
+            .unwrap_or_else(|resp| panic!("fake GitHub: review refused: {}", resp.status()))
+    }
+
+    /// A single inline comment by `login` on `line` (head side) of `path`, as its own
+    /// COMMENTED review (as GitHub's "Add single comment" does). Returns the comment id.
+    pub fn add_review_comment_as(
+        &self,
+        repo: &str,
+        number: u64,
+        login: &str,
+        path: &str,
+        line: u64,
+        body: &str,
+    ) -> u64 {
+        self.add_inline_comment_as(repo, number, login, NewReviewComment::new(path, line, body))
+    }
+
+    /// [`FakeGithub::add_review_comment_as`] with a side or a line range.
+    pub fn add_inline_comment_as(
+        &self,
+        repo: &str,
+        number: u64,
+        login: &str,
+        comment: NewReviewComment,
+    ) -> u64 {
+        let review = self.add_review_as(repo, number, login, "COMMENTED", "", &[comment]);
+        let st = self.lock();
+        let r = st.repo_index(repo);
+        let pull = st.repos[r].issues[&number]
+            .pull
+            .as_ref()
+            .expect("a pull request");
+        pull.review_comments
+            .iter()
+            .find(|c| c.review_id == review)
+            .map(|c| c.id)
+            .expect("the review's comment")
+    }
+
+    /// A reply by `login` in the thread of review comment `comment_id`. Returns its id.
+    pub fn reply_review_comment_as(
+        &self,
+        repo: &str,
+        number: u64,
+        login: &str,
+        comment_id: u64,
+        body: &str,
+    ) -> u64 {
+        let mut st = self.lock();
+        let r = st.repo_index(repo);
+        let review_id = st.id();
+        let spec = CommentSpec {
+            body: body.to_string(),
+            path: String::new(),
+            line: 0,
+            start_line: None,
+            side: "RIGHT".into(),
+            in_reply_to: Some(comment_id),
+            commit_id: None,
+        };
+        pulls::add_review_comment(&mut st, r, number, login, review_id, &spec)
+            .unwrap_or_else(|resp| panic!("fake GitHub: reply refused: {}", resp.status()))
+    }
+
+    /// Reviews of a pull request, oldest first.
+    pub fn reviews(&self, repo: &str, number: u64) -> Vec<FakeReview> {
+        let st = self.lock();
+        let r = st.repo_index(repo);
+        let pull = st.repos[r].issues[&number]
+            .pull
+            .as_ref()
+            .expect("a pull request");
+        pull.reviews
+            .iter()
+            .map(|v| FakeReview {
+                id: v.id,
+                author: v.author.clone(),
+                state: v.state.clone(),
+                body: v.body.clone(),
+                commit_id: v.commit_id.clone(),
+            })
+            .collect()
+    }
+
+    /// Inline review comments of a pull request (roots and replies), oldest first.
+    pub fn review_comments(&self, repo: &str, number: u64) -> Vec<FakeReviewComment> {
+        let st = self.lock();
+        let r = st.repo_index(repo);
+        let pull = st.repos[r].issues[&number]
+            .pull
+            .as_ref()
+            .expect("a pull request");
+        pull.review_comments
+            .iter()
+            .map(|c| FakeReviewComment {
+                id: c.id,
+                in_reply_to: c.in_reply_to,
+                author: c.author.clone(),
+                body: c.body.clone(),
+                path: c.path.clone(),
+                line: c.line,
+                side: c.side.clone(),
+                diff_hunk: c.diff_hunk.clone(),
+                commit_id: c.commit_id.clone(),
+            })
+            .collect()
+    }
+
+    /// A check run on `sha` (a sha or a branch name) as CI would report it; a run with the
+    /// same name again is a re-run (the latest counts). Returns its id.
+    pub fn set_check_run(&self, repo: &str, sha: &str, run: NewCheckRun) -> u64 {
+        let mut st = self.lock();
+        let r = st.repo_index(repo);
+        let head_sha = checks::resolve_ref(&st, r, sha)
+            .unwrap_or_else(|| panic!("fake GitHub: no commit {sha} in {repo}"));
+        let id = st.id();
+        let completed = run.status == "completed";
+        st.repos[r].check_runs.push(CheckRunData {
+            id,
+            head_sha,
+            name: run.name,
+            status: run.status,
+            conclusion: run.conclusion,
+            title: run.title,
+            summary: run.summary,
+            text: run.text,
+            started_at: now(),
+            completed_at: completed.then(now),
+        });
+        id
+    }
+
+    /// A commit status on `sha` (a sha or a branch name) by `ci-bot`: `state` error,
+    /// failure, pending or success. Returns its id.
+    pub fn set_status(
+        &self,
+        repo: &str,
+        sha: &str,
+        context: &str,
+        state: &str,
+        description: Option<&str>,
+    ) -> u64 {
+        let mut st = self.lock();
+        let r = st.repo_index(repo);
+        let body = serde_json::json!({
+            "state": state, "context": context, "description": description,
+            "target_url": format!("https://ci.example.com/{context}"),
+        });
+        checks::add_status(&mut st, r, sha, "ci-bot", &body)
+            .unwrap_or_else(|resp| panic!("fake GitHub: status refused: {}", resp.status()))
+    }
+
+    /// Requests counted against the rate limit so far (`304`s are not).
+    pub fn rate_limit_used(&self) -> u64 {
+        self.lock().rate_used
     }
 
     /// Every request so far.
@@ -416,6 +746,18 @@ impl FakeGithub {
             kind,
         });
     }
+}
+
+/// Commit `files` (path, content) on `branch` of the bare repository behind `clone_url`
+/// and push it, as a person would (the branch is created from the default branch when
+/// missing): "push to base", or a conflicting change. Returns the new tip.
+pub fn push_to_branch(
+    clone_url: &str,
+    branch: &str,
+    files: &[(&str, &str)],
+    message: &str,
+) -> String {
+    git::push_to_branch(clone_url, branch, files, message)
 }
 
 /// Create a bare repository at `dir` with one commit on `branch`; returns its `file://` URL.

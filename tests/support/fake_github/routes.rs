@@ -14,10 +14,12 @@ use super::json::{
     comment_json, encode, event_json, issue_json, label_json, pull_json, repo_json, user_by_login,
     user_json,
 };
-use super::state::{
-    branch_sha, epoch, fake_sha, now, CommentData, FakeState, IssueData, PullData, Shared,
-};
+use super::state::{epoch, now, CommentData, FakeState, IssueData, Shared};
+use super::{checks, pulls};
 use super::{FaultKind, SeenRequest, BOT_LOGIN};
+
+/// A refused request's answer (boxed: a `Response` is large).
+pub(super) type Refusal = Box<Response>;
 
 pub(super) fn json_response(status: StatusCode, body: Value) -> Response {
     (
@@ -146,12 +148,41 @@ pub(super) async fn handle(
         }
     };
     let mut response = response;
+    // An ETag on every 200 GET (over the body and its `Link`); a matching `If-None-Match`
+    // gets a bodiless 304, which GitHub does not count against the rate limit.
+    if method == Method::GET && response.status() == StatusCode::OK {
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        let etag = etag_of(&bytes, parts.headers.get("link"));
+        let matched = headers
+            .get("if-none-match")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+        response = if matched {
+            StatusCode::NOT_MODIFIED.into_response()
+        } else {
+            Response::from_parts(parts, axum::body::Body::from(bytes))
+        };
+        if let Ok(v) = HeaderValue::from_str(&etag) {
+            response.headers_mut().insert("etag", v);
+        }
+    }
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if response.status() != StatusCode::NOT_MODIFIED {
+        st.rate_used += 1;
+    }
     {
+        let used = st.rate_used;
         let h = response.headers_mut();
         if !h.contains_key("x-ratelimit-remaining") {
             h.insert("x-ratelimit-limit", HeaderValue::from_static("5000"));
-            h.insert("x-ratelimit-remaining", HeaderValue::from_static("4999"));
-            h.insert("x-ratelimit-used", HeaderValue::from_static("1"));
+            h.insert(
+                "x-ratelimit-remaining",
+                HeaderValue::from(5000u64.saturating_sub(used)),
+            );
+            h.insert("x-ratelimit-used", HeaderValue::from(used));
             h.insert("x-ratelimit-resource", HeaderValue::from_static("core"));
             h.insert("x-ratelimit-reset", HeaderValue::from(epoch() + 3600));
         }
@@ -160,13 +191,21 @@ pub(super) async fn handle(
             HeaderValue::from_static("2022-11-28"),
         );
     }
-    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
     st.requests.push(SeenRequest {
         method: method.to_string(),
         path: stripped,
         status: response.status().as_u16(),
     });
     response
+}
+
+/// A weak validator over what a GET answered.
+fn etag_of(body: &[u8], link: Option<&HeaderValue>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut hasher);
+    link.map(HeaderValue::as_bytes).hash(&mut hasher);
+    format!("W/\"{:016x}\"", hasher.finish())
 }
 
 pub(super) fn query_map(query: &str) -> BTreeMap<String, String> {
@@ -221,6 +260,19 @@ pub(super) fn paginate(
     query: &BTreeMap<String, String>,
     items: Vec<Value>,
 ) -> Response {
+    paginate_into(st, repo_id, rest, query, items, Value::Array)
+}
+
+/// [`paginate`] for lists GitHub wraps in an object (`{"total_count", "check_runs"}`):
+/// `wrap` builds the body from the page.
+pub(super) fn paginate_into(
+    st: &FakeState,
+    repo_id: u64,
+    rest: &str,
+    query: &BTreeMap<String, String>,
+    items: Vec<Value>,
+    wrap: impl FnOnce(Vec<Value>) -> Value,
+) -> Response {
     let per_page = query
         .get("per_page")
         .and_then(|v| v.parse::<usize>().ok())
@@ -261,7 +313,7 @@ pub(super) fn paginate(
     if page > 1 {
         links.push(format!("{}; rel=\"first\"", link_to(1)));
     }
-    let mut resp = json_response(StatusCode::OK, Value::Array(slice));
+    let mut resp = json_response(StatusCode::OK, wrap(slice));
     if !links.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&links.join(", ")) {
             resp.headers_mut().insert("link", v);
@@ -416,6 +468,7 @@ pub(super) fn route(
             }
         }
         (Method::GET, ["pulls"]) => {
+            pulls::sync_all(st, r);
             let state = query.get("state").map(String::as_str).unwrap_or("open");
             let head = query.get("head").cloned();
             let owner = st.repos[r].owner.clone();
@@ -431,11 +484,55 @@ pub(super) fn route(
                         *h == format!("{owner}:{}", pull.head)
                     })
                 })
-                .map(|i| pull_json(st, r, i))
+                .map(|i| pull_json(st, r, i, None))
                 .collect();
             paginate(st, repo_id, "/pulls", &query, items)
         }
-        (Method::POST, ["pulls"]) => create_pull(st, r, &parsed),
+        (Method::POST, ["pulls"]) => pulls::create_pull(st, r, &parsed),
+        (method, ["pulls", n, tail @ ..]) => {
+            let Some(number) = pulls::pull_number(st, r, n) else {
+                return error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            match (method, tail) {
+                (Method::GET, []) => pulls::get(st, r, number),
+                (Method::PATCH, []) => pulls::update(st, r, number, &parsed),
+                (Method::PUT, ["merge"]) => pulls::merge(st, r, number, &parsed),
+                (Method::GET, ["merge"]) => {
+                    let merged = st.repos[r].issues[&number]
+                        .pull
+                        .as_ref()
+                        .is_some_and(|p| p.merged);
+                    if merged {
+                        StatusCode::NO_CONTENT.into_response()
+                    } else {
+                        error(StatusCode::NOT_FOUND, "Not Found")
+                    }
+                }
+                (Method::GET, ["reviews"]) => {
+                    let items = pulls::list_reviews(st, r, number);
+                    paginate(st, repo_id, &rest_path(&rest), &query, items)
+                }
+                (Method::POST, ["reviews"]) => pulls::create_review(st, r, number, &parsed),
+                (Method::GET, ["comments"]) => {
+                    let items = pulls::list_review_comments(st, r, number);
+                    paginate(st, repo_id, &rest_path(&rest), &query, items)
+                }
+                (Method::POST, ["comments"]) => {
+                    pulls::create_review_comment(st, r, number, &parsed)
+                }
+                (Method::POST, ["comments", id, "replies"]) => {
+                    pulls::reply(st, r, number, id, &parsed)
+                }
+                _ => error(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        }
+        (Method::GET, ["commits", reference, "check-runs"]) => {
+            checks::list_check_runs(st, r, reference, &rest_path(&rest), &query)
+        }
+        (Method::GET, ["commits", reference, "status"]) => {
+            checks::combined_status(st, r, reference)
+        }
+        (Method::POST, ["statuses", sha]) => checks::create_status(st, r, sha, &parsed),
         (Method::GET, ["collaborators", login, "permission"]) => {
             let Some(user_id) = st.users.get(*login).copied() else {
                 return error(StatusCode::NOT_FOUND, "Not Found");
@@ -486,99 +583,6 @@ pub(super) fn find_issue<'a>(st: &'a FakeState, r: usize, n: &str) -> Option<&'a
     n.parse::<u64>()
         .ok()
         .and_then(|n| st.repos[r].issues.get(&n))
-}
-
-pub(super) fn create_pull(st: &mut FakeState, r: usize, body: &Value) -> Response {
-    let field = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_string);
-    let (Some(title), Some(head), Some(base)) = (field("title"), field("head"), field("base"))
-    else {
-        return validation("head", "missing_field");
-    };
-    // `head` may be `owner:branch`.
-    let head = head
-        .split_once(':')
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(head);
-    let repo = &st.repos[r];
-    let exists = repo.issues.values().any(|i| {
-        i.state == "open"
-            && i.pull
-                .as_ref()
-                .is_some_and(|p| p.head == head && p.base == base)
-    });
-    if exists {
-        return json_response(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            json!({
-                "message": "Validation Failed",
-                "errors": [{"resource": "PullRequest", "code": "custom",
-                    "message": format!("A pull request already exists for {}:{head}.", repo.owner)}],
-                "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
-                "status": "422",
-            }),
-        );
-    }
-    let id = st.id();
-    let (head_sha, base_sha) = match (
-        branch_sha(&st.repos[r].clone_url, &head),
-        branch_sha(&st.repos[r].clone_url, &base),
-    ) {
-        (Some(None), _) => {
-            return json_response(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                json!({
-                    "message": "Validation Failed",
-                    "errors": [{"resource": "PullRequest", "field": "head", "code": "invalid"}],
-                    "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
-                    "status": "422",
-                }),
-            )
-        }
-        (_, Some(None)) => {
-            return json_response(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                json!({
-                    "message": "Validation Failed",
-                    "errors": [{"resource": "PullRequest", "field": "base", "code": "invalid"}],
-                    "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
-                    "status": "422",
-                }),
-            )
-        }
-        (h, b) => (
-            h.flatten().unwrap_or_else(|| fake_sha(id)),
-            b.flatten().unwrap_or_else(|| fake_sha(id + 1)),
-        ),
-    };
-    let number = st.repos[r].next_number;
-    st.repos[r].next_number += 1;
-    st.repos[r].issues.insert(
-        number,
-        IssueData {
-            id,
-            number,
-            title,
-            body: field("body").unwrap_or_default(),
-            author: BOT_LOGIN.to_string(),
-            labels: Vec::new(),
-            state: "open".into(),
-            locked: false,
-            created_at: now(),
-            updated_at: now(),
-            closed_at: None,
-            comments: Vec::new(),
-            events: Vec::new(),
-            pull: Some(PullData {
-                head,
-                base,
-                head_sha,
-                base_sha,
-                draft: body.get("draft").and_then(Value::as_bool).unwrap_or(false),
-            }),
-        },
-    );
-    let issue = &st.repos[r].issues[&number];
-    json_response(StatusCode::CREATED, pull_json(st, r, issue))
 }
 
 pub(super) fn labels_of(st: &FakeState, r: usize, number: u64) -> Value {

@@ -3,8 +3,6 @@
 //! that GitHub does as one step (a label with its event) are methods here.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use axum::http::Method;
@@ -48,9 +46,112 @@ pub(super) struct EventData {
 pub(super) struct PullData {
     pub(super) head: String,
     pub(super) base: String,
+    /// The branch tips as last seen; open pull requests follow their branches in the bare
+    /// repository (see `pulls::sync_tips`), closed ones keep what they had.
     pub(super) head_sha: String,
     pub(super) base_sha: String,
     pub(super) draft: bool,
+    pub(super) merged: bool,
+    pub(super) merged_at: Option<String>,
+    pub(super) merged_by: Option<String>,
+    pub(super) merge_commit_sha: Option<String>,
+    /// Mergeability computed for these tips; GitHub computes it in the background after a
+    /// read, so the first read after the tips move answers `null` (see `pulls::get_pull`).
+    pub(super) mergeability: Option<Mergeability>,
+    pub(super) reviews: Vec<ReviewData>,
+    pub(super) review_comments: Vec<ReviewCommentData>,
+}
+
+impl PullData {
+    pub(super) fn new(
+        head: String,
+        base: String,
+        head_sha: String,
+        base_sha: String,
+        draft: bool,
+    ) -> PullData {
+        PullData {
+            head,
+            base,
+            head_sha,
+            base_sha,
+            draft,
+            merged: false,
+            merged_at: None,
+            merged_by: None,
+            merge_commit_sha: None,
+            mergeability: None,
+            reviews: Vec::new(),
+            review_comments: Vec::new(),
+        }
+    }
+}
+
+/// What real git said about merging `head_sha` into `base_sha`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Mergeability {
+    pub(super) head_sha: String,
+    pub(super) base_sha: String,
+    /// `None` when the repository is not a local bare one (nothing to compute from).
+    pub(super) conflicts: Option<bool>,
+    /// The base tip is an ancestor of the head.
+    pub(super) up_to_date: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct ReviewData {
+    pub(super) id: u64,
+    pub(super) author: String,
+    /// APPROVED | CHANGES_REQUESTED | COMMENTED | DISMISSED | PENDING
+    pub(super) state: String,
+    pub(super) body: String,
+    pub(super) commit_id: String,
+    pub(super) submitted_at: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct ReviewCommentData {
+    pub(super) id: u64,
+    pub(super) review_id: u64,
+    pub(super) in_reply_to: Option<u64>,
+    pub(super) author: String,
+    pub(super) body: String,
+    pub(super) path: String,
+    pub(super) line: u64,
+    pub(super) start_line: Option<u64>,
+    /// LEFT | RIGHT
+    pub(super) side: String,
+    pub(super) diff_hunk: String,
+    pub(super) commit_id: String,
+    pub(super) created_at: String,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct CheckRunData {
+    pub(super) id: u64,
+    pub(super) head_sha: String,
+    pub(super) name: String,
+    /// queued | in_progress | completed
+    pub(super) status: String,
+    pub(super) conclusion: Option<String>,
+    pub(super) title: Option<String>,
+    pub(super) summary: Option<String>,
+    pub(super) text: Option<String>,
+    pub(super) started_at: String,
+    pub(super) completed_at: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct StatusData {
+    pub(super) id: u64,
+    pub(super) sha: String,
+    /// error | failure | pending | success
+    pub(super) state: String,
+    pub(super) context: String,
+    pub(super) description: Option<String>,
+    pub(super) target_url: Option<String>,
+    pub(super) creator: String,
+    pub(super) created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -83,6 +184,11 @@ pub(super) struct RepoData {
     /// login -> admin | maintain | write | triage | read
     pub(super) collaborators: BTreeMap<String, String>,
     pub(super) next_number: u64,
+    /// Check runs of every sha, oldest first (a re-run is a new run; the latest per name
+    /// counts).
+    pub(super) check_runs: Vec<CheckRunData>,
+    /// Commit statuses of every sha, oldest first (the latest per context counts).
+    pub(super) statuses: Vec<StatusData>,
 }
 
 impl RepoData {
@@ -103,6 +209,8 @@ pub(super) struct FakeState {
     pub(super) next_id: u64,
     pub(super) faults: Vec<Fault>,
     pub(super) requests: Vec<SeenRequest>,
+    /// Requests counted against the rate limit (a `304` is not, as on GitHub).
+    pub(super) rate_used: u64,
 }
 
 impl FakeState {
@@ -207,25 +315,6 @@ impl FakeState {
 }
 
 pub(super) type Shared = Arc<Mutex<FakeState>>;
-
-/// The sha of `branch` in a `file://` bare repo; `None` when it is missing (or the clone
-/// URL is not a local repo, then the caller does not check).
-pub(super) fn branch_sha(clone_url: &str, branch: &str) -> Option<Option<String>> {
-    let path = clone_url.strip_prefix("file://")?;
-    if !Path::new(path).exists() {
-        return None;
-    }
-    let out = Command::new("git")
-        .args(["--git-dir", path, "rev-parse", "--verify", "--quiet"])
-        .arg(format!("refs/heads/{branch}"))
-        .output()
-        .ok()?;
-    Some(
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()),
-    )
-}
 
 pub(super) fn now() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
