@@ -556,7 +556,7 @@ impl GithubClient {
         if let Some(etag) = validator {
             headers.insert(http::header::IF_NONE_MATCH, etag);
         }
-        let answer = self
+        let mut answer = self
             .send_with_headers(
                 Method::GET,
                 target,
@@ -566,6 +566,12 @@ impl GithubClient {
                 what,
             )
             .await?;
+        if answer.status == StatusCode::NOT_MODIFIED && self.etag_cache().get(target).is_none() {
+            // The kept body went meanwhile (a full cache starts over): read it again.
+            answer = self
+                .send(Method::GET, target, None, Repeat::Safe, what)
+                .await?;
+        }
         let header = |name: http::header::HeaderName| {
             answer
                 .headers

@@ -227,7 +227,7 @@ impl MergeMethod {
 pub enum MergeOutcome {
     /// Merged; the sha of the merge (or squash) commit on the base.
     Merged { sha: String },
-    /// 405: not mergeable (conflicts, protection, closed).
+    /// 405: not mergeable (conflicts, protection, closed without merging).
     NotMergeable { message: String },
     /// 409: the head is no longer the `expected_head` sha.
     HeadMoved { message: String },
@@ -243,7 +243,9 @@ struct RawMerge {
     message: Option<String>,
 }
 
-/// Merge the pull request; with `expected_head`, only if its head is still that sha.
+/// Merge the pull request; with `expected_head`, only if its head is still that sha. A
+/// pull request merged already answers `Merged` with its merge commit, so a merge whose
+/// answer was lost can be asked again.
 pub async fn merge_pull(
     client: &GithubClient,
     pull: &IssueRef,
@@ -279,7 +281,15 @@ pub async fn merge_pull(
             status: 405,
             message,
             ..
-        }) => Ok(MergeOutcome::NotMergeable { message }),
+        }) => {
+            // Already merged (by us, when an earlier answer was lost, or by a person) is
+            // not a refusal: say what the pull request was merged as.
+            let now = get_pull(client, pull).await?;
+            match now.merge_commit_sha {
+                Some(sha) if now.merged => Ok(MergeOutcome::Merged { sha }),
+                _ => Ok(MergeOutcome::NotMergeable { message }),
+            }
+        }
         Err(GithubError::Api {
             status: 409,
             message,
