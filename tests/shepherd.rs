@@ -31,7 +31,7 @@ use std::time::Duration;
 use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
 use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
 use serde_json::Value;
-use support::fake_github::{push_to_branch, FakeGithub, NewIssue};
+use support::fake_github::{push_to_branch, FakeGithub, NewCheckRun, NewIssue};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
 
@@ -318,7 +318,7 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
     let commits = scene.commits_since(&scene.head);
     assert_eq!(commits.len(), 1, "one new commit: {commits:?}");
     let new = &commits[0];
-    assert_eq!(scene.parents(new), [scene.head.clone()], "on top, no force");
+    assert_eq!(scene.parents(new), vec![scene.head.clone()], "on top, no force");
     assert_eq!(f["attempts"][0]["commit_sha"].as_str(), Some(new.as_str()));
     let calc = scene.show(new, "calc.sh");
     assert!(calc.contains(DOC_LINE) && calc.contains("a + b"), "{calc}");
@@ -360,17 +360,18 @@ async fn a_failing_check_run_gets_a_fix_commit() {
     scene.fake.set_check_run(
         &scene.repo,
         &scene.head,
-        "docs",
-        "completed",
-        Some("failure"),
-        "calc.sh has no usage line",
-        "docs-lint: 1 file without a usage comment",
-        &format!("calc.sh:1: missing usage line\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"),
+        NewCheckRun::completed("docs", "failure").output(
+            "calc.sh has no usage line",
+            "docs-lint: 1 file without a usage comment",
+            Some(&format!(
+                "calc.sh:1: missing usage line\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"
+            )),
+        ),
     );
     scene.shepherd().await;
     let commits = scene.commits_since(&scene.head);
     assert_eq!(commits.len(), 1, "one fix commit: {commits:?}");
-    assert_eq!(scene.parents(&commits[0]), [scene.head.clone()]);
+    assert_eq!(scene.parents(&commits[0]), vec![scene.head.clone()]);
     assert!(scene.show(&commits[0], "calc.sh").contains(DOC_LINE));
     let v = scene.task(&scene.issue).await;
     let followups = Scene::followups(&v);
