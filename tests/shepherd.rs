@@ -222,10 +222,11 @@ impl Scene {
         git(&self.origin, &["show", &format!("{rev}:{path}")])
     }
 
-    /// Commits on the PR branch after `from`, newest first.
+    /// Commits made on the PR branch after `from` (its first-parent line: a merge brings
+    /// the base's commits along), newest first.
     fn commits_since(&self, from: &str) -> Vec<String> {
         let range = format!("{from}..refs/heads/{}", self.branch);
-        let list = git(&self.origin, &["rev-list", &range]);
+        let list = git(&self.origin, &["rev-list", "--first-parent", &range]);
         list.lines().map(str::to_string).collect()
     }
 
@@ -318,7 +319,11 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
     let commits = scene.commits_since(&scene.head);
     assert_eq!(commits.len(), 1, "one new commit: {commits:?}");
     let new = &commits[0];
-    assert_eq!(scene.parents(new), vec![scene.head.clone()], "on top, no force");
+    assert_eq!(
+        scene.parents(new),
+        vec![scene.head.clone()],
+        "on top, no force"
+    );
     assert_eq!(f["attempts"][0]["commit_sha"].as_str(), Some(new.as_str()));
     let calc = scene.show(new, "calc.sh");
     assert!(calc.contains(DOC_LINE) && calc.contains("a + b"), "{calc}");
