@@ -6,9 +6,9 @@
 use anyhow::Context as _;
 
 use super::{print_json, Context, Outcome};
-use crate::cleanup::{self, Facts, Report};
 use crate::config::Config;
-use crate::report::human_bytes;
+use crate::ops::cleanup::{self, Facts, Report};
+use crate::ops::report::human_bytes;
 use crate::runtime::{home_label, DockerRuntime, WorkerRuntime};
 use crate::store::Store;
 use crate::workspace::WorkspaceManager;

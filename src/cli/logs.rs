@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use super::{Context, Outcome, UsageError};
-use crate::report;
+use crate::ops::report;
 use crate::store::{AttemptRecord, Store};
 
 /// How often `--follow` asks the store for new events.

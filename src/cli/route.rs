@@ -105,7 +105,7 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
     if args.json {
         print!("{text}");
     } else {
-        print!("{}", crate::report::printable(&text));
+        print!("{}", crate::ops::report::printable(&text));
     }
     Ok(super::Outcome::Success)
 }

@@ -200,7 +200,7 @@ pub fn disk_check(what: &str, path: &Path, free: Result<u64, &str>) -> Check {
     };
     let detail = format!(
         "{} free at {}",
-        crate::report::human_bytes(free),
+        crate::ops::report::human_bytes(free),
         path.display()
     );
     let fix = "free space (`polyphony cleanup` removes finished workspaces) or move the root";

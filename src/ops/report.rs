@@ -67,7 +67,7 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 #[macro_export]
 macro_rules! println_printable {
     ($($arg:tt)*) => {
-        println!("{}", $crate::report::printable(&format!($($arg)*)))
+        println!("{}", $crate::ops::report::printable(&format!($($arg)*)))
     };
 }
 
