@@ -15,6 +15,8 @@
 //!   `doctor` (environment checks), `report` (readable renderings of stored events)
 //! - `http`: the daemon's JSON API, live event stream and dashboard (`--listen`)
 //! - `metrics`: the process's Prometheus metrics (`/metrics`)
+//! - `error`: errors several layers name (`UsageError`: exit 2)
+//! - `home`: the home's own files: the daemon lock (one daemon per home)
 //! - `private`: owner-only permissions of the home, the store and transcripts
 //! - `cli`: one module per verb; no business logic
 //! - `failpoint`: test-only crash injection at named points (`POLYPHONY_FAILPOINT`)
@@ -24,7 +26,9 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod domain;
+pub mod error;
 pub mod failpoint;
+pub mod home;
 pub mod http;
 pub mod identity;
 pub mod metrics;

@@ -54,7 +54,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         containers,
         workspace_dirs: cleanup::workspace_dirs(config.workspace_root())?,
         locks: cleanup::lock_facts(&ctx.home, config.mirror_root())?,
-        daemon_running: crate::orchestrator::lock::DaemonLock::is_held(&ctx.home),
+        daemon_running: crate::home::DaemonLock::is_held(&ctx.home),
     };
     let plan = cleanup::plan(&facts, args.all);
     let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());

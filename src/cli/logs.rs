@@ -59,7 +59,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     let readable = matches!(format, Format::Readable);
 
-    let daemon_running = || crate::orchestrator::lock::DaemonLock::is_held(&ctx.home);
+    let daemon_running = || crate::home::DaemonLock::is_held(&ctx.home);
     let mut told_no_daemon = false;
     let mut no_daemon_note = |what: &str| {
         // Issue 12: --follow waited silently for a daemon that was not there.

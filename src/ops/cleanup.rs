@@ -447,7 +447,7 @@ pub fn lock_facts(home: &Path, mirror_root: &Path) -> Result<Vec<LockFact>, Clea
     let daemon = home.join("daemon.lock");
     if daemon.is_file() {
         out.push(LockFact {
-            held: crate::orchestrator::lock::DaemonLock::is_held(home),
+            held: crate::home::DaemonLock::is_held(home),
             path: daemon,
             kind: LockKind::Daemon,
         });

@@ -24,7 +24,7 @@ use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
 use crate::runtime::{RunState, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
 use crate::store::{AttemptRecord, Settlement, Store};
 
-use super::lock::DaemonLock;
+use crate::home::DaemonLock;
 use super::pipeline::{describe, AttemptEnd, RunOptions};
 use super::{Orchestrator, Progress};
 
