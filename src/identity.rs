@@ -5,9 +5,9 @@
 //! staging path (the container entrypoint copies them into a per-attempt writable HOME, so
 //! an agent never writes the host's files) and an env overlay of variable NAMES.
 //!
-//! Architecture Invariant: pure. Host variables are read through a lookup closure the
-//! caller passes; their values are returned only by [`read_env_overlay`], at container
-//! creation, and never appear in an error, a `Debug` output or anything serialisable.
+//! Architecture Invariant: pure, and it handles variable names only: the env overlay
+//! names host variables, and their values are read by the runtime at container creation
+//! (`runtime::docker`), never here. Unique identity names are checked by `config` at load.
 //! The GitHub token is not resolved here: its one rule is
 //! `sources::github::client::resolve_token` (docs/ARCHITECTURE.md, `src/sources/`).
 
@@ -28,8 +28,6 @@ pub const AUTH_STAGING_ROOT: &str = crate::domain::CREDENTIAL_STAGING_DIR;
 pub enum IdentityError {
     #[error("an identity has an empty `name`: every identity in identities.yaml needs one")]
     MissingName,
-    #[error("identity `{0}` appears twice in identities.yaml: names must be unique")]
-    Duplicate(String),
     #[error("identity `{0}` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)")]
     NoVolumes(String),
     #[error("identity `{identity}`: volume key `{key}` is not an agent type (expected claude, codex, kimi or gemini)")]
@@ -76,15 +74,6 @@ pub enum IdentityError {
         identity: String,
         agent_type: AgentType,
     },
-}
-
-/// A host variable the env overlay needs is not set.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("identity `{identity}` needs host variable `{host_var}` (for container variable `{container_var}`), but it is not set or empty: export it in the daemon's environment")]
-pub struct MissingHostVar {
-    pub identity: String,
-    pub container_var: String,
-    pub host_var: String,
 }
 
 /// What the runtime needs from an identity for one agent. Holds no secret values.
@@ -214,18 +203,6 @@ pub fn validate(identity: &Identity) -> Result<(), IdentityError> {
                 identity: name.into(),
                 value: c,
             });
-        }
-    }
-    Ok(())
-}
-
-/// Validates a whole identities list (each entry, and unique names).
-pub fn validate_all(identities: &[Identity]) -> Result<(), IdentityError> {
-    let mut seen = std::collections::BTreeSet::new();
-    for i in identities {
-        validate(i)?;
-        if !seen.insert(i.name.as_str()) {
-            return Err(IdentityError::Duplicate(i.name.clone()));
         }
     }
     Ok(())
@@ -389,25 +366,6 @@ pub fn broker(identity: &Identity, agent_type: AgentType) -> Result<Brokered, Id
     })
 }
 
-/// Reads the overlay's values from the host at container creation. An unset or empty
-/// host variable is an error naming it and the identity (never a value).
-pub fn read_env_overlay(
-    identity: &str,
-    vars: &[EnvVar],
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, MissingHostVar> {
-    vars.iter()
-        .map(|v| match lookup(&v.from_host) {
-            Some(value) if !value.is_empty() => Ok((v.name.clone(), value)),
-            _ => Err(MissingHostVar {
-                identity: identity.into(),
-                container_var: v.name.clone(),
-                host_var: v.from_host.clone(),
-            }),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,15 +457,6 @@ mod tests {
             "identity `w`: cost_ceiling_usd_per_day must be a positive number, got 0",
         );
         assert!(validate(&ident("w", &[("claude", "/a")], &[("K", "H")])).is_ok());
-        assert_eq!(
-            validate_all(&[
-                ident("w", &[("claude", "/a")], &[]),
-                ident("w", &[("codex", "/b")], &[])
-            ])
-            .unwrap_err()
-            .to_string(),
-            "identity `w` appears twice in identities.yaml: names must be unique"
-        );
     }
 
     #[test]
@@ -636,42 +585,5 @@ mod tests {
             broker(&no_keys, AgentType::Gemini).unwrap_err().to_string(),
             "identity `sub` has no login for gemini (no `volumes.gemini`) and no api_keys: add a volume for gemini or an API key"
         );
-    }
-
-    #[test]
-    fn env_overlay_values_come_from_the_host_at_creation() {
-        let vars = vec![
-            EnvVar {
-                name: "ANTHROPIC_API_KEY".into(),
-                from_host: "WORK_KEY".into(),
-            },
-            EnvVar {
-                name: "OPENAI_API_KEY".into(),
-                from_host: "WORK_OPENAI".into(),
-            },
-        ];
-        let ok = read_env_overlay(
-            "work",
-            &vars,
-            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "sk-2")]),
-        )
-        .unwrap();
-        assert_eq!(
-            ok,
-            vec![
-                ("ANTHROPIC_API_KEY".into(), "sk-1".into()),
-                ("OPENAI_API_KEY".into(), "sk-2".into())
-            ]
-        );
-        for lookup in [
-            env(&[("WORK_KEY", "sk-1")]),
-            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "")]),
-        ] {
-            let err = read_env_overlay("work", &vars, lookup)
-                .unwrap_err()
-                .to_string();
-            assert_eq!(err, "identity `work` needs host variable `WORK_OPENAI` (for container variable `OPENAI_API_KEY`), but it is not set or empty: export it in the daemon's environment");
-            assert!(!err.contains("sk-1"));
-        }
     }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::{Check, DISK_FAIL_BYTES, DISK_WARN_BYTES};
 use crate::domain::AgentType;
+use crate::runtime::test_image::TEST_IMAGE_REPO;
 use crate::runtime::EngineVersion;
 
 pub fn docker_check(engine: Result<&EngineVersion, &str>) -> Check {

@@ -421,4 +421,3 @@ fn free_bytes(path: &Path) -> Result<u64, String> {
     }
     Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
 }
-

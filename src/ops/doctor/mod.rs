@@ -127,6 +127,9 @@ pub fn passed(checks: &[Check]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::AgentType;
+    use crate::runtime::EngineVersion;
+    use std::path::Path;
 
     #[test]
     fn cli_versions() {
