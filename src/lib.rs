@@ -38,7 +38,6 @@ pub mod private;
 pub mod routing;
 pub mod runtime;
 pub mod scripted_model;
-pub mod shepherd;
 pub mod sources;
 pub mod store;
 pub mod workspace;

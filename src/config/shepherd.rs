@@ -1,5 +1,5 @@
 //! `shepherd:` in config.yaml: how the daemon keeps the pull requests it opened moving
-//! (issue 15; README "After the pull request"). Plain values; `shepherd::decide` reads them.
+//! (issue 15; README "After the pull request"). Plain values; `orchestrator::shepherd::decide` reads them.
 
 use serde::{Deserialize, Serialize};
 

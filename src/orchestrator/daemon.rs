@@ -149,7 +149,7 @@ pub async fn run(
             if tokio::time::Instant::now() >= next_poll {
                 poll_sources(&orch, &store).await;
                 // The pull requests this home opened, until merged or closed (issue 15).
-                crate::shepherd::watch::round(&orch, &store).await;
+                crate::orchestrator::shepherd::watch::round(&orch, &store).await;
                 next_poll = tokio::time::Instant::now() + poll_interval;
             }
             let dispatched = dispatch(

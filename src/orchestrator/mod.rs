@@ -22,6 +22,7 @@ pub mod progress;
 pub mod proof;
 pub mod retry;
 pub mod secrets;
+pub mod shepherd;
 mod sink;
 pub mod verify;
 

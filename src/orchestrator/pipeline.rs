@@ -22,6 +22,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
+use super::shepherd::followup::FollowUpRun;
 use crate::agents::prompt::PromptContext;
 use crate::agents::scrub::Scrubber;
 use crate::agents::{adapter_for, AgentOutcome};
@@ -33,7 +34,6 @@ use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::agent_spec;
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::shepherd::followup::FollowUpRun;
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
@@ -209,7 +209,7 @@ impl Orchestrator {
 impl<'a> Attempt<'a> {
     fn new(orch: &'a Orchestrator, task: Task, opts: &'a RunOptions) -> anyhow::Result<Self> {
         let store = Store::open(&orch.db_path())?;
-        let followup = crate::shepherd::followup::load(&store, &task.id)?;
+        let followup = crate::orchestrator::shepherd::followup::load(&store, &task.id)?;
         let store = Mutex::new(store);
         let state = task.state;
         let attempt = task.attempts + 1;
@@ -1058,7 +1058,7 @@ impl<'a> Attempt<'a> {
                 .result
                 .as_ref()
                 .and_then(|r| r.final_message.as_deref());
-            crate::shepherd::followup::post_replies(
+            crate::orchestrator::shepherd::followup::post_replies(
                 github,
                 &self.store,
                 &self.task.id,
@@ -1079,7 +1079,7 @@ impl<'a> Attempt<'a> {
             pr_url = land::open_pull_request(github, &self.task, &landed).await?;
             if let Some(url) = &pr_url {
                 // Watched by the shepherd until merged or closed (issue 15).
-                crate::shepherd::followup::record_landed(
+                crate::orchestrator::shepherd::followup::record_landed(
                     &self.db(),
                     &self.task,
                     url,

@@ -6,7 +6,7 @@
 //! inserts it, links it, records the feedback it takes as handled and counts it, in one
 //! IMMEDIATE transaction, so a kill or a second daemon never makes two for one batch.
 //!
-//! Must not: decide anything (that is `shepherd::decide`) or talk to GitHub.
+//! Must not: decide anything (that is `orchestrator::shepherd::decide`) or talk to GitHub.
 
 use std::collections::BTreeSet;
 
