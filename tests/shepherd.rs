@@ -343,6 +343,22 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
     assert_eq!(scene.replies().len(), 1);
     let v = scene.task(&scene.issue).await;
     assert_eq!(Scene::followups(&v).len(), 1);
+    assert_eq!(v["pull"]["followups"], 1);
+    assert_eq!(v["pull"]["state"], "open");
+
+    // `status` lists the watched pull request; `status TASK` shows it with its follow-up.
+    let table = text(&scene.run(&["status"], None).await.stdout);
+    let pr = format!("{}#{} open", scene.repo, scene.pr);
+    assert!(
+        table.contains("watched pull requests:") && table.contains(&pr),
+        "{table}"
+    );
+    assert!(table.contains("1 follow-up(s)"), "{table}");
+    let detail = text(&scene.run(&["status", &scene.issue], None).await.stdout);
+    assert!(
+        detail.contains(&format!("follow-up {id}  LANDED")),
+        "{detail}"
+    );
     assert!(scene.containers().is_empty(), "containers left");
 }
 

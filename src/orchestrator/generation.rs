@@ -49,6 +49,14 @@ pub async fn retry(
         };
         return Ok(Err(NotRetryable(why)));
     }
+    if let Some(f) = store.followup(&newest.id)? {
+        // A follow-up works on a pull request, not an issue: a new generation would claim
+        // and open a pull request of its own. The shepherd hands the PR over instead.
+        return Ok(Err(NotRetryable(format!(
+            "{} is a follow-up of {}'s pull request: it is not retried; the shepherd hands              the pull request to people, who can ask again with a new review comment",
+            newest.id, f.pull_task_id
+        ))));
+    }
     if newest.source == SourceKind::Github {
         // A task released to another Polyphony instance (pipeline `claim_at_source`) is
         // that instance's issue: labelling it ready here would take it back.
@@ -206,6 +214,42 @@ mod tests {
         let again = issue("o/r#1", t0 + Duration::seconds(4));
         assert_eq!(reopen_if_relabelled(&store, &again, t0).unwrap(), None);
         assert_eq!(store.list_tasks(None, None).unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_blocked_follow_up_is_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let t0 = Utc::now();
+        store.insert_task(&issue("o/r#1", t0)).unwrap();
+        store
+            .record_pull(&crate::store::PullRecord {
+                task_id: "o/r#1".into(),
+                repo: "o/r".into(),
+                number: 2,
+                branch: "polyphony/o_r_1-a1".into(),
+                base: "main".into(),
+                head_sha: "a".repeat(40),
+                state: "open".into(),
+                checks: None,
+                review: None,
+                mergeable: None,
+                followups: 0,
+                watching: true,
+                updated_at: t0,
+            })
+            .unwrap();
+        let keys = vec!["review-comment:3".to_string()];
+        let plan = serde_json::json!({});
+        assert!(store
+            .insert_followup("o/r#1", &issue("o/r#1-f1", t0), &plan, &keys, t0)
+            .unwrap());
+        block(&store, "o/r#1-f1", t0);
+        let refused = retry(&store, Err("no token"), "o/r#1-f1", t0)
+            .await
+            .unwrap();
+        assert!(refused.unwrap_err().0.contains("follow-up of o/r#1"));
+        assert!(store.get_task("o/r#1-f1.2").unwrap().is_none());
     }
 
     #[tokio::test]

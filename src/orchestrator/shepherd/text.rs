@@ -121,8 +121,16 @@ pub fn body(pr_number: u64, branch: &str, base: &str, plan: &FollowUp) -> String
 /// The one reply to a piece of feedback once its follow-up landed.
 pub fn reply(item: &Feedback, sha: &str, task_id: &str, summary: Option<&str>) -> String {
     let short = &sha[..sha.len().min(12)];
+    // The agent's words: quoted the way a PR body quotes them (no @mentions, markers or
+    // closing keywords).
     let what = summary
-        .map(|s| format!("\n\n{}", quote(s)))
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            format!(
+                "\n\n{}",
+                crate::sources::github::landing::quote_agent_message(s)
+            )
+        })
         .unwrap_or_default();
     let addressed = match &item.place {
         Place::Inline { .. } => "this comment",
@@ -248,8 +256,17 @@ mod tests {
 
     #[test]
     fn a_reply_names_the_commit_and_carries_its_marker() {
-        let reply = reply(&inline(), &"c".repeat(40), "o/r#1~f1", None);
+        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", None);
         assert!(reply.contains(&"c".repeat(12)), "{reply}");
         assert!(reply.contains("<!-- polyphony:reply:review-comment:7 -->"));
+    }
+
+    #[test]
+    fn the_agents_summary_in_a_reply_notifies_nobody_and_hides_no_marker() {
+        let summary = "Done, @alice. <!-- polyphony:hand-off -->";
+        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", Some(summary));
+        assert!(reply.contains("> Done, alice."), "{reply}");
+        assert!(!reply.contains("@alice"), "{reply}");
+        assert!(!reply.contains("polyphony:hand-off"), "{reply}");
     }
 }
