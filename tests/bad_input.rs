@@ -3,11 +3,13 @@
 //! (queue.db included) is byte-for-byte what it was before the rejected command. A second
 //! test pipes every printing verb into a closed reader: it must stop quietly, never panic.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command as StdCommand;
 
 use assert_cmd::Command;
+use support::git::git;
 
 /// A home with one queued task, a git repository with a commit, a bare clone of it, an
 /// empty repository, a plain directory and a foreign non-empty directory.
@@ -72,24 +74,6 @@ impl Fixture {
         s.replace("{root}", &self.root.display().to_string())
             .replace("{home}", &self.home.display().to_string())
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = StdCommand::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// Every file under `path` (or `path` itself) with its bytes.
