@@ -1225,14 +1225,10 @@ async fn kill_9_while_landing_opens_one_pull_request() {
     first.wait(Duration::from_secs(10)).await;
     let v = home.task(&id).await;
     assert_eq!(state(&v), "VERIFYING", "killed mid-landing");
-    // Whatever GitHub did with the request in flight is done before the restart.
-    wait_until(
-        Duration::from_secs(10),
-        "the held pull request was never answered",
-        || format!("{:#?}", fake.requests()),
-        || fake.count_requests("POST", "/pulls") >= 1,
-    )
-    .await;
+    // Whatever GitHub did with the request in flight is done before the restart. A fixed
+    // wait: the fake drops a request whose client died, and records only answered ones, so
+    // there is nothing to observe (the fake would need to expose requests in flight).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(120)).await;
     assert!(status.success(), "daemon: {}", second.log());
@@ -1345,14 +1341,9 @@ async fn kill_9_before_the_container_exists_retries_and_lands_once() {
     first.wait(Duration::from_secs(10)).await;
     let v = home.task(&id).await;
     assert_eq!(state(&v), "CLAIMED", "killed before the container existed");
-    // Whatever GitHub did with the comment in flight is done before the restart.
-    wait_until(
-        Duration::from_secs(10),
-        "the held claim comment was never answered",
-        || format!("{:#?}", fake.requests()),
-        || fake.count_requests("POST", "/comments") >= 1,
-    )
-    .await;
+    // Whatever GitHub did with the comment in flight is done before the restart (a fixed
+    // wait, as in `kill_9_while_landing_opens_one_pull_request`).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(120)).await;
     assert!(status.success(), "daemon: {}", second.log());

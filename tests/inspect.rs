@@ -26,7 +26,7 @@ use predicates::prelude::PredicateBooleanExt as _;
 use serde_json::json;
 use support::docker::{engine, image};
 use support::fake_github::{FakeGithub, FAKE_TOKEN};
-use support::spec::{local_task, run_spec};
+use support::spec::{local_task, path_to, run_spec};
 
 fn polyphony(home: &Path) -> Command {
     let mut cmd = Command::cargo_bin("polyphony").unwrap();
@@ -75,19 +75,8 @@ fn result(task_id: &str, attempt: u32, status: AttemptStatus) -> RunResult {
 
 /// The shortest legal path from DISCOVERED to `to`.
 fn drive(store: &Store, id: &str, to: TaskState) {
-    use TaskState::*;
-    let path: &[TaskState] = match to {
-        Discovered => &[],
-        Claimed => &[Claimed],
-        Routed => &[Claimed, Routed],
-        Provisioned => &[Claimed, Routed, Provisioned],
-        Running => &[Claimed, Routed, Provisioned, Running],
-        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
-        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
-        Failed => &[Claimed, Failed],
-        Blocked => &[Claimed, Failed, Blocked],
-    };
-    let mut at = Discovered;
+    let path = path_to(to);
+    let mut at = TaskState::Discovered;
     for &next in path {
         store
             .transition(id, at, next, "test setup", Utc::now())

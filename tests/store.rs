@@ -12,7 +12,7 @@ use polyphony::domain::{
     SourceKind, Task, TaskEvent, TaskState, TokenUsage,
 };
 use polyphony::store::{Store, StoreError};
-use support::spec::{local_task, run_spec};
+use support::spec::{local_task, path_to, run_spec};
 use TaskState::*;
 
 fn t0() -> DateTime<Utc> {
@@ -36,21 +36,6 @@ fn spec(task_id: &str, attempt: u32, identity: &str) -> RunSpec {
         max_turns: Some(10),
         network: NetworkMode::Bridge,
         ..run_spec(task_id, attempt)
-    }
-}
-
-/// The shortest legal path from DISCOVERED to each state.
-fn path_to(state: TaskState) -> &'static [TaskState] {
-    match state {
-        Discovered => &[],
-        Claimed => &[Claimed],
-        Routed => &[Claimed, Routed],
-        Provisioned => &[Claimed, Routed, Provisioned],
-        Running => &[Claimed, Routed, Provisioned, Running],
-        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
-        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
-        Failed => &[Claimed, Failed],
-        Blocked => &[Claimed, Failed, Blocked],
     }
 }
 

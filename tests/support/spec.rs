@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use polyphony::domain::{
     AgentType, EventKind, EventStream, NetworkMode, ResourceLimits, RunSpec, SourceKind, Task,
-    TaskEvent,
+    TaskEvent, TaskState,
 };
 
 /// The local task `id` ("Fix ID" on `/srv/repo`) discovered at `at`.
@@ -61,5 +61,21 @@ pub fn message_event(seq: u64, summary: &str, data: serde_json::Value) -> TaskEv
         summary: summary.into(),
         data,
         at: Utc::now(),
+    }
+}
+
+/// The shortest legal path of transitions from DISCOVERED to `state`.
+pub fn path_to(state: TaskState) -> &'static [TaskState] {
+    use TaskState::*;
+    match state {
+        Discovered => &[],
+        Claimed => &[Claimed],
+        Routed => &[Claimed, Routed],
+        Provisioned => &[Claimed, Routed, Provisioned],
+        Running => &[Claimed, Routed, Provisioned, Running],
+        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
+        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
+        Failed => &[Claimed, Failed],
+        Blocked => &[Claimed, Failed, Blocked],
     }
 }
