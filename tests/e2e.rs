@@ -1788,6 +1788,19 @@ async fn relabelling_a_blocked_issue_brings_it_back_once() {
         })
         .await;
     assert_eq!(v["task"]["attempts"], 1, "{v:#}");
+    // BLOCKED is stored first, then reported (issue 19): wait for the report.
+    wait_until(
+        Duration::from_secs(20),
+        "the blocked label and comment",
+        || format!("{:?}\n{}", fake.issue_labels(&repo, n), log()),
+        || {
+            fake.issue_labels(&repo, n)
+                .iter()
+                .any(|l| l == "agent-blocked")
+                && count_containing(&fake.comments(&repo, n), "polyphony:blocked") > 0
+        },
+    )
+    .await;
     let labels = fake.issue_labels(&repo, n);
     assert!(labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
     let comments = fake.comments(&repo, n);
