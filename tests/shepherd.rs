@@ -8,7 +8,7 @@
 //!   the old head, that does what the comment says, verified; one reply in that thread
 //!   naming the commit;
 //! - the same comment from an untrusted user → nothing;
-//! - a failing check run → a fix commit;
+//! - a failing check run → a fix commit; failing the same way again → one report, no loop;
 //! - a conflicting change pushed to the base → a merge commit (old head + base) with the
 //!   conflict resolved, verified;
 //! - the follow-up limit → one hand-off comment, however often it looks;
@@ -367,6 +367,10 @@ async fn an_untrusted_comment_changes_nothing() {
     let Some(image) = image().await else { return };
     let scene = Scene::landed(&image, "calc-untrusted", "").await;
     scene.review_comment(STRANGER);
+    // A trusted person's conversation comment not addressed to the bot asks for nothing.
+    scene
+        .fake
+        .add_comment_as(&scene.repo, scene.pr, REVIEWER, "LGTM once CI is green");
     scene.shepherd().await;
     let v = scene.task(&scene.issue).await;
     assert!(Scene::followups(&v).is_empty(), "{v:#}");
@@ -398,6 +402,25 @@ async fn a_failing_check_run_gets_a_fix_commit() {
     let followups = Scene::followups(&v);
     assert_eq!(followups.len(), 1, "{v:#}");
     assert_eq!(followups[0]["state"], "LANDED");
+
+    // The same check fails the same way on the fix: reported once, not looped on.
+    let fixed = commits[0].clone();
+    for _ in 0..2 {
+        scene.fake.set_check_run(
+            &scene.repo,
+            &fixed,
+            NewCheckRun::completed("docs", "failure").output("still failing", "docs-lint", None),
+        );
+        scene.shepherd().await;
+    }
+    assert_eq!(scene.tip(), fixed, "no second follow-up");
+    let reports: Vec<String> = scene
+        .conversation()
+        .into_iter()
+        .filter(|c| c.contains("fail the same way"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(reports[0].contains("`docs`: failure"), "{}", reports[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
