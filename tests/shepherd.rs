@@ -24,85 +24,25 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
-use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
-use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
+use polyphony::demo::{write_home, FIX_DIRECTIVE};
 use serde_json::Value;
+use support::docker::test_image as image;
 use support::fake_github::{push_to_branch, FakeGithub, NewCheckRun, NewIssue};
-use tokio::process::Command;
-use tokio::sync::OnceCell;
+use support::git::git;
+use support::home::{output, text, Home, Origin};
 
-static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
-
-async fn image() -> Option<String> {
-    IMAGE
-        .get_or_init(|| async {
-            let rt = match DockerRuntime::connect().await {
-                Ok(rt) => rt,
-                Err(e) => {
-                    if std::env::var_os("CI").is_some() {
-                        panic!("Docker is required under CI: {e}");
-                    }
-                    println!("SKIPPED: no Docker engine ({e})");
-                    return None;
-                }
-            };
-            let tag = ensure_test_image(rt.client())
-                .await
-                .unwrap_or_else(|e| panic!("building the test image: {e}"));
-            Some(tag)
-        })
-        .await
-        .clone()
-}
-
-const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
-const RUN_LIMIT: Duration = Duration::from_secs(300);
 const REVIEWER: &str = "alice";
 const STRANGER: &str = "mallory";
 /// What the reviewer asks for, as a directive the scripted agent follows.
 const DOC_LINE: &str = "# add A B: prints A + B";
 
-fn git(cwd: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(cwd)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn output(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 /// A landed pull request on the fake GitHub, and the home that landed it.
 struct Scene {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    label: String,
+    home: Home,
     fake: FakeGithub,
-    origin: PathBuf,
+    origin: Origin,
     repo: String,
     issue: String,
     pr: u64,
@@ -114,11 +54,10 @@ impl Scene {
     /// Lands `acme/<name>#1` ("add() subtracts") with the scripted fix; `shepherd` is
     /// config.yaml's `shepherd:` section (indented lines, may be empty).
     async fn landed(image: &str, name: &str, shepherd: &str) -> Scene {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let origin = Origin::new();
         let fake = FakeGithub::start().await;
         let repo = format!("acme/{name}");
-        fake.add_repo(&repo, &format!("file://{}", origin.display()), "main");
+        fake.add_repo(&repo, &origin.url(), "main");
         fake.set_permission(&repo, REVIEWER, "write");
         fake.set_permission(&repo, STRANGER, "read");
         let n = fake.add_issue(
@@ -129,109 +68,79 @@ impl Scene {
                 ))
                 .labels(&["agent-ready"]),
         );
-        let home = dir.path().join("home");
-        write_home(&home, dir.path(), image).expect("home");
+        let (dir, path) = Home::temp();
+        write_home(&path, dir.path(), image).expect("home");
         std::fs::write(
-            home.join("config.yaml"),
+            path.join("config.yaml"),
             format!(
                 "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 2\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\nverify:\n  timeout: 1m\nshepherd:\n  enabled: true\n{shepherd}"
             ),
         )
         .expect("config.yaml");
         std::fs::write(
-            home.join("routing.yaml"),
+            path.join("routing.yaml"),
             "default:\n  agent: claude\n  fallback: []\n",
         )
         .expect("routing.yaml");
-        let label = home_label(&home);
-        let mut scene = Scene {
-            _dir: dir,
-            home,
-            label,
-            fake,
-            origin,
-            repo: repo.clone(),
-            issue: format!("{repo}#{n}"),
-            pr: 0,
-            branch: String::new(),
-            head: String::new(),
-        };
-        let out = scene.run(&["spawn", &scene.issue.clone()], None).await;
+        let home = Home::at(dir, path, Some(&fake));
+        let issue = format!("{repo}#{n}");
+        let out = home.run(&["spawn", &issue]).await;
         assert!(out.status.success(), "spawn: {}", output(&out));
-        let v = scene.task(&scene.issue.clone()).await;
+        let v = home.task(&issue).await;
         assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
         let pull = &v["pull"];
-        scene.pr = pull["number"]
+        let pr = pull["number"]
             .as_u64()
             .expect("the landed pull request is watched");
-        scene.branch = pull["branch"].as_str().expect("branch").to_string();
+        let branch = pull["branch"].as_str().expect("branch").to_string();
+        let mut scene = Scene {
+            home,
+            fake,
+            origin,
+            repo,
+            issue,
+            pr,
+            branch,
+            head: String::new(),
+        };
         scene.head = scene.tip();
         assert_eq!(pull["head_sha"].as_str(), Some(scene.head.as_str()));
         scene
     }
 
-    fn cmd(&self, args: &[&str], failpoint: Option<&str>) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("POLYPHONY_HOME", &self.home)
-            .env("RUST_LOG", "info")
-            .env("GITHUB_API_URL", self.fake.base_url())
-            .env("GITHUB_TOKEN", self.fake.token())
-            .env_remove("GH_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        match failpoint {
-            Some(point) => cmd.env("POLYPHONY_FAILPOINT", point),
-            None => cmd.env_remove("POLYPHONY_FAILPOINT"),
-        };
-        cmd
-    }
-
-    async fn run(&self, args: &[&str], failpoint: Option<&str>) -> Output {
-        let child = self.cmd(args, failpoint).spawn().expect("spawn polyphony");
-        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
-            Ok(out) => out.expect("wait for polyphony"),
-            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
-        }
-    }
-
     /// One look at the pull request and whatever it runs, as the daemon does each poll.
     async fn shepherd(&self) -> Output {
-        let out = self.run(&["daemon", "--exit-when-idle"], None).await;
+        let out = self.home.run(&["daemon", "--exit-when-idle"]).await;
         assert!(out.status.success(), "daemon: {}", output(&out));
         out
     }
 
     async fn task(&self, id: &str) -> Value {
-        let out = self.run(&["status", id, "--json"], None).await;
-        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+        self.home.task(id).await
     }
 
     /// The PR branch's tip in the origin.
     fn tip(&self) -> String {
         git(
-            &self.origin,
+            &self.origin.path,
             &["rev-parse", &format!("refs/heads/{}", self.branch)],
         )
     }
 
     fn show(&self, rev: &str, path: &str) -> String {
-        git(&self.origin, &["show", &format!("{rev}:{path}")])
+        self.origin.show(&format!("{rev}:{path}"))
     }
 
     /// Commits made on the PR branch after `from` (its first-parent line: a merge brings
     /// the base's commits along), newest first.
     fn commits_since(&self, from: &str) -> Vec<String> {
         let range = format!("{from}..refs/heads/{}", self.branch);
-        let list = git(&self.origin, &["rev-list", "--first-parent", &range]);
+        let list = git(&self.origin.path, &["rev-list", "--first-parent", &range]);
         list.lines().map(str::to_string).collect()
     }
 
     fn parents(&self, sha: &str) -> Vec<String> {
-        git(&self.origin, &["rev-list", "--parents", "-n1", sha])
+        git(&self.origin.path, &["rev-list", "--parents", "-n1", sha])
             .split_whitespace()
             .skip(1)
             .map(str::to_string)
@@ -268,27 +177,6 @@ impl Scene {
 
     fn followups(v: &Value) -> Vec<Value> {
         v["followups"].as_array().cloned().unwrap_or_default()
-    }
-
-    fn containers(&self) -> Vec<String> {
-        let out = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label=polyphony.home={}", self.label))
-            .output()
-            .expect("docker ps");
-        text(&out.stdout).lines().map(str::to_string).collect()
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        let ids = self.containers();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
     }
 }
 
@@ -347,19 +235,19 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
     assert_eq!(v["pull"]["state"], "open");
 
     // `status` lists the watched pull request; `status TASK` shows it with its follow-up.
-    let table = text(&scene.run(&["status"], None).await.stdout);
+    let table = text(&scene.home.run(&["status"]).await.stdout);
     let pr = format!("{}#{} open", scene.repo, scene.pr);
     assert!(
         table.contains("watched pull requests:") && table.contains(&pr),
         "{table}"
     );
     assert!(table.contains("1 follow-up(s)"), "{table}");
-    let detail = text(&scene.run(&["status", &scene.issue], None).await.stdout);
+    let detail = text(&scene.home.run(&["status", &scene.issue]).await.stdout);
     assert!(
         detail.contains(&format!("follow-up {id}  LANDED")),
         "{detail}"
     );
-    assert!(scene.containers().is_empty(), "containers left");
+    assert!(scene.home.containers().is_empty(), "containers left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +317,7 @@ async fn a_conflicting_base_gets_a_verified_merge_commit() {
     let scene = Scene::landed(&image, "calc-conflict", "").await;
     // The base changes the very line the pull request fixed.
     let moved = push_to_branch(
-        &format!("file://{}", scene.origin.display()),
+        &scene.origin.url(),
         "main",
         &[(
             "calc.sh",
@@ -452,7 +340,11 @@ async fn a_conflicting_base_gets_a_verified_merge_commit() {
         "{calc}"
     );
     assert!(calc.contains("a + b"), "the fix survives: {calc}");
-    assert_eq!(scene.show(merge, "NEWS.md"), "base news");
+    assert_eq!(
+        scene.show(merge, "NEWS.md"),
+        "base news\n",
+        "the base's other change is merged in"
+    );
     let v = scene.task(&scene.issue).await;
     let id = Scene::followups(&v)[0]["task_id"]
         .as_str()
@@ -518,8 +410,11 @@ async fn kill_9_during_a_follow_up_duplicates_nothing() {
     let Some(image) = image().await else { return };
     let scene = Scene::landed(&image, "calc-kill", "").await;
     scene.review_comment(REVIEWER);
+    let mut cmd = scene.home.cmd(&["daemon", "--exit-when-idle"]);
+    cmd.env("POLYPHONY_FAILPOINT", "followup-reply");
     let out = scene
-        .run(&["daemon", "--exit-when-idle"], Some("followup-reply"))
+        .home
+        .finish(cmd, &["daemon", "--exit-when-idle"])
         .await;
     assert_eq!(out.status.code(), None, "killed: {}", output(&out));
     assert_eq!(
@@ -538,5 +433,5 @@ async fn kill_9_during_a_follow_up_duplicates_nothing() {
     let followups = Scene::followups(&v);
     assert_eq!(followups.len(), 1, "{v:#}");
     assert_eq!(followups[0]["state"], "LANDED", "{v:#}");
-    assert!(scene.containers().is_empty(), "containers left");
+    assert!(scene.home.containers().is_empty(), "containers left");
 }
