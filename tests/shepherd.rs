@@ -7,6 +7,8 @@
 //! - a trusted reviewer's inline comment → one new commit on the same PR branch, on top of
 //!   the old head, that does what the comment says, verified; one reply in that thread
 //!   naming the commit;
+//! - a review requesting changes plus a conversation comment addressed to the bot → one
+//!   commit, one reply each;
 //! - the same comment from an untrusted user → nothing;
 //! - a failing check run → a fix commit; failing the same way again → one report, no loop;
 //! - a conflicting change pushed to the base → a merge commit (old head + base) with the
@@ -248,6 +250,50 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
         "{detail}"
     );
     assert!(scene.home.containers().is_empty(), "containers left");
+}
+
+/// A review requesting changes and a conversation comment addressed to the bot are one
+/// batch: one follow-up, one commit, and one reply each in the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_and_an_addressed_comment_get_one_commit_and_a_reply_each() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-conversation", "").await;
+    scene.fake.add_review_as(
+        &scene.repo,
+        scene.pr,
+        REVIEWER,
+        "CHANGES_REQUESTED",
+        &format!("Document add().\n\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"),
+        &[],
+    );
+    scene.fake.add_comment_as(
+        &scene.repo,
+        scene.pr,
+        REVIEWER,
+        "/polyphony also mention the test\n\npolyphony-fake-sed: README.md $a Run `sh test.sh`.",
+    );
+    scene.shepherd().await;
+    let commits = scene.commits_since(&scene.head);
+    assert_eq!(commits.len(), 1, "one commit for the batch: {commits:?}");
+    assert!(scene.show(&commits[0], "calc.sh").contains(DOC_LINE));
+    assert!(scene
+        .show(&commits[0], "README.md")
+        .contains("Run `sh test.sh`."));
+    let replies: Vec<String> = scene
+        .conversation()
+        .into_iter()
+        .filter(|c| c.contains("polyphony:reply:"))
+        .collect();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert!(replies
+        .iter()
+        .any(|r| r.starts_with("Addressed this review")));
+    assert!(replies
+        .iter()
+        .any(|r| r.starts_with("Addressed this request")));
+    assert!(replies.iter().all(|r| r.contains(&commits[0][..12])));
+    let v = scene.task(&scene.issue).await;
+    assert_eq!(Scene::followups(&v).len(), 1, "{v:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
