@@ -110,7 +110,7 @@ impl Orchestrator {
                 Err(e) => return Err(e.into()),
             }
         };
-        let home_label = crate::runtime::home_label(&config.home());
+        let home_label = crate::runtime::home_label(config.home());
         let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
             max_attempts: config.max_attempts(),
@@ -131,7 +131,7 @@ impl Orchestrator {
     }
 
     pub fn home(&self) -> &Path {
-        &self.config.home()
+        self.config.home()
     }
 
     pub fn db_path(&self) -> PathBuf {
