@@ -4,7 +4,8 @@
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
-use polyphony::routing::{explain_task, gather_facts};
+use polyphony::routing::explain_task;
+use polyphony::workspace::gather_facts;
 use std::path::Path;
 use std::process::Command;
 
@@ -96,7 +97,7 @@ fn routing() -> RoutingFile {
 }
 
 fn check_explanation(repo_dir: &Path, t: &Task) {
-    let e = explain_task(t, &routing(), Some(repo_dir)).unwrap();
+    let e = explain_task(t, &routing(), gather_facts(t, Some(repo_dir))).unwrap();
     let files: Vec<(&str, u64)> = e
         .facts
         .files

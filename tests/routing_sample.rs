@@ -5,6 +5,7 @@ use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
 use polyphony::routing::{explain_task, Router};
+use polyphony::workspace::gather_facts;
 use std::path::Path;
 use std::process::Command;
 
@@ -153,7 +154,7 @@ fn sample_tasks_reach_the_promised_agents() {
         ),
     ];
     for (t, rule, agent) in cases {
-        let e = explain_task(&t, &routing, Some(r)).unwrap();
+        let e = explain_task(&t, &routing, gather_facts(&t, Some(r))).unwrap();
         assert_eq!(
             (e.decision.rule.as_str(), e.decision.agent.as_str()),
             (rule, agent),
@@ -174,7 +175,7 @@ fn the_concurrency_heavy_feature_scores_on_concurrency() {
         dir.path(),
     );
     let routing: RoutingFile = serde_yaml::from_str("default: {agent: claude}\n").unwrap();
-    let e = explain_task(&t, &routing, Some(dir.path())).unwrap();
+    let e = explain_task(&t, &routing, gather_facts(&t, Some(dir.path()))).unwrap();
     assert_eq!(e.score.concurrency.score, 2, "{:?}", e.score.concurrency);
     assert_eq!(e.score.cyclomatic_depth.score, 2); // 81 LOC
     assert_eq!(e.facts.files[0].path, "src/pool.rs");

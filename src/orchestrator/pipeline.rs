@@ -357,10 +357,11 @@ impl<'a> Attempt<'a> {
     async fn route(&mut self, ws: &Workspace) -> Result<routing::RouteDecision, Failure> {
         let task = self.task.clone();
         let dir = ws.path.clone();
-        let (facts, score) =
-            tokio::task::spawn_blocking(move || routing::analyze(&task, Some(&dir)))
-                .await
-                .map_err(Failure::crash)?;
+        let (facts, score) = tokio::task::spawn_blocking(move || {
+            routing::analyze(workspace::gather_facts(&task, Some(&dir)))
+        })
+        .await
+        .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
         let _ = self.db().set_task_facts(
             &self.task.id,

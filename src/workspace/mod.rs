@@ -26,11 +26,13 @@ pub mod probe;
 mod push;
 mod shared;
 mod snapshot;
+pub mod task_facts;
 
 pub use cleanup::disk_usage;
 pub use key::{branch_name, parse_owner, task_key};
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
+pub use task_facts::{gather_facts, RepoSnapshot};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
