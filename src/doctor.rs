@@ -464,7 +464,8 @@ async fn probe_cli(
     user: &str,
     n: usize,
 ) -> Result<(Option<i64>, String), String> {
-    use crate::runtime::{run_check, ContainerSpec, Role};
+    use crate::orchestrator::execute::run_check;
+    use crate::runtime::{ContainerSpec, Role};
     let spec = ContainerSpec::new(
         format!("polyphony-doctor-{}-{n}", std::process::id()),
         image,

@@ -13,6 +13,7 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod execute;
 pub mod failure;
 pub mod generation;
 mod intents;

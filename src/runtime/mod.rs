@@ -15,7 +15,6 @@
 
 pub mod container_spec;
 pub mod docker;
-pub mod execute;
 pub mod staging;
 pub mod stream;
 pub mod test_image;
@@ -34,10 +33,6 @@ use crate::domain::EventStream;
 
 pub use container_spec::{ContainerSpec, Role};
 pub use docker::{DockerRuntime, EngineVersion};
-pub use execute::{
-    reattach, run_attempt, run_check, AttemptExecution, CheckRun, EventSink, RunLimits,
-    TranscriptPaths,
-};
 pub use test_image::ensure_test_image;
 
 /// Label keys every Polyphony container carries (cleanup and recovery select on them).

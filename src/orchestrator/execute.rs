@@ -21,12 +21,12 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::container_spec::{container_key, ContainerSpec};
-use super::stream::{Line, LineSplitter, MAX_LINE_BYTES};
-use super::{RuntimeError, WorkerRuntime};
 use crate::agents::scrub::{Scrubber, StreamScrub};
 use crate::agents::{AgentAdapter, AgentOutcome};
 use crate::domain::{AttemptStatus, EventKind, EventStream, TaskEvent};
+use crate::runtime::container_spec::{container_key, ContainerSpec};
+use crate::runtime::stream::{Line, LineSplitter, MAX_LINE_BYTES};
+use crate::runtime::{RuntimeError, WorkerRuntime};
 
 /// Flush the pending batch to the sink at this many events …
 const BATCH_EVENTS: usize = 50;
@@ -255,8 +255,8 @@ pub async fn run_attempt(
 fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
     let mut spec = spec.clone();
     spec.labels.insert(
-        super::watchdog::LABEL_DEADLINE.to_string(),
-        super::watchdog::deadline_label(Utc::now(), deadline),
+        crate::runtime::watchdog::LABEL_DEADLINE.to_string(),
+        crate::runtime::watchdog::deadline_label(Utc::now(), deadline),
     );
     spec
 }
@@ -265,7 +265,7 @@ fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
 fn workspace_of(spec: &ContainerSpec) -> Option<PathBuf> {
     spec.mounts
         .iter()
-        .find(|m| m.container_path == super::container_spec::WORKSPACE_DIR)
+        .find(|m| m.container_path == crate::runtime::container_spec::WORKSPACE_DIR)
         .map(|m| m.host_path.clone())
 }
 
@@ -316,7 +316,7 @@ pub async fn reattach(
     let workspace = info
         .mounts
         .iter()
-        .find(|(target, _)| target == super::container_spec::WORKSPACE_DIR)
+        .find(|(target, _)| target == crate::runtime::container_spec::WORKSPACE_DIR)
         .map(|(_, source)| PathBuf::from(source));
     let result = follow_and_collect(
         rt,
