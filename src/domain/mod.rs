@@ -14,7 +14,7 @@ pub mod state;
 pub mod task;
 pub mod text;
 
-pub use agent::{AgentProfile, AgentType, NetworkMode, ResourceLimits};
+pub use agent::{AgentProfile, AgentType, Invocation, NetworkMode, ResourceLimits};
 pub use event::{EventKind, EventStream, TaskEvent};
 pub use identity::Identity;
 pub use result::{AttemptStatus, CheckEvidence, RunResult, TokenUsage};
