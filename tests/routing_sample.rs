@@ -4,8 +4,8 @@
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
+use polyphony::orchestrator::facts::gather_facts;
 use polyphony::routing::{explain_task, Router};
-use polyphony::workspace::gather_facts;
 use std::path::Path;
 use std::process::Command;
 

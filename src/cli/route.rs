@@ -2,7 +2,7 @@
 //!
 //! Glue only: the caller (cli/mod.rs) loads the config and the task, and picks the
 //! repository directory (the task's local path or its mirror); the work is
-//! `workspace::gather_facts` (the repository read), `routing::explain_task` and the
+//! `orchestrator::facts::gather_facts` (the repository read), `routing::explain_task` and the
 //! rendering `routing::explain`.
 
 use std::path::Path;
@@ -32,7 +32,7 @@ pub fn execute(
     repo_dir: Option<&Path>,
     window_of: &dyn Fn(&str) -> Option<u64>,
 ) -> anyhow::Result<String> {
-    let facts = crate::workspace::gather_facts(task, repo_dir);
+    let facts = crate::orchestrator::facts::gather_facts(task, repo_dir);
     let mut explanation = crate::routing::explain_task(task, routing, facts)
         .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
     let tokens = explanation.facts.context_tokens;

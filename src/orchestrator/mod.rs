@@ -14,6 +14,7 @@
 
 pub mod daemon;
 pub mod execute;
+pub mod facts;
 pub mod failure;
 pub mod generation;
 mod intents;

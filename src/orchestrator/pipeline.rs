@@ -37,6 +37,7 @@ use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
+use super::facts::gather_facts;
 use super::failure::{self, Class, Stage};
 use super::intents;
 use super::land;
@@ -357,11 +358,10 @@ impl<'a> Attempt<'a> {
     async fn route(&mut self, ws: &Workspace) -> Result<routing::RouteDecision, Failure> {
         let task = self.task.clone();
         let dir = ws.path.clone();
-        let (facts, score) = tokio::task::spawn_blocking(move || {
-            routing::analyze(workspace::gather_facts(&task, Some(&dir)))
-        })
-        .await
-        .map_err(Failure::crash)?;
+        let (facts, score) =
+            tokio::task::spawn_blocking(move || routing::analyze(gather_facts(&task, Some(&dir))))
+                .await
+                .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
         let _ = self.db().set_task_facts(
             &self.task.id,

@@ -1,7 +1,7 @@
 //! Task facts (spec §5.1 inputs): what a task's text mentions, and what the repository's
-//! answer counts for. Pure: `workspace::task_facts` reads the repository (a checkout on disk
-//! or a bare mirror at a ref) and calls [`resolve_paths`], [`file_fact`] and [`task_facts`]
-//! with what it read. Scoring itself is `routing::scoring`.
+//! answer counts for. Pure: `workspace::RepoSnapshot` reads the repository (a checkout on disk
+//! or a bare mirror at a ref) and `orchestrator::facts` calls [`resolve_paths`],
+//! [`file_fact`] and [`task_facts`] with what it read. Scoring itself is `routing::scoring`.
 //!
 //! Decisions, so the score can be explained:
 //! - Paths: tokens with a `/` whose last segment has an extension (or that end in `/`, a
@@ -12,7 +12,7 @@
 //! - Identifiers: backticked words, CamelCase (two humps or more), lowerCamel and
 //!   snake_case/SCREAMING_CASE words, 3+ characters, at most [`MAX_IDENTIFIERS`].
 //!   Callers of an identifier = files containing it as a whole word (like `git grep -w`).
-//!   Files over `workspace::task_facts::MAX_FILE_BYTES` count with their size only.
+//!   Files over `workspace::repo_read::MAX_FILE_BYTES` count with their size only.
 //! - Keywords are counted in the task text AND in the mentioned files' contents (a file
 //!   full of locks makes the change concurrency-sensitive even if the issue is terse).
 //! - Without a repository the mentioned paths still count as (unverified) files with 0 LOC,
@@ -427,7 +427,7 @@ impl TaskText {
     }
 }
 
-/// What the repository said about a task's mentions (read by `workspace::task_facts`).
+/// What the repository said about a task's mentions (read by `workspace::RepoSnapshot`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RepoLookup {
     /// No repository given: the mentioned paths count as unverified files with 0 LOC.

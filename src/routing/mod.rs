@@ -1,7 +1,7 @@
 //! Routing (spec §5): which agent runs a task, and with what.
 //!
 //! - `facts`: what the task mentions and what that counts for, over the values
-//!   `workspace::task_facts` reads from the repository (pure).
+//!   `workspace::RepoSnapshot` reads from the repository (pure).
 //! - `scoring`: the five complexity dimensions of spec §5.1 (pure).
 //! - `rules`: routing.yaml compiled into a [`rules::Router`]; first match wins (pure).
 //! - `run_spec`: the immutable RunSpec of one attempt (pure).
@@ -9,7 +9,7 @@
 //!
 //! Architecture Invariant: nothing here touches disk, the git CLI, the clock or the network;
 //! every function takes values and returns values (the repository is read by
-//! `workspace::task_facts`, which calls back into `facts` with what it read). Routing is
+//! `workspace::RepoSnapshot`; `orchestrator::facts` hands `facts` what it read). Routing is
 //! total: every task gets a decision.
 
 pub mod context_fit;
@@ -45,7 +45,7 @@ pub fn route_input(task: &Task, facts: &TaskFacts, score: &ComplexityScore) -> R
     }
 }
 
-/// Facts (gathered by `workspace::gather_facts`) with their score.
+/// Facts (gathered by `orchestrator::facts::gather_facts`) with their score.
 pub fn analyze(facts: TaskFacts) -> (TaskFacts, ComplexityScore) {
     let score = score(&facts);
     (facts, score)

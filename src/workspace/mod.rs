@@ -24,17 +24,17 @@ pub mod marker;
 mod mirror;
 pub mod probe;
 mod push;
+pub mod repo_read;
 mod seed;
 mod shared;
 mod snapshot;
-pub mod task_facts;
 
 pub use cleanup::disk_usage;
 pub use key::{branch_name, parse_owner, task_key};
+pub use repo_read::RepoSnapshot;
 pub use seed::seed_bare_repo;
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
-pub use task_facts::{gather_facts, RepoSnapshot};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

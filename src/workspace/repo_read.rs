@@ -1,44 +1,17 @@
-//! A task's routing facts read from its repository (spec §5.1 inputs): the IO half of
-//! `routing::facts`. The repository is either a plain directory (walked on disk, `.git`,
-//! `target` and `node_modules` skipped) or a bare mirror at a ref (`git ls-tree`,
-//! `cat-file`, `grep` through the hermetic runner in `git.rs`, argv only, no shell).
-//!
-//! Only reads happen here: which paths and identifiers a task mentions, how a mention
-//! resolves to files and what a file's contents count for are `routing::facts`' pure
-//! decisions, called with the values read. Nothing here fails a task: what cannot be read
-//! becomes a warning in the facts.
+//! Reading a task's repository for routing's facts (spec §5.1 inputs): a plain directory
+//! (walked on disk, `.git`, `target` and `node_modules` skipped) or a bare mirror at a ref
+//! (`git ls-tree`, `cat-file`, `grep` through the hermetic runner in `git.rs`, argv only, no
+//! shell). Only reads: which paths a task mentions and what a file counts for are
+//! `routing::facts`' decisions, and `orchestrator::facts` puts the two together (this
+//! module does not import `routing`: `config` uses `workspace`, `routing` uses `config`).
 
 use std::path::{Path, PathBuf};
 
 use super::git::Git;
 use super::WorkspaceError;
-use crate::domain::Task;
-use crate::routing::facts::{
-    extract_mentions, file_fact, is_binary, resolve_paths, task_facts, Mentions, RepoLookup,
-    RepoRead, TaskText,
-};
-use crate::routing::TaskFacts;
 
 /// Files larger than this are counted but not read (LOC 0, no keywords).
 pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
-
-/// Gathers a task's facts; `repo_dir` is a checkout or a bare mirror (read at the task's
-/// `base_ref`, default `HEAD`). Never fails: what cannot be read becomes a warning.
-pub fn gather_facts(task: &Task, repo_dir: Option<&Path>) -> TaskFacts {
-    let snapshot = repo_dir.map(|p| RepoSnapshot::detect(p, task.base_ref.as_deref()));
-    gather_facts_at(task, snapshot.as_ref())
-}
-
-/// [`gather_facts`] with an explicit snapshot.
-pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFacts {
-    let text = TaskText::of(task);
-    let mentions = extract_mentions(&text.scanned);
-    let lookup = match snapshot {
-        None => RepoLookup::NoRepository,
-        Some(snap) => snap.look_up(&mentions),
-    };
-    task_facts(task, text, &mentions, lookup)
-}
 
 /// Where to look things up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,51 +39,16 @@ impl RepoSnapshot {
         }
     }
 
-    fn describe(&self) -> String {
+    /// The repository as a warning names it.
+    pub fn describe(&self) -> String {
         match self {
             RepoSnapshot::Dir(d) => d.display().to_string(),
             RepoSnapshot::Git { git_dir, rev } => format!("{} at {rev}", git_dir.display()),
         }
     }
 
-    /// Reads what the task's `mentions` need: the file list, the mentioned files and the
-    /// files referencing each identifier.
-    pub fn look_up(&self, mentions: &Mentions) -> RepoLookup {
-        let all = match self.list_files() {
-            Ok(all) => all,
-            Err(error) => {
-                return RepoLookup::Unreadable {
-                    repo: self.describe(),
-                    error,
-                }
-            }
-        };
-        let (paths, missing_paths) = resolve_paths(mentions, &all);
-        let mut read = RepoRead {
-            missing_paths,
-            files: Vec::new(),
-            file_keywords: Vec::new(),
-            file_bytes: 0,
-            warnings: Vec::new(),
-            references: Ok(Vec::new()),
-        };
-        for path in paths {
-            match self.read(&path) {
-                Ok((len, contents)) => {
-                    read.file_bytes += len;
-                    let (fact, keywords) = file_fact(path, len, contents.as_deref());
-                    read.files.push(fact);
-                    read.file_keywords.extend(keywords);
-                }
-                Err(e) => read.warnings.push(e),
-            }
-        }
-        read.references = self.references(&mentions.identifiers, &all);
-        RepoLookup::Read(read)
-    }
-
     /// Every file, repository-relative, `/`-separated, sorted.
-    fn list_files(&self) -> Result<Vec<String>, String> {
+    pub fn list_files(&self) -> Result<Vec<String>, String> {
         match self {
             RepoSnapshot::Dir(root) => {
                 let mut out = Vec::new();
@@ -133,7 +71,7 @@ impl RepoSnapshot {
     }
 
     /// Size and (when small enough) contents of a file.
-    fn read(&self, path: &str) -> Result<(u64, Option<Vec<u8>>), String> {
+    pub fn read(&self, path: &str) -> Result<(u64, Option<Vec<u8>>), String> {
         match self {
             RepoSnapshot::Dir(root) => {
                 let p = root.join(path);
@@ -163,7 +101,11 @@ impl RepoSnapshot {
     }
 
     /// For each identifier, the files containing it as a whole word, sorted.
-    fn references(&self, idents: &[String], all: &[String]) -> Result<Vec<Vec<String>>, String> {
+    pub fn references(
+        &self,
+        idents: &[String],
+        all: &[String],
+    ) -> Result<Vec<Vec<String>>, String> {
         let RepoSnapshot::Dir(root) = self else {
             return idents
                 .iter()
@@ -299,4 +241,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a file's first 8 KiB hold a NUL byte: binary files reference nothing. The same
+/// rule as `routing::facts::is_binary`.
+fn is_binary(bytes: &[u8]) -> bool {
+    bytes.iter().take(8192).any(|b| *b == 0)
 }
