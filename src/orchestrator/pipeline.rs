@@ -22,6 +22,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
+use super::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use super::shepherd::followup::FollowUpRun;
 use crate::agents::prompt::PromptContext;
 use crate::agents::scrub::Scrubber;
@@ -33,11 +34,11 @@ use crate::domain::{
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::agent_spec;
-use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
+use super::facts::gather_facts;
 use super::failure::{self, Class, Stage};
 use super::intents;
 use super::land;
@@ -298,7 +299,7 @@ impl<'a> Attempt<'a> {
         let branch = match &self.followup {
             Some(run) => run.branch().to_string(),
             None => workspace::branch_name(
-                &self.orch.config.global.git.branch_prefix,
+                &self.orch.config.global().git.branch_prefix,
                 &key,
                 self.attempt,
             ),
@@ -372,7 +373,7 @@ impl<'a> Attempt<'a> {
         let task = self.task.clone();
         let dir = ws.path.clone();
         let (facts, score) =
-            tokio::task::spawn_blocking(move || routing::analyze(&task, Some(&dir)))
+            tokio::task::spawn_blocking(move || routing::analyze(gather_facts(&task, Some(&dir))))
                 .await
                 .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
@@ -533,8 +534,8 @@ impl<'a> Attempt<'a> {
         })?;
         let named = decision.identity.is_some()
             || profile.identity.is_some()
-            || config.global.default_identity.is_some();
-        let mut brokered = if config.identities.is_empty() && !named {
+            || config.global().default_identity.is_some();
+        let mut brokered = if config.identities().is_empty() && !named {
             // No identities.yaml at all: run without credentials rather than refuse; the
             // agent reports its own authentication error if it needs one.
             tracing::warn!(
@@ -551,8 +552,8 @@ impl<'a> Attempt<'a> {
             let ident = identity::resolve(
                 decision.identity.as_deref(),
                 profile,
-                config.global.default_identity.as_deref(),
-                &config.identities,
+                config.global().default_identity.as_deref(),
+                config.identities(),
             )
             .map_err(|e| Failure::crash(e).at(Stage::Config))?;
             identity::broker(ident, profile.agent_type)
@@ -636,7 +637,7 @@ impl<'a> Attempt<'a> {
             decision,
             profile,
             identity: &brokered,
-            global: &config.global,
+            global: config.global(),
             attempt: self.attempt,
             workspace: ws.path.clone(),
             branch: ws.branch.clone(),
@@ -688,7 +689,7 @@ impl<'a> Attempt<'a> {
     ) -> Result<AttemptExecution, Failure> {
         let adapter = adapter_for(spec.agent_type);
         let previous = self.previous_failures();
-        let prompt = self.orch.prompt.render(&PromptContext {
+        let prompt = self.orch.config.prompt().render(&PromptContext {
             title: &self.task.title,
             body: &self.task.body,
             source_ref: &self.task.source_ref,
@@ -715,7 +716,7 @@ impl<'a> Attempt<'a> {
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -742,7 +743,7 @@ impl<'a> Attempt<'a> {
         }
         let exec = match reattach {
             None => {
-                runtime::run_attempt(
+                execute::run_attempt(
                     self.orch.runtime.as_ref(),
                     &container,
                     adapter.as_ref(),
@@ -755,7 +756,7 @@ impl<'a> Attempt<'a> {
                 .await
             }
             Some((id, recorded)) => {
-                runtime::reattach(
+                execute::reattach(
                     self.orch.runtime.as_ref(),
                     &id,
                     adapter.as_ref(),
@@ -914,7 +915,7 @@ impl<'a> Attempt<'a> {
             .or(self.orch.config.default_limits().user.as_deref())
             .and_then(|user| workspace::parse_owner(user).ok());
         let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
         let progress = self.opts.progress.clone();
         let task_id = self.task.id.clone();
         let on_check = move |e: &CheckEvidence| {
@@ -971,7 +972,7 @@ impl<'a> Attempt<'a> {
         if let Some(sha) = self.db().kv_get(&key).ok().flatten() {
             return Ok(Some(sha));
         }
-        let git = &self.orch.config.global.git;
+        let git = &self.orch.config.global().git;
         let author = Author {
             name: git.author_name.clone(),
             email: git.author_email.clone(),

@@ -17,11 +17,11 @@ use crate::sources::github::RepoSlug;
 /// For each image the agents run in, the agent types and commands that run there.
 fn clis_of(config: &Config) -> BTreeMap<String, BTreeSet<(AgentType, String)>> {
     let mut out: BTreeMap<String, BTreeSet<(AgentType, String)>> = BTreeMap::new();
-    for agent in &config.agents {
+    for agent in config.agents() {
         let image = agent
             .image
             .clone()
-            .unwrap_or_else(|| config.global.container.image.clone());
+            .unwrap_or_else(|| config.global().container.image.clone());
         out.entry(image)
             .or_default()
             .insert((agent.agent_type, agent.cli_command.clone()));
@@ -38,7 +38,8 @@ async fn probe_cli(
     user: &str,
     n: usize,
 ) -> Result<(Option<i64>, String), String> {
-    use crate::runtime::{run_check, ContainerSpec, Role};
+    use crate::orchestrator::execute::run_check;
+    use crate::runtime::{ContainerSpec, Role};
     let spec = ContainerSpec::new(
         format!("polyphony-doctor-{}-{n}", std::process::id()),
         image,
@@ -94,15 +95,9 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
     };
 
-    match std::process::Command::new("git").arg("--version").output() {
-        Ok(out) if out.status.success() => {
-            checks.push(git_check(Ok(&String::from_utf8_lossy(&out.stdout))))
-        }
-        Ok(out) => checks.push(git_check(Err(&format!(
-            "`git --version` exited with {}",
-            out.status
-        )))),
-        Err(e) => checks.push(git_check(Err(&format!("cannot run git: {e}")))),
+    match crate::workspace::probe::git_version() {
+        Ok(version) => checks.push(git_check(Ok(&version))),
+        Err(e) => checks.push(git_check(Err(&e))),
     }
 
     let engine = DockerRuntime::connect().await;
@@ -141,7 +136,7 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         // The CLI versions inside each present image (the offline test image holds fakes).
         if let Some(rt) = &runtime {
             let user = config
-                .global
+                .global()
                 .container
                 .user
                 .clone()
@@ -262,19 +257,19 @@ fn images_of(config: &Config) -> BTreeMap<String, String> {
     let mut add = |image: &str, by: String| {
         images.entry(image.to_string()).or_default().insert(by);
     };
-    for agent in &config.agents {
+    for agent in config.agents() {
         match &agent.image {
             Some(i) => add(i, format!("agent {}", agent.name)),
             None => add(
-                &config.global.container.image,
+                &config.global().container.image,
                 format!("agent {}", agent.name),
             ),
         }
     }
-    if let Some(i) = &config.global.verify.image {
+    if let Some(i) = &config.global().verify.image {
         add(i, "verify".into());
     }
-    for r in &config.global.repos {
+    for r in &config.global().repos {
         if let Some(i) = &r.image {
             add(i, format!("repo {}", r.repo));
         }
@@ -293,7 +288,7 @@ fn credential_checks(
     lookup: &(dyn Fn(&str) -> Option<String> + Sync),
     checks: &mut Vec<Check>,
 ) {
-    for identity in &config.identities {
+    for identity in config.identities() {
         for (agent_type, path) in &identity.volumes {
             checks.push(volume_check(
                 &identity.name,
@@ -324,10 +319,10 @@ async fn github_checks(
     lookup: &(dyn Fn(&str) -> Option<String> + Sync),
     checks: &mut Vec<Check>,
 ) {
-    let repos = &config.global.github.repos;
+    let repos = &config.global().github.repos;
     // Identities sharing a token variable are checked once.
     let mut by_var: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
-    for identity in &config.identities {
+    for identity in config.identities() {
         by_var
             .entry(identity.github_token_env.clone())
             .or_default()

@@ -34,7 +34,7 @@ pub struct Round {
 /// answer never stops the others or the daemon.
 pub async fn round(orch: &Orchestrator, store: &Store) -> Round {
     let mut out = Round::default();
-    let config = &orch.config.global.shepherd;
+    let config = &orch.config.global().shepherd;
     if !config.enabled {
         return out;
     }
@@ -79,7 +79,7 @@ async fn watch_one(
     pull: &PullRecord,
 ) -> anyhow::Result<Option<Action>> {
     let client = github.client();
-    let config = &orch.config.global.shepherd;
+    let config = &orch.config.global().shepherd;
     let pr = IssueRef {
         repo: RepoSlug::parse(&pull.repo)?,
         number: pull.number,
