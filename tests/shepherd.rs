@@ -14,7 +14,7 @@
 //! - a conflicting change pushed to the base → a merge commit (old head + base) with the
 //!   conflict resolved, verified;
 //! - the follow-up limit → one hand-off comment, however often it looks;
-//! - the hold label → nothing;
+//! - the hold label → nothing; a closed pull request → no longer watched;
 //! - kill -9 between the reply and its record → after the restart, still one commit and one
 //!   reply.
 //!
@@ -447,6 +447,25 @@ async fn the_hold_label_stops_the_shepherd() {
         .conversation()
         .iter()
         .any(|c| c.contains("polyphony:hand-off")));
+}
+
+/// Closed (or merged) ends watching: later feedback asks for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pull_request_is_no_longer_watched() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-closed", "").await;
+    scene.fake.close_issue(&scene.repo, scene.pr);
+    scene.shepherd().await;
+    let v = scene.task(&scene.issue).await;
+    assert_eq!(v["pull"]["state"], "closed", "{v:#}");
+    assert_eq!(v["pull"]["watching"], false, "{v:#}");
+    scene.review_comment(REVIEWER);
+    scene.shepherd().await;
+    let v = scene.task(&scene.issue).await;
+    assert!(Scene::followups(&v).is_empty(), "{v:#}");
+    assert_eq!(scene.tip(), scene.head);
+    let table = text(&scene.home.run(&["status"]).await.stdout);
+    assert!(!table.contains("watched pull requests:"), "{table}");
 }
 
 /// kill -9 after the reply was posted but before it was recorded: the restarted daemon
