@@ -332,7 +332,7 @@ pub(super) fn merge(st: &mut FakeState, r: usize, number: u64, body: &Value) -> 
         None if squash => title,
         None => format!("{title}\n\n{}", issue.title),
     };
-    let sha = if git::bare_dir(&clone_url).is_some() {
+    let merged = if git::bare_dir(&clone_url).is_some() {
         match git::merge_into(
             &clone_url,
             &pull.base,
@@ -341,12 +341,14 @@ pub(super) fn merge(st: &mut FakeState, r: usize, number: u64, body: &Value) -> 
             squash,
             &message,
         ) {
-            Some(sha) => sha,
+            Some(sha) => Some(sha),
             None => return not_mergeable(),
         }
     } else {
-        fake_sha(st.next_id + 7)
+        None
     };
+    // No git data: a made-up sha, as for the pull request's own tips.
+    let sha = merged.unwrap_or_else(|| fake_sha(st.id()));
     let issue = st.repos[r].issues.get_mut(&number).expect("a pull request");
     issue.state = "closed".into();
     issue.closed_at = Some(now());
