@@ -623,13 +623,35 @@ pub(super) fn create_review(st: &mut FakeState, r: usize, number: u64, body: &Va
 }
 
 /// Review comments as listed: oldest first.
-pub(super) fn list_review_comments(st: &FakeState, r: usize, number: u64) -> Vec<Value> {
+pub(super) fn list_review_comments(st: &mut FakeState, r: usize, number: u64) -> Vec<Value> {
+    sync_tips(st, r, number);
+    let clone_url = &st.repos[r].clone_url;
     let issue = issue_of(st, r, number);
     let pull = issue.pull.as_ref().expect("a pull request");
     pull.review_comments
         .iter()
-        .map(|c| review_comment_json(st, r, issue, c))
+        .map(|c| {
+            let line = current_line(clone_url, pull, c);
+            review_comment_json(st, r, issue, c, line)
+        })
         .collect()
+}
+
+/// Where a comment sits on the pull request's current diff: its line while the hunk above
+/// it is unchanged, `None` (outdated, as GitHub shows it) once a push changed that hunk.
+fn current_line(clone_url: &str, pull: &PullData, c: &ReviewCommentData) -> Option<u64> {
+    if c.commit_id == pull.head_sha || git::bare_dir(clone_url).is_none() {
+        return Some(c.line);
+    }
+    let now = git::diff_hunk(
+        clone_url,
+        &pull.base_sha,
+        &pull.head_sha,
+        &c.path,
+        c.line,
+        c.side == "LEFT",
+    );
+    (now.as_deref() == Some(c.diff_hunk.as_str())).then_some(c.line)
 }
 
 fn comment_created(st: &FakeState, r: usize, number: u64, id: u64) -> Response {
@@ -641,7 +663,7 @@ fn comment_created(st: &FakeState, r: usize, number: u64, id: u64) -> Response {
         .expect("just added");
     json_response(
         StatusCode::CREATED,
-        review_comment_json(st, r, issue, comment),
+        review_comment_json(st, r, issue, comment, Some(comment.line)),
     )
 }
 
