@@ -308,6 +308,38 @@ async fn reviews_and_inline_comments_carry_the_line_and_the_diff_hunk() {
 }
 
 #[tokio::test]
+async fn a_comment_whose_hunk_a_push_changed_is_outdated() {
+    let w = world().await;
+    let pull = open_pull(&w, "feature").await;
+    let id = w
+        .fake
+        .add_review_comment_as(REPO, pull.number, "alice", "src/lib.rs", 3, "rename");
+    let line_of = || async {
+        let comments = feedback::list_review_comments(&w.client, &pull)
+            .await
+            .expect("comments");
+        let c = comments.into_iter().find(|c| c.id == id).expect("comment");
+        (c.line, c.original_line)
+    };
+    // A push elsewhere leaves the hunk as it was: the comment keeps its line.
+    push_to_branch(
+        &w.clone_url,
+        "feature",
+        &[("other.txt", "x\n")],
+        "elsewhere",
+    );
+    assert_eq!(line_of().await, (Some(3), Some(3)));
+    // A push that rewrites the commented line: outdated, the original line stays.
+    push_to_branch(
+        &w.clone_url,
+        "feature",
+        &[("src/lib.rs", &CHANGED.replace('C', "c2"))],
+        "renamed",
+    );
+    assert_eq!(line_of().await, (None, Some(3)));
+}
+
+#[tokio::test]
 async fn a_reply_lands_once_in_its_thread_even_when_its_answer_is_lost() {
     let w = world().await;
     let pull = open_pull(&w, "feature").await;

@@ -421,6 +421,7 @@ pub(super) fn review_comment_json(
     r: usize,
     i: &IssueData,
     c: &ReviewCommentData,
+    line: Option<u64>,
 ) -> Value {
     let repo = &st.repos[r];
     let api = format!("{}/repos/{}", st.api(), repo.full_name());
@@ -438,7 +439,7 @@ pub(super) fn review_comment_json(
         "node_id": format!("PRRC_kwDO{}", c.id),
         "diff_hunk": c.diff_hunk,
         "path": c.path,
-        "position": 1,
+        "position": line.map(|_| 1),
         "original_position": 1,
         "commit_id": c.commit_id,
         "original_commit_id": c.commit_id,
@@ -459,10 +460,10 @@ pub(super) fn review_comment_json(
             "total_count": 0, "+1": 0, "-1": 0, "laugh": 0, "hooray": 0,
             "confused": 0, "heart": 0, "rocket": 0, "eyes": 0
         },
-        "start_line": c.start_line,
+        "start_line": line.and(c.start_line),
         "original_start_line": c.start_line,
         "start_side": c.start_line.map(|_| c.side.clone()),
-        "line": c.line,
+        "line": line,
         "original_line": c.line,
         "side": c.side,
         "subject_type": "line",

@@ -3,15 +3,21 @@
 //!
 //! It keeps repositories (whose `clone_url` may point at a local bare repository, as a
 //! `file://` URL), users, labels, issues and pull requests (which share numbers, and both
-//! appear in the issues list as GitHub does), comments, issue events and collaborator
-//! permissions. Answers are complete objects in GitHub's real shapes (octocrab's models are
-//! strict), lists are paginated with `Link` headers whose next links have GitHub's
-//! `/repositories/{id}/…` form, a wrong token gets 401, and faults can be injected: rate
-//! limits with their headers, 5xx, a 5xx after the write was applied, slow answers.
+//! appear in the issues list as GitHub does), comments, issue events, collaborator
+//! permissions, pull request reviews and inline review comments, check runs and commit
+//! statuses. With a local bare repository the pull requests follow their branches, and
+//! mergeability, diff hunks and merges are real git. Answers are complete objects in
+//! GitHub's real shapes (octocrab's models are strict), lists are paginated with `Link`
+//! headers whose next links have GitHub's `/repositories/{id}/…` form, every 200 GET has an
+//! `ETag` (a matching `If-None-Match` gets a 304 that does not count against the rate
+//! limit), a wrong token gets 401, and faults can be injected: rate limits with their
+//! headers, 5xx, a 5xx after the write was applied, slow answers.
 //!
 //! Layout: `state` (what the fake holds, and its mutations), `routes` (the HTTP edge: auth,
-//! faults, rate-limit headers, then one handler per endpoint), `json` (GitHub's object
-//! shapes). This file is the test-facing API: start, set up, act as a person, assert.
+//! faults, ETags, rate-limit headers, then dispatch per endpoint), `pulls` (pull requests,
+//! reviews, inline comments, merge), `checks` (check runs, statuses), `git` (real git over
+//! the bare repository), `json` (GitHub's object shapes). This file is the test-facing API:
+//! start, set up, act as a person or CI, assert.
 //!
 //! Self-contained on purpose: other helpers may add files under `tests/support/`.
 

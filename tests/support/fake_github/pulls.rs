@@ -332,7 +332,7 @@ pub(super) fn merge(st: &mut FakeState, r: usize, number: u64, body: &Value) -> 
         None if squash => title,
         None => format!("{title}\n\n{}", issue.title),
     };
-    let sha = if git::bare_dir(&clone_url).is_some() {
+    let merged = if git::bare_dir(&clone_url).is_some() {
         match git::merge_into(
             &clone_url,
             &pull.base,
@@ -341,12 +341,14 @@ pub(super) fn merge(st: &mut FakeState, r: usize, number: u64, body: &Value) -> 
             squash,
             &message,
         ) {
-            Some(sha) => sha,
+            Some(sha) => Some(sha),
             None => return not_mergeable(),
         }
     } else {
-        fake_sha(st.next_id + 7)
+        None
     };
+    // No git data: a made-up sha, as for the pull request's own tips.
+    let sha = merged.unwrap_or_else(|| fake_sha(st.id()));
     let issue = st.repos[r].issues.get_mut(&number).expect("a pull request");
     issue.state = "closed".into();
     issue.closed_at = Some(now());
@@ -621,13 +623,35 @@ pub(super) fn create_review(st: &mut FakeState, r: usize, number: u64, body: &Va
 }
 
 /// Review comments as listed: oldest first.
-pub(super) fn list_review_comments(st: &FakeState, r: usize, number: u64) -> Vec<Value> {
+pub(super) fn list_review_comments(st: &mut FakeState, r: usize, number: u64) -> Vec<Value> {
+    sync_tips(st, r, number);
+    let clone_url = &st.repos[r].clone_url;
     let issue = issue_of(st, r, number);
     let pull = issue.pull.as_ref().expect("a pull request");
     pull.review_comments
         .iter()
-        .map(|c| review_comment_json(st, r, issue, c))
+        .map(|c| {
+            let line = current_line(clone_url, pull, c);
+            review_comment_json(st, r, issue, c, line)
+        })
         .collect()
+}
+
+/// Where a comment sits on the pull request's current diff: its line while the hunk above
+/// it is unchanged, `None` (outdated, as GitHub shows it) once a push changed that hunk.
+fn current_line(clone_url: &str, pull: &PullData, c: &ReviewCommentData) -> Option<u64> {
+    if c.commit_id == pull.head_sha || git::bare_dir(clone_url).is_none() {
+        return Some(c.line);
+    }
+    let now = git::diff_hunk(
+        clone_url,
+        &pull.base_sha,
+        &pull.head_sha,
+        &c.path,
+        c.line,
+        c.side == "LEFT",
+    );
+    (now.as_deref() == Some(c.diff_hunk.as_str())).then_some(c.line)
 }
 
 fn comment_created(st: &FakeState, r: usize, number: u64, id: u64) -> Response {
@@ -639,7 +663,7 @@ fn comment_created(st: &FakeState, r: usize, number: u64, id: u64) -> Response {
         .expect("just added");
     json_response(
         StatusCode::CREATED,
-        review_comment_json(st, r, issue, comment),
+        review_comment_json(st, r, issue, comment, Some(comment.line)),
     )
 }
 
