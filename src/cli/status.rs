@@ -22,7 +22,7 @@ pub struct Args {
     limit: Option<usize>,
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
     /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at), or, for
-    /// one TASK, {task, transitions, attempts, landing} in full.
+    /// one TASK, {task, transitions, attempts, landing, pull, followups, followup_of} in full.
     #[arg(long)]
     json: bool,
 }
