@@ -1,0 +1,114 @@
+//! Resuming an attempt after a daemon restart.
+
+use super::*;
+
+impl AttemptRun<'_> {
+    // ------------------------------------------------------------------ resume
+
+    pub(super) async fn resumed(&mut self, record: AttemptRecord) -> Result<AttemptEnd, Failure> {
+        self.attempt = record.attempt;
+        let spec = record.spec().map_err(Failure::crash)?;
+        self.agent = spec.agent.clone();
+        let ws = self
+            .db()
+            .kv_get(&workspace_key(&self.task.id, record.attempt))
+            .ok()
+            .flatten()
+            .and_then(|json| serde_json::from_str(&json).ok());
+        self.ws = ws;
+        if self.ws.is_none() {
+            return Err(Failure::crash(
+                "the attempt's workspace record is missing; starting over",
+            ));
+        }
+        let chain = self
+            .db()
+            .kv_get(&chain_key(&self.task.id))
+            .ok()
+            .flatten()
+            .map(|c| c.split(',').map(String::from).collect())
+            .unwrap_or_else(|| vec![spec.agent.clone()]);
+        self.chain = chain;
+        self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
+        self.spec = Some(spec.clone());
+        let key = resumes_key(&self.task.id, record.attempt);
+        let resumes = self
+            .db()
+            .kv_get(&key)
+            .ok()
+            .flatten()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+            + 1;
+        self.db()
+            .kv_set(&key, &resumes.to_string(), Utc::now())
+            .map_err(Failure::crash)?;
+        if resumes > MAX_RESUMES {
+            if let Some(id) = &record.container_id {
+                let _ = self.orch.runtime.kill(id).await;
+                let _ = self.orch.runtime.remove(id).await;
+            }
+            return Err(Failure::crash(format!(
+                "attempt {} was resumed {} times after restarts without finishing; giving it up",
+                record.attempt,
+                resumes - 1
+            )));
+        }
+        match self.state {
+            TaskState::Running | TaskState::Provisioned => {
+                let Some(container) = record.container_id.clone() else {
+                    return Err(Failure::crash(
+                        "the daemon stopped before the container existed",
+                    ));
+                };
+                if self.state == TaskState::Provisioned {
+                    self.move_to(
+                        TaskState::Running,
+                        &format!("container {} found after a restart", short_id(&container)),
+                    )?;
+                }
+                let recorded = self
+                    .db()
+                    .event_count(&self.task.id, record.attempt)
+                    .map_err(Failure::crash)?;
+                self.opts.progress.state(
+                    &self.task.id,
+                    TaskState::Running,
+                    &format!(
+                        "re-attached to container {} after {} stored event(s)",
+                        short_id(&container),
+                        recorded
+                    ),
+                );
+                let exec = self.run_agent(&spec, Some((container, recorded))).await?;
+                self.after_run(exec).await
+            }
+            TaskState::Verifying => {
+                let status = record.status.unwrap_or(AttemptStatus::Succeeded);
+                let gate = proof::result_gate(status, record.reason.as_deref());
+                self.result = Some(RunResult {
+                    task_id: self.task.id.clone(),
+                    attempt: record.attempt,
+                    agent: record.agent.clone(),
+                    status,
+                    turns: record.turns.unwrap_or(0),
+                    duration_seconds: record.duration_seconds.unwrap_or(0.0),
+                    cost_usd: record.cost_usd,
+                    tokens: record.tokens.unwrap_or_default(),
+                    exit_code: record.exit_code,
+                    final_message: record.final_message.clone(),
+                    reason: record.reason.clone(),
+                    events: 0,
+                    artifacts: Vec::new(),
+                });
+                self.opts.progress.state(
+                    &self.task.id,
+                    TaskState::Verifying,
+                    "verification restarted after a restart",
+                );
+                self.verify_and_land(gate).await
+            }
+            other => Err(Failure::crash(format!("cannot resume a task in {other}"))),
+        }
+    }
+}
