@@ -30,6 +30,7 @@ pub mod domain;
 pub mod failpoint;
 pub mod http;
 pub mod identity;
+pub mod identity_policy;
 pub mod metrics;
 pub mod orchestrator;
 pub mod private;

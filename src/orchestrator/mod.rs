@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 
 use crate::agents::prompt::PromptTemplate;
 use crate::config::Config;
@@ -46,6 +47,10 @@ pub use retry::RetryPolicy;
 
 /// Looks up a host environment variable (injectable for tests).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The time the orchestrator decides by: retry times, waits and the cost ceiling's day
+/// (injectable for tests; `Utc::now` otherwise).
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// What every attempt shares.
 pub struct Orchestrator {
@@ -64,6 +69,7 @@ pub struct Orchestrator {
     pub default_user: String,
     pub policy: RetryPolicy,
     pub env: EnvLookup,
+    pub clock: Clock,
 }
 
 impl Orchestrator {
@@ -132,6 +138,7 @@ impl Orchestrator {
             default_user,
             policy,
             env,
+            clock: Arc::new(Utc::now),
         })
     }
 

@@ -18,6 +18,7 @@
 //! Must not: decide what happens next (that is the orchestrator), or store secret values
 //! (RunSpecs carry variable names only).
 
+mod attempt_notes;
 mod error;
 mod generations;
 pub mod health;

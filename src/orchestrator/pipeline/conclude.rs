@@ -3,8 +3,6 @@
 use super::*;
 
 impl AttemptRun<'_> {
-    // ------------------------------------------------------------------ failure
-
     pub(super) async fn discard_workspace(&mut self) {
         if let Some(ws) = self.ws.take() {
             let manager = self.orch.workspaces.clone();
@@ -29,7 +27,7 @@ impl AttemptRun<'_> {
             }
             .into());
         }
-        let now = Utc::now();
+        let now = (self.orch.clock)();
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the
         // transitions and the report at the source.
@@ -103,102 +101,88 @@ impl AttemptRun<'_> {
         Ok(end)
     }
 
-    /// What follows a failure: the attempt end and what the store records with FAILED.
-    pub(super) fn settlement(
+    /// What follows a failure: the attempt end and what the store records with FAILED
+    /// (decided by [`retry::after_failure`]).
+    fn settlement(
         &mut self,
         failure: &Failure,
         class: &Class,
         reason: &str,
         now: DateTime<Utc>,
     ) -> anyhow::Result<(AttemptEnd, Settlement)> {
-        let reason = reason.to_string();
-        let failures = self.task.failures;
-        let retry = |at: DateTime<Utc>, failures: u32| Settlement {
-            failures,
-            next_attempt_at: Some(at),
-            block: None,
-        };
-        if let Some(at) = failure.wait_until {
-            return Ok((AttemptEnd::Retry { at, reason }, retry(at, failures)));
-        }
-        if failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry {
-            return Ok((AttemptEnd::Retry { at: now, reason }, retry(now, failures)));
-        }
-        let mut exhausted = self.exhausted();
-        let auth = matches!(
-            class,
-            Class::Permanent {
-                cause: failure::Cause::AgentAuth,
-                ..
-            }
-        );
-        if (failure.status == AttemptStatus::Quota || auth) && !self.agent.is_empty() {
-            exhausted.insert(self.agent.clone());
-            let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
-            self.db()
-                .kv_set(&exhausted_key(&self.task.id), &list.join(","), now)?;
-        }
+        let exhausted = self.settle_quota_hit(failure.status, class, now)?;
         let chain = if self.chain.is_empty() {
             vec![self.agent.clone()]
         } else {
             self.chain.clone()
         };
-        let decision = match class {
-            Class::Permanent { cause, fix } => {
-                retry::after_permanent(cause, fix, &chain, &exhausted)
-            }
-            Class::Transient => retry::after_attempt(
-                &self.orch.policy,
-                failure.status,
-                failures,
-                &chain,
-                &exhausted,
-                now,
-            ),
+        let next = retry::after_failure(
+            &self.orch.policy,
+            &retry::FailedAttempt {
+                status: failure.status,
+                reason,
+                class,
+                wait_until: failure.wait_until,
+                cancel_means_retry: self.opts.cancel_means_retry,
+                failures: self.task.failures,
+                chain: &chain,
+                exhausted: &exhausted,
+            },
+            now,
+        );
+        let reason = reason.to_string();
+        let settle = |failures, next_attempt_at, block| Settlement {
+            failures,
+            next_attempt_at,
+            block,
         };
-        Ok(match decision {
-            AfterAttempt::Retry { at, failures } => {
-                (AttemptEnd::Retry { at, reason }, retry(at, failures))
-            }
-            AfterAttempt::Fallback { next_agent } => (
+        Ok(match next {
+            Next::Retry { at, failures } => (
+                AttemptEnd::Retry { at, reason },
+                settle(failures, Some(at), None),
+            ),
+            Next::Fallback {
+                next_agent,
+                failures,
+            } => (
                 AttemptEnd::Fallback { next_agent, reason },
-                retry(now, failures),
+                settle(failures, Some(now), None),
             ),
-            AfterAttempt::Hold => (
-                AttemptEnd::Held { reason },
-                Settlement {
-                    failures,
-                    next_attempt_at: None,
-                    block: None,
-                },
-            ),
-            AfterAttempt::Block { reason: why } => {
-                let failures = if failure.status == AttemptStatus::Quota {
-                    failures
-                } else {
-                    failures + 1
-                };
-                let block_reason = if class.is_permanent() {
-                    reason.clone()
-                } else {
-                    format!("{why}; last: {reason}")
-                };
-                let settlement = Settlement {
-                    failures,
-                    next_attempt_at: None,
-                    block: Some(BlockSettlement {
-                        reason: block_reason.clone(),
-                        report: self.task.source == SourceKind::Github,
-                    }),
+            Next::Hold { failures } => (AttemptEnd::Held { reason }, settle(failures, None, None)),
+            Next::Block {
+                reason: block_reason,
+                failures,
+            } => {
+                let block = BlockSettlement {
+                    reason: block_reason.clone(),
+                    report: self.task.source == SourceKind::Github,
                 };
                 (
                     AttemptEnd::Blocked {
                         reason: block_reason,
                     },
-                    settlement,
+                    settle(failures, None, Some(block)),
                 )
             }
         })
+    }
+
+    /// Where an attempt's quota hit (or missing login) is settled: the agent is noted out
+    /// for this task, so the next attempt skips it. Returns the agents out so far.
+    fn settle_quota_hit(
+        &mut self,
+        status: AttemptStatus,
+        class: &Class,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<BTreeSet<String>> {
+        let mut exhausted = self.exhausted();
+        if retry::exhausts_agent(status, class) && !self.agent.is_empty() {
+            exhausted.insert(self.agent.clone());
+            let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
+            self.db()
+                .kv_set(&exhausted_key(&self.task.id), &list.join(","), now)?;
+        }
+        Ok(exhausted)
     }
 
     pub(super) async fn report_blocked(&self) {

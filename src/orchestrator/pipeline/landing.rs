@@ -87,8 +87,12 @@ impl AttemptRun<'_> {
         ws: &Workspace,
         spec: &RunSpec,
     ) -> Result<Option<String>, Failure> {
-        let key = commit_key(&self.task.id, self.attempt);
-        if let Some(sha) = self.db().kv_get(&key).ok().flatten() {
+        if let Some(sha) = self
+            .db()
+            .landing_commit_of(&self.task.id, self.attempt)
+            .ok()
+            .flatten()
+        {
             return Ok(Some(sha));
         }
         let git = &self.orch.config.global.git;
@@ -108,7 +112,7 @@ impl AttemptRun<'_> {
             verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
         if let Some(sha) = &commit.sha {
             self.db()
-                .kv_set(&key, sha, Utc::now())
+                .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
                 .map_err(Failure::crash)?;
         }
         Ok(commit.sha)

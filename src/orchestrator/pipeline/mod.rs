@@ -37,6 +37,7 @@ use crate::domain::{
     VolumeMount,
 };
 use crate::identity;
+use crate::identity_policy;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::agent_spec;
 use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
@@ -48,7 +49,7 @@ use super::failure::{self, Class, Stage};
 use super::intents;
 use super::land;
 use super::proof;
-use super::retry::{self, AfterAttempt};
+use super::retry::{self, Next};
 use super::sink::{short_id, StoreSink};
 use super::verify::{self, one_line};
 use super::{Orchestrator, Progress};
@@ -135,34 +136,12 @@ impl Failure {
     }
 }
 
-/// The kv key holding an attempt's workspace (for resuming verification after a restart).
-fn workspace_key(task_id: &str, attempt: u32) -> String {
-    format!("workspace:{task_id}:{attempt}")
-}
-
-/// The kv key holding an attempt's landing commit (made once; verified and pushed by sha).
-fn commit_key(task_id: &str, attempt: u32) -> String {
-    format!("commit:{task_id}:{attempt}")
-}
-
-/// The kv key counting how often an attempt was resumed after a restart.
-fn resumes_key(task_id: &str, attempt: u32) -> String {
-    format!("resumes:{task_id}:{attempt}")
-}
-
-/// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
-/// hangs the daemon must not hang every restart too).
-const MAX_RESUMES: u32 = 3;
-
-/// The kv key holding the agents a task has found out of quota.
+/// The kv key holding the agents a task has found out of quota (the `quota` work, issue
+/// 14, replaces it with a per-identity table).
 fn exhausted_key(task_id: &str) -> String {
     format!("quota_exhausted:{task_id}")
 }
 
-/// The kv key holding the agent chain a task was routed to.
-fn chain_key(task_id: &str) -> String {
-    format!("chain:{task_id}")
-}
 struct AttemptRun<'a> {
     orch: &'a Orchestrator,
     /// Behind a mutex so the attempt future is `Send` (a `Connection` is not `Sync`); never

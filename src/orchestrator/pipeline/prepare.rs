@@ -60,13 +60,9 @@ impl AttemptRun<'_> {
                 )
                 .at(Stage::Workspace)
             })?;
-        if let Ok(json) = serde_json::to_string(&ws) {
-            let _ = self.db().kv_set(
-                &workspace_key(&self.task.id, self.attempt),
-                &json,
-                Utc::now(),
-            );
-        }
+        let _ = self
+            .db()
+            .note_workspace(&self.task.id, self.attempt, &ws, Utc::now());
         Ok(ws)
     }
 
@@ -107,9 +103,7 @@ impl AttemptRun<'_> {
             }
         };
         self.chain = decision.chain().into_iter().map(String::from).collect();
-        let _ = self
-            .db()
-            .kv_set(&chain_key(&self.task.id), &self.chain.join(","), Utc::now());
+        let _ = self.db().note_chain(&self.task.id, &self.chain, Utc::now());
         let exhausted = self.exhausted();
         self.agent = match retry::next_agent(&self.chain, &exhausted) {
             Some(agent) => agent.to_string(),
@@ -149,22 +143,20 @@ impl AttemptRun<'_> {
             Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
                 .at(Stage::Config)
         })?;
-        let named = decision.identity.is_some()
-            || profile.identity.is_some()
-            || config.global.default_identity.is_some();
-        let mut brokered = if config.identities.is_empty() && !named {
-            // No identities.yaml at all: run without credentials rather than refuse; the
-            // agent reports its own authentication error if it needs one.
+        let without = identity_policy::runs_without_identity(
+            config.identities.len(),
+            &[
+                decision.identity.as_deref(),
+                profile.identity.as_deref(),
+                config.global.default_identity.as_deref(),
+            ],
+        );
+        let mut brokered = if without {
             tracing::warn!(
                 agent = %profile.name,
                 "no identity is configured (identities.yaml): running the agent without credentials"
             );
-            identity::Brokered {
-                identity: "(none)".into(),
-                volume_mounts: Vec::new(),
-                env_overlay: Vec::new(),
-                cost_ceiling_usd_per_day: None,
-            }
+            identity_policy::no_identity()
         } else {
             let ident = identity::resolve(
                 decision.identity.as_deref(),
@@ -192,37 +184,26 @@ impl AttemptRun<'_> {
         });
         // Cost ceiling (per identity, per UTC day): wait for tomorrow without counting.
         if let Some(ceiling) = brokered.cost_ceiling_usd_per_day {
-            let now = Utc::now();
-            let day_start = now
-                .date_naive()
-                .and_hms_opt(0, 0, 0)
-                .map(|t| t.and_utc())
-                .unwrap_or(now);
+            let now = (self.orch.clock)();
+            let day_start = identity_policy::utc_day_start(now);
             let spent = self
                 .db()
                 .cost_spent_since(&brokered.identity, day_start)
                 .map_err(Failure::crash)?;
-            if spent >= ceiling {
-                // Name the attempt whose figure weighs most, so one forged or runaway
-                // report never holds an identity silently.
+            if identity_policy::over_ceiling(spent, ceiling) {
                 let largest = self
                     .db()
                     .largest_cost_since(&brokered.identity, day_start)
                     .ok()
-                    .flatten()
-                    .map(|(task, attempt, cost)| {
-                        format!(" (largest: {task} attempt {attempt}, ${cost:.2}; check it with `polyphony status {task}`)")
-                    })
-                    .unwrap_or_default();
-                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{largest}");
-                let mut failure = Failure::new(
-                    AttemptStatus::Cancelled,
-                    format!(
-                        "identity `{}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling; waits until 00:00 UTC{largest}",
-                        brokered.identity
-                    ),
-                );
-                failure.wait_until = Some(day_start + chrono::Duration::days(1));
+                    .flatten();
+                let largest = largest
+                    .as_ref()
+                    .map(|(task, attempt, cost)| (task.as_str(), *attempt, *cost));
+                let hold =
+                    identity_policy::ceiling_hold(&brokered.identity, spent, ceiling, now, largest);
+                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{}", hold.reason);
+                let mut failure = Failure::new(AttemptStatus::Cancelled, hold.reason);
+                failure.wait_until = Some(hold.until);
                 return Err(failure);
             }
         }

@@ -2,46 +2,33 @@
 
 use super::*;
 
-impl AttemptRun<'_> {
-    // ------------------------------------------------------------------ resume
+/// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
+/// hangs the daemon must not hang every restart too).
+const MAX_RESUMES: u32 = 3;
 
+impl AttemptRun<'_> {
     pub(super) async fn resumed(&mut self, record: AttemptRecord) -> Result<AttemptEnd, Failure> {
         self.attempt = record.attempt;
         let spec = record.spec().map_err(Failure::crash)?;
         self.agent = spec.agent.clone();
         let ws = self
             .db()
-            .kv_get(&workspace_key(&self.task.id, record.attempt))
+            .workspace_of(&self.task.id, record.attempt)
             .ok()
-            .flatten()
-            .and_then(|json| serde_json::from_str(&json).ok());
+            .flatten();
         self.ws = ws;
         if self.ws.is_none() {
             return Err(Failure::crash(
                 "the attempt's workspace record is missing; starting over",
             ));
         }
-        let chain = self
-            .db()
-            .kv_get(&chain_key(&self.task.id))
-            .ok()
-            .flatten()
-            .map(|c| c.split(',').map(String::from).collect())
-            .unwrap_or_else(|| vec![spec.agent.clone()]);
-        self.chain = chain;
+        let chain = self.db().chain_of(&self.task.id).ok().flatten();
+        self.chain = chain.unwrap_or_else(|| vec![spec.agent.clone()]);
         self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
         self.spec = Some(spec.clone());
-        let key = resumes_key(&self.task.id, record.attempt);
         let resumes = self
             .db()
-            .kv_get(&key)
-            .ok()
-            .flatten()
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0)
-            + 1;
-        self.db()
-            .kv_set(&key, &resumes.to_string(), Utc::now())
+            .count_resume(&self.task.id, record.attempt, Utc::now())
             .map_err(Failure::crash)?;
         if resumes > MAX_RESUMES {
             if let Some(id) = &record.container_id {
