@@ -13,6 +13,7 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod drive;
 pub mod failure;
 pub mod generation;
 mod intents;
@@ -42,7 +43,7 @@ use crate::sources::github::{
 use crate::workspace::WorkspaceManager;
 
 pub use pipeline::AttemptEnd;
-pub use progress::{Progress, QuietProgress};
+pub use progress::{Progress, QuietProgress, RecordingProgress};
 pub use retry::RetryPolicy;
 
 /// Looks up a host environment variable (injectable for tests).
