@@ -260,3 +260,272 @@ async fn an_agent_crash_is_retried() {
     assert_ne!(attempt.status, Some(AttemptStatus::Succeeded));
     assert_eq!(attempt.exit_code, Some(1));
 }
+
+#[tokio::test]
+async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() {
+    let w = World::new();
+    w.runtime
+        .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
+        .push(transcript("codex/gump_stream_success.ndjson").writes("calc.sh", FIXED_CALC));
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+    assert!(
+        matches!(&end, AttemptEnd::Fallback { next_agent, .. } if next_agent == "codex"),
+        "{end:?}"
+    );
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Failed, 0));
+    assert_eq!(
+        store.attempts(&id).expect("attempts")[0].status,
+        Some(AttemptStatus::Quota)
+    );
+
+    let end = w.attempt(&orch, &store, &id).await;
+    assert!(end.is_landed(), "{end:?}");
+    let attempts = store.attempts(&id).expect("attempts");
+    let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
+    assert_eq!(agents, vec!["claude", "codex"]);
+}
+
+#[tokio::test]
+async fn an_identity_over_its_daily_ceiling_waits_for_the_next_utc_day_without_a_failure() {
+    let w = World::with(|home| {
+        let path = home.join("identities.yaml");
+        let text = std::fs::read_to_string(&path).expect("identities.yaml");
+        let text = text.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 0.01\n",
+        );
+        std::fs::write(&path, text).expect("write");
+    });
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let first = w.enqueue(&store);
+    assert!(w.attempt(&orch, &store, &first).await.is_landed());
+    let second = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &second).await;
+
+    let AttemptEnd::Retry { at: due, reason } = end else {
+        panic!("not a wait: {end:?}")
+    };
+    let tomorrow =
+        polyphony::identity_policy::utc_day_start(Utc::now()) + chrono::Duration::days(1);
+    assert_eq!(due, tomorrow);
+    assert!(
+        reason.starts_with("identity `demo` spent $0.01 of its $0.01 daily ceiling; waits until 00:00 UTC (largest: local-1 attempt 1"),
+        "{reason}"
+    );
+    let task = w.task(&store, &second);
+    assert_eq!((task.state, task.failures), (TaskState::Failed, 0));
+    assert_eq!(task.next_attempt_at, Some(tomorrow));
+    // Held before any container: only the first task's three.
+    assert_eq!(w.runtime.created().len(), 3);
+}
+
+#[tokio::test]
+async fn a_home_without_identities_runs_the_agent_without_credentials() {
+    let w = World::with(|home| {
+        std::fs::remove_file(home.join("identities.yaml")).expect("remove identities.yaml");
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, text.replace("default_identity: demo\n", "")).expect("write");
+    });
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert!(end.is_landed(), "{end:?}");
+    let agent = &w.runtime.created()[0];
+    assert!(
+        agent
+            .mounts
+            .iter()
+            .all(|m| !m.container_path.starts_with("/polyphony/credentials")),
+        "{:?}",
+        agent.mounts
+    );
+    assert!(agent.env_from_host.is_empty(), "{:?}", agent.env_from_host);
+}
+
+#[tokio::test]
+async fn an_agent_past_its_deadline_times_out_and_is_retried() {
+    let w = World::with(|home| {
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, text.replace("deadline: 2m", "deadline: 1s")).expect("write");
+    });
+    w.runtime.push(
+        transcript("claude/real_2.1.332_lands_1.ndjson")
+            .writes("calc.sh", FIXED_CALC)
+            .hangs(),
+    );
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert!(matches!(end, AttemptEnd::Retry { .. }), "{end:?}");
+    let attempt = &store.attempts(&id).expect("attempts")[0];
+    assert_eq!(attempt.status, Some(AttemptStatus::Timeout));
+    assert_eq!(w.task(&store, &id).failures, 1);
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+#[tokio::test]
+async fn a_taken_branch_name_lands_under_this_homes_variant() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let key = polyphony::workspace::task_key(&id).expect("a key");
+    let taken = polyphony::workspace::branch_name(&orch.config.global.git.branch_prefix, &key, 1);
+    // Unrelated history under the attempt's branch name (a reset home, another instance).
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=Other",
+                "-c",
+                "user.email=other@example.invalid",
+            ])
+            .args(args)
+            .current_dir(&w.origin)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let tree = git(&["mktree"]);
+    let other = git(&["commit-tree", &tree, "-m", "someone else's work"]);
+    git(&["update-ref", &format!("refs/heads/{taken}"), &other]);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Landed { branch, .. } = end else {
+        panic!("not landed: {end:?}")
+    };
+    assert_eq!(branch, format!("{taken}-{}", &orch.home_label[..6]));
+    assert_eq!(w.origin_branch(&taken), Some(other), "never forced");
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+}
+
+/// Runs one attempt of `id` with an agent that never ends, cancelling once it runs.
+async fn cancelled_attempt(
+    w: &World,
+    orch: &Orchestrator,
+    store: &Store,
+    id: &str,
+    means_retry: bool,
+) -> AttemptEnd {
+    w.runtime
+        .push(transcript("claude/real_2.1.332_lands_1.ndjson").hangs());
+    let claimed = store
+        .claim(id, Utc::now())
+        .expect("claim")
+        .expect("claimable");
+    let (mut opts, cancel) = w.opts();
+    opts.cancel_means_retry = means_retry;
+    let progress = w.progress.clone();
+    let task = id.to_string();
+    let canceller = tokio::spawn(async move {
+        while !progress.path_of(&task).contains(&TaskState::Running) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = cancel.send(true);
+        cancel
+    });
+    let end = orch.run_claimed(claimed, &opts).await.expect("an attempt");
+    drop(canceller.await);
+    end
+}
+
+#[tokio::test]
+async fn a_cancelled_attempt_is_held_and_a_shutdown_retries_at_once() {
+    let w = World::new();
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = cancelled_attempt(&w, &orch, &store, &id, false).await;
+    assert!(matches!(end, AttemptEnd::Held { .. }), "{end:?}");
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.next_attempt_at),
+        (TaskState::Failed, 0, None)
+    );
+    assert_eq!(
+        store.attempts(&id).expect("attempts")[0].status,
+        Some(AttemptStatus::Cancelled)
+    );
+
+    // A person runs it again; this time a daemon shutdown stops it.
+    store.set_retry(&id, 0, Some(now)).expect("set retry");
+    let end = cancelled_attempt(&w, &orch, &store, &id, true).await;
+    assert_eq!(
+        end,
+        AttemptEnd::Retry {
+            at: now,
+            reason: "agent claude ended cancelled: cancelled; container killed".into()
+        }
+    );
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.next_attempt_at),
+        (TaskState::Failed, 0, Some(now))
+    );
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+#[tokio::test]
+async fn three_failures_block_the_task_through_spawns_loop() {
+    let w = World::new();
+    for _ in 0..3 {
+        w.runtime.push(claude_misses());
+    }
+    let mut orch = w.orchestrator();
+    // No backoff: the loop's waits are the policy's, not this test's.
+    orch.policy.base = Duration::ZERO;
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let task = w.task(&store, &id);
+    let (opts, cancel) = w.opts();
+    let said = std::sync::Mutex::new(Vec::new());
+    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
+
+    let end = drive(&orch, &store, task, &opts, cancel.subscribe(), &say)
+        .await
+        .expect("driven");
+
+    let Some(AttemptEnd::Blocked { reason }) = end else {
+        panic!("not blocked: {end:?}")
+    };
+    assert_eq!(
+        reason,
+        "3 failed attempt(s), the limit is max_attempts = 3; last: verification failed: test exited 1"
+    );
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Blocked, 3));
+    assert_eq!(store.attempts(&id).expect("attempts").len(), 3);
+    let said = said.lock().expect("lock").clone();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].starts_with("FAILED (verification failed: test exited 1); next attempt at"),
+        "{said:?}"
+    );
+}
