@@ -267,7 +267,9 @@ async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() 
     w.runtime
         .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
         .push(transcript("codex/gump_stream_success.ndjson").writes("calc.sh", FIXED_CALC));
-    let orch = w.orchestrator();
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
     let store = w.store(&orch);
     let id = w.enqueue(&store);
 
@@ -278,6 +280,8 @@ async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() 
     );
     let task = w.task(&store, &id);
     assert_eq!((task.state, task.failures), (TaskState::Failed, 0));
+    // The fallback is immediate: no backoff before the next attempt.
+    assert_eq!(task.next_attempt_at, Some(now));
     assert_eq!(
         store.attempts(&id).expect("attempts")[0].status,
         Some(AttemptStatus::Quota)
@@ -288,6 +292,9 @@ async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() 
     let attempts = store.attempts(&id).expect("attempts");
     let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
     assert_eq!(agents, vec!["claude", "codex"]);
+    assert_eq!(attempts[1].status, Some(AttemptStatus::Succeeded));
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 0));
 }
 
 #[tokio::test]
@@ -343,6 +350,8 @@ async fn a_home_without_identities_runs_the_agent_without_credentials() {
     let end = w.attempt(&orch, &store, &id).await;
 
     assert!(end.is_landed(), "{end:?}");
+    assert_eq!(w.task(&store, &id).state, TaskState::Landed);
+    assert_eq!(store.attempts(&id).expect("attempts")[0].identity, "(none)");
     let agent = &w.runtime.created()[0];
     assert!(
         agent
@@ -419,6 +428,12 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
         panic!("not landed: {end:?}")
     };
     assert_eq!(branch, format!("{taken}-{}", &orch.home_label[..6]));
+    // On the same attempt, without a failure.
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.attempts, task.failures),
+        (TaskState::Landed, 1, 0)
+    );
     assert_eq!(w.origin_branch(&taken), Some(other), "never forced");
     assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
 }

@@ -1,6 +1,21 @@
 //! RUNNING: the agent's container, its events into the store, and its RunResult.
 
-use super::*;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::agents::prompt::PromptContext;
+use crate::agents::{adapter_for, AgentOutcome};
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
+use crate::orchestrator::failure::Stage;
+use crate::orchestrator::sink::StoreSink;
+use crate::orchestrator::verify::one_line;
+use crate::runtime;
+use crate::runtime::container_spec::agent_spec;
+use crate::runtime::{AttemptExecution, RunLimits, TranscriptPaths};
+use crate::store::IntentKind;
+
+use super::{AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {

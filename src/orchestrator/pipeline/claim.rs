@@ -1,6 +1,13 @@
 //! The claim at the source: GitHub issues are claimed and their text frozen.
 
-use super::*;
+use chrono::Utc;
+
+use crate::domain::{AttemptStatus, SourceKind, TaskState};
+use crate::orchestrator::failure::Stage;
+use crate::sources::{ClaimError, ClaimInfo};
+use crate::store::{BlockSettlement, IntentKind, Settlement};
+
+use super::{AttemptEnd, AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     /// Claims the issue at the source and freezes its text. `Some(end)` when another

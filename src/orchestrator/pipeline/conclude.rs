@@ -1,6 +1,18 @@
 //! FAILED and what follows it: retry, fallback, hold or BLOCKED.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{AttemptStatus, RunResult, SourceKind, TaskState};
+use crate::orchestrator::failure::Class;
+use crate::orchestrator::retry::Next;
+use crate::orchestrator::verify::one_line;
+use crate::orchestrator::{failure, intents, proof, retry};
+use crate::store::{BlockSettlement, IntentKind, Settlement};
+
+use super::{exhausted_key, AttemptEnd, AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) async fn discard_workspace(&mut self) {

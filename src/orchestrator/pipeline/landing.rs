@@ -2,7 +2,18 @@
 //! ([`verify::prove`]) and the land stage ([`land::land`]); this file records what they
 //! return (the commit's sha, the evidence, the landing) and moves the task.
 
-use super::*;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
+use crate::orchestrator::verify::one_line;
+use crate::orchestrator::{land, proof, verify};
+use crate::store::IntentKind;
+use crate::workspace;
+use crate::workspace::{Author, Workspace};
+
+use super::{AttemptEnd, AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     /// Proof of work then landing (spec §10, issue 11): one commit, its sha recorded; the

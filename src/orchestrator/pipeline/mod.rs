@@ -8,8 +8,15 @@
 //! BASE ref, each in a fresh container with no network -> LANDED: push, PR, comment.
 //!
 //! Any failure moves the task to FAILED from wherever it was, with the reason and the
-//! evidence; [`retry::after_attempt`] then decides retry (backoff), fallback (quota), hold
-//! (cancelled) or BLOCKED (reported where the task came from).
+//! evidence; [`super::retry::after_failure`] then decides retry (backoff), a wait (cost
+//! ceiling), fallback (quota), hold (cancelled) or BLOCKED (reported where the task came
+//! from).
+//!
+//! An [`AttemptRun`] is the attempt's context; its stages live one file per stretch:
+//! `prepare` (workspace, route, RunSpec), `claim` (the source), `agent` (the container),
+//! `landing` (commit, then the `verify` and `land` stages), `resume` (after a restart) and
+//! `conclude` (FAILED and what follows). Only this module writes to the store or moves the
+//! task; the stages in `verify` and `land` return evidence or a refusal.
 //!
 //! Must not: decide transitions itself (the store checks the state machine), or let a
 //! secret reach the store, a log line or a transcript (everything passes the scrubber).
@@ -21,38 +28,23 @@ mod landing;
 mod prepare;
 mod resume;
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use crate::agents::prompt::PromptContext;
 use crate::agents::scrub::Scrubber;
-use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{
-    AttemptStatus, CheckEvidence, EnvVar, RunResult, RunSpec, SourceKind, Task, TaskState,
-    VolumeMount,
+    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
 };
-use crate::identity;
-use crate::identity_policy;
-use crate::routing::{self, build_run_spec, RunSpecInputs};
-use crate::runtime::container_spec::agent_spec;
-use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::sources::{ClaimError, ClaimInfo};
-use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
-use crate::workspace::{self, Author, PrepareRequest, Workspace};
+use crate::runtime::AttemptExecution;
+use crate::store::{AttemptRecord, Store};
+use crate::workspace::Workspace;
 
-use super::failure::{self, Class, Stage};
-use super::intents;
-use super::land;
-use super::proof;
-use super::retry::{self, Next};
-use super::sink::{short_id, StoreSink};
+use super::failure::Stage;
 use super::verify::{self, one_line};
-use super::{Orchestrator, Progress};
+use super::{proof, Orchestrator, Progress};
 
 /// How an attempt ended for the task.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,20 @@
 //! CLAIMED -> ROUTED -> PROVISIONED: the workspace, the route and the RunSpec.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::agents::scrub::Scrubber;
+use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
+use crate::orchestrator::failure::Stage;
+use crate::orchestrator::retry;
+use crate::orchestrator::verify::one_line;
+use crate::routing::{build_run_spec, RunSpecInputs};
+use crate::workspace::{PrepareRequest, Workspace};
+use crate::{identity, identity_policy, routing, workspace};
+
+use super::{exhausted_key, AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {

@@ -1,6 +1,13 @@
 //! Resuming an attempt after a daemon restart.
 
-use super::*;
+use chrono::Utc;
+
+use crate::domain::{AttemptStatus, RunResult, TaskState};
+use crate::orchestrator::proof;
+use crate::orchestrator::sink::short_id;
+use crate::store::AttemptRecord;
+
+use super::{AttemptEnd, AttemptRun, Failure};
 
 /// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
 /// hangs the daemon must not hang every restart too).
