@@ -83,20 +83,17 @@ async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
     };
     let id = task.id.clone();
     let say = |line: &str| eprintln!("{line}");
-    let end = match drive(&orch, &store, task, &opts, cancel_rx, &say).await {
-        Err(e) => match e.downcast::<NotDriven>() {
-            Ok(busy @ NotDriven::Busy { .. }) => {
-                return Err(UsageError::new(
-                    busy.to_string(),
-                    "wait for it, or run `polyphony daemon` to recover it after a crash",
-                )
-                .into())
-            }
-            Ok(other) => return Err(other.into()),
-            Err(e) => return Err(e),
-        },
-        Ok(end) => end,
-    };
+    // The one refusal `drive` returns is a task another process runs.
+    let end = drive(&orch, &store, task, &opts, cancel_rx, &say)
+        .await
+        .map_err(|e| match e.downcast::<NotDriven>() {
+            Ok(busy) => UsageError::new(
+                busy.to_string(),
+                "wait for it, or run `polyphony daemon` to recover it after a crash",
+            )
+            .into(),
+            Err(e) => e,
+        })?;
     let task = store.get_task(&id)?;
     let landing = store.landing(&id)?;
     if args.json {
