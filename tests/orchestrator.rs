@@ -544,3 +544,67 @@ async fn three_failures_block_the_task_through_spawns_loop() {
         "{said:?}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_check_is_repaired_on_the_retry_whose_prompt_carries_it() {
+    let w = World::new();
+    w.runtime.push(claude_misses()).push(claude_fixes());
+    let mut orch = w.orchestrator();
+    orch.policy.base = Duration::ZERO;
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let (opts, cancel) = w.opts();
+
+    let end = drive(
+        &orch,
+        &store,
+        w.task(&store, &id),
+        &opts,
+        cancel.subscribe(),
+        &|_| {},
+    )
+    .await
+    .expect("driven");
+
+    let Some(AttemptEnd::Landed { branch, .. }) = end else {
+        panic!("not landed: {end:?}")
+    };
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 1));
+    let attempts = store.attempts(&id).expect("attempts");
+    assert_eq!(attempts.len(), 2);
+    let test1 = attempts[0]
+        .evidence
+        .iter()
+        .find(|e| e.name == "test")
+        .expect("attempt 1 ran the test check");
+    assert_eq!((test1.exit_code, test1.passed), (Some(1), false));
+    assert!(
+        test1.output_tail.contains("FAIL: add 2 3 gave -1"),
+        "{}",
+        test1.output_tail
+    );
+    assert_eq!(attempts[1].status, Some(AttemptStatus::Succeeded));
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    // The repair prompt carried attempt 1's failing check and its output.
+    let prompt = |spec: &polyphony::runtime::ContainerSpec| {
+        format!(
+            "{} {}",
+            spec.stdin.clone().unwrap_or_default(),
+            spec.cmd.join(" ")
+        )
+    };
+    let agents: Vec<_> = w
+        .runtime
+        .created()
+        .into_iter()
+        .filter(|s| s.role == polyphony::runtime::Role::Agent)
+        .collect();
+    assert_eq!(agents.len(), 2);
+    assert!(prompt(&agents[0]).contains("None: this is the first attempt."));
+    let second = prompt(&agents[1]);
+    assert!(
+        second.contains("failed verification") && second.contains("FAIL: add 2 3 gave -1"),
+        "{second}"
+    );
+}
