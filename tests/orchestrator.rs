@@ -6,6 +6,8 @@
 //! What needs the real engine (kill -9, SIGTERM, containers, the watchdog) stays in
 //! tests/e2e.rs.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use polyphony::orchestrator::pipeline::RunOptions;
 use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
 use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
 use polyphony::store::Store;
+use support::git::{git, git_as};
 use tokio::sync::watch;
 
 /// The fixed sample project's `calc.sh` (what the agent's `sed` made of it).
@@ -139,14 +142,9 @@ impl World {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
-    /// `calc.sh` as the origin's `branch` holds it.
+    /// `path` as the origin's `branch` holds it.
     fn origin_file(&self, branch: &str, path: &str) -> String {
-        let out = Command::new("git")
-            .args(["show", &format!("{branch}:{path}")])
-            .current_dir(&self.origin)
-            .output()
-            .expect("git");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        git(&self.origin, &["show", &format!("{branch}:{path}")]) + "\n"
     }
 
     fn task(&self, store: &Store, id: &str) -> Task {
@@ -399,28 +397,17 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
     let key = polyphony::workspace::task_key(&id).expect("a key");
     let taken = polyphony::workspace::branch_name(&orch.config.global.git.branch_prefix, &key, 1);
     // Unrelated history under the attempt's branch name (a reset home, another instance).
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args([
-                "-c",
-                "user.name=Other",
-                "-c",
-                "user.email=other@example.invalid",
-            ])
-            .args(args)
-            .current_dir(&w.origin)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let tree = git(&["mktree"]);
-    let other = git(&["commit-tree", &tree, "-m", "someone else's work"]);
-    git(&["update-ref", &format!("refs/heads/{taken}"), &other]);
+    let other_author = ("Other", "other@example.invalid");
+    let tree = git(&w.origin, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let other = git_as(
+        other_author,
+        &w.origin,
+        &["commit-tree", &tree, "-m", "someone else's work"],
+    );
+    git(
+        &w.origin,
+        &["update-ref", &format!("refs/heads/{taken}"), &other],
+    );
 
     let end = w.attempt(&orch, &store, &id).await;
 
