@@ -395,7 +395,7 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
     let store = w.store(&orch);
     let id = w.enqueue(&store);
     let key = polyphony::workspace::task_key(&id).expect("a key");
-    let taken = polyphony::workspace::branch_name(&orch.config.global.git.branch_prefix, &key, 1);
+    let taken = polyphony::workspace::branch_name(&orch.config.global().git.branch_prefix, &key, 1);
     // Unrelated history under the attempt's branch name (a reset home, another instance).
     let other_author = ("Other", "other@example.invalid");
     let tree = git(&w.origin, &["hash-object", "-w", "-t", "tree", "/dev/null"]);

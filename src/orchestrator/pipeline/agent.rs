@@ -34,7 +34,7 @@ impl AttemptRun<'_> {
     ) -> Result<AttemptExecution, Failure> {
         let adapter = adapter_for(spec.agent_type);
         let previous = self.previous_failures();
-        let prompt = self.orch.prompt.render(&PromptContext {
+        let prompt = self.orch.config.prompt().render(&PromptContext {
             title: &self.task.title,
             body: &self.task.body,
             source_ref: &self.task.source_ref,

@@ -106,7 +106,7 @@ impl AttemptRun<'_> {
         {
             return Ok(Some(sha));
         }
-        let git = &self.orch.config.global.git;
+        let git = &self.orch.config.global().git;
         let author = Author {
             name: git.author_name.clone(),
             email: git.author_email.clone(),

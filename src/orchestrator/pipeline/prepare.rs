@@ -20,7 +20,7 @@ impl AttemptRun<'_> {
     pub(super) async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
         let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
         let branch = workspace::branch_name(
-            &self.orch.config.global.git.branch_prefix,
+            &self.orch.config.global().git.branch_prefix,
             &key,
             self.attempt,
         );
@@ -158,11 +158,11 @@ impl AttemptRun<'_> {
                 .at(Stage::Config)
         })?;
         let without = identity_policy::runs_without_identity(
-            config.identities.len(),
+            config.identities().len(),
             &[
                 decision.identity.as_deref(),
                 profile.identity.as_deref(),
-                config.global.default_identity.as_deref(),
+                config.global().default_identity.as_deref(),
             ],
         );
         let mut brokered = if without {
@@ -175,8 +175,8 @@ impl AttemptRun<'_> {
             let ident = identity::resolve(
                 decision.identity.as_deref(),
                 profile,
-                config.global.default_identity.as_deref(),
-                &config.identities,
+                config.global().default_identity.as_deref(),
+                config.identities(),
             )
             .map_err(|e| Failure::crash(e).at(Stage::Config))?;
             identity::broker(ident, profile.agent_type)
@@ -246,7 +246,7 @@ impl AttemptRun<'_> {
             decision,
             profile,
             identity: &brokered,
-            global: &config.global,
+            global: config.global(),
             attempt: self.attempt,
             workspace: ws.path.clone(),
             branch: ws.branch.clone(),
