@@ -14,6 +14,8 @@
 
 pub mod daemon;
 pub mod drive;
+pub mod execute;
+pub mod facts;
 pub mod failure;
 pub mod generation;
 mod intents;

@@ -7,12 +7,11 @@ use chrono::Utc;
 use crate::agents::prompt::PromptContext;
 use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
+use crate::orchestrator::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::orchestrator::failure::Stage;
 use crate::orchestrator::sink::StoreSink;
 use crate::orchestrator::verify::one_line;
-use crate::runtime;
 use crate::runtime::container_spec::agent_spec;
-use crate::runtime::{AttemptExecution, RunLimits, TranscriptPaths};
 use crate::store::IntentKind;
 
 use super::{AttemptRun, Failure};
@@ -61,7 +60,7 @@ impl AttemptRun<'_> {
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -88,7 +87,7 @@ impl AttemptRun<'_> {
         }
         let exec = match reattach {
             None => {
-                runtime::run_attempt(
+                execute::run_attempt(
                     self.orch.runtime.as_ref(),
                     &container,
                     adapter.as_ref(),
@@ -101,7 +100,7 @@ impl AttemptRun<'_> {
                 .await
             }
             Some((id, recorded)) => {
-                runtime::reattach(
+                execute::reattach(
                     self.orch.runtime.as_ref(),
                     &id,
                     adapter.as_ref(),

@@ -34,11 +34,11 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
+use super::execute::AttemptExecution;
 use crate::agents::scrub::Scrubber;
 use crate::domain::{
     AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
 };
-use crate::runtime::AttemptExecution;
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::Workspace;
 

@@ -7,6 +7,7 @@ use chrono::Utc;
 
 use crate::agents::scrub::Scrubber;
 use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
+use crate::orchestrator::facts::gather_facts;
 use crate::orchestrator::failure::Stage;
 use crate::orchestrator::retry;
 use crate::orchestrator::verify::one_line;
@@ -87,7 +88,7 @@ impl AttemptRun<'_> {
         let task = self.task.clone();
         let dir = ws.path.clone();
         let (facts, score) =
-            tokio::task::spawn_blocking(move || routing::analyze(&task, Some(&dir)))
+            tokio::task::spawn_blocking(move || routing::analyze(gather_facts(&task, Some(&dir))))
                 .await
                 .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
