@@ -21,6 +21,7 @@ mod consent;
 pub mod error;
 pub mod locate;
 pub mod model;
+pub mod quota;
 pub mod templates;
 pub mod values;
 mod yaml;
@@ -321,6 +322,7 @@ impl Config {
         };
 
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
+        quota::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
         let user_home = env("HOME")
             .filter(|h| !h.trim().is_empty())

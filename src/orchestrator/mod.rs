@@ -21,6 +21,7 @@ pub mod lock;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
+pub mod quota;
 pub mod retry;
 pub mod secrets;
 mod sink;

@@ -41,6 +41,7 @@ use super::failure::{self, Class, Stage};
 use super::intents;
 use super::land;
 use super::proof;
+use super::quota;
 use super::retry::{self, AfterAttempt};
 use super::sink::{short_id, StoreSink};
 use super::verify::{self, one_line};
@@ -146,11 +147,6 @@ fn resumes_key(task_id: &str, attempt: u32) -> String {
 /// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
 /// hangs the daemon must not hang every restart too).
 const MAX_RESUMES: u32 = 3;
-
-/// The kv key holding the agents a task has found out of quota.
-fn exhausted_key(task_id: &str) -> String {
-    format!("quota_exhausted:{task_id}")
-}
 
 /// The kv key holding the agent chain a task was routed to.
 fn chain_key(task_id: &str) -> String {
@@ -391,14 +387,29 @@ impl<'a> Attempt<'a> {
         let _ = self
             .db()
             .kv_set(&chain_key(&self.task.id), &self.chain.join(","), Utc::now());
-        let exhausted = self.exhausted();
-        self.agent = match retry::next_agent(&self.chain, &exhausted) {
-            Some(agent) => agent.to_string(),
-            None => {
+        // Issue 14: an agent out of quota under the identity it would use is skipped at
+        // once; with the whole chain out the task waits for the earliest reset.
+        let now = Utc::now();
+        let choice = quota::choose(
+            &self.db(),
+            &self.orch.config,
+            &self.task.id,
+            decision.identity.as_deref(),
+            &self.chain,
+            now,
+        );
+        self.agent = match choice.map_err(Failure::crash)? {
+            quota::Choice::Agent(agent) => agent,
+            quota::Choice::Park(wait) => {
+                let mut parked = Failure::new(AttemptStatus::Quota, quota::park_reason(&wait, now));
+                parked.wait_until = Some(wait.until);
+                return Err(parked);
+            }
+            quota::Choice::NoAgent => {
                 return Err(Failure::new(
                     AttemptStatus::Quota,
                     format!(
-                        "every agent of the chain ({}) is out of quota",
+                        "every agent of the chain ({}) refused its login",
                         self.chain.join(", ")
                     ),
                 ))
@@ -407,18 +418,9 @@ impl<'a> Attempt<'a> {
         Ok(decision)
     }
 
+    /// The agents this task must not try again (they refused their login).
     fn exhausted(&self) -> BTreeSet<String> {
-        self.db()
-            .kv_get(&exhausted_key(&self.task.id))
-            .ok()
-            .flatten()
-            .map(|s| {
-                s.split(',')
-                    .filter(|a| !a.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
+        quota::refused(&self.db(), &self.task.id).unwrap_or_default()
     }
 
     /// Claims the issue at the source and freezes its text. `Some(end)` when another
@@ -825,6 +827,9 @@ impl<'a> Attempt<'a> {
             .finish_attempt(&result, std::slice::from_ref(&gate), Utc::now())
             .map_err(Failure::crash)?;
         self.result = Some(result.clone());
+        if exec.status == AttemptStatus::Quota {
+            self.record_quota(&exec, &result)?;
+        }
         if exec.status != AttemptStatus::Succeeded {
             let reason = match &result.reason {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
@@ -847,6 +852,27 @@ impl<'a> Attempt<'a> {
             ),
         )?;
         self.verify_and_land(gate).await
+    }
+
+    /// Issue 14: the limit this attempt met holds for every task using its agent and
+    /// identity.
+    fn record_quota(&self, exec: &AttemptExecution, result: &RunResult) -> Result<(), Failure> {
+        let Some(spec) = &self.spec else {
+            return Ok(());
+        };
+        quota::record_hit(
+            &self.db(),
+            &self.orch.config.quota_settings(),
+            &spec.identity,
+            &spec.agent,
+            exec.outcome.quota.as_ref(),
+            result.reason.as_deref().unwrap_or("usage limit"),
+            &self.task.id,
+            self.attempt,
+            Utc::now(),
+        )
+        .map(|_| ())
+        .map_err(Failure::crash)
     }
 
     async fn verify_and_land(&mut self, gate: CheckEvidence) -> Result<AttemptEnd, Failure> {
@@ -1325,17 +1351,38 @@ impl<'a> Attempt<'a> {
                 ..
             }
         );
-        if (failure.status == AttemptStatus::Quota || auth) && !self.agent.is_empty() {
-            exhausted.insert(self.agent.clone());
-            let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
-            self.db()
-                .kv_set(&exhausted_key(&self.task.id), &list.join(","), now)?;
-        }
         let chain = if self.chain.is_empty() {
             vec![self.agent.clone()]
         } else {
             self.chain.clone()
         };
+        if (failure.status == AttemptStatus::Quota || auth) && !self.agent.is_empty() {
+            if auth {
+                quota::refuse(&self.db(), &self.task.id, &self.agent, now)?;
+            }
+            exhausted.insert(self.agent.clone());
+            // Issue 14: the next agent that is neither out nor refused, else wait for the
+            // earliest reset; neither counts a failure.
+            match quota::after_attempt(&self.db(), &self.orch.config, &self.task.id, &chain, now)? {
+                quota::Choice::Agent(next_agent) => {
+                    return Ok((
+                        AttemptEnd::Fallback { next_agent, reason },
+                        retry(now, failures),
+                    ))
+                }
+                quota::Choice::Park(wait) => {
+                    let reason = format!("{reason}; {}", quota::park_reason(&wait, now));
+                    return Ok((
+                        AttemptEnd::Retry {
+                            at: wait.until,
+                            reason,
+                        },
+                        retry(wait.until, failures),
+                    ));
+                }
+                quota::Choice::NoAgent => exhausted.extend(chain.iter().cloned()),
+            }
+        }
         let decision = match class {
             Class::Permanent { cause, fix } => {
                 retry::after_permanent(cause, fix, &chain, &exhausted)

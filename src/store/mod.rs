@@ -22,6 +22,7 @@ mod error;
 mod generations;
 pub mod health;
 mod intents;
+mod quota;
 pub mod schema;
 mod views;
 

@@ -162,6 +162,35 @@ CREATE TABLE intents (
 );
 CREATE INDEX intents_pending ON intents(task_id) WHERE done_at IS NULL;
 "#,
+    // 4: usage limits (issue 14). Quota is a property of (identity, agent), shared by every
+    // task: one row per pair, out while `resets_at` is in the future. A task whose whole
+    // chain is out waits (FAILED, `next_attempt_at` = the earliest reset, nothing counted);
+    // `quota_waits` says why, for `status`. The per-task `quota_exhausted:{task}` kv rows
+    // this replaces held agents a task found unusable, quota and refused logins alike,
+    // with no reset: they become the task's refused agents (`agents_refused:{task}`), so a
+    // task in flight during the upgrade keeps the chain position it had.
+    r#"
+CREATE TABLE quota (
+    identity   TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    resets_at  TEXT NOT NULL,            -- fixed-width RFC 3339 UTC: out until then
+    reported   INTEGER NOT NULL,         -- 1: the CLI named the reset; 0: default cool-down
+    message    TEXT NOT NULL,            -- the CLI's limit message, scrubbed, one line
+    task_id    TEXT,                     -- where it was met (no foreign key: outlives tasks)
+    attempt    INTEGER,
+    hit_at     TEXT NOT NULL,
+    PRIMARY KEY (identity, agent)
+);
+CREATE TABLE quota_waits (
+    task_id    TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    until      TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    identity   TEXT NOT NULL,
+    resets     TEXT NOT NULL,            -- JSON array of AgentReset, chain order
+    parked_at  TEXT NOT NULL
+);
+UPDATE kv SET key = 'agents_refused:' || substr(key, 17) WHERE key LIKE 'quota_exhausted:%';
+"#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,149 @@
+//! Usage-limit state (issue 14): one row per (identity, agent) out of quota, shared by
+//! every task, and the wait of each task parked until the earliest reset of its chain.
+//!
+//! Must not: decide whether an agent is usable or how two reports combine (that is
+//! `orchestrator::quota`); it stores what it is given.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, OptionalExtension, Row};
+use std::collections::BTreeMap;
+
+use super::{json_col, time_col, to_json, ts, Result, Store};
+use crate::domain::{AgentQuota, QuotaWait};
+
+const QUOTA_COLS: &str = "identity, agent, resets_at, reported, message, task_id, attempt, hit_at";
+const WAIT_COLS: &str = "task_id, until, agent, identity, resets, parked_at";
+
+impl Store {
+    /// Replaces the quota row of (`identity`, `agent`) with what `merge` makes of the
+    /// stored one, in one IMMEDIATE transaction (two attempts hitting the same limit at once
+    /// both see each other). Returns the row written.
+    pub fn update_quota(
+        &self,
+        identity: &str,
+        agent: &str,
+        merge: impl FnOnce(Option<AgentQuota>) -> AgentQuota,
+    ) -> Result<AgentQuota> {
+        self.immediate(|tx| {
+            let stored = tx
+                .prepare_cached(&format!(
+                    "SELECT {QUOTA_COLS} FROM quota WHERE identity = ?1 AND agent = ?2"
+                ))?
+                .query_row(params![identity, agent], quota_from_row)
+                .optional()?;
+            let row = merge(stored);
+            tx.prepare_cached(&format!(
+                "INSERT INTO quota ({QUOTA_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                 ON CONFLICT (identity, agent) DO UPDATE SET resets_at = excluded.resets_at, \
+                 reported = excluded.reported, message = excluded.message, \
+                 task_id = excluded.task_id, attempt = excluded.attempt, hit_at = excluded.hit_at"
+            ))?
+            .execute(params![
+                row.identity,
+                row.agent,
+                ts(row.resets_at),
+                row.reported,
+                row.message,
+                row.task_id,
+                row.attempt,
+                ts(row.hit_at),
+            ])?;
+            Ok(row)
+        })
+    }
+
+    /// Every quota row, out or not any more, by identity then agent (a handful: one per
+    /// pair that ever met a limit).
+    pub fn quota_rows(&self) -> Result<Vec<AgentQuota>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {QUOTA_COLS} FROM quota ORDER BY identity, agent"
+        ))?;
+        let rows = stmt.query_map([], quota_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The pairs still out at `now`.
+    pub fn quota_out(&self, now: DateTime<Utc>) -> Result<Vec<AgentQuota>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {QUOTA_COLS} FROM quota WHERE resets_at > ?1 ORDER BY identity, agent"
+        ))?;
+        let rows = stmt.query_map([ts(now)], quota_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records why a task waits (written before the task is settled FAILED with
+    /// `next_attempt_at = wait.until`).
+    pub fn set_quota_wait(&self, wait: &QuotaWait) -> Result<()> {
+        let resets = to_json("quota resets", &wait.resets)?;
+        self.conn
+            .prepare_cached(&format!(
+                "INSERT INTO quota_waits ({WAIT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                 ON CONFLICT (task_id) DO UPDATE SET until = excluded.until, \
+                 agent = excluded.agent, identity = excluded.identity, \
+                 resets = excluded.resets, parked_at = excluded.parked_at"
+            ))?
+            .execute(params![
+                wait.task_id,
+                ts(wait.until),
+                wait.agent,
+                wait.identity,
+                resets,
+                ts(wait.parked_at),
+            ])?;
+        Ok(())
+    }
+
+    /// The task's quota wait, if it was parked (and not routed since).
+    pub fn quota_wait(&self, task_id: &str) -> Result<Option<QuotaWait>> {
+        Ok(self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {WAIT_COLS} FROM quota_waits WHERE task_id = ?1"
+            ))?
+            .query_row([task_id], wait_from_row)
+            .optional()?)
+    }
+
+    /// Every quota wait, by task id (for `status` listings).
+    pub fn quota_waits(&self) -> Result<BTreeMap<String, QuotaWait>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {WAIT_COLS} FROM quota_waits"))?;
+        let rows = stmt.query_map([], wait_from_row)?;
+        rows.map(|w| w.map(|w| (w.task_id.clone(), w)))
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
+    }
+
+    /// Forgets a task's wait: it was routed to an agent again.
+    pub fn clear_quota_wait(&self, task_id: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM quota_waits WHERE task_id = ?1")?
+            .execute([task_id])?;
+        Ok(())
+    }
+}
+
+fn quota_from_row(r: &Row<'_>) -> rusqlite::Result<AgentQuota> {
+    Ok(AgentQuota {
+        identity: r.get(0)?,
+        agent: r.get(1)?,
+        resets_at: time_col(r, 2)?,
+        reported: r.get(3)?,
+        message: r.get(4)?,
+        task_id: r.get(5)?,
+        attempt: r.get(6)?,
+        hit_at: time_col(r, 7)?,
+    })
+}
+
+fn wait_from_row(r: &Row<'_>) -> rusqlite::Result<QuotaWait> {
+    Ok(QuotaWait {
+        task_id: r.get(0)?,
+        until: time_col(r, 1)?,
+        agent: r.get(2)?,
+        identity: r.get(3)?,
+        resets: json_col(r, 4)?,
+        parked_at: time_col(r, 5)?,
+    })
+}
