@@ -333,6 +333,34 @@ pub fn token_api_check(
     }
 }
 
+/// One (identity, agent)'s usage limit: out until its reset (a warning: tasks take the
+/// next agent of their chain or wait), or available again.
+pub fn quota_check(q: &crate::domain::AgentQuota, now: chrono::DateTime<chrono::Utc>) -> Check {
+    let name = format!("quota {}@{}", q.agent, q.identity);
+    let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
+    if q.is_out(now) {
+        Check::warn(
+            name,
+            format!(
+                "out until {} ({}): {}",
+                at(q.resets_at),
+                if q.reported {
+                    "the CLI's reset time"
+                } else {
+                    "no reset time given: quota_default_cooldown"
+                },
+                q.message
+            ),
+            "nothing to do: tasks skip it (next agent of their chain, or they wait) and use it again after the reset",
+        )
+    } else {
+        Check::pass(
+            name,
+            format!("available (last limit ended {})", at(q.resets_at)),
+        )
+    }
+}
+
 pub fn daemon_check(running: bool, pid: Option<&str>) -> Check {
     if running {
         let pid = pid.map_or(String::new(), |p| format!(" (pid {p})"));
@@ -651,6 +679,14 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
     }
 
+    // Usage limits per identity and agent (issue 14).
+    if db.exists() {
+        if let Ok(rows) = crate::store::Store::open(&db).and_then(|s| s.quota_rows()) {
+            let now = chrono::Utc::now();
+            checks.extend(rows.iter().map(|q| quota_check(q, now)));
+        }
+    }
+
     let running = crate::orchestrator::lock::DaemonLock::is_held(home);
     let pid = std::fs::read_to_string(home.join("daemon.lock")).ok();
     checks.push(daemon_check(
@@ -851,6 +887,44 @@ fn free_bytes(path: &Path) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_checks() {
+        use chrono::TimeZone;
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 30, 13, 0, 0)
+            .unwrap();
+        let mut q = crate::domain::AgentQuota {
+            identity: "personal".into(),
+            agent: "claude".into(),
+            resets_at: now + chrono::Duration::minutes(65),
+            reported: true,
+            message: "usage limit: Claude AI usage limit reached|1796054700".into(),
+            task_id: Some("local-1".into()),
+            attempt: Some(1),
+            hit_at: now,
+        };
+        let c = quota_check(&q, now);
+        assert_eq!(
+            (c.name.as_str(), c.level),
+            ("quota claude@personal", Level::Warn)
+        );
+        assert_eq!(
+            c.detail,
+            "out until 2026-11-30 14:05 UTC (the CLI's reset time): usage limit: Claude AI usage limit reached|1796054700"
+        );
+        q.reported = false;
+        assert!(quota_check(&q, now)
+            .detail
+            .contains("quota_default_cooldown"));
+        q.resets_at = now;
+        let c = quota_check(&q, now);
+        assert_eq!(c.level, Level::Pass);
+        assert_eq!(
+            c.detail,
+            "available (last limit ended 2026-11-30 13:00 UTC)"
+        );
+    }
 
     #[test]
     fn cli_versions() {

@@ -233,21 +233,7 @@ pub fn identities_for(
 
 // ---------------------------------------------------------------- over the store
 
-/// kv: the `(agent, identity)` pairs of a task's routed chain (JSON).
-fn chain_key(task_id: &str) -> String {
-    format!("quota_chain:{task_id}")
-}
-
-/// kv: the agents this task found refusing their login (comma-separated). Migration 4
-/// moved the old per-task `quota_exhausted:{task}` rows here.
-fn refused_key(task_id: &str) -> String {
-    format!("agents_refused:{task_id}")
-}
-
-/// kv: the fallback a task runs on while its preferred agent is out (JSON).
-fn fallback_key(task_id: &str) -> String {
-    format!("quota_fallback:{task_id}")
-}
+use crate::store::quota::{chain_key, fallback_key, refused_key};
 
 /// The agents `task_id` found refusing their login.
 pub fn refused(store: &Store, task_id: &str) -> Result<BTreeSet<String>, StoreError> {

@@ -22,7 +22,7 @@ mod error;
 mod generations;
 pub mod health;
 mod intents;
-mod quota;
+pub mod quota;
 pub mod schema;
 mod views;
 
@@ -127,6 +127,17 @@ pub struct TaskSummary<'a> {
     pub created_at: &'a str,
     pub updated_at: &'a str,
     pub next_attempt_at: Option<&'a str>,
+    /// Set while the task waits for a usage limit to reset (issue 14).
+    pub quota_wait: Option<QuotaWaitBrief<'a>>,
+}
+
+/// Why a parked task waits, in a listing: the agent whose reset comes first, under its
+/// identity, and when (stored RFC 3339 text). `status TASK --json` has every agent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaWaitBrief<'a> {
+    pub until: &'a str,
+    pub agent: &'a str,
+    pub identity: &'a str,
 }
 
 /// A label as stored, borrowed unless the JSON escaped it.
@@ -145,7 +156,11 @@ const TASK_COLS: &str = "id, title, body, source, source_ref, repo, base_ref, st
      created_at, updated_at, next_attempt_at";
 
 const SUMMARY_COLS: &str = "id, title, source_ref, state, task_type, risk, labels, attempts, \
-     failures, created_at, updated_at, next_attempt_at";
+     failures, created_at, updated_at, next_attempt_at, w.until, w.agent, w.identity";
+
+/// The tasks table with the quota wait of the FAILED ones (a parked task's).
+const SUMMARY_FROM: &str =
+    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED'";
 
 const ATTEMPT_COLS: &str = "task_id, attempt, agent, identity, run_spec, container_id, workspace, \
      branch, status, turns, tokens_in, tokens_out, tokens_cached, cost_usd, exit_code, \
@@ -343,10 +358,10 @@ impl Store {
         let limit = limit.map_or(-1, |l| l as i64);
         let sql = match state {
             Some(_) => format!(
-                "SELECT {SUMMARY_COLS} FROM tasks WHERE state = ?2 ORDER BY rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
             None => format!(
-                "SELECT {SUMMARY_COLS} FROM tasks WHERE ?2 IS NULL ORDER BY rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE ?2 IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
         };
         let mut stmt = self.conn.prepare_cached(&sql).map_err(StoreError::from)?;
@@ -1093,6 +1108,18 @@ fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
         created_at: str_col(r, 9)?,
         updated_at: str_col(r, 10)?,
         next_attempt_at: opt_str_col(r, 11)?,
+        quota_wait: match (
+            opt_str_col(r, 12)?,
+            opt_str_col(r, 13)?,
+            opt_str_col(r, 14)?,
+        ) {
+            (Some(until), Some(agent), Some(identity)) => Some(QuotaWaitBrief {
+                until,
+                agent,
+                identity,
+            }),
+            _ => None,
+        },
     })
 }
 

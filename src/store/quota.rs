@@ -11,6 +11,23 @@ use std::collections::BTreeMap;
 use super::{json_col, time_col, to_json, ts, Result, Store};
 use crate::domain::{AgentQuota, QuotaWait};
 
+/// kv: the `(agent, identity)` pairs of a task's routed chain (JSON), written by routing.
+pub fn chain_key(task_id: &str) -> String {
+    format!("quota_chain:{task_id}")
+}
+
+/// kv: the agents a task found refusing their login (comma-separated). Migration 4 moved
+/// the old per-task `quota_exhausted:{task}` rows here.
+pub fn refused_key(task_id: &str) -> String {
+    format!("agents_refused:{task_id}")
+}
+
+/// kv: the fallback a task runs on while its preferred agent is out (JSON: preferred,
+/// agent, identity, because, since), `null` once it is back.
+pub fn fallback_key(task_id: &str) -> String {
+    format!("quota_fallback:{task_id}")
+}
+
 const QUOTA_COLS: &str = "identity, agent, resets_at, reported, message, task_id, attempt, hit_at";
 const WAIT_COLS: &str = "task_id, until, agent, identity, resets, parked_at";
 
@@ -113,6 +130,39 @@ impl Store {
         rows.map(|w| w.map(|w| (w.task_id.clone(), w)))
             .collect::<Result<_, _>>()
             .map_err(Into::into)
+    }
+
+    /// What `status TASK --json` says of a task's usage limits: its wait (or null), each
+    /// agent of its routed chain with its identity and the last limit it met under it
+    /// (`resets_at`: out while in the future; null when it never met one), and the fallback
+    /// it runs on while its preferred agent is out (or null).
+    pub fn quota_detail_json(&self, task_id: &str) -> Result<serde_json::Value> {
+        let wait = self.quota_wait(task_id)?;
+        let chain: Vec<(String, String)> = self
+            .kv_get(&chain_key(task_id))?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default();
+        let rows = self.quota_rows()?;
+        let agents: Vec<serde_json::Value> = chain
+            .iter()
+            .map(|(agent, identity)| {
+                let row = rows
+                    .iter()
+                    .find(|q| &q.agent == agent && &q.identity == identity);
+                serde_json::json!({
+                    "agent": agent,
+                    "identity": identity,
+                    "resets_at": row.map(|q| q.resets_at),
+                    "reported": row.map(|q| q.reported),
+                    "message": row.map(|q| q.message.as_str()),
+                })
+            })
+            .collect();
+        let fallback = self
+            .kv_get(&fallback_key(task_id))?
+            .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok())
+            .unwrap_or(serde_json::Value::Null);
+        Ok(serde_json::json!({ "wait": wait, "agents": agents, "fallback": fallback }))
     }
 
     /// Forgets a task's wait: it was routed to an agent again.

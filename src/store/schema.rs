@@ -190,6 +190,28 @@ CREATE TABLE quota_waits (
     parked_at  TEXT NOT NULL
 );
 UPDATE kv SET key = 'agents_refused:' || substr(key, 17) WHERE key LIKE 'quota_exhausted:%';
+-- `status --json` gains `quota_wait` ({until, agent, identity} of a parked task, else null):
+-- the summary triggers of version 2 again with the field; a change of a task's wait
+-- touches the task so its summary is rebuilt the one way; every summary is rebuilt once.
+DROP TRIGGER task_summaries_insert;
+DROP TRIGGER task_summaries_update;
+CREATE TRIGGER task_summaries_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_summaries (seq, id, json) VALUES (NEW.rowid, NEW.id, json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED'))));
+END;
+CREATE TRIGGER task_summaries_update AFTER UPDATE OF id, title, source_ref, state, task_type,
+    risk, labels, attempts, failures, created_at, updated_at, next_attempt_at ON tasks BEGIN
+    UPDATE task_summaries SET id = NEW.id, json = json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED'))) WHERE id = OLD.id;
+END;
+CREATE TRIGGER quota_waits_insert AFTER INSERT ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER quota_waits_update AFTER UPDATE ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER quota_waits_delete AFTER DELETE ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = OLD.task_id;
+END;
+UPDATE tasks SET updated_at = updated_at;
 "#,
 ];
 

@@ -121,6 +121,7 @@ impl Store {
             "generation": crate::domain::generation::number(&task),
             "retry_of": links.retry_of,
             "retried_as": links.retried_as,
+            "quota": self.quota_detail_json(id)?,
         })))
     }
 
