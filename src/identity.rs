@@ -5,13 +5,13 @@
 //! staging path (the container entrypoint copies them into a per-attempt writable HOME, so
 //! an agent never writes the host's files) and an env overlay of variable NAMES.
 //!
-//! Architecture Invariant: pure. Host variables are read through a lookup closure the
-//! caller passes; their values are returned only by [`read_env_overlay`] and
-//! [`resolve_github_token`], at container creation, and never appear in an error, a
-//! `Debug` output or anything serialisable.
+//! Architecture Invariant: pure, and it handles variable names only: the env overlay
+//! names host variables, and their values are read by the runtime at container creation
+//! (`runtime::docker`), never here. Unique identity names are checked by `config` at load.
+//! The GitHub token is not resolved here: its one rule is
+//! `sources::github::client::resolve_token` (docs/ARCHITECTURE.md, `src/sources/`).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use crate::config::model::IdentityConfig;
@@ -21,18 +21,13 @@ use crate::domain::{AgentProfile, AgentType, EnvVar, Identity, VolumeMount};
 /// `{AUTH_STAGING_ROOT}/{auth dir}` (e.g. `/polyphony/credentials/.claude`). The image's
 /// entrypoint copies everything below it into the per-attempt writable HOME, so the CLI
 /// finds `~/.claude` and may rewrite its token files without touching the host's.
-pub const AUTH_STAGING_ROOT: &str = crate::runtime::container_spec::CREDENTIAL_STAGING_DIR;
-
-/// Variables tried for the GitHub token when the identity names none, in order.
-pub const GITHUB_TOKEN_FALLBACKS: [&str; 2] = ["GITHUB_TOKEN", "GH_TOKEN"];
+pub const AUTH_STAGING_ROOT: &str = crate::domain::CREDENTIAL_STAGING_DIR;
 
 /// An identity that cannot be resolved or used. Messages never carry secret values.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum IdentityError {
     #[error("an identity has an empty `name`: every identity in identities.yaml needs one")]
     MissingName,
-    #[error("identity `{0}` appears twice in identities.yaml: names must be unique")]
-    Duplicate(String),
     #[error("identity `{0}` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)")]
     NoVolumes(String),
     #[error("identity `{identity}`: volume key `{key}` is not an agent type (expected claude, codex, kimi or gemini)")]
@@ -79,39 +74,6 @@ pub enum IdentityError {
         identity: String,
         agent_type: AgentType,
     },
-}
-
-/// A host variable the env overlay needs is not set.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("identity `{identity}` needs host variable `{host_var}` (for container variable `{container_var}`), but it is not set or empty: export it in the daemon's environment")]
-pub struct MissingHostVar {
-    pub identity: String,
-    pub container_var: String,
-    pub host_var: String,
-}
-
-/// No GitHub token could be found.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no GitHub token{for_identity}: set {tried}")]
-pub struct MissingGithubToken {
-    pub for_identity: String,
-    pub tried: String,
-}
-
-/// A GitHub token and the variable it came from. `Debug` hides the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct GithubToken {
-    pub env: String,
-    pub value: String,
-}
-
-impl fmt::Debug for GithubToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GithubToken")
-            .field("env", &self.env)
-            .field("value", &"<redacted>")
-            .finish()
-    }
 }
 
 /// What the runtime needs from an identity for one agent. Holds no secret values.
@@ -241,18 +203,6 @@ pub fn validate(identity: &Identity) -> Result<(), IdentityError> {
                 identity: name.into(),
                 value: c,
             });
-        }
-    }
-    Ok(())
-}
-
-/// Validates a whole identities list (each entry, and unique names).
-pub fn validate_all(identities: &[Identity]) -> Result<(), IdentityError> {
-    let mut seen = std::collections::BTreeSet::new();
-    for i in identities {
-        validate(i)?;
-        if !seen.insert(i.name.as_str()) {
-            return Err(IdentityError::Duplicate(i.name.clone()));
         }
     }
     Ok(())
@@ -416,60 +366,6 @@ pub fn broker(identity: &Identity, agent_type: AgentType) -> Result<Brokered, Id
     })
 }
 
-/// Reads the overlay's values from the host at container creation. An unset or empty
-/// host variable is an error naming it and the identity (never a value).
-pub fn read_env_overlay(
-    identity: &str,
-    vars: &[EnvVar],
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, MissingHostVar> {
-    vars.iter()
-        .map(|v| match lookup(&v.from_host) {
-            Some(value) if !value.is_empty() => Ok((v.name.clone(), value)),
-            _ => Err(MissingHostVar {
-                identity: identity.into(),
-                container_var: v.name.clone(),
-                host_var: v.from_host.clone(),
-            }),
-        })
-        .collect()
-}
-
-/// The variables tried for the GitHub token: the identity's `github_token_env` alone when
-/// it names one (a named account must not silently become another), else `GITHUB_TOKEN`
-/// then `GH_TOKEN`.
-pub fn github_token_candidates(identity: Option<&Identity>) -> Vec<String> {
-    match identity.and_then(|i| i.github_token_env.as_deref()) {
-        Some(var) => vec![var.to_string()],
-        None => GITHUB_TOKEN_FALLBACKS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    }
-}
-
-/// Resolves the GitHub token through `lookup`; empty values count as unset.
-pub fn resolve_github_token(
-    identity: Option<&Identity>,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<GithubToken, MissingGithubToken> {
-    let candidates = github_token_candidates(identity);
-    for var in &candidates {
-        if let Some(value) = lookup(var).filter(|v| !v.trim().is_empty()) {
-            return Ok(GithubToken {
-                env: var.clone(),
-                value,
-            });
-        }
-    }
-    Err(MissingGithubToken {
-        for_identity: identity
-            .map(|i| format!(" for identity `{}`", i.name))
-            .unwrap_or_default(),
-        tried: candidates.join(" or "),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,15 +457,6 @@ mod tests {
             "identity `w`: cost_ceiling_usd_per_day must be a positive number, got 0",
         );
         assert!(validate(&ident("w", &[("claude", "/a")], &[("K", "H")])).is_ok());
-        assert_eq!(
-            validate_all(&[
-                ident("w", &[("claude", "/a")], &[]),
-                ident("w", &[("codex", "/b")], &[])
-            ])
-            .unwrap_err()
-            .to_string(),
-            "identity `w` appears twice in identities.yaml: names must be unique"
-        );
     }
 
     #[test]
@@ -698,83 +585,5 @@ mod tests {
             broker(&no_keys, AgentType::Gemini).unwrap_err().to_string(),
             "identity `sub` has no login for gemini (no `volumes.gemini`) and no api_keys: add a volume for gemini or an API key"
         );
-    }
-
-    #[test]
-    fn env_overlay_values_come_from_the_host_at_creation() {
-        let vars = vec![
-            EnvVar {
-                name: "ANTHROPIC_API_KEY".into(),
-                from_host: "WORK_KEY".into(),
-            },
-            EnvVar {
-                name: "OPENAI_API_KEY".into(),
-                from_host: "WORK_OPENAI".into(),
-            },
-        ];
-        let ok = read_env_overlay(
-            "work",
-            &vars,
-            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "sk-2")]),
-        )
-        .unwrap();
-        assert_eq!(
-            ok,
-            vec![
-                ("ANTHROPIC_API_KEY".into(), "sk-1".into()),
-                ("OPENAI_API_KEY".into(), "sk-2".into())
-            ]
-        );
-        for lookup in [
-            env(&[("WORK_KEY", "sk-1")]),
-            env(&[("WORK_KEY", "sk-1"), ("WORK_OPENAI", "")]),
-        ] {
-            let err = read_env_overlay("work", &vars, lookup)
-                .unwrap_err()
-                .to_string();
-            assert_eq!(err, "identity `work` needs host variable `WORK_OPENAI` (for container variable `OPENAI_API_KEY`), but it is not set or empty: export it in the daemon's environment");
-            assert!(!err.contains("sk-1"));
-        }
-    }
-
-    #[test]
-    fn github_token_order() {
-        let plain = ident("w", &[("claude", "/a")], &[]);
-        let mut named = plain.clone();
-        named.github_token_env = Some("WORK_GH".into());
-        fn check(id: Option<&Identity>, vars: &[(&str, &str)], expect: Result<&str, &str>) {
-            let got = resolve_github_token(id, env(vars))
-                .map(|t| t.env)
-                .map_err(|e| e.to_string());
-            assert_eq!(got, expect.map(String::from).map_err(String::from));
-        }
-        check(
-            None,
-            &[("GITHUB_TOKEN", "a"), ("GH_TOKEN", "b")],
-            Ok("GITHUB_TOKEN"),
-        );
-        check(None, &[("GH_TOKEN", "b")], Ok("GH_TOKEN"));
-        check(
-            Some(&plain),
-            &[("GITHUB_TOKEN", " "), ("GH_TOKEN", "b")],
-            Ok("GH_TOKEN"),
-        );
-        check(
-            Some(&named),
-            &[("WORK_GH", "x"), ("GITHUB_TOKEN", "a")],
-            Ok("WORK_GH"),
-        );
-        check(
-            Some(&named),
-            &[("GITHUB_TOKEN", "a")],
-            Err("no GitHub token for identity `w`: set WORK_GH"),
-        );
-        check(
-            None,
-            &[],
-            Err("no GitHub token: set GITHUB_TOKEN or GH_TOKEN"),
-        );
-        let t = resolve_github_token(None, env(&[("GITHUB_TOKEN", "ghp_secret")])).unwrap();
-        assert!(!format!("{t:?}").contains("ghp_secret"));
     }
 }

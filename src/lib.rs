@@ -11,29 +11,30 @@
 //! - `agents`: one adapter per agent CLI: argv, line classification, outcome (pure)
 //! - `sources`: work intake (local queue, GitHub issues) and reporting back
 //! - `orchestrator`: attempt pipeline, proof of work, landing, supervisor loop
-//! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
-//! - `doctor`: environment checks (engine, images, git, config, credentials, token)
+//! - `ops`: operations on a home: `cleanup` (leftover containers, workspaces, locks),
+//!   `doctor` (environment checks), `report` (readable renderings of stored events)
 //! - `http`: the daemon's JSON API, live event stream and dashboard (`--listen`)
 //! - `metrics`: the process's Prometheus metrics (`/metrics`)
+//! - `error`: errors several layers name (`UsageError`: exit 2)
+//! - `home`: the home's own files: the daemon lock (one daemon per home)
 //! - `private`: owner-only permissions of the home, the store and transcripts
-//! - `report`: readable renderings of stored events (`logs`) and byte counts
 //! - `cli`: one module per verb; no business logic
 //! - `failpoint`: test-only crash injection at named points (`POLYPHONY_FAILPOINT`)
 
 pub mod agents;
-pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod doctor;
 pub mod domain;
+pub mod error;
 pub mod failpoint;
+pub mod home;
 pub mod http;
 pub mod identity;
 pub mod metrics;
+pub mod ops;
 pub mod orchestrator;
 pub mod private;
-pub mod report;
 pub mod routing;
 pub mod runtime;
 pub mod scripted_model;

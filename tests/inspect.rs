@@ -655,7 +655,7 @@ async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
 
     // With a daemon holding the lock, --all still keeps the live attempt and the orphan.
     {
-        let _lock = polyphony::orchestrator::lock::DaemonLock::acquire(home.path()).unwrap();
+        let _lock = polyphony::home::DaemonLock::acquire(home.path()).unwrap();
         let out = run_bin({
             let mut c = polyphony(home.path());
             c.args(["cleanup", "--all", "--dry-run"]);

@@ -6,9 +6,9 @@
 use anyhow::Context as _;
 
 use super::{print_json, Context, Outcome};
-use crate::cleanup::{self, Facts, Report};
 use crate::config::Config;
-use crate::report::human_bytes;
+use crate::ops::cleanup::{self, Facts, Report};
+use crate::ops::report::human_bytes;
 use crate::runtime::{home_label, DockerRuntime, WorkerRuntime};
 use crate::store::Store;
 use crate::workspace::WorkspaceManager;
@@ -54,7 +54,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         containers,
         workspace_dirs: cleanup::workspace_dirs(config.workspace_root())?,
         locks: cleanup::lock_facts(&ctx.home, config.mirror_root())?,
-        daemon_running: crate::orchestrator::lock::DaemonLock::is_held(&ctx.home),
+        daemon_running: crate::home::DaemonLock::is_held(&ctx.home),
     };
     let plan = cleanup::plan(&facts, args.all);
     let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());

@@ -2,7 +2,7 @@
 //! Exit 0 when nothing failed (warnings allowed), 1 otherwise.
 
 use super::{print_json, Context, Outcome};
-use crate::doctor;
+use crate::ops::doctor;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

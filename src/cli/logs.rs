@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use super::{Context, Outcome, UsageError};
-use crate::report;
+use crate::ops::report;
 use crate::store::{AttemptRecord, Store};
 
 /// How often `--follow` asks the store for new events.
@@ -59,7 +59,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     let readable = matches!(format, Format::Readable);
 
-    let daemon_running = || crate::orchestrator::lock::DaemonLock::is_held(&ctx.home);
+    let daemon_running = || crate::home::DaemonLock::is_held(&ctx.home);
     let mut told_no_daemon = false;
     let mut no_daemon_note = |what: &str| {
         // Issue 12: --follow waited silently for a daemon that was not there.

@@ -115,22 +115,7 @@ pub struct Context {
     pub log_json: bool,
 }
 
-/// A mistake in how polyphony was called (bad argument value, missing file): exit 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{message} — fix: {fix}")]
-pub struct UsageError {
-    pub message: String,
-    pub fix: String,
-}
-
-impl UsageError {
-    pub fn new(message: impl Into<String>, fix: impl Into<String>) -> UsageError {
-        UsageError {
-            message: message.into(),
-            fix: fix.into(),
-        }
-    }
-}
+pub use crate::error::UsageError;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
@@ -172,7 +157,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         cause.is::<crate::config::ConfigError>()
             || cause.is::<UsageError>()
             || cause.is::<crate::store::DatabaseDamaged>()
-            || cause.is::<crate::orchestrator::lock::LockError>()
+            || cause.is::<crate::home::LockError>()
             || cause
                 .downcast_ref::<GithubError>()
                 .is_some_and(GithubError::is_config_error)

@@ -8,7 +8,6 @@ use std::path::Path;
 
 use crate::config::model::RoutingFile;
 use crate::domain::Task;
-use crate::routing::{ComplexityScore, RouteDecision, TaskFacts};
 
 /// Arguments of `polyphony route`.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,17 +20,6 @@ pub struct RouteArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Renders an explanation (text, or JSON with `json`). Pure.
-pub fn render_explanation(
-    task: &Task,
-    facts: &TaskFacts,
-    score: &ComplexityScore,
-    decision: &RouteDecision,
-    json: bool,
-) -> String {
-    crate::routing::render_explanation(task, facts, score, decision, json)
 }
 
 /// Routes `task` and returns what to print: the full explanation with `--explain` or
@@ -105,7 +93,7 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
     if args.json {
         print!("{text}");
     } else {
-        print!("{}", crate::report::printable(&text));
+        print!("{}", crate::ops::report::printable(&text));
     }
     Ok(super::Outcome::Success)
 }

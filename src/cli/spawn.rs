@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::{print_json, Context, Outcome, UsageError};
 use crate::config::Config;
 use crate::domain::{Task, TaskState};
-use crate::orchestrator::lock::DaemonLock;
+use crate::home::DaemonLock;
 use crate::orchestrator::pipeline::{describe, AttemptEnd, RunOptions};
 use crate::orchestrator::progress::TerminalProgress;
 use crate::orchestrator::Orchestrator;

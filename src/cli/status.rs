@@ -55,7 +55,7 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
         None => Default::default(),
     };
     let now = Utc::now();
-    let daemon_running = crate::orchestrator::lock::DaemonLock::is_held(home);
+    let daemon_running = crate::home::DaemonLock::is_held(home);
     let mut rows: Vec<[String; COLUMNS]> = Vec::new();
     if let Some(s) = store {
         // The table is for people: say so when the file is damaged instead of printing

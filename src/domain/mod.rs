@@ -13,6 +13,7 @@ pub mod result;
 pub mod run_spec;
 pub mod state;
 pub mod task;
+pub mod terminal;
 pub mod text;
 
 pub use agent::{AgentProfile, AgentType, NetworkMode, ResourceLimits};
@@ -20,6 +21,6 @@ pub use event::{EventKind, EventStream, TaskEvent};
 pub use identity::Identity;
 pub use quota::{AgentQuota, AgentReset, QuotaWait};
 pub use result::{AttemptStatus, CheckEvidence, RunResult, TokenUsage};
-pub use run_spec::{EnvVar, RunSpec, VerifyCommand, VolumeMount};
+pub use run_spec::{EnvVar, RunSpec, VerifyCommand, VolumeMount, CREDENTIAL_STAGING_DIR};
 pub use state::{can_transition, transition, InvalidTransition, TaskState};
 pub use task::{Risk, Scope, SourceKind, Task, TaskType};

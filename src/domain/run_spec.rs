@@ -13,6 +13,12 @@ pub struct EnvVar {
     pub from_host: String,
 }
 
+/// Identity credential directories are mounted read-only below this path, one per
+/// agent auth path (`/polyphony/credentials/.claude`); the entrypoint copies them into HOME
+/// because agents rewrite their token files and must never get the host's file. The identity
+/// broker names mounts below it and the runtime stages them, so both read it from here.
+pub const CREDENTIAL_STAGING_DIR: &str = "/polyphony/credentials";
+
 /// A bind mount into the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeMount {

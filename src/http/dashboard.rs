@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::{encode_segment, Shared};
 use crate::domain::TaskState;
-use crate::report;
+use crate::ops::report;
 use crate::store::{AttemptRecord, Landing, RunningAttempt, Store, StoreError, TransitionRecord};
 
 /// Tasks the queue page lists (newest first).

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::api::error_response;
 use super::Shared;
-use crate::report::EventJson;
+use crate::ops::report::EventJson;
 use crate::store::Store;
 
 /// How often a live attempt's new events are looked for.

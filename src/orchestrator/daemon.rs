@@ -24,9 +24,9 @@ use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
 use crate::runtime::{RunState, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
 use crate::store::{AttemptRecord, Settlement, Store};
 
-use super::lock::DaemonLock;
 use super::pipeline::{describe, AttemptEnd, RunOptions};
 use super::{Orchestrator, Progress};
+use crate::home::DaemonLock;
 
 /// Daemon knobs from the command line.
 #[derive(Debug, Clone, Default)]

@@ -17,7 +17,6 @@ pub mod failure;
 pub mod generation;
 mod intents;
 pub mod land;
-pub mod lock;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
@@ -157,7 +156,7 @@ impl Orchestrator {
                     return anyhow::Error::new(e);
                 }
             }
-            anyhow::Error::new(crate::cli::UsageError::new(
+            anyhow::Error::new(crate::error::UsageError::new(
                 "GitHub is not configured: no token was found",
                 "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \
                  github_token_env names); set GITHUB_API_URL for GitHub Enterprise",

@@ -17,10 +17,7 @@ use crate::domain::{EnvVar, NetworkMode, ResourceLimits, RunSpec, VolumeMount};
 pub const WORKSPACE_DIR: &str = "/workspace";
 /// The per-attempt writable HOME (a tmpfs, so nothing survives the container).
 pub const HOME_DIR: &str = "/home/worker";
-/// Identity credential directories are mounted read-only below this path, one per
-/// agent auth path (`/polyphony/credentials/.claude`); the entrypoint copies them into HOME
-/// because agents rewrite their token files and must never get the host's file.
-pub const CREDENTIAL_STAGING_DIR: &str = "/polyphony/credentials";
+pub use crate::domain::CREDENTIAL_STAGING_DIR;
 /// Where `DockerRuntime::create` puts [`ContainerSpec::stdin`] (the entrypoint feeds it).
 pub const STDIN_FILE: &str = "/polyphony/input/stdin";
 /// The per-container staging directory (credential copies and stdin) is mounted here,

@@ -12,7 +12,7 @@
 //! follows a failure (that is `orchestrator::retry`).
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::{current_state, get_task, time_col, to_json, ts, write_transition, Result, Store};
@@ -254,19 +254,6 @@ impl Store {
             }
             get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))
         })
-    }
-
-    /// The attempt whose pending intent of `kind` is newest for this task, if any.
-    pub fn pending_intent_attempt(&self, task_id: &str, kind: IntentKind) -> Result<Option<u32>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT MAX(attempt) FROM intents WHERE task_id = ?1 AND kind = ?2 AND done_at IS NULL",
-                params![task_id, kind.as_str()],
-                |r| r.get::<_, Option<u32>>(0),
-            )
-            .optional()?
-            .flatten())
     }
 }
 

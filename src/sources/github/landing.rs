@@ -233,7 +233,7 @@ static MENTION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| 
 /// an issue), @mentions lose their `@` (nobody is notified), terminal controls go, the
 /// length is capped at [`MAX_AGENT_MESSAGE_CHARS`] and every line is quoted. Pure.
 pub fn quote_agent_message(message: &str) -> String {
-    let text = crate::report::printable(message);
+    let text = crate::domain::terminal::printable(message);
     let text = HTML_COMMENT.replace_all(&text, "");
     let text = CLOSING.replace_all(&text, |c: &regex::Captures<'_>| {
         let reference = match c[2].strip_prefix('#') {

@@ -1,3 +1,5 @@
+//! The home's own files beside the configuration and the store: its daemon lock.
+//!
 //! One daemon per home: an exclusive lock on `$POLYPHONY_HOME/daemon.lock` holding the
 //! owner's pid. The OS drops the lock when the process dies, so a `kill -9` never leaves
 //! a stale lock behind; the pid in the file is only for the error message.

@@ -12,19 +12,24 @@
 //! such paths and `WorkspaceManager::remove` refuses them again after resolving symlinks.
 //! Must not: remove a live attempt's container or workspace, or anything under `mirror_root`
 //! except an unheld `*.lock` file.
+//!
+//! Layout: this file holds the facts, the plan and [`plan`]; `gather.rs` reads the facts,
+//! `execute.rs` carries a plan out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::domain::TaskState;
-use crate::runtime::{
-    RunState, RuntimeError, WorkerRuntime, LABEL_ATTEMPT, LABEL_HOME, LABEL_TASK,
-};
-use crate::store::{Store, StoreError};
-use crate::workspace::WorkspaceManager;
+use crate::runtime::{RuntimeError, LABEL_HOME};
+use crate::store::StoreError;
+
+mod execute;
+mod gather;
+
+pub use execute::{execute, Removed, Report};
+pub use gather::{container_facts, lock_facts, task_facts, workspace_dirs};
 
 /// Failures while gathering facts. Removal failures are collected in the [`Report`].
 #[derive(Debug, thiserror::Error)]
@@ -158,8 +163,10 @@ pub struct CleanupPlan {
     pub kept: Vec<Kept>,
 }
 
+// Only the tests ask whether a plan removes nothing; the verb prints what it did.
+#[cfg(test)]
 impl CleanupPlan {
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.containers.is_empty() && self.workspaces.is_empty() && self.locks.is_empty()
     }
 }
@@ -339,252 +346,6 @@ fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
             why: "Polyphony made it (marked task directory) but no attempt recorded it".to_string(),
         });
     }
-}
-
-// ---------------------------------------------------------------------------- gather (IO)
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CleanupError + '_ {
-    move |source| CleanupError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// `path` resolved when it exists, else as given.
-fn resolve(path: &Path) -> (PathBuf, bool) {
-    match path.canonicalize() {
-        Ok(p) => (p, true),
-        Err(_) => (path.to_path_buf(), false),
-    }
-}
-
-/// Every task with its recorded attempt workspaces.
-pub fn task_facts(store: &Store) -> Result<Vec<TaskFact>, CleanupError> {
-    let mut out = Vec::new();
-    for task in store.list_tasks(None, None)? {
-        let attempts = store
-            .attempts(&task.id)?
-            .into_iter()
-            .map(|a| {
-                let (workspace, exists) = resolve(&a.workspace);
-                AttemptFact {
-                    attempt: a.attempt,
-                    workspace,
-                    exists,
-                }
-            })
-            .collect();
-        out.push(TaskFact {
-            id: task.id,
-            state: task.state,
-            attempts,
-        });
-    }
-    Ok(out)
-}
-
-/// Containers carrying `polyphony.home=<home_label>`, any state.
-pub async fn container_facts(
-    runtime: &dyn WorkerRuntime,
-    home_label: &str,
-) -> Result<Vec<ContainerFact>, CleanupError> {
-    let filter = [(LABEL_HOME.to_string(), home_label.to_string())];
-    let found = runtime.list_by_labels(&filter).await?;
-    Ok(found
-        .into_iter()
-        .map(|c| ContainerFact {
-            home: c.labels.get(LABEL_HOME).cloned(),
-            task: c.labels.get(LABEL_TASK).cloned(),
-            attempt: c.labels.get(LABEL_ATTEMPT).and_then(|a| a.parse().ok()),
-            running: c.state == RunState::Running,
-            id: c.id,
-            name: c.name,
-        })
-        .collect())
-}
-
-/// Attempt directories Polyphony made: real directories `{root}/{key}/{n}` (resolved, `n`
-/// a number) whose task directory carries the marker (`workspace::marker`). Nothing else
-/// below the root is ever a removal candidate, so a directory someone else put there
-/// survives `cleanup --all`. Never follows symlinks. A missing root has none.
-pub fn workspace_dirs(root: &Path) -> Result<Vec<PathBuf>, CleanupError> {
-    let root = match root.canonicalize() {
-        Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(root)(e)),
-    };
-    let mut out = Vec::new();
-    for key_dir in real_dirs(&root)? {
-        if !crate::workspace::marker::is_marked_key_dir(&key_dir) {
-            continue;
-        }
-        out.extend(real_dirs(&key_dir)?.into_iter().filter(|d| {
-            d.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        }));
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn real_dirs(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        // `file_type` does not follow symlinks.
-        if entry.file_type().map_err(io_err(&entry.path()))?.is_dir() {
-            out.push(entry.path());
-        }
-    }
-    Ok(out)
-}
-
-/// `daemon.lock` of the home and `*.lock` files directly under `mirror_root`, each with
-/// whether a process holds it now.
-pub fn lock_facts(home: &Path, mirror_root: &Path) -> Result<Vec<LockFact>, CleanupError> {
-    let mut out = Vec::new();
-    let daemon = home.join("daemon.lock");
-    if daemon.is_file() {
-        out.push(LockFact {
-            held: crate::orchestrator::lock::DaemonLock::is_held(home),
-            path: daemon,
-            kind: LockKind::Daemon,
-        });
-    }
-    let entries = match std::fs::read_dir(mirror_root) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(io_err(mirror_root)(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io_err(mirror_root))?;
-        let path = entry.path();
-        let is_file = entry.file_type().map_err(io_err(&path))?.is_file();
-        if is_file && path.extension().is_some_and(|e| e == "lock") {
-            out.push(LockFact {
-                held: try_hold(&path).is_none(),
-                path,
-                kind: LockKind::Mirror,
-            });
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(out)
-}
-
-/// The file locked exclusively by us, or `None` when another process holds it (or it
-/// cannot be opened).
-fn try_hold(path: &Path) -> Option<File> {
-    let file = OpenOptions::new().read(true).write(true).open(path).ok()?;
-    file.try_lock().ok()?;
-    Some(file)
-}
-
-// ---------------------------------------------------------------------------- execute (IO)
-
-/// One thing removed (or, in a dry run, that would be).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Removed<T> {
-    #[serde(flatten)]
-    pub item: T,
-    /// Bytes on disk freed (workspaces and lock files; containers report 0).
-    pub bytes: u64,
-}
-
-/// What [`execute`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Report {
-    pub dry_run: bool,
-    pub containers: Vec<Removed<ContainerRemoval>>,
-    pub workspaces: Vec<Removed<WorkspaceRemoval>>,
-    pub locks: Vec<Removed<LockRemoval>>,
-    pub kept: Vec<Kept>,
-    pub bytes_freed: u64,
-    /// Removals that failed, one line each with the fix where there is one.
-    pub errors: Vec<String>,
-}
-
-/// Carries out `plan` (or, with `dry_run`, only measures it). Failures do not stop the
-/// rest; they are listed in [`Report::errors`]. Containers are skipped when `runtime` is
-/// `None` (the caller reports why).
-pub async fn execute(
-    plan: CleanupPlan,
-    runtime: Option<&dyn WorkerRuntime>,
-    workspaces: &WorkspaceManager,
-    dry_run: bool,
-) -> Report {
-    let mut report = Report {
-        dry_run,
-        kept: plan.kept,
-        ..Report::default()
-    };
-    for c in plan.containers {
-        match runtime {
-            _ if dry_run => report.containers.push(Removed { item: c, bytes: 0 }),
-            Some(rt) => match rt.remove(&c.id).await {
-                Ok(()) => report.containers.push(Removed { item: c, bytes: 0 }),
-                Err(e) => report.errors.push(format!("container {}: {e}", c.name)),
-            },
-            None => report.errors.push(format!(
-                "container {}: not removed, the Docker engine is unreachable",
-                c.name
-            )),
-        }
-    }
-    for w in plan.workspaces {
-        let result = if dry_run {
-            Ok(crate::workspace::disk_usage(&w.path))
-        } else {
-            workspaces.remove(&w.path)
-        };
-        match result {
-            Ok(bytes) => {
-                report.bytes_freed += bytes;
-                report.workspaces.push(Removed { item: w, bytes });
-            }
-            Err(e) => report
-                .errors
-                .push(format!("workspace {}: {e}", w.path.display())),
-        }
-    }
-    for l in plan.locks {
-        match remove_lock(&l.path, dry_run) {
-            Ok(Some(bytes)) => {
-                report.bytes_freed += bytes;
-                report.locks.push(Removed { item: l, bytes });
-            }
-            Ok(None) => report.kept.push(Kept {
-                what: format!("lock {}", l.path.display()),
-                why: "a process took it since it was checked".to_string(),
-            }),
-            Err(e) => report
-                .errors
-                .push(format!("lock {}: {e}", l.path.display())),
-        }
-    }
-    report
-}
-
-/// Removes a lock file while holding it, so a process that opened it earlier cannot take
-/// it between our check and the unlink. `None` when someone holds it now.
-fn remove_lock(path: &Path, dry_run: bool) -> std::io::Result<Option<u64>> {
-    let Some(file) = try_hold(path) else {
-        return Ok(None);
-    };
-    let bytes = file.metadata().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.blocks() * 512
-    })?;
-    if !dry_run {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    drop(file);
-    Ok(Some(bytes))
 }
 
 #[cfg(test)]

@@ -1,0 +1,431 @@
+//! The IO shell of `doctor`: reads the config, asks Docker, git, the filesystem, the
+//! environment and GitHub, and hands each fact to a pure builder in `checks.rs`.
+//! Must not: create anything in the home, or stop at the first problem.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::checks::*;
+use super::Check;
+use crate::config::Config;
+use crate::domain::AgentType;
+use crate::runtime::test_image::TEST_IMAGE_REPO;
+use crate::runtime::DockerRuntime;
+use crate::sources::github::client::{resolve_api_url, resolve_token, FaultPolicy, GithubClient};
+use crate::sources::github::RepoSlug;
+/// For each image the agents run in, the agent types and commands that run there.
+fn clis_of(config: &Config) -> BTreeMap<String, BTreeSet<(AgentType, String)>> {
+    let mut out: BTreeMap<String, BTreeSet<(AgentType, String)>> = BTreeMap::new();
+    for agent in &config.agents {
+        let image = agent
+            .image
+            .clone()
+            .unwrap_or_else(|| config.global.container.image.clone());
+        out.entry(image)
+            .or_default()
+            .insert((agent.agent_type, agent.cli_command.clone()));
+    }
+    out
+}
+
+/// Runs `CLI --version` in `image`: no network, no credentials, removed afterwards.
+async fn probe_cli(
+    rt: &DockerRuntime,
+    home: &Path,
+    image: &str,
+    cli: &str,
+    user: &str,
+    n: usize,
+) -> Result<(Option<i64>, String), String> {
+    use crate::runtime::{run_check, ContainerSpec, Role};
+    let spec = ContainerSpec::new(
+        format!("polyphony-doctor-{}-{n}", std::process::id()),
+        image,
+        vec![cli.to_string(), "--version".to_string()],
+    )
+    .labels_for("doctor", 0, &crate::runtime::home_label(home), Role::Verify)
+    .network(crate::domain::NetworkMode::None)
+    .limits(crate::domain::ResourceLimits::default(), user);
+    let no_scrub = |s: &str| s.to_string();
+    run_check(rt, &spec, Duration::from_secs(60), &no_scrub)
+        .await
+        .map(|r| (r.exit_code, r.output_tail))
+        .map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------- run (IO)
+
+/// Runs every check against `home`. `lookup` reads environment variables (values are only
+/// tested for presence and handed to the GitHub client, never returned).
+pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) -> Vec<Check> {
+    let mut checks = Vec::new();
+
+    let config = match Config::load(home) {
+        Ok(c) => {
+            let read: Vec<&str> = c
+                .files()
+                .iter()
+                .filter(|(_, read)| **read)
+                .map(|(f, _)| *f)
+                .collect();
+            if read.is_empty() {
+                checks.push(Check::warn(
+                    "config",
+                    format!("no config files in {} (defaults in use)", home.display()),
+                    "run `polyphony init` to write the commented templates",
+                ));
+            } else {
+                checks.push(Check::pass(
+                    "config",
+                    format!("{} loads ({})", home.display(), read.join(", ")),
+                ));
+            }
+            Some(c)
+        }
+        Err(e) => {
+            // The error already names file, line, column and the fix.
+            checks.push(Check::fail(
+                "config",
+                e.to_string(),
+                "edit the file as the message says, then `polyphony config check`",
+            ));
+            None
+        }
+    };
+
+    match std::process::Command::new("git").arg("--version").output() {
+        Ok(out) if out.status.success() => {
+            checks.push(git_check(Ok(&String::from_utf8_lossy(&out.stdout))))
+        }
+        Ok(out) => checks.push(git_check(Err(&format!(
+            "`git --version` exited with {}",
+            out.status
+        )))),
+        Err(e) => checks.push(git_check(Err(&format!("cannot run git: {e}")))),
+    }
+
+    let engine = DockerRuntime::connect().await;
+    let runtime = match engine {
+        Ok(rt) => match rt.engine_version().await {
+            Ok(v) => {
+                checks.push(docker_check(Ok(&v)));
+                Some(rt)
+            }
+            Err(e) => {
+                checks.push(docker_check(Err(&e.to_string())));
+                None
+            }
+        },
+        Err(e) => {
+            checks.push(docker_check(Err(&e.to_string())));
+            None
+        }
+    };
+
+    if let Some(config) = &config {
+        for (image, used_by) in images_of(config) {
+            let present = match &runtime {
+                Some(rt) => rt.image_present(&image).await.map_err(|e| e.to_string()),
+                None => Err("the engine is unreachable".to_string()),
+            };
+            checks.push(image_check(
+                &image,
+                &used_by,
+                present.as_ref().map(|b| *b).map_err(String::as_str),
+            ));
+        }
+        for item in config.unsafe_settings() {
+            checks.push(unsafe_check(item));
+        }
+        // The CLI versions inside each present image (the offline test image holds fakes).
+        if let Some(rt) = &runtime {
+            let user = config
+                .global
+                .container
+                .user
+                .clone()
+                .unwrap_or_else(crate::runtime::daemon_user);
+            let mut n = 0;
+            for (image, clis) in clis_of(config) {
+                if image.starts_with(TEST_IMAGE_REPO)
+                    || !rt.image_present(&image).await.unwrap_or(false)
+                {
+                    continue;
+                }
+                for (agent, cli) in clis {
+                    n += 1;
+                    let probe = probe_cli(rt, home, &image, &cli, &user, n).await;
+                    checks.push(cli_version_check(&image, agent, &cli, probe));
+                }
+            }
+        }
+        credential_checks(config, lookup, &mut checks);
+        github_checks(config, lookup, &mut checks).await;
+    } else {
+        checks.push(Check::warn(
+            "images, identities, GitHub",
+            "not checked: the config does not load",
+            "fix the config check above",
+        ));
+    }
+
+    if !crate::runtime::test_image::host_busybox_present() {
+        checks.push(Check::warn(
+            "busybox",
+            format!("{} missing", crate::runtime::test_image::HOST_BUSYBOX),
+            "`apt-get install busybox-static`: `polyphony demo` and the Docker tests build the \
+             offline test image from it",
+        ));
+    }
+
+    let db = crate::config::db_path(home);
+    if db.exists() {
+        // `integrity_check` reads every page (issue 12: a damaged file looked healthy).
+        let checked = crate::store::Store::open(&db).and_then(|s| {
+            let problems = s.check_integrity(true)?;
+            Ok((s.count_by_state()?, problems))
+        });
+        let recover = format!(
+            "stop the daemon; restore a backup (`cp BACKUP {0}` after moving {0} and its -wal/-shm aside) or salvage it with `sqlite3 {0} .recover | sqlite3 {0}.recovered`",
+            db.display()
+        );
+        match checked {
+            Ok((counts, problems)) if problems.is_empty() => checks.push(Check::pass(
+                "queue",
+                format!(
+                    "{} ({} task(s), integrity_check ok)",
+                    db.display(),
+                    counts.values().sum::<u64>()
+                ),
+            )),
+            Ok((_, problems)) => checks.push(Check::fail(
+                "queue",
+                format!(
+                    "{} fails integrity_check: {}",
+                    db.display(),
+                    problems
+                        .iter()
+                        .flat_map(|p| p.lines())
+                        .find(|l| !l.starts_with("*** in database"))
+                        .unwrap_or("damaged")
+                ),
+                recover,
+            )),
+            Err(e) if e.is_damage() => checks.push(Check::fail(
+                "queue",
+                format!("{} is damaged: {e}", db.display()),
+                recover,
+            )),
+            Err(e) => checks.push(Check::fail(
+                "queue",
+                e.to_string(),
+                "use the polyphony that wrote it, or check the file's permissions",
+            )),
+        }
+    }
+
+    // Usage limits per identity and agent (issue 14).
+    if db.exists() {
+        if let Ok(rows) = crate::store::Store::open(&db).and_then(|s| s.quota_rows()) {
+            let now = chrono::Utc::now();
+            checks.extend(rows.iter().map(|q| quota_check(q, now)));
+        }
+    }
+
+    let running = crate::home::DaemonLock::is_held(home);
+    let pid = std::fs::read_to_string(home.join("daemon.lock")).ok();
+    checks.push(daemon_check(
+        running,
+        pid.as_deref().map(str::trim).filter(|p| !p.is_empty()),
+    ));
+
+    checks.push(disk_check(
+        "home",
+        home,
+        free_bytes(home)
+            .as_ref()
+            .map(|b| *b)
+            .map_err(String::as_str),
+    ));
+    if let Some(config) = &config {
+        let root = config.workspace_root();
+        if !root.starts_with(home) {
+            checks.push(disk_check(
+                "workspace_root",
+                root,
+                free_bytes(root)
+                    .as_ref()
+                    .map(|b| *b)
+                    .map_err(String::as_str),
+            ));
+        }
+    }
+    checks
+}
+
+/// Every image the config names, with who names it.
+fn images_of(config: &Config) -> BTreeMap<String, String> {
+    let mut images: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut add = |image: &str, by: String| {
+        images.entry(image.to_string()).or_default().insert(by);
+    };
+    for agent in &config.agents {
+        match &agent.image {
+            Some(i) => add(i, format!("agent {}", agent.name)),
+            None => add(
+                &config.global.container.image,
+                format!("agent {}", agent.name),
+            ),
+        }
+    }
+    if let Some(i) = &config.global.verify.image {
+        add(i, "verify".into());
+    }
+    for r in &config.global.repos {
+        if let Some(i) = &r.image {
+            add(i, format!("repo {}", r.repo));
+        }
+        if let Some(i) = r.verify.as_ref().and_then(|v| v.image.as_ref()) {
+            add(i, format!("verify of repo {}", r.repo));
+        }
+    }
+    images
+        .into_iter()
+        .map(|(image, by)| (image, by.into_iter().collect::<Vec<_>>().join(", ")))
+        .collect()
+}
+
+fn credential_checks(
+    config: &Config,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    checks: &mut Vec<Check>,
+) {
+    for identity in &config.identities {
+        for (agent_type, path) in &identity.volumes {
+            checks.push(volume_check(
+                &identity.name,
+                agent_type,
+                path,
+                path.exists(),
+            ));
+            let Ok(t) = agent_type.parse::<crate::domain::AgentType>() else {
+                continue;
+            };
+            if path.exists() {
+                let staged: Vec<(String, bool)> = crate::identity::volume_mounts(identity, t)
+                    .into_iter()
+                    .map(|m| (m.host_path.display().to_string(), m.host_path.exists()))
+                    .collect();
+                checks.push(staged_files_check(&identity.name, agent_type, &staged));
+            }
+        }
+        for (container_var, host_var) in &identity.api_keys {
+            let set = lookup(host_var).is_some_and(|v| !v.is_empty());
+            checks.push(api_key_check(&identity.name, container_var, host_var, set));
+        }
+    }
+}
+
+async fn github_checks(
+    config: &Config,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    checks: &mut Vec<Check>,
+) {
+    let repos = &config.global.github.repos;
+    // Identities sharing a token variable are checked once.
+    let mut by_var: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
+    for identity in &config.identities {
+        by_var
+            .entry(identity.github_token_env.clone())
+            .or_default()
+            .push(identity.name.clone());
+    }
+    if by_var.is_empty() {
+        by_var.insert(None, vec!["default".into()]);
+    }
+    let api_url = resolve_api_url(lookup);
+    if let Err(e) = crate::sources::github::client::parse_api_url(&api_url) {
+        checks.push(Check::fail(
+            "GITHUB_API_URL",
+            e.to_string(),
+            "export GITHUB_API_URL=https://api.github.com (GitHub Enterprise: https://HOST/api/v3), or unset it",
+        ));
+        return;
+    }
+    let policy = FaultPolicy {
+        max_rate_limit_wait: Duration::ZERO,
+        max_rate_limit_retries: 0,
+        max_server_retries: 1,
+        request_timeout: Duration::from_secs(10),
+        ..FaultPolicy::default()
+    };
+    let mut validated = BTreeSet::new();
+    for (var, names) in by_var {
+        let who = format!("identity {}", names.join(", "));
+        let token = resolve_token(var.as_deref(), lookup);
+        let found = token
+            .as_ref()
+            .map(|t| t.var.as_str())
+            .map_err(|e| e.to_string());
+        checks.push(token_presence_check(
+            &who,
+            found.as_deref().map_err(String::as_str),
+            !repos.is_empty(),
+        ));
+        let Ok(token) = token else { continue };
+        if repos.is_empty() || !validated.insert(token.var.clone()) {
+            continue;
+        }
+        let var_name = token.var.clone();
+        let client = match GithubClient::new(&api_url, token, policy.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                checks.push(token_api_check(
+                    &var_name,
+                    "-",
+                    &api_url,
+                    Err(&e.to_string()),
+                ));
+                continue;
+            }
+        };
+        for repo in repos {
+            let answer = match RepoSlug::parse(repo) {
+                Ok(slug) => client
+                    .get_json::<serde_json::Value>(&format!("reading {slug}"), &slug.api_path())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            checks.push(token_api_check(
+                &var_name,
+                repo,
+                &api_url,
+                answer.as_ref().map(|_| ()).map_err(String::as_str),
+            ));
+        }
+    }
+}
+
+/// Bytes available to this user on the filesystem holding `path` (or its nearest existing
+/// ancestor: a root that is not created yet lands there).
+fn free_bytes(path: &Path) -> Result<u64, String> {
+    let mut probe: PathBuf = path.to_path_buf();
+    while !probe.exists() {
+        match probe.parent() {
+            Some(p) => probe = p.to_path_buf(),
+            None => return Err(format!("no existing ancestor of {}", path.display())),
+        }
+    }
+    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes())
+        .map_err(|_| "path contains a NUL byte".to_string())?;
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `stat` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut stat) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+}

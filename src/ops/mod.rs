@@ -1,0 +1,10 @@
+//! Operations on a home, beside the attempt pipeline: what `cleanup`, `doctor` and `logs`
+//! do once the verb has parsed its arguments.
+//!
+//! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
+//! - `doctor`: environment checks (engine, images, git, config, credentials, token)
+//! - `report`: readable renderings of stored events (`logs`) and byte counts
+
+pub mod cleanup;
+pub mod doctor;
+pub mod report;
