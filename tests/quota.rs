@@ -51,20 +51,21 @@ struct Home {
 }
 
 impl Home {
-    fn new(image: &str) -> Home {
+    /// `extra`: more config.yaml lines; `fallback`: the agent after claude.
+    fn new(image: &str, extra: &str, fallback: &str) -> Home {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("home");
         write_home(&path, dir.path(), image).expect("home");
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\nquota_default_cooldown: 10m\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\nquota_default_cooldown: 10m\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{extra}"
             ),
         )
         .expect("config.yaml");
         std::fs::write(
             path.join("routing.yaml"),
-            "default:\n  agent: claude\n  fallback: [codex]\n",
+            format!("default:\n  agent: claude\n  fallback: [{fallback}]\n"),
         )
         .expect("routing.yaml");
         let origin = write_sample_repo(&dir.path().join("origin")).expect("sample repo");
@@ -263,7 +264,7 @@ fn states(v: &Value) -> Vec<String> {
 async fn a_chain_out_of_quota_waits_for_the_earliest_reset_across_a_restart() {
     let Some(image) = image().await else { return };
     let started = Instant::now();
-    let home = Home::new(&image);
+    let home = Home::new(&image, "", "codex");
     // Long enough for two attempts (claude's limit, then codex's) on a loaded machine.
     let reset = Utc::now().timestamp() + 45;
     let first = home
@@ -416,4 +417,42 @@ fn daemon_logs(home: &Home) -> String {
         }
     }
     out
+}
+
+/// `quota_handoff: continue`: claude edits, then meets its limit mid-run; gemini starts from
+/// that work (its prompt, which Gemini's stream echoes, names the diff so far) and, changing
+/// nothing itself, lands it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_handoff_continue_carries_the_work_to_the_next_agent() {
+    let Some(image) = image().await else { return };
+    let home = Home::new(&image, "quota_handoff: continue\n", "gemini");
+    let id = home
+        .enqueue(
+            "Fix add() (claude stops at its limit mid-run)",
+            "polyphony-fake[claude]: quota\npolyphony-fake-edit-first[claude]: yes\npolyphony-fake[gemini]: no-change",
+        )
+        .await;
+    let mut daemon = home.daemon(1);
+    let status = daemon.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {status}\n{}", daemon_logs(&home));
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{}", daemon_logs(&home));
+    let tried: Vec<(String, String)> = attempts(&v).into_iter().map(|(a, s, _)| (a, s)).collect();
+    assert_eq!(
+        tried,
+        [
+            ("claude".into(), "quota".into()),
+            ("gemini".into(), "succeeded".into())
+        ]
+    );
+    // Gemini's prompt named the work it continued.
+    let t2 = std::fs::read_to_string(home.path.join("transcripts").join(&id).join("2.ndjson"))
+        .expect("gemini's transcript");
+    assert!(
+        t2.contains("Attempt 1 (claude) stopped at its usage limit"),
+        "{t2}"
+    );
+    assert!(t2.contains("M calc.sh"), "{t2}");
+    assert_eq!(v["quota"]["fallback"]["agent"], "gemini", "{}", v["quota"]);
+    assert_eq!(v["quota"]["fallback"]["preferred"], "claude");
 }

@@ -252,6 +252,18 @@ impl<'a> Attempt<'a> {
     async fn fresh(&mut self) -> Result<AttemptEnd, Failure> {
         let ws = self.prepare_workspace().await?;
         self.ws = Some(ws.clone());
+        if self.attempt > 1 {
+            let previous = workspace_key(&self.task.id, self.attempt - 1);
+            quota::continue_after_limit(
+                self.orch,
+                &self.store,
+                &self.task.id,
+                self.attempt,
+                &ws,
+                &previous,
+            )
+            .await;
+        }
         let decision = self.route(&ws).await?;
         if let Some(end) = self.claim_at_source().await? {
             return Ok(end);
@@ -673,6 +685,7 @@ impl<'a> Attempt<'a> {
     ) -> Result<AttemptExecution, Failure> {
         let adapter = adapter_for(spec.agent_type);
         let previous = self.previous_failures();
+        let handoff = quota::handoff_note(&self.db(), &self.task.id, spec.attempt);
         let prompt = self.orch.prompt.render(&PromptContext {
             title: &self.task.title,
             body: &self.task.body,
@@ -682,6 +695,7 @@ impl<'a> Attempt<'a> {
             attempt: spec.attempt,
             previous_failures: &previous,
             verify_commands: &spec.verification,
+            handoff: handoff.as_deref(),
         });
         let invocation = adapter.invocation(spec, &prompt);
         let container = agent_spec(

@@ -16,15 +16,18 @@
 //! Must not: change task state (the pipeline settles FAILED with the time this returns).
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, FixedOffset, Utc};
 
 use crate::agents::quota::hit_reset;
 use crate::agents::QuotaHit;
+use crate::config::model::QuotaHandoff;
 use crate::config::quota::QuotaSettings;
 use crate::config::Config;
-use crate::domain::{AgentQuota, AgentReset, QuotaWait};
+use crate::domain::{AgentQuota, AgentReset, AttemptStatus, QuotaWait};
 use crate::store::{Store, StoreError};
+use crate::workspace::{Author, Handoff, Workspace};
 
 /// The longest a reported reset is believed: a limit that claims to last longer (a typo'd
 /// epoch, a misread date) is retried after this, never "forever".
@@ -419,6 +422,105 @@ pub fn record_hit(
     Ok(row)
 }
 
+// ---------------------------------------------------------------- handoff
+
+/// The most paths a handoff note lists.
+const HANDOFF_PATHS: usize = 40;
+
+/// What the next agent's prompt says of the work it continues (in place of the previous
+/// attempt's failures).
+pub fn handoff_text(agent: &str, attempt: u32, handoff: &Handoff) -> String {
+    let mut out = format!(
+        "Attempt {attempt} ({agent}) stopped at its usage limit before it finished. Its changes \
+         so far are already in /workspace (the diff against the base below); continue from \
+         them: check what is there, keep what is right and finish the task.\n"
+    );
+    for (status, path) in handoff.changes.iter().take(HANDOFF_PATHS) {
+        out.push_str(&format!("  {status} {path}\n"));
+    }
+    if handoff.changes.len() > HANDOFF_PATHS {
+        out.push_str(&format!(
+            "  ({} more paths)\n",
+            handoff.changes.len() - HANDOFF_PATHS
+        ));
+    }
+    out
+}
+
+/// kv: the handoff note of one attempt's prompt.
+fn handoff_key(task_id: &str, attempt: u32) -> String {
+    format!("quota_handoff:{task_id}:{attempt}")
+}
+
+/// The handoff note recorded for `attempt`, if its agent continues a limited attempt.
+pub fn handoff_note(store: &Store, task_id: &str, attempt: u32) -> Option<String> {
+    store.kv_get(&handoff_key(task_id, attempt)).ok().flatten()
+}
+
+/// `quota_handoff: continue`: when attempt `attempt - 1` met a usage limit, its work is
+/// carried into `ws` (the fresh clone of `attempt`) and the prompt note recorded.
+/// `previous_key` is the kv key holding that attempt's workspace. Best effort: anything
+/// that goes wrong leaves a fresh attempt, logged.
+pub async fn continue_after_limit(
+    orch: &super::Orchestrator,
+    store: &Mutex<Store>,
+    task_id: &str,
+    attempt: u32,
+    ws: &Workspace,
+    previous_key: &str,
+) {
+    if orch.config.quota_settings().handoff != QuotaHandoff::Continue || attempt < 2 {
+        return;
+    }
+    let found = {
+        let db = store.lock().unwrap_or_else(|p| p.into_inner());
+        let record = db.attempt(task_id, attempt - 1).ok().flatten();
+        let from: Option<Workspace> = db
+            .kv_get(previous_key)
+            .ok()
+            .flatten()
+            .and_then(|json| serde_json::from_str(&json).ok());
+        record
+            .filter(|r| r.status == Some(AttemptStatus::Quota))
+            .zip(from)
+    };
+    let Some((record, from)) = found.filter(|(_, from)| from.path.is_dir()) else {
+        return;
+    };
+    let git = &orch.config.global.git;
+    let author = Author {
+        name: git.author_name.clone(),
+        email: git.author_email.clone(),
+    };
+    let manager = orch.workspaces.clone();
+    let to = ws.clone();
+    let carried = tokio::task::spawn_blocking(move || manager.hand_over(&from, &to, &author)).await;
+    match carried {
+        Ok(Ok(Some(handoff))) => {
+            let note = handoff_text(&record.agent, record.attempt, &handoff);
+            tracing::info!(
+                task = %task_id, attempt,
+                "quota handoff: continuing attempt {}'s work ({} path(s))",
+                record.attempt,
+                handoff.changes.len()
+            );
+            let db = store.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = db.kv_set(&handoff_key(task_id, attempt), &note, Utc::now()) {
+                tracing::warn!(task = %task_id, error = %e, "cannot record the handoff note");
+            }
+        }
+        Ok(Ok(None)) => {
+            tracing::info!(task = %task_id, attempt, "quota handoff: the limited attempt changed nothing")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(task = %task_id, attempt, error = %e, "quota handoff failed; starting fresh")
+        }
+        Err(e) => {
+            tracing::warn!(task = %task_id, attempt, error = %e, "quota handoff failed; starting fresh")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,6 +753,23 @@ mod tests {
             reset_words("claude", mins(60 * 24), now()),
             "claude resets Dec 01 14:00"
         );
+    }
+
+    #[test]
+    fn handoff_notes_name_the_diff() {
+        let h = Handoff {
+            sha: "0".repeat(40),
+            changes: vec![('M', "calc.sh".into()), ('A', "notes.md".into())],
+        };
+        assert_eq!(
+            handoff_text("claude", 1, &h),
+            "Attempt 1 (claude) stopped at its usage limit before it finished. Its changes so far are already in /workspace (the diff against the base below); continue from them: check what is there, keep what is right and finish the task.\n  M calc.sh\n  A notes.md\n"
+        );
+        let many = Handoff {
+            sha: "0".repeat(40),
+            changes: (0..45).map(|i| ('A', format!("f{i}"))).collect(),
+        };
+        assert!(handoff_text("codex", 2, &many).ends_with("  A f39\n  (5 more paths)\n"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod cleanup;
 mod clone;
 mod commit;
 mod git;
+mod handoff;
 pub mod key;
 pub mod marker;
 mod mirror;
@@ -28,6 +29,7 @@ mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
+pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;

@@ -464,6 +464,13 @@ fake_main() {
                 run_success default
             else
                 emit_init
+                # `polyphony-fake-edit-first: yes`: the limit comes mid-run, after the
+                # `polyphony-fake-sed` edits (or a note) are made.
+                if [ "$(directive polyphony-fake-edit-first)" = yes ]; then
+                    emit_tool shell "ls"
+                    emit_tool_result "$(ls -A 2>&1 | head -n 50)"
+                    apply_seds || note "work before the usage limit"
+                fi
                 emit_quota
                 exit 1
             fi
