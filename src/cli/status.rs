@@ -21,8 +21,8 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
-    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at), or, for
-    /// one TASK, {task, transitions, attempts, landing} in full.
+    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
+    /// quota_wait), or, for one TASK, {task, transitions, attempts, landing, quota} in full.
     #[arg(long)]
     json: bool,
 }

@@ -28,8 +28,9 @@ pub struct GlobalConfig {
     pub max_attempts: u32,
     /// How long an agent counts as out of quota when its CLI names no reset time (issue 14).
     pub quota_default_cooldown: String,
-    /// What the next agent starts from after an attempt hit a usage limit mid-run.
-    pub quota_handoff: QuotaHandoff,
+    /// What the next agent starts from after an attempt hit a usage limit mid-run:
+    /// `fresh` or `continue` ([`QuotaHandoff`], checked at load).
+    pub quota_handoff: String,
     /// After the reset, a task whose preferred agent was out goes back to it (`false`: it
     /// stays with the fallback that took over).
     pub quota_return_to_preferred: bool,
@@ -63,7 +64,7 @@ impl Default for GlobalConfig {
             event_idle_timeout: "5m".into(),
             max_attempts: 3,
             quota_default_cooldown: "15m".into(),
-            quota_handoff: QuotaHandoff::Fresh,
+            quota_handoff: "fresh".into(),
             quota_return_to_preferred: true,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_identity: None,
@@ -89,6 +90,17 @@ pub enum QuotaHandoff {
     /// The next agent starts from the limited attempt's workspace (its changes so far),
     /// and its prompt names that diff.
     Continue,
+}
+
+impl QuotaHandoff {
+    /// `fresh` or `continue`.
+    pub fn parse(text: &str) -> Option<QuotaHandoff> {
+        match text.trim() {
+            "fresh" => Some(QuotaHandoff::Fresh),
+            "continue" => Some(QuotaHandoff::Continue),
+            _ => None,
+        }
+    }
 }
 
 /// `http:` in config.yaml: what `polyphony daemon` serves (docs/api.md).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::locate::Seg;
 use super::model::{GlobalConfig, QuotaHandoff};
-use super::{duration_at, Config, ConfigError, Doc};
+use super::{duration_at, Config, ConfigError, ConfigErrorKind, Doc};
 
 /// The default of `quota_default_cooldown`: long enough not to burn attempts on an agent
 /// that just refused, short enough that a limit with an unknown reset costs little.
@@ -28,8 +28,20 @@ pub(super) fn check(global: &GlobalConfig, doc: &Doc<'_>) -> Result<(), ConfigEr
         &[Seg::Key("quota_default_cooldown")],
         "quota_default_cooldown",
         &global.quota_default_cooldown,
-    )
-    .map(|_| ())
+    )?;
+    if QuotaHandoff::parse(&global.quota_handoff).is_none() {
+        return Err(doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Seg::Key("quota_handoff")],
+            None,
+            format!(
+                "`quota_handoff` is `{}`, not one of fresh, continue",
+                global.quota_handoff
+            ),
+            "write `fresh` (the next agent starts from a fresh clone) or `continue` (it starts from the limited attempt's work)",
+        ));
+    }
+    Ok(())
 }
 
 impl Config {
@@ -38,7 +50,7 @@ impl Config {
         QuotaSettings {
             default_cooldown: super::values::parse_duration(&self.global.quota_default_cooldown)
                 .unwrap_or(DEFAULT_COOLDOWN),
-            handoff: self.global.quota_handoff,
+            handoff: QuotaHandoff::parse(&self.global.quota_handoff).unwrap_or_default(),
             return_to_preferred: self.global.quota_return_to_preferred,
         }
     }
