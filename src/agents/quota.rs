@@ -57,12 +57,12 @@ static PIPE_EPOCH: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\|\s*(\d{9,})").unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
-/// The reset as the message words it, for people: everything after `resets`, `try again
-/// at|in|after`, `reset after`, `retry in` or `resuming at` up to the end of the clause. A
+/// The reset as the message words it, for people: everything after `resets [at]`, `try
+/// again [at|in]`, `retry in` or `resuming at` up to the end of the clause. A
 /// comma followed by a year stays (Codex: `try again at Dec 1st, 2026 10:04 PM`).
 static RESETS: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r#"(?i)(?:resets?(?:\s+at|\s+after|\s+in)?|try\s+again(?:\s+at|\s+in|\s+after)?|retry\s+(?:in|after)|resuming\s+at)\s+((?:[^.\n'",;}\]]|,\s*\d{4}\b|\.\d)+)"#,
+        r#"(?i)(?:resets?(?:\s+at)?|try\s+again(?:\s+at|\s+in)?|retry\s+in|resuming\s+at)\s+((?:[^.\n'",;}\]]|,\s*\d{4}\b|\.\d)+)"#,
     )
     .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
@@ -645,7 +645,7 @@ mod tests {
         let offset = FixedOffset::east_opt(0).unwrap();
         assert_eq!(hit_reset(&h, seen(), offset), utc(2026, 12, 1, 22, 4, 0));
         let h = hit("Your quota will reset after 1h49m8s.");
-        assert_eq!(h.resets_at.as_deref(), Some("1h49m8s"));
+        assert_eq!(h.resets_at.as_deref(), Some("after 1h49m8s"));
         let h = hit("Please retry in 31.44s.");
         assert_eq!(h.resets_at.as_deref(), Some("31.44s"));
     }
