@@ -3,11 +3,13 @@
 //! (queue.db included) is byte-for-byte what it was before the rejected command. A second
 //! test pipes every printing verb into a closed reader: it must stop quietly, never panic.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command as StdCommand;
 
 use assert_cmd::Command;
+use support::git::git;
 
 /// A home with one queued task, a git repository with a commit, a bare clone of it, an
 /// empty repository, a plain directory and a foreign non-empty directory.
@@ -72,24 +74,6 @@ impl Fixture {
         s.replace("{root}", &self.root.display().to_string())
             .replace("{home}", &self.home.display().to_string())
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = StdCommand::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// Every file under `path` (or `path` itself) with its bytes.
@@ -277,69 +261,27 @@ fn damage(f: &Fixture, how: Damage) {
 fn bad_inputs_are_refused_with_the_field_and_the_fix_and_change_nothing() {
     let cases = cases();
     assert!(cases.len() >= 60, "only {} cases", cases.len());
-    let mut failures = Vec::new();
-    for case in &cases {
-        let f = Fixture::new();
-        for (name, text) in case.files {
-            std::fs::write(f.home.join(name), text).unwrap();
-        }
-        damage(&f, case.damage);
-        let before_home = snapshot(&f.home);
-        let args: Vec<String> = case
-            .args
-            .iter()
-            .map(|a| {
-                if *a == "{long-title}" {
-                    "t".repeat(257)
-                } else {
-                    f.expand(a)
+    // Every case has a fixture of its own: they run on a few threads (mostly waiting on
+    // the processes they start), and failures are reported in the table's order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(case) = cases.get(i) else { break };
+                if let Some(failure) = run_case(case) {
+                    found
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((i, failure));
                 }
-            })
-            .collect();
-        let mut cmd = f.bin();
-        for (k, v) in case.env {
-            cmd.env(k, f.expand(v));
+            });
         }
-        let out = cmd
-            .args(&args)
-            .timeout(std::time::Duration::from_secs(60))
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let mut problems = Vec::new();
-        if out.status.code() != Some(case.code) {
-            problems.push(format!(
-                "exit {:?}, expected {}",
-                out.status.code(),
-                case.code
-            ));
-        }
-        for needle in case.needles {
-            let needle = f.expand(needle);
-            if !stderr.contains(&needle) {
-                problems.push(format!("stderr lacks {needle:?}"));
-            }
-        }
-        for secret in case.absent {
-            if stderr.contains(secret) || String::from_utf8_lossy(&out.stdout).contains(secret) {
-                problems.push(format!("the output shows {secret:?}"));
-            }
-        }
-        if stderr.contains("panicked") {
-            problems.push("panicked".into());
-        }
-        if snapshot(&f.home) != before_home {
-            problems.push("the home changed".into());
-        }
-        if !problems.is_empty() {
-            failures.push(format!(
-                "{}: {}\n    stderr: {}",
-                case.name,
-                problems.join("; "),
-                stderr.trim()
-            ));
-        }
-    }
+    });
+    let mut found = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    found.sort();
+    let failures: Vec<String> = found.into_iter().map(|(_, f)| f).collect();
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
@@ -347,6 +289,72 @@ fn bad_inputs_are_refused_with_the_field_and_the_fix_and_change_nothing() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+/// One case on a fixture of its own: what is wrong with the outcome, if anything.
+fn run_case(case: &Case) -> Option<String> {
+    let f = Fixture::new();
+    for (name, text) in case.files {
+        std::fs::write(f.home.join(name), text).unwrap();
+    }
+    damage(&f, case.damage);
+    let before_home = snapshot(&f.home);
+    let args: Vec<String> = case
+        .args
+        .iter()
+        .map(|a| {
+            if *a == "{long-title}" {
+                "t".repeat(257)
+            } else {
+                f.expand(a)
+            }
+        })
+        .collect();
+    let mut cmd = f.bin();
+    for (k, v) in case.env {
+        cmd.env(k, f.expand(v));
+    }
+    let out = cmd
+        .args(&args)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut problems = Vec::new();
+    if out.status.code() != Some(case.code) {
+        problems.push(format!(
+            "exit {:?}, expected {}",
+            out.status.code(),
+            case.code
+        ));
+    }
+    for needle in case.needles {
+        let needle = f.expand(needle);
+        if !stderr.contains(&needle) {
+            problems.push(format!("stderr lacks {needle:?}"));
+        }
+    }
+    for secret in case.absent {
+        if stderr.contains(secret) || String::from_utf8_lossy(&out.stdout).contains(secret) {
+            problems.push(format!("the output shows {secret:?}"));
+        }
+    }
+    if stderr.contains("panicked") {
+        problems.push("panicked".into());
+    }
+    if snapshot(&f.home) != before_home {
+        problems.push("the home changed".into());
+    }
+    if problems.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "{}: {}\n    stderr: {}",
+            case.name,
+            problems.join("; "),
+            stderr.trim()
+        ))
+    }
 }
 
 /// Issue 12: `status | head -1` panicked with exit 101. Every printing verb writes into a

@@ -1,10 +1,13 @@
 //! The built binary against a temporary POLYPHONY_HOME: init, config check, enqueue,
 //! status, and every kind of malformed config exiting 2 with file:line and a fix.
 
+mod support;
+
 use std::path::Path;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
+use support::git::git;
 
 fn polyphony(home: &Path) -> Command {
     let mut cmd = Command::cargo_bin("polyphony").unwrap();
@@ -103,28 +106,11 @@ fn enqueue_then_status_shows_discovered() {
     let home = initialised();
     let repo = tempfile::tempdir().unwrap();
     // enqueue checks a local --repo is a git repository with a commit (issue 12).
-    for args in [
-        &["init", "-q"][..],
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "init",
-        ],
-    ] {
-        let ok = std::process::Command::new("git")
-            .current_dir(repo.path())
-            .args(args)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    git(repo.path(), &["init", "-q"]);
+    git(
+        repo.path(),
+        &["commit", "-q", "--allow-empty", "-m", "init"],
+    );
     let body = home.path().join("body.md");
     std::fs::write(&body, "The parser drops the last line.").unwrap();
     let out = polyphony(home.path())
@@ -347,27 +333,6 @@ fn duplicate_name() {
         "agents:\n  - name: claude\n    agent_type: claude\n  - name: codex\n    agent_type: codex\n  - name: claude\n    agent_type: kimi\n",
         6,
         &["agent `claude` is defined twice", "unique"],
-    );
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -4,6 +4,8 @@
 //!
 //! Without `chromium` on PATH this prints SKIPPED, and fails under `CI=true`.
 
+mod support;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,11 +14,12 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use chrono::Utc;
 use polyphony::domain::{
-    AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
-    RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState,
+    TokenUsage,
 };
 use polyphony::http::{self, ServerSettings};
 use polyphony::store::Store;
+use support::spec::{message_event, run_spec};
 
 fn chromium() -> Option<PathBuf> {
     for name in ["chromium", "chromium-browser"] {
@@ -33,40 +36,16 @@ fn chromium() -> Option<PathBuf> {
 }
 
 fn event(seq: u64, summary: &str) -> TaskEvent {
-    TaskEvent {
-        seq,
-        kind: EventKind::Message,
-        stream: EventStream::Stdout,
-        summary: summary.into(),
-        data: serde_json::json!({"type": "assistant"}),
-        at: Utc::now(),
-    }
+    message_event(seq, summary, serde_json::json!({"type": "assistant"}))
 }
 
 fn spec(task_id: &str) -> RunSpec {
     RunSpec {
-        task_id: task_id.into(),
-        attempt: 1,
-        agent: "claude".into(),
-        agent_type: AgentType::Claude,
-        cli_command: "claude".into(),
-        fallback: vec![],
-        identity: "personal".into(),
         workspace: PathBuf::from("/ws/local-1/1"),
         branch: "polyphony/local-1-a1".into(),
-        base_ref: None,
         image: "polyphony-test:latest".into(),
-        model: None,
-        max_turns: None,
-        env_overlay: vec![],
-        volume_mounts: vec![],
-        deadline_seconds: 1800,
-        idle_timeout_seconds: 300,
-        network: NetworkMode::None,
-        limits: ResourceLimits::default(),
-        verification: vec![],
         verify_image: "polyphony-test:latest".into(),
-        rule: "default".into(),
+        ..run_spec(task_id, 1)
     }
 }
 

@@ -12,121 +12,17 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
-use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
+use polyphony::demo::{write_home, FIX_DIRECTIVE};
 use serde_json::Value;
+use support::docker::{test_image as image, TagGuard};
 use support::fake_github::{FakeGithub, NewIssue};
-use tokio::process::{Child, Command};
-use tokio::sync::OnceCell;
-
-static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
-
-/// The test image tag, or `None` after printing SKIPPED (a failure under CI).
-async fn image() -> Option<String> {
-    IMAGE
-        .get_or_init(|| async {
-            let rt = match DockerRuntime::connect().await {
-                Ok(rt) => rt,
-                Err(e) => {
-                    if std::env::var_os("CI").is_some() {
-                        panic!("Docker is required under CI: {e}");
-                    }
-                    println!("SKIPPED: no Docker engine ({e})");
-                    return None;
-                }
-            };
-            let tag = ensure_test_image(rt.client())
-                .await
-                .unwrap_or_else(|e| panic!("building the test image: {e}"));
-            Some(tag)
-        })
-        .await
-        .clone()
-}
-
-const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
-/// No single binary run in these tests may take longer (a hang is a failure, not a stall).
-const RUN_LIMIT: Duration = Duration::from_secs(180);
-
-/// The sample project (`add` subtracts, `sh test.sh` fails) as a bare origin.
-struct Origin {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Origin {
-    fn new() -> Origin {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = write_sample_repo(dir.path()).expect("sample repo");
-        Origin { _dir: dir, path }
-    }
-
-    fn url(&self) -> String {
-        format!("file://{}", self.path.display())
-    }
-
-    /// Branches under `polyphony/` in the origin.
-    fn branches(&self) -> Vec<String> {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&self.path)
-            .args([
-                "branch",
-                "--list",
-                "polyphony/*",
-                "--format=%(refname:short)",
-            ])
-            .output()
-            .expect("git branch");
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Commits a new `.polyphony.yaml` on `main` (the checks verification runs).
-    fn set_checks(&self, yaml: &str) {
-        let work = self.path.with_extension("edit");
-        let git = |args: &[&str], cwd: &std::path::Path| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-                .args(args)
-                .current_dir(cwd)
-                .output()
-                .expect("git");
-            assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
-        };
-        git(
-            &[
-                "clone",
-                "-q",
-                &self.path.display().to_string(),
-                &work.display().to_string(),
-            ],
-            self.path.parent().expect("parent"),
-        );
-        std::fs::write(work.join(".polyphony.yaml"), yaml).expect("write");
-        git(&["commit", "-qam", "slower checks"], &work);
-        git(&["push", "-q", "origin", "main"], &work);
-        std::fs::remove_dir_all(&work).expect("rm");
-    }
-
-    fn show(&self, rev_path: &str) -> String {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&self.path)
-            .args(["show", rev_path])
-            .output()
-            .expect("git show");
-        assert!(out.status.success(), "git show {rev_path}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
+use support::home::{output, text, Daemon, Home, Origin, BIN, RUN_LIMIT};
+use support::wait::wait_until;
+use tokio::process::Command;
 
 /// Knobs of a test home's config.yaml.
 struct Conf<'a> {
@@ -150,19 +46,10 @@ impl Default for Conf<'_> {
     }
 }
 
-/// A Polyphony home in a temp dir. Dropping it removes every container labelled for it.
-struct Home {
-    dir: tempfile::TempDir,
-    path: PathBuf,
-    label: String,
-    github: Option<(String, String)>,
-    logs: std::sync::atomic::AtomicU32,
-}
-
 impl Home {
+    /// The demo home (`write_home`) on `image` with `conf`'s config.yaml and routing.yaml.
     fn new(image: &str, conf: Conf<'_>, github: Option<&FakeGithub>) -> Home {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("home");
+        let (dir, path) = Home::temp();
         write_home(&path, dir.path(), image).expect("home");
         let repos = if conf.repos.is_empty() {
             String::new()
@@ -190,231 +77,8 @@ impl Home {
             ),
         )
         .expect("routing.yaml");
-        let label = home_label(&path);
-        Home {
-            dir,
-            path,
-            label,
-            github: github.map(|g| (g.base_url().to_string(), g.token())),
-            logs: Default::default(),
-        }
+        Home::at(dir, path, github)
     }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("POLYPHONY_HOME", &self.path)
-            .env_remove("RUST_LOG")
-            .env_remove("GH_TOKEN")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        match &self.github {
-            Some((url, token)) => {
-                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
-            }
-            None => {
-                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
-            }
-        }
-        cmd
-    }
-
-    /// Enqueues a local task on `origin` and returns its id.
-    async fn enqueue(&self, origin: &Origin, body: &str, title: &str) -> String {
-        let out = self
-            .run(&[
-                "enqueue",
-                "--repo",
-                &origin.path.display().to_string(),
-                "--body",
-                body,
-                title,
-            ])
-            .await;
-        assert!(out.status.success(), "{}", output(&out));
-        text(&out.stdout).trim().to_string()
-    }
-
-    /// Runs the binary to completion (at most [`RUN_LIMIT`]).
-    async fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn polyphony");
-        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
-            Ok(out) => out.expect("wait for polyphony"),
-            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
-        }
-    }
-
-    /// Starts a long-running verb (daemon) with stdout and stderr in a log file.
-    fn start(&self, args: &[&str]) -> Daemon {
-        let n = self.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let log = self.dir.path().join(format!("{}-{n}.log", args[0]));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = self
-            .cmd(args)
-            .stdout(file.try_clone().expect("dup log"))
-            .stderr(file)
-            .spawn()
-            .expect("spawn polyphony");
-        Daemon { child, log }
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        let out = self.run(&["status", id, "--json"]).await;
-        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status TASK --json")
-    }
-
-    async fn tasks(&self) -> Vec<Value> {
-        let out = self.run(&["status", "--json"]).await;
-        assert!(out.status.success(), "status: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status --json")
-    }
-
-    /// Polls `status TASK --json` until `done` holds (panics after `limit`, with `context`).
-    async fn wait_for(
-        &self,
-        id: &str,
-        limit: Duration,
-        context: &dyn Fn() -> String,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let started = Instant::now();
-        loop {
-            let out = self.run(&["status", id, "--json"]).await;
-            if out.status.success() {
-                let v: Value = serde_json::from_slice(&out.stdout).expect("json");
-                if done(&v) {
-                    return v;
-                }
-                if started.elapsed() > limit {
-                    panic!(
-                        "{id} did not reach the expected state within {limit:?}: {}\n{}",
-                        serde_json::to_string_pretty(&v["task"]).unwrap_or_default(),
-                        context()
-                    );
-                }
-            } else if started.elapsed() > limit {
-                panic!(
-                    "{id} never appeared within {limit:?}: {}\n{}",
-                    text(&out.stderr),
-                    context()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.path.join("queue.db")).expect("open queue.db")
-    }
-
-    /// Ids of containers labelled for this home (any state).
-    fn containers(&self) -> Vec<String> {
-        containers_of(&self.label, "")
-    }
-
-    /// Ids of this home's containers matching an extra `docker ps` filter.
-    fn containers_where(&self, filter: &str) -> Vec<String> {
-        containers_of(&self.label, filter)
-    }
-
-    /// Attempt directories left under the workspace root.
-    fn workspace_dirs(&self) -> Vec<PathBuf> {
-        let root = self.path.join("workspaces");
-        let mut out = Vec::new();
-        for task in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-            for attempt in std::fs::read_dir(task.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                out.push(attempt.path());
-            }
-        }
-        out
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let ids = self.containers();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
-    }
-}
-
-fn containers_of(label: &str, filter: &str) -> Vec<String> {
-    let mut cmd = std::process::Command::new("docker");
-    cmd.args([
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label=polyphony.home={label}"),
-    ]);
-    if !filter.is_empty() {
-        cmd.args(["--filter", filter]);
-    }
-    let out = cmd.output().expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// A daemon (or other long verb) running in the background.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id().expect("running child") as i32
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(self.pid(), sig) };
-        assert_eq!(rc, 0, "kill {sig}");
-    }
-
-    async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        match tokio::time::timeout(limit, self.child.wait()).await {
-            Ok(status) => status.expect("wait"),
-            Err(_) => panic!(
-                "{} did not exit within {limit:?}; log:\n{}",
-                self.log.display(),
-                self.log()
-            ),
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn output(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 fn state(v: &Value) -> &str {
@@ -962,15 +626,13 @@ async fn deadline_times_out_and_schedules_a_retry() {
     );
     let mut daemon = home.start(&["daemon"]);
     let sock = home.path.join("daemon.sock");
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no wake socket; log:\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "no wake socket",
+        || format!("log:\n{}", daemon.log()),
+        || sock.exists(),
+    )
+    .await;
     let enqueued = Instant::now();
     let out = home
         .run(&[
@@ -1033,19 +695,31 @@ async fn deadline_times_out_and_schedules_a_retry() {
 }
 
 fn daemon_log(home: &Home) -> String {
-    let mut out = String::new();
-    for entry in std::fs::read_dir(home.dir.path())
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let p = entry.path();
-        if p.extension().is_some_and(|e| e == "log") {
-            out.push_str(&format!("--- {}\n", p.display()));
-            out.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
-        }
-    }
-    out
+    home.logs()
+}
+
+/// How many `Progress i/N` events of `id`'s first attempt the store holds.
+fn progress_events(home: &Home, id: &str) -> i64 {
+    home.db()
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND attempt = 1 AND data LIKE '%Progress %'",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+}
+
+/// Waits until the daemon has polled the fake's issues `n` more times from now.
+async fn wait_for_polls(fake: &FakeGithub, n: usize, log: &dyn Fn() -> String) {
+    let polls = || fake.count_requests("GET", "/issues?");
+    let seen = polls();
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{n} more polls"),
+        log,
+        || polls() >= seen + n,
+    )
+    .await;
 }
 
 /// `kill -9` of the daemon while the agent runs; the restarted daemon re-attaches to the
@@ -1071,8 +745,14 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
         state(v) == "RUNNING"
     })
     .await;
-    // Let a few progress events be stored before the crash.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A few progress events are stored before the crash.
+    wait_until(
+        Duration::from_secs(20),
+        "three progress events stored",
+        log,
+        || progress_events(&home, &id) >= 3,
+    )
+    .await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
     let running = home.containers();
@@ -1326,13 +1006,7 @@ async fn demo_runs_and_cleanup_leaves_nothing_behind() {
     assert_eq!(states, ["LANDED", "LANDED", "LANDED", "BLOCKED"]);
     assert!(rows.iter().all(|r| r["as_promised"] == true));
     let path = dir.path().join("home").canonicalize().expect("demo home");
-    let home = Home {
-        label: home_label(&path),
-        path,
-        dir,
-        github: None,
-        logs: Default::default(),
-    };
+    let home = Home::at(dir, path, None);
     assert!(home.containers().is_empty(), "the demo left containers");
     assert!(
         !home.workspace_dirs().is_empty(),
@@ -1422,17 +1096,23 @@ async fn kill_9_then_container_exits_then_restart_collects_and_lands() {
         state(v) == "RUNNING"
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The agent is under way (it streams progress) when the daemon dies.
+    wait_until(
+        Duration::from_secs(20),
+        "a progress event stored",
+        log,
+        || progress_events(&home, &id) >= 1,
+    )
+    .await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
-    let t0 = Instant::now();
-    while home.containers_where("status=exited").is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the agent never exited"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_until(
+        Duration::from_secs(30),
+        "the agent never exited",
+        log,
+        || !home.containers_where("status=exited").is_empty(),
+    )
+    .await;
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(120)).await;
     assert!(status.success(), "daemon: {}", second.log());
@@ -1462,7 +1142,11 @@ async fn kill_9_during_verification_reverifies_and_lands_once() {
     let started = Instant::now();
     let fake = FakeGithub::start().await;
     let origin = Origin::new();
-    origin.set_checks("test: sleep 6 && sh test.sh\n");
+    origin.commit_file(
+        ".polyphony.yaml",
+        "test: sleep 6 && sh test.sh\n",
+        "slower checks",
+    );
     let repo = github_repo(&fake, "calc-verify", &origin);
     let n = ready_issue(
         &fake,
@@ -1478,14 +1162,12 @@ async fn kill_9_during_verification_reverifies_and_lands_once() {
         state(v) == "VERIFYING"
     })
     .await;
-    let t0 = Instant::now();
-    while home
-        .containers_where("label=polyphony.role=verify")
-        .is_empty()
-    {
-        assert!(t0.elapsed() < Duration::from_secs(20), "no check container");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(Duration::from_secs(20), "no check container", log, || {
+        !home
+            .containers_where("label=polyphony.role=verify")
+            .is_empty()
+    })
+    .await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
     let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
@@ -1530,21 +1212,22 @@ async fn kill_9_while_landing_opens_one_pull_request() {
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
     let mut first = home.start(&["daemon"]);
-    let t0 = Instant::now();
-    while origin.branches().is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "never pushed:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        Duration::from_secs(60),
+        "never pushed",
+        || first.log(),
+        || !origin.branches().is_empty(),
+    )
+    .await;
+    // The kill lands inside the 3 s the fake holds the pull request back.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
     let v = home.task(&id).await;
     assert_eq!(state(&v), "VERIFYING", "killed mid-landing");
-    // Whatever GitHub did with the request in flight is done before the restart.
+    // Whatever GitHub did with the request in flight is done before the restart. A fixed
+    // wait: the fake drops a request whose client died, and records only answered ones, so
+    // there is nothing to observe (the fake would need to expose requests in flight).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(120)).await;
@@ -1600,11 +1283,13 @@ async fn a_second_daemon_on_one_home_is_refused() {
     let home = Home::new(&image, Conf::default(), None);
     let mut first = home.start(&["daemon"]);
     let sock = home.path.join("daemon.sock");
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", first.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "no wake socket",
+        || first.log(),
+        || sock.exists(),
+    )
+    .await;
     let out = home.run(&["daemon", "--exit-when-idle"]).await;
     assert!(!out.status.success(), "{}", output(&out));
     let err = text(&out.stderr);
@@ -1650,11 +1335,14 @@ async fn kill_9_before_the_container_exists_retries_and_lands_once() {
         state(v) == "CLAIMED"
     })
     .await;
+    // The kill lands inside the 3 s the fake holds the claim comment back.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
     let v = home.task(&id).await;
     assert_eq!(state(&v), "CLAIMED", "killed before the container existed");
+    // Whatever GitHub did with the comment in flight is done before the restart (a fixed
+    // wait, as in `kill_9_while_landing_opens_one_pull_request`).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = home.start(&["daemon", "--exit-when-idle"]);
     let status = second.wait(Duration::from_secs(120)).await;
@@ -1932,29 +1620,6 @@ fn walk_bytes(path: &Path) -> u64 {
 
 // ------------------------------------------------ permanent failures and `retry` (issue 12)
 
-/// An image tag this test made (from the test image), removed again on drop: "building"
-/// the missing image is the fix a BLOCKED task waits for.
-struct TagGuard(String);
-
-impl TagGuard {
-    fn create(image: &str, tag: &str) -> TagGuard {
-        let out = std::process::Command::new("docker")
-            .args(["tag", image, tag])
-            .output()
-            .expect("docker tag");
-        assert!(out.status.success(), "docker tag: {}", text(&out.stderr));
-        TagGuard(tag.to_string())
-    }
-}
-
-impl Drop for TagGuard {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rmi", &self.0])
-            .output();
-    }
-}
-
 /// A tag no engine has, unique to this home; `config.yaml` points the workers at it.
 fn use_missing_image(home: &Home, image: &str) -> String {
     let tag = format!("polyphony-missing-{}:not-built", &home.label[..8]);
@@ -2123,6 +1788,19 @@ async fn relabelling_a_blocked_issue_brings_it_back_once() {
         })
         .await;
     assert_eq!(v["task"]["attempts"], 1, "{v:#}");
+    // BLOCKED is stored first, then reported (issue 19): wait for the report.
+    wait_until(
+        Duration::from_secs(20),
+        "the blocked label and comment",
+        || format!("{:?}\n{}", fake.issue_labels(&repo, n), log()),
+        || {
+            fake.issue_labels(&repo, n)
+                .iter()
+                .any(|l| l == "agent-blocked")
+                && count_containing(&fake.comments(&repo, n), "polyphony:blocked") > 0
+        },
+    )
+    .await;
     let labels = fake.issue_labels(&repo, n);
     assert!(labels.iter().any(|l| l == "agent-blocked"), "{labels:?}");
     let comments = fake.comments(&repo, n);
@@ -2133,7 +1811,7 @@ async fn relabelling_a_blocked_issue_brings_it_back_once() {
     assert_eq!(blocked.len(), 1, "{comments:#?}");
     assert!(blocked[0].contains("build the image"), "{}", blocked[0]);
     // Polls go on; nothing comes back without a person.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_for_polls(&fake, 3, &log).await;
     assert!(
         home.db()
             .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
@@ -2151,7 +1829,7 @@ async fn relabelling_a_blocked_issue_brings_it_back_once() {
         .await;
     assert_eq!(w["retry_of"], id.as_str());
     // Several more polls: no third generation, the old record as it was.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    wait_for_polls(&fake, 4, &log).await;
     let ids: Vec<String> = home
         .tasks()
         .await
@@ -2242,17 +1920,9 @@ async fn retry_of_a_blocked_issue_relabels_it_and_lands() {
 
 /// Starts `polyphony ARGS` on `home` with the failpoint `point` armed.
 fn start_armed(home: &Home, args: &[&str], point: &str) -> Daemon {
-    let n = home.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let log = home.dir.path().join(format!("{}-{n}.log", args[0]));
-    let file = std::fs::File::create(&log).expect("log file");
-    let child = home
-        .cmd(args)
-        .env(polyphony::failpoint::ENV, point)
-        .stdout(file.try_clone().expect("dup log"))
-        .stderr(file)
-        .spawn()
-        .expect("spawn polyphony");
-    Daemon { child, log }
+    let mut cmd = home.cmd(args);
+    cmd.env(polyphony::failpoint::ENV, point);
+    home.start_cmd(cmd, args)
 }
 
 /// Waits for an armed daemon to die at its failpoint (SIGKILL, the point named in its log).
@@ -2658,14 +2328,30 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             .iter()
             .filter(|a| a["status"] == "failed")
             .count() as u64;
+        // A kill counts no failure, with one rule of issue 11: an attempt is resumed at most
+        // three times, so the fourth restart in the same attempt gives it up as a failure
+        // (a daemon that keeps dying inside one attempt must not loop on it forever).
+        let given_up = attempts(&v)
+            .iter()
+            .filter(|a| {
+                a["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("resumed 3 times after restarts"))
+            })
+            .count() as u64;
         assert_eq!(
             v["task"]["failures"].as_u64(),
-            Some(failed),
+            Some(failed + given_up),
             "{id}: a failure counted for a kill: {:#}",
             v["attempts"]
         );
         if *lands {
-            assert_eq!(v["task"]["failures"], 0, "{id}: {:#}", v["attempts"]);
+            assert_eq!(
+                v["task"]["failures"].as_u64(),
+                Some(given_up),
+                "{id}: {:#}",
+                v["attempts"]
+            );
             let branch = v["landing"]["branch"].as_str().expect("landing branch");
             assert_eq!(
                 pulls.iter().filter(|p| p.head == branch).count(),

@@ -4,8 +4,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +16,7 @@ use polyphony::sources::{
     Blocked, BlockedAttempt, ClaimError, ClaimInfo, Landed, Outcome, Source, SourceError,
 };
 use support::fake_github::{init_bare_repo, FakeGithub, FaultKind, NewIssue};
+use support::git::git;
 
 const REPO: &str = "octo/widgets";
 
@@ -74,23 +73,6 @@ async fn world_with_prefix(prefix: &str) -> World {
     }
 }
 
-fn git(args: &[&str], cwd: &Path) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(cwd)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Push a one-commit branch to the world's bare repository, as the workspace would.
 fn push_branch(w: &World, branch: &str) {
     let work = w
@@ -98,14 +80,14 @@ fn push_branch(w: &World, branch: &str) {
         .path()
         .join(format!("push-{}", branch.replace('/', "-")));
     git(
-        &["clone", "-q", &w.clone_url, work.to_str().expect("utf8")],
         w.dir.path(),
+        &["clone", "-q", &w.clone_url, work.to_str().expect("utf8")],
     );
-    git(&["checkout", "-q", "-b", branch], &work);
+    git(&work, &["checkout", "-q", "-b", branch]);
     std::fs::write(work.join("fix.txt"), "fixed\n").expect("write");
-    git(&["add", "."], &work);
-    git(&["commit", "-q", "-m", "fix"], &work);
-    git(&["push", "-q", "origin", branch], &work);
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "fix"]);
+    git(&work, &["push", "-q", "origin", branch]);
 }
 
 fn evidence() -> Vec<CheckEvidence> {

@@ -2,6 +2,8 @@
 //! the CLI's `--json`, auth, the SSE stream and its resume, escaping on the dashboard, and
 //! a `/metrics` scrape read by a Prometheus text parser.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -12,12 +14,14 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use polyphony::domain::{
-    AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
-    RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState,
+    TokenUsage,
 };
 use polyphony::http::{self, ServerSettings};
 use polyphony::store::Store;
 use serde_json::Value;
+use support::git::git;
+use support::spec::{message_event, run_spec};
 
 fn polyphony(home: &Path) -> Command {
     let mut cmd = Command::cargo_bin("polyphony").unwrap();
@@ -96,41 +100,15 @@ fn stdout_json(cmd: &mut Command) -> Value {
 }
 
 fn spec(task_id: &str, attempt: u32) -> RunSpec {
-    RunSpec {
-        task_id: task_id.into(),
-        attempt,
-        agent: "claude".into(),
-        agent_type: AgentType::Claude,
-        cli_command: "claude".into(),
-        fallback: vec![],
-        identity: "personal".into(),
-        workspace: PathBuf::from(format!("/ws/{task_id}/{attempt}")),
-        branch: format!("polyphony/{task_id}-a{attempt}"),
-        base_ref: None,
-        image: "polyphony-worker:latest".into(),
-        model: None,
-        max_turns: None,
-        env_overlay: vec![],
-        volume_mounts: vec![],
-        deadline_seconds: 1800,
-        idle_timeout_seconds: 300,
-        network: NetworkMode::None,
-        limits: ResourceLimits::default(),
-        verification: vec![],
-        verify_image: "polyphony-worker:latest".into(),
-        rule: "default".into(),
-    }
+    run_spec(task_id, attempt)
 }
 
 fn event(seq: u64, summary: &str) -> TaskEvent {
-    TaskEvent {
+    message_event(
         seq,
-        kind: EventKind::Message,
-        stream: EventStream::Stdout,
-        summary: summary.into(),
-        data: serde_json::json!({"type": "assistant", "text": summary}),
-        at: Utc::now(),
-    }
+        summary,
+        serde_json::json!({"type": "assistant", "text": summary}),
+    )
 }
 
 /// A task in RUNNING with attempt 1 started and `events` stored.
@@ -524,28 +502,8 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
 /// A git repository with one commit at `dir`.
 fn repo_with_a_commit(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "start",
-        ][..],
-    ] {
-        assert!(std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .status()
-            .unwrap()
-            .success());
-    }
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "start"]);
 }
 
 fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {

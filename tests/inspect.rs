@@ -15,16 +15,18 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use chrono::Utc;
 use polyphony::domain::{
-    AgentType, AttemptStatus, EventKind, EventStream, NetworkMode, ResourceLimits, RunResult,
-    RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    AttemptStatus, EventKind, EventStream, NetworkMode, RunResult, RunSpec, Task, TaskEvent,
+    TaskState, TokenUsage,
 };
 use polyphony::runtime::{
-    ensure_test_image, home_label, ContainerSpec, DockerRuntime, Role, WorkerRuntime, LABEL_HOME,
+    home_label, ContainerSpec, DockerRuntime, Role, WorkerRuntime, LABEL_HOME,
 };
 use polyphony::store::Store;
 use predicates::prelude::PredicateBooleanExt as _;
 use serde_json::json;
+use support::docker::{engine, image};
 use support::fake_github::{FakeGithub, FAKE_TOKEN};
+use support::spec::{local_task, path_to, run_spec};
 
 fn polyphony(home: &Path) -> Command {
     let mut cmd = Command::cargo_bin("polyphony").unwrap();
@@ -41,40 +43,15 @@ fn stdout(out: &std::process::Output) -> String {
 }
 
 fn task(id: &str) -> Task {
-    Task::new(
-        id,
-        SourceKind::Local,
-        format!("local:{id}"),
-        "/srv/repo",
-        format!("Fix {id}"),
-        Utc::now(),
-    )
+    local_task(id, Utc::now())
 }
 
 fn spec(task_id: &str, attempt: u32, workspace: PathBuf) -> RunSpec {
     RunSpec {
-        task_id: task_id.into(),
-        attempt,
-        agent: "claude".into(),
-        agent_type: AgentType::Claude,
-        cli_command: "claude".into(),
-        fallback: vec![],
-        identity: "personal".into(),
         workspace,
-        branch: format!("polyphony/{task_id}-a{attempt}"),
-        base_ref: None,
-        image: "polyphony-worker:latest".into(),
-        model: None,
         max_turns: Some(10),
-        env_overlay: vec![],
-        volume_mounts: vec![],
-        deadline_seconds: 1800,
-        idle_timeout_seconds: 300,
         network: NetworkMode::Bridge,
-        limits: ResourceLimits::default(),
-        verification: vec![],
-        verify_image: "polyphony-worker:latest".into(),
-        rule: "default".into(),
+        ..run_spec(task_id, attempt)
     }
 }
 
@@ -98,19 +75,8 @@ fn result(task_id: &str, attempt: u32, status: AttemptStatus) -> RunResult {
 
 /// The shortest legal path from DISCOVERED to `to`.
 fn drive(store: &Store, id: &str, to: TaskState) {
-    use TaskState::*;
-    let path: &[TaskState] = match to {
-        Discovered => &[],
-        Claimed => &[Claimed],
-        Routed => &[Claimed, Routed],
-        Provisioned => &[Claimed, Routed, Provisioned],
-        Running => &[Claimed, Routed, Provisioned, Running],
-        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
-        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
-        Failed => &[Claimed, Failed],
-        Blocked => &[Claimed, Failed, Blocked],
-    };
-    let mut at = Discovered;
+    let path = path_to(to);
+    let mut at = TaskState::Discovered;
     for &next in path {
         store
             .transition(id, at, next, "test setup", Utc::now())
@@ -406,20 +372,6 @@ fn logs_follow_streams_new_events_until_the_attempt_ends() {
 
 // ---------------------------------------------------------------------------- Docker
 
-/// The engine, or `None` after printing SKIPPED (a failure under CI).
-async fn engine() -> Option<DockerRuntime> {
-    match DockerRuntime::connect().await {
-        Ok(rt) => Some(rt),
-        Err(e) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("Docker is required under CI: {e}");
-            }
-            println!("SKIPPED: no Docker engine ({e})");
-            None
-        }
-    }
-}
-
 /// Removes the named containers when dropped, even after a panic.
 struct Containers {
     rt: DockerRuntime,
@@ -491,7 +443,7 @@ async fn run_bin(cmd: Command) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
     let Some(rt) = engine().await else { return };
-    let image = ensure_test_image(rt.client()).await.unwrap();
+    let image = image(&rt).await;
     let home = tempfile::tempdir().unwrap();
     let other_home = tempfile::tempdir().unwrap();
     polyphony(home.path()).arg("init").assert().success();
@@ -792,7 +744,7 @@ fn doctor_fails_with_a_fix_for_each_problem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_on_a_ready_home_and_checks_the_token_against_github() {
     let Some(rt) = engine().await else { return };
-    let image = ensure_test_image(rt.client()).await.unwrap();
+    let image = image(&rt).await;
     let gh = FakeGithub::start().await;
     gh.add_repo("acme/widgets", "file:///nowhere.git", "main");
     let home = tempfile::tempdir().unwrap();

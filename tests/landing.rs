@@ -16,83 +16,36 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use polyphony::demo::{write_home, write_sample_repo, FIX_DIRECTIVE};
-use polyphony::runtime::{ensure_test_image, home_label, DockerRuntime};
 use serde_json::Value;
+use support::docker::test_image as image;
 use support::fake_github::{FakeGithub, NewIssue};
-use tokio::process::Command;
-use tokio::sync::OnceCell;
+use support::git::git;
+use support::home::{output, text, Home};
+use support::wait::wait_until;
 
-static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
-
-async fn image() -> Option<String> {
-    IMAGE
-        .get_or_init(|| async {
-            let rt = match DockerRuntime::connect().await {
-                Ok(rt) => rt,
-                Err(e) => {
-                    if std::env::var_os("CI").is_some() {
-                        panic!("Docker is required under CI: {e}");
-                    }
-                    println!("SKIPPED: no Docker engine ({e})");
-                    return None;
-                }
-            };
-            let tag = ensure_test_image(rt.client())
-                .await
-                .unwrap_or_else(|e| panic!("building the test image: {e}"));
-            Some(tag)
-        })
-        .await
-        .clone()
-}
-
-const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
 const RUN_LIMIT: Duration = Duration::from_secs(240);
 /// The secret the leaking agent's identity carries (never stored anywhere).
 const SECRET: &str = "pp-test-secret-7f3c9a51d2e84b06";
 
-fn git(cwd: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(cwd)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The demo project (`add` subtracts, `sh test.sh` fails) as a bare origin, plus a branch
 /// `evil` whose one commit only changes `.github/workflows/ci.yml`.
 struct Origin {
-    _dir: tempfile::TempDir,
+    sample: support::home::Origin,
     path: PathBuf,
     evil: String,
 }
 
 impl Origin {
     fn new() -> Origin {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = write_sample_repo(dir.path()).expect("sample repo");
-        let work = dir.path().join("evil-work");
+        let sample = support::home::Origin::new();
+        let dir = sample.dir.path();
+        let path = sample.path.clone();
+        let work = dir.join("evil-work");
         git(
-            dir.path(),
+            dir,
             &["clone", "-q", &path.display().to_string(), "evil-work"],
         );
         std::fs::create_dir_all(work.join(".github/workflows")).expect("mkdir");
@@ -106,15 +59,11 @@ impl Origin {
         git(&work, &["commit", "-qm", "ci: harmless"]);
         git(&work, &["push", "-q", "origin", "evil"]);
         let evil = git(&work, &["rev-parse", "HEAD"]);
-        Origin {
-            _dir: dir,
-            path,
-            evil,
-        }
+        Origin { sample, path, evil }
     }
 
     fn url(&self) -> String {
-        format!("file://{}", self.path.display())
+        self.sample.url()
     }
 
     /// Branches under `polyphony/` in the origin, with their tips.
@@ -138,19 +87,11 @@ impl Origin {
     }
 }
 
-struct Home {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    label: String,
-    github: Option<(String, String)>,
-}
-
 impl Home {
     /// A home running every agent as `claude` in the test image; `verify` is appended to
-    /// config.yaml's `verify:` section.
+    /// config.yaml's `verify:` section. Runs log at `info` and carry the identity's secret.
     fn new(image: &str, max_attempts: u32, verify: &str, github: Option<&FakeGithub>) -> Home {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("home");
+        let (dir, path) = Home::temp();
         write_home(&path, dir.path(), image).expect("home");
         std::fs::write(
             path.join("config.yaml"),
@@ -173,84 +114,17 @@ impl Home {
             ),
         )
         .expect("identities.yaml");
-        let label = home_label(&path);
-        Home {
-            _dir: dir,
-            path,
-            label,
-            github: github.map(|g| (g.base_url().to_string(), g.token())),
-        }
+        Home::at(dir, path, github)
+            .with_env("POLYPHONY_LANDING_SECRET", SECRET)
+            .with_env("RUST_LOG", "info")
+            .with_run_limit(RUN_LIMIT)
     }
 
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("POLYPHONY_HOME", &self.path)
-            .env("POLYPHONY_LANDING_SECRET", SECRET)
-            .env("RUST_LOG", "info")
-            .env_remove("GH_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        match &self.github {
-            Some((url, token)) => {
-                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
-            }
-            None => {
-                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
-            }
-        }
-        cmd
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let child = self.cmd(args).spawn().expect("spawn polyphony");
-        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
-            Ok(out) => out.expect("wait for polyphony"),
-            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
-        }
-    }
-
-    async fn enqueue(&self, origin: &Origin, scenario: &str, extra: &str) -> String {
+    /// Enqueues a local task whose agent plays `scenario` (then `extra` in the body).
+    async fn enqueue_scenario(&self, origin: &Origin, scenario: &str, extra: &str) -> String {
         let body = format!("Fix add().\n\npolyphony-fake: {scenario}\n{FIX_DIRECTIVE}\n{extra}");
-        let out = self
-            .run(&[
-                "enqueue",
-                "--repo",
-                &origin.path.display().to_string(),
-                "--body",
-                &body,
-                &format!("Fix add() ({scenario})"),
-            ])
-            .await;
-        assert!(out.status.success(), "{}", output(&out));
-        text(&out.stdout).trim().to_string()
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        let out = self.run(&["status", id, "--json"]).await;
-        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status TASK --json")
-    }
-
-    fn containers(&self) -> Vec<String> {
-        let out = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label=polyphony.home={}", self.label))
-            .output()
-            .expect("docker ps");
-        text(&out.stdout).lines().map(str::to_string).collect()
-    }
-
-    /// This home's containers that the engine reports running.
-    fn running_containers(&self) -> Vec<String> {
-        let out = std::process::Command::new("docker")
-            .args(["ps", "-q", "--filter", "status=running", "--filter"])
-            .arg(format!("label=polyphony.home={}", self.label))
-            .output()
-            .expect("docker ps");
-        text(&out.stdout).lines().map(str::to_string).collect()
+        self.enqueue(&origin.path, &body, &format!("Fix add() ({scenario})"))
+            .await
     }
 
     /// Every file under the home (database, transcripts, logs) holding `needle`.
@@ -283,31 +157,6 @@ impl Home {
     }
 }
 
-impl Drop for Home {
-    fn drop(&mut self) {
-        let ids = self.containers();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn output(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 fn state(v: &Value) -> &str {
     v["task"]["state"].as_str().unwrap_or("")
 }
@@ -325,7 +174,7 @@ fn reasons(v: &Value) -> String {
 
 /// Spawns a local task of `scenario` that must not land; returns its status.
 async fn refused(home: &Home, origin: &Origin, scenario: &str, extra: &str) -> Value {
-    let id = home.enqueue(origin, scenario, extra).await;
+    let id = home.enqueue_scenario(origin, scenario, extra).await;
     let out = home.run(&["spawn", "--task", &id]).await;
     assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
     let v = home.task(&id).await;
@@ -440,8 +289,8 @@ async fn a_fifo_in_git_fails_the_attempt_and_the_daemon_carries_on() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
     let home = Home::new(&image, 1, "", None);
-    let bad = home.enqueue(&origin, "fifo-index", "").await;
-    let good = home.enqueue(&origin, "succeed", "").await;
+    let bad = home.enqueue_scenario(&origin, "fifo-index", "").await;
+    let good = home.enqueue_scenario(&origin, "succeed", "").await;
     let out = home.run(&["daemon", "--exit-when-idle"]).await;
     assert!(out.status.success(), "daemon: {}", output(&out));
     let v = home.task(&bad).await;
@@ -499,7 +348,7 @@ async fn a_secret_in_the_diff_blocks_the_task_without_retry() {
     let origin = Origin::new();
     let home = Home::new(&image, 3, "", None);
     let id = home
-        .enqueue(
+        .enqueue_scenario(
             &origin,
             "leak-secret",
             "polyphony-fake-echo: LEAKY_API_KEY\n",
@@ -664,7 +513,7 @@ async fn resuming_one_attempt_after_restarts_is_capped() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
     let home = Home::new(&image, 1, "", None);
-    let id = home.enqueue(&origin, "hang", "").await;
+    let id = home.enqueue_scenario(&origin, "hang", "").await;
     let resumes = || -> u32 {
         rusqlite::Connection::open(home.path.join("queue.db"))
             .and_then(|db| {
@@ -680,7 +529,7 @@ async fn resuming_one_attempt_after_restarts_is_capped() {
     };
     // Round 0 runs the attempt; rounds 1-3 resume it; round 4 gives it up.
     for round in 0..=4u32 {
-        let mut daemon = home.cmd(&["daemon"]).spawn().expect("daemon");
+        let mut daemon = home.start(&["daemon"]);
         let started = std::time::Instant::now();
         loop {
             let v = home.task(&id).await;
@@ -689,7 +538,7 @@ async fn resuming_one_attempt_after_restarts_is_capped() {
             if round < 4
                 && state(&v) == "RUNNING"
                 && resumes() == round
-                && !home.running_containers().is_empty()
+                && !home.containers_where("status=running").is_empty()
             {
                 break;
             }
@@ -705,12 +554,14 @@ async fn resuming_one_attempt_after_restarts_is_capped() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         // SIGKILL: the container stays and the next daemon re-attaches to it.
-        daemon.start_kill().expect("kill -9");
-        let _ = daemon.wait().await;
+        daemon.child.start_kill().expect("kill -9");
+        let _ = daemon.child.wait().await;
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !home.containers().is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    assert!(home.containers().is_empty(), "containers left");
+    wait_until(
+        Duration::from_secs(20),
+        "containers left",
+        || format!("{:?}", home.containers()),
+        || home.containers().is_empty(),
+    )
+    .await;
 }

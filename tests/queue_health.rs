@@ -3,23 +3,19 @@
 //! and never taken for an empty or healthy queue; a backup taken while another connection
 //! keeps writing is a consistent, checked copy.
 
+mod support;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::Utc;
-use polyphony::domain::{SourceKind, Task};
+use polyphony::domain::Task;
 use polyphony::store::Store;
+use support::spec::local_task;
 
 fn task(id: &str, body_len: usize) -> Task {
-    let mut t = Task::new(
-        id,
-        SourceKind::Local,
-        format!("local:{id}"),
-        "/srv/repo",
-        format!("Fix {id}"),
-        Utc::now(),
-    );
+    let mut t = local_task(id, Utc::now());
     t.body = "lorem ipsum ".repeat(body_len / 12);
     t
 }

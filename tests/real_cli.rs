@@ -16,18 +16,17 @@ mod support;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use polyphony::demo::write_sample_repo;
-use polyphony::runtime::home_label;
 use polyphony::scripted_model::{Reply, ScriptedAnthropic, Turn};
 use serde_json::Value;
 use support::fake_github::{FakeGithub, NewIssue};
+use support::home::{output, text, BIN};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
 
-const BIN: &str = env!("CARGO_BIN_EXE_polyphony");
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 /// The fix the scripted model makes (the sample project's `add` subtracts).
 const FIX: &str = "sed -i 's/a - b/a + b/' calc.sh";
@@ -168,13 +167,16 @@ impl Default for Setup<'_> {
 /// A home whose default agent is the real Claude in `image`, on `network`, with the
 /// scripted model API's address and key handed over through the identity's `api_keys`.
 struct Home {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
+    base: support::home::Home,
     origin: PathBuf,
-    label: String,
-    base_url: String,
-    fallback_url: Option<String>,
-    github: Option<(String, String)>,
+}
+
+impl std::ops::Deref for Home {
+    type Target = support::home::Home;
+
+    fn deref(&self) -> &support::home::Home {
+        &self.base
+    }
 }
 
 impl Home {
@@ -216,77 +218,23 @@ impl Home {
             format!("default:\n  agent: claude\n  fallback: {fallback}\n"),
         )
         .expect("routing.yaml");
-        let label = home_label(&path);
-        Home {
-            _dir: dir,
-            path,
-            origin,
-            label,
-            base_url: api.base_url(),
-            fallback_url: setup.fallback.map(ScriptedAnthropic::base_url),
-            github: setup
-                .github
-                .map(|(fake, _)| (fake.base_url().to_string(), fake.token())),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("POLYPHONY_HOME", &self.path)
-            .env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
-            .env("POLYPHONY_TEST_ANTHROPIC_URL", &self.base_url)
-            .env(
+        let github = setup.github.map(|(fake, _)| fake);
+        let base = support::home::Home::at(dir, path, github)
+            .with_env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
+            .with_env("POLYPHONY_TEST_ANTHROPIC_URL", &api.base_url())
+            .with_env(
                 "POLYPHONY_TEST_ANTHROPIC_URL_2",
-                self.fallback_url.as_deref().unwrap_or(""),
+                &setup
+                    .fallback
+                    .map(ScriptedAnthropic::base_url)
+                    .unwrap_or_default(),
             )
-            .env_remove("RUST_LOG")
-            .env_remove("GH_TOKEN")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        match &self.github {
-            Some((url, token)) => {
-                cmd.env("GITHUB_API_URL", url).env("GITHUB_TOKEN", token);
-            }
-            None => {
-                cmd.env_remove("GITHUB_TOKEN").env_remove("GITHUB_API_URL");
-            }
-        }
-        cmd
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn polyphony");
-        match tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await {
-            Ok(out) => out.expect("wait for polyphony"),
-            Err(_) => panic!("polyphony {args:?} did not finish within {RUN_LIMIT:?}"),
-        }
+            .with_run_limit(RUN_LIMIT);
+        Home { base, origin }
     }
 
     async fn enqueue(&self, body: &str, title: &str) -> String {
-        let out = self
-            .run(&[
-                "enqueue",
-                "--repo",
-                &self.origin.display().to_string(),
-                "--body",
-                body,
-                title,
-            ])
-            .await;
-        assert!(out.status.success(), "{}", output(&out));
-        text(&out.stdout).trim().to_string()
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        let out = self.run(&["status", id, "--json"]).await;
-        assert!(out.status.success(), "status {id}: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status TASK --json")
+        self.base.enqueue(&self.origin, body, title).await
     }
 
     fn transcript(&self, id: &str, attempt: u32) -> String {
@@ -330,41 +278,6 @@ impl Home {
             .expect("git show");
         text(&out.stdout)
     }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let out = std::process::Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=polyphony.home={}", self.label),
-            ])
-            .output();
-        if let Ok(out) = out {
-            let ids: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
-            if !ids.is_empty() {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .output();
-            }
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn output(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 fn attempts(v: &Value) -> &Vec<Value> {

@@ -1,39 +1,14 @@
 //! `route --explain` on a task whose body names real files of a local repository shows
 //! those files, their LOC and their callers — from a checkout and from a bare mirror.
 
+mod support;
+
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
 use polyphony::routing::{explain_task, gather_facts};
 use std::path::Path;
-use std::process::Command;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn write(root: &Path, path: &str, text: &str) {
-    let p = root.join(path);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
+use support::git::{git, write};
 
 /// A repo where `src/session.rs` (12 LOC) defines `refresh_token`, called from four other
 /// files, and `src/util.rs` has 3 LOC.

@@ -1,39 +1,14 @@
 //! The shipped config-examples/routing.yaml routes a table of realistic tasks, gathered and scored against
 //! a real git repository, to the agents its comments promise.
 
+mod support;
+
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
 use polyphony::routing::{explain_task, Router};
 use std::path::Path;
-use std::process::Command;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn write(root: &Path, path: &str, text: &str) {
-    let p = root.join(path);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
+use support::git::{git, write};
 
 fn lines(n: usize, line: &str) -> String {
     (0..n).map(|i| format!("{line} // {i}\n")).collect()

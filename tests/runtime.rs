@@ -5,6 +5,8 @@
 //!
 //! Without an engine: fails when `CI` is set, otherwise prints `SKIPPED: <why>`.
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,42 +22,14 @@ use polyphony::domain::{
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
 use polyphony::runtime::execute::{Scrub, VecSink};
 use polyphony::runtime::{
-    daemon_user, default_container_user, ensure_test_image, home_label, reattach, run_attempt,
-    run_check, AttemptExecution, ContainerSpec, DockerRuntime, RunLimits, RuntimeError,
-    TranscriptPaths, WorkerRuntime, LABEL_HOME,
+    daemon_user, default_container_user, home_label, reattach, run_attempt, run_check,
+    AttemptExecution, ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths,
+    WorkerRuntime, LABEL_HOME,
 };
-use tokio::sync::{watch, OnceCell};
+use support::docker::{engine, image};
+use tokio::sync::watch;
 
-static IMAGE: OnceCell<String> = OnceCell::const_new();
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// The engine, or `None` after printing SKIPPED (a failure under CI).
-async fn engine() -> Option<DockerRuntime> {
-    match DockerRuntime::connect().await {
-        Ok(rt) => Some(rt),
-        Err(e) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("Docker is required under CI: {e}");
-            }
-            println!("SKIPPED: no Docker engine ({e})");
-            None
-        }
-    }
-}
-
-async fn image(rt: &DockerRuntime) -> String {
-    IMAGE
-        .get_or_init(|| async {
-            let started = Instant::now();
-            let tag = ensure_test_image(rt.client())
-                .await
-                .unwrap_or_else(|e| panic!("building the test image: {e}"));
-            println!("test image {tag} ready in {:?}", started.elapsed());
-            tag
-        })
-        .await
-        .clone()
-}
 
 /// One test's world: a temp home (its own `polyphony.home` label), a workspace, an id
 /// prefix. Dropping it removes every container of the home, even after a panic.

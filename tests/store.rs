@@ -1,16 +1,18 @@
 //! The store against a real SQLite file: migrations, the transition log, the claim race,
 //! attempts, events and idempotency records.
 
+mod support;
+
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use polyphony::domain::{
-    AgentType, AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, ResourceLimits,
-    Risk, RunResult, RunSpec, SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, Risk, RunResult, RunSpec,
+    SourceKind, Task, TaskEvent, TaskState, TokenUsage,
 };
 use polyphony::store::{Store, StoreError};
+use support::spec::{local_task, path_to, run_spec};
 use TaskState::*;
 
 fn t0() -> DateTime<Utc> {
@@ -24,55 +26,16 @@ fn temp_store() -> (tempfile::TempDir, Store) {
 }
 
 fn task(id: &str) -> Task {
-    Task::new(
-        id,
-        SourceKind::Local,
-        format!("local:{id}"),
-        "/srv/repo",
-        format!("Fix {id}"),
-        t0(),
-    )
+    local_task(id, t0())
 }
 
 fn spec(task_id: &str, attempt: u32, identity: &str) -> RunSpec {
     RunSpec {
-        task_id: task_id.into(),
-        attempt,
-        agent: "claude".into(),
-        agent_type: AgentType::Claude,
-        cli_command: "claude".into(),
         fallback: vec!["codex".into()],
         identity: identity.into(),
-        workspace: PathBuf::from(format!("/ws/{task_id}/{attempt}")),
-        branch: format!("polyphony/{task_id}-a{attempt}"),
-        base_ref: None,
-        image: "polyphony-worker:latest".into(),
-        model: None,
         max_turns: Some(10),
-        env_overlay: vec![],
-        volume_mounts: vec![],
-        deadline_seconds: 1800,
-        idle_timeout_seconds: 300,
         network: NetworkMode::Bridge,
-        limits: ResourceLimits::default(),
-        verification: vec![],
-        verify_image: "polyphony-worker:latest".into(),
-        rule: "default".into(),
-    }
-}
-
-/// The shortest legal path from DISCOVERED to each state.
-fn path_to(state: TaskState) -> &'static [TaskState] {
-    match state {
-        Discovered => &[],
-        Claimed => &[Claimed],
-        Routed => &[Claimed, Routed],
-        Provisioned => &[Claimed, Routed, Provisioned],
-        Running => &[Claimed, Routed, Provisioned, Running],
-        Verifying => &[Claimed, Routed, Provisioned, Running, Verifying],
-        Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
-        Failed => &[Claimed, Failed],
-        Blocked => &[Claimed, Failed, Blocked],
+        ..run_spec(task_id, attempt)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Workspace manager against real git repositories: a local bare origin with history, the
 //! mirror cache, clones per attempt, commit, push, cleanup (spec §6, issue 4).
 
+mod support;
+
 use polyphony::workspace::{
     branch_name, disk_usage, task_key, Author, CloneMode, PrepareRequest, Workspace,
     WorkspaceError, WorkspaceManager,
@@ -12,36 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-/// Runs git for the test's own setup (not the code under test), hermetically.
+use support::git::{git_as, write_file as write};
+
+/// Upstream's history is written as this author.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "Upstream Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
-        .env("GIT_COMMITTER_NAME", "Upstream Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    git_as(("Upstream Dev", "dev@example.com"), dir, args)
 }
 
-fn write(path: &Path, text: &str) {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p).unwrap();
-    }
-    std::fs::write(path, text).unwrap();
-}
-
+/// Runs git for the test's own setup (not the code under test), hermetically.
 /// A temp dir holding `work/` (a checkout with history), `origin.git` (bare), `ws/` and
 /// `mirrors/` roots.
 struct Fixture {

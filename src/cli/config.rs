@@ -58,7 +58,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 /// read from the base branch at attempt time and are not seen here.
 pub fn unprotected_check_scripts(config: &Config) -> Vec<String> {
     use crate::orchestrator::proof::{check_entry_points, ProtectedPaths};
-    let g = &config.global.verify;
+    let g = &config.global().verify;
     if g.protect_check_scripts {
         return Vec::new();
     }
@@ -67,7 +67,7 @@ pub fn unprotected_check_scripts(config: &Config) -> Vec<String> {
         &g.protected_paths,
         [&g.test, &g.lint, &g.typecheck],
     )];
-    for (i, r) in config.global.repos.iter().enumerate() {
+    for (i, r) in config.global().repos.iter().enumerate() {
         if let Some(o) = &r.verify {
             sections.push((
                 format!("repos[{i}].verify"),

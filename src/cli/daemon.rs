@@ -41,10 +41,10 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let listen = args
         .listen
         .clone()
-        .or_else(|| config.global.http.listen.clone());
+        .or_else(|| config.global().http.listen.clone());
     let http = match &listen {
         Some(addr) => {
-            let token = std::env::var(&config.global.http.token_env).ok();
+            let token = std::env::var(&config.global().http.token_env).ok();
             Some(
                 crate::http::settings(&config, addr, token)
                     .map_err(|e| UsageError::new(e.to_string(), "see docs/api.md"))?,

@@ -89,7 +89,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 /// works on a home whose YAML is broken, as `status` does).
 fn body_limit(ctx: &Context) -> u64 {
     match crate::config::Config::load(&ctx.home) {
-        Ok(config) => config.global.max_body_bytes,
+        Ok(config) => config.global().max_body_bytes,
         Err(e) => {
             tracing::debug!(error = %e, "config not loaded; default body limit");
             crate::config::model::DEFAULT_MAX_BODY_BYTES

@@ -91,7 +91,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         anyhow::Ok((retried, skipped))
     })??;
     if !retried.is_empty() {
-        crate::orchestrator::daemon::wake(&config.home);
+        crate::orchestrator::daemon::wake(config.home());
     }
     if args.json {
         print_json(&serde_json::json!({ "retried": retried, "skipped": skipped }))?;

@@ -84,7 +84,7 @@ pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outco
     let text = execute(
         &args,
         &task,
-        &config.routing,
+        config.routing(),
         repo_dir.as_deref(),
         &window_of,
     )

@@ -45,7 +45,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 }
 
 async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
-    let home = config.home.clone();
+    let home = config.home().to_path_buf();
     crate::private::create_dir(&home)?;
     // spawn and a daemon on one home would both drive the same tasks.
     let _lock = DaemonLock::acquire(&home).map_err(|e| {
@@ -122,7 +122,7 @@ async fn issue_task(
     if let Some(existing) = store.newest_generation(&fetched.id)? {
         return Ok(existing);
     }
-    let ready = &orch.config.global.github.ready_label;
+    let ready = &orch.config.global().github.ready_label;
     if !force && !fetched.labels.iter().any(|l| l.eq_ignore_ascii_case(ready)) {
         return Err(UsageError::new(
             format!("{issue} does not carry the `{ready}` label"),

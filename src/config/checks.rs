@@ -4,8 +4,8 @@
 //! that cleanup must never treat as its own (`/`, `$HOME`, the Polyphony home, its
 //! `transcripts/`).
 //!
-//! The `check_*` value functions are pure. [`check_roots_on_disk`] and
-//! [`check_prompt_template`] read the disk and run from `Config::load` only.
+//! The `check_*` value functions are pure. [`check_roots_on_disk`] reads the disk and runs
+//! from `Config::load` only.
 
 use std::path::{Path, PathBuf};
 
@@ -426,22 +426,6 @@ pub(super) fn check_roots_on_disk(
         }
     }
     Ok(())
-}
-
-/// Reads and parses the configured prompt template, so a missing file or a bad placeholder
-/// is a config error now rather than a failed attempt later.
-pub(super) fn check_prompt_template(path: &Path, doc: &Doc<'_>) -> Result<(), ConfigError> {
-    crate::agents::prompt::PromptTemplate::load(path)
-        .map(|_| ())
-        .map_err(|e| {
-            doc.error(
-                ConfigErrorKind::InvalidValue,
-                &[Seg::Key("prompt_template")],
-                None,
-                format!("`prompt_template` {}: {e}", path.display()),
-                "point it at a readable template file whose placeholders are listed in the README, or remove the line for the built-in template",
-            )
-        })
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use super::load::Doc;
 use super::locate::Seg;
 use super::model::{GlobalConfig, QuotaHandoff};
-use super::{duration_at, Config, ConfigError, ConfigErrorKind, Doc};
+use super::resolve::duration_at;
+use super::{Config, ConfigError, ConfigErrorKind};
 
 /// The default of `quota_default_cooldown`: long enough not to burn attempts on an agent
 /// that just refused, short enough that a limit with an unknown reset costs little.

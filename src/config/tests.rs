@@ -691,3 +691,35 @@ fn a_profile_may_set_its_own_container_user_but_not_root() {
         "allow_unsafe: true",
     );
 }
+
+#[test]
+fn the_prompt_template_is_parsed_once_at_load_and_carried() {
+    use crate::agents::prompt::{PromptContext, PromptTemplate};
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(CONFIG_FILE),
+        "prompt_template: $POLYPHONY_HOME/prompt.md\n",
+    )
+    .unwrap();
+    std::fs::write(home.path().join("prompt.md"), "Do {title} in {repo}.\n").unwrap();
+    let cfg = Config::load(home.path()).unwrap();
+    let ctx = PromptContext {
+        title: "the thing",
+        repo: "acme/widgets",
+        ..PromptContext::default()
+    };
+    assert_eq!(cfg.prompt().render(&ctx), "Do the thing in acme/widgets.\n");
+    // The file is read once: changing it later does not change the loaded config.
+    std::fs::write(home.path().join("prompt.md"), "Other {title}\n").unwrap();
+    assert_eq!(cfg.prompt().render(&ctx), "Do the thing in acme/widgets.\n");
+    // `from_sources` reads nothing from disk: the built-in template stands in.
+    let sources = ConfigSources::read(home.path()).unwrap();
+    let pure = Config::from_sources(home.path(), &sources, &env).unwrap();
+    assert_eq!(pure.prompt_template(), cfg.prompt_template());
+    assert_eq!(pure.prompt(), &PromptTemplate::builtin());
+    // No `prompt_template`: the built-in template.
+    assert_eq!(
+        load(&ConfigSources::templates()).unwrap().prompt(),
+        &PromptTemplate::builtin()
+    );
+}

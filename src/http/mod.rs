@@ -93,18 +93,18 @@ pub fn settings(
     if !loopback && token.is_none() {
         return Err(HttpError::TokenRequired {
             addr,
-            var: config.global.http.token_env.clone(),
+            var: config.global().http.token_env.clone(),
         });
     }
     let settings = ServerSettings {
-        home: config.home.clone(),
+        home: config.home().to_path_buf(),
         db: config.db_path(),
-        body_limit: config.global.max_body_bytes,
+        body_limit: config.global().max_body_bytes,
         token,
-        token_for_reads: config.global.http.token_for_reads || !loopback,
+        token_for_reads: config.global().http.token_for_reads || !loopback,
         slots: config.max_concurrent_agents(),
         identities: config
-            .identities
+            .identities()
             .iter()
             .map(|i| (i.name.clone(), i.cost_ceiling_usd_per_day))
             .collect(),

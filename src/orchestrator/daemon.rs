@@ -264,7 +264,7 @@ async fn poll_sources(orch: &Orchestrator, store: &Store) {
     let Some(github) = orch.github.as_ref() else {
         return;
     };
-    if orch.config.global.github.repos.is_empty() {
+    if orch.config.global().github.repos.is_empty() {
         return;
     }
     let (tasks, errors) = github.poll_all().await;

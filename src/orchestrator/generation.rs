@@ -149,7 +149,7 @@ pub fn github_source(config: &Config) -> anyhow::Result<GithubSource> {
         |n| std::env::var(n).ok(),
         FaultPolicy::default(),
     )?;
-    let settings = GithubSettings::from_config(&config.global.github, &config.global.repos)?;
+    let settings = GithubSettings::from_config(&config.global().github, &config.global().repos)?;
     Ok(GithubSource::new(client, settings))
 }
 

@@ -1,8 +1,8 @@
 //! The supervisor: the attempt pipeline with proof of work and retries, landing, the
 //! daemon loop and reconciliation after a crash (spec §2–§12, DESIGN.md).
 //!
-//! [`Orchestrator`] holds what every attempt shares (config, Docker, workspaces, router,
-//! GitHub source, prompt template). [`pipeline`] takes one claimed task through one
+//! [`Orchestrator`] holds what every attempt shares (config with its parsed prompt
+//! template, Docker, workspaces, router, GitHub source). [`pipeline`] takes one claimed task through one
 //! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
 //! side effects a kill left half-done through `intents` (issue 19).
 //!
@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::agents::prompt::PromptTemplate;
 use crate::config::Config;
 use crate::routing::Router;
 use crate::runtime::{DockerRuntime, WorkerRuntime};
@@ -57,7 +56,6 @@ pub struct Orchestrator {
     pub github: Option<Arc<GithubSource>>,
     /// The GitHub token (for pushes to GitHub remotes and for scrubbing).
     pub github_token: Option<ResolvedToken>,
-    pub prompt: PromptTemplate,
     /// `polyphony.home` label value of this home.
     pub home_label: String,
     /// `uid:gid` containers run as unless a profile says otherwise.
@@ -82,18 +80,14 @@ impl Orchestrator {
         runtime: Arc<dyn WorkerRuntime>,
         env: EnvLookup,
     ) -> anyhow::Result<Orchestrator> {
-        let agent_names: Vec<&str> = config.agents.iter().map(|a| a.name.as_str()).collect();
-        let router = Router::compile(&config.routing, &agent_names)
+        let agent_names: Vec<&str> = config.agents().iter().map(|a| a.name.as_str()).collect();
+        let router = Router::compile(config.routing(), &agent_names)
             .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
-        let prompt = match config.prompt_template() {
-            Some(path) => PromptTemplate::load(path)?,
-            None => PromptTemplate::builtin(),
-        };
         let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root())
-            .with_clone_mode(config.global.git.clone_mode);
+            .with_clone_mode(config.global().git.clone_mode);
         let token_var = github_token_var(&config);
         let github_token = resolve_token(token_var.as_deref(), |n| env(n)).ok();
-        let github = if config.global.github.repos.is_empty() && github_token.is_none() {
+        let github = if config.global().github.repos.is_empty() && github_token.is_none() {
             None
         } else {
             let lookup = |n: &str| env(n);
@@ -101,20 +95,22 @@ impl Orchestrator {
                 GithubClient::from_env(token_var.as_deref(), lookup, FaultPolicy::default());
             match client {
                 Ok(client) => {
-                    let settings =
-                        GithubSettings::from_config(&config.global.github, &config.global.repos)?;
+                    let settings = GithubSettings::from_config(
+                        &config.global().github,
+                        &config.global().repos,
+                    )?;
                     Some(Arc::new(GithubSource::new(client, settings)))
                 }
                 // Without repos to poll a missing token only matters for GitHub tasks,
                 // which then fail with this error.
-                Err(e) if config.global.github.repos.is_empty() => {
+                Err(e) if config.global().github.repos.is_empty() => {
                     tracing::debug!(error = %e, "no GitHub client");
                     None
                 }
                 Err(e) => return Err(e.into()),
             }
         };
-        let home_label = crate::runtime::home_label(&config.home);
+        let home_label = crate::runtime::home_label(config.home());
         let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
             max_attempts: config.max_attempts(),
@@ -127,7 +123,6 @@ impl Orchestrator {
             router,
             github,
             github_token,
-            prompt,
             home_label,
             default_user,
             policy,
@@ -136,7 +131,7 @@ impl Orchestrator {
     }
 
     pub fn home(&self) -> &Path {
-        &self.config.home
+        self.config.home()
     }
 
     pub fn db_path(&self) -> PathBuf {
@@ -167,9 +162,9 @@ impl Orchestrator {
 
 /// The variable the default identity names for its GitHub token, if any.
 fn github_token_var(config: &Config) -> Option<String> {
-    let identity = match config.global.default_identity.as_deref() {
+    let identity = match config.global().default_identity.as_deref() {
         Some(name) => config.identity(name),
-        None if config.identities.len() == 1 => config.identities.first(),
+        None if config.identities().len() == 1 => config.identities().first(),
         None => None,
     };
     identity.and_then(|i| i.github_token_env.clone())

@@ -298,7 +298,7 @@ impl<'a> Attempt<'a> {
     async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
         let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
         let branch = workspace::branch_name(
-            &self.orch.config.global.git.branch_prefix,
+            &self.orch.config.global().git.branch_prefix,
             &key,
             self.attempt,
         );
@@ -533,8 +533,8 @@ impl<'a> Attempt<'a> {
         })?;
         let named = decision.identity.is_some()
             || profile.identity.is_some()
-            || config.global.default_identity.is_some();
-        let mut brokered = if config.identities.is_empty() && !named {
+            || config.global().default_identity.is_some();
+        let mut brokered = if config.identities().is_empty() && !named {
             // No identities.yaml at all: run without credentials rather than refuse; the
             // agent reports its own authentication error if it needs one.
             tracing::warn!(
@@ -551,8 +551,8 @@ impl<'a> Attempt<'a> {
             let ident = identity::resolve(
                 decision.identity.as_deref(),
                 profile,
-                config.global.default_identity.as_deref(),
-                &config.identities,
+                config.global().default_identity.as_deref(),
+                config.identities(),
             )
             .map_err(|e| Failure::crash(e).at(Stage::Config))?;
             identity::broker(ident, profile.agent_type)
@@ -633,7 +633,7 @@ impl<'a> Attempt<'a> {
             decision,
             profile,
             identity: &brokered,
-            global: &config.global,
+            global: config.global(),
             attempt: self.attempt,
             workspace: ws.path.clone(),
             branch: ws.branch.clone(),
@@ -686,7 +686,7 @@ impl<'a> Attempt<'a> {
         let adapter = adapter_for(spec.agent_type);
         let previous = self.previous_failures();
         let handoff = quota::handoff_note(&self.db(), &self.task.id, spec.attempt);
-        let prompt = self.orch.prompt.render(&PromptContext {
+        let prompt = self.orch.config.prompt().render(&PromptContext {
             title: &self.task.title,
             body: &self.task.body,
             source_ref: &self.task.source_ref,
@@ -994,7 +994,7 @@ impl<'a> Attempt<'a> {
         if let Some(sha) = self.db().kv_get(&key).ok().flatten() {
             return Ok(Some(sha));
         }
-        let git = &self.orch.config.global.git;
+        let git = &self.orch.config.global().git;
         let author = Author {
             name: git.author_name.clone(),
             email: git.author_email.clone(),

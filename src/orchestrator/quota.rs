@@ -212,15 +212,15 @@ pub fn identities_for(
                 Some(profile) => {
                     let named = rule_identity.is_some()
                         || profile.identity.is_some()
-                        || config.global.default_identity.is_some();
-                    if config.identities.is_empty() && !named {
+                        || config.global().default_identity.is_some();
+                    if config.identities().is_empty() && !named {
                         "(none)".to_string()
                     } else {
                         crate::identity::resolve(
                             rule_identity,
                             profile,
-                            config.global.default_identity.as_deref(),
-                            &config.identities,
+                            config.global().default_identity.as_deref(),
+                            config.identities(),
                         )
                         .map(|i| i.name.clone())
                         // The attempt fails on it with the reason; quota has nothing to add.
@@ -487,7 +487,7 @@ pub async fn continue_after_limit(
     let Some((record, from)) = found.filter(|(_, from)| from.path.is_dir()) else {
         return;
     };
-    let git = &orch.config.global.git;
+    let git = &orch.config.global().git;
     let author = Author {
         name: git.author_name.clone(),
         email: git.author_email.clone(),

@@ -1,13 +1,19 @@
-//! Read-only views for the daemon's HTTP API (src/http/): filtered, paged task listings
-//! and the attempts running now. Same rows and bytes as the CLI's views (`status --json`
-//! objects are the stored summary JSON), so the API and the CLI cannot disagree.
+//! Read-only views: the task listings of `status` (summaries borrowed from the row, or
+//! the stored summary JSON as bytes), counts by state, and for the daemon's HTTP API
+//! (src/http/) filtered, paged listings and the attempts running now. The API and the CLI
+//! read the same rows and bytes (`status --json` objects are the stored summary JSON), so
+//! they cannot disagree.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{params, Row};
 use serde::Serialize;
 
-use super::{parse_col, time_col, Result, Store, StoreError};
-use crate::domain::{SourceKind, TaskState};
+use super::{
+    conversion, enum_col, opt_str_col, parse_col, str_col, time_col, Result, Store, StoreError,
+};
+use crate::domain::{Risk, SourceKind, TaskState, TaskType};
 
 /// Which tasks a listing shows; `None` fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -37,7 +43,122 @@ pub struct RunningAttempt {
     pub started_at: DateTime<Utc>,
 }
 
+/// One task as a listing shows it (`polyphony status --json`): what identifies it, where
+/// it stands and when it moves next, borrowed from the row so a 100k-task listing streams
+/// without building a [`Task`] per row. The full task (body, repo, metadata, routing facts)
+/// is [`Store::get_task`]. Timestamps are the stored text: RFC 3339 UTC, fixed-width
+/// microseconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskSummary<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub source_ref: &'a str,
+    pub state: TaskState,
+    pub task_type: TaskType,
+    pub risk: Risk,
+    pub labels: Vec<Label<'a>>,
+    pub attempts: u32,
+    pub failures: u32,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub next_attempt_at: Option<&'a str>,
+    /// Set while the task waits for a usage limit to reset (issue 14).
+    pub quota_wait: Option<QuotaWaitBrief<'a>>,
+}
+
+/// Why a parked task waits, in a listing: the agent whose reset comes first, under its
+/// identity, and when (stored RFC 3339 text). `status TASK --json` has every agent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaWaitBrief<'a> {
+    pub until: &'a str,
+    pub agent: &'a str,
+    pub identity: &'a str,
+}
+
+/// A label as stored, borrowed unless the JSON escaped it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Label<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
+
+const SUMMARY_COLS: &str = "id, title, source_ref, state, task_type, risk, labels, attempts, \
+     failures, created_at, updated_at, next_attempt_at, w.until, w.agent, w.identity";
+
+/// The tasks table with the quota wait of the FAILED ones (a parked task's).
+const SUMMARY_FROM: &str =
+    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED'";
+
 impl Store {
+    /// Calls `each` with every task, newest first, optionally only those in `state`, at
+    /// most `limit` of them, as a [`TaskSummary`] borrowed from the row: nothing is
+    /// collected, so memory stays flat however many tasks there are. Stops at the first
+    /// error `each` returns.
+    pub fn for_each_task_summary<E>(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+        mut each: impl FnMut(&TaskSummary<'_>) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let limit = limit.map_or(-1, |l| l as i64);
+        let sql = match state {
+            Some(_) => format!(
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
+            ),
+            None => format!(
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE ?2 IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
+            ),
+        };
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(StoreError::from)?;
+        let mut rows = stmt
+            .query(params![limit, state.map(TaskState::as_str)])
+            .map_err(StoreError::from)?;
+        while let Some(row) = rows.next().map_err(StoreError::from)? {
+            let summary = summary_from_row(row).map_err(StoreError::from)?;
+            each(&summary)?;
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with the JSON object of every task's [`TaskSummary`] (exactly the bytes
+    /// `serde_json::to_writer` writes for it), newest first, optionally only those in
+    /// `state`, at most `limit` of them. The objects are stored text (schema version 2
+    /// keeps them current by trigger), handed over without decoding or UTF-8 checks: this
+    /// is `status --json` at 100k tasks (docs/benchmarks.md). Stops at the first error
+    /// `each` returns.
+    pub fn for_each_summary_json<E>(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+        each: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let limit = limit.map_or(-1, |l| l as i64);
+        let sql = match state {
+            // The state index yields the rowids in order; each summary is one lookup.
+            Some(_) => {
+                "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
+                 WHERE t.state = ?2 ORDER BY t.rowid DESC LIMIT ?1"
+            }
+            None => "SELECT json FROM task_summaries WHERE ?2 IS NULL ORDER BY seq DESC LIMIT ?1",
+        };
+        self.for_each_stored_json(sql, params![limit, state.map(TaskState::as_str)], each)
+    }
+
+    /// Number of tasks in each state (states with none are absent).
+    pub fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT state, COUNT(*) FROM tasks GROUP BY state")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((parse_col::<TaskState>(r, 0)?, r.get::<_, i64>(1)? as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Calls `each` with the stored summary JSON (the `status --json` objects) of the
     /// tasks `filter` admits, newest first, skipping `offset`, at most `limit`
     /// (`None`: all). Streams like [`Store::for_each_summary_json`].
@@ -46,7 +167,7 @@ impl Store {
         filter: &TaskFilter,
         limit: Option<usize>,
         offset: usize,
-        mut each: impl FnMut(&[u8]) -> std::result::Result<(), E>,
+        each: impl FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E>
     where
         E: From<StoreError>,
@@ -63,16 +184,32 @@ impl Store {
              AND (?5 IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
              ORDER BY t.rowid DESC LIMIT ?1 OFFSET ?2"
         };
-        let mut stmt = self.conn.prepare_cached(sql).map_err(StoreError::from)?;
-        let mut rows = stmt
-            .query(params![
+        self.for_each_stored_json(
+            sql,
+            params![
                 limit,
                 offset,
                 filter.state.map(TaskState::as_str),
                 filter.source.map(|s| s.as_str()),
                 filter.agent.as_deref(),
-            ])
-            .map_err(StoreError::from)?;
+            ],
+            each,
+        )
+    }
+
+    /// Runs `sql`, whose one column is stored summary JSON, and hands each row's bytes to
+    /// `each` as they are stored: no decoding, no UTF-8 check, nothing collected.
+    fn for_each_stored_json<E>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        mut each: impl FnMut(&[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(StoreError::from)?;
+        let mut rows = stmt.query(params).map_err(StoreError::from)?;
         while let Some(row) = rows.next().map_err(StoreError::from)? {
             let json = row
                 .get_ref(0)
@@ -133,4 +270,35 @@ impl Store {
             |r| r.get(0),
         )?)
     }
+}
+
+fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
+    let labels = str_col(r, 6)?;
+    Ok(TaskSummary {
+        id: str_col(r, 0)?,
+        title: str_col(r, 1)?,
+        source_ref: str_col(r, 2)?,
+        state: enum_col(r, 3, &TaskState::ALL, |v| v.as_str())?,
+        task_type: enum_col(r, 4, &TaskType::ALL, |v| v.as_str())?,
+        risk: enum_col(r, 5, &[Risk::Low, Risk::Medium, Risk::High], |v| v.as_str())?,
+        labels: serde_json::from_str(labels)
+            .map_err(|e| conversion(6, format!("labels JSON `{labels}`: {e}")))?,
+        attempts: r.get(7)?,
+        failures: r.get(8)?,
+        created_at: str_col(r, 9)?,
+        updated_at: str_col(r, 10)?,
+        next_attempt_at: opt_str_col(r, 11)?,
+        quota_wait: match (
+            opt_str_col(r, 12)?,
+            opt_str_col(r, 13)?,
+            opt_str_col(r, 14)?,
+        ) {
+            (Some(until), Some(agent), Some(identity)) => Some(QuotaWaitBrief {
+                until,
+                agent,
+                identity,
+            }),
+            _ => None,
+        },
+    })
 }

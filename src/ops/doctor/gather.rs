@@ -17,11 +17,11 @@ use crate::sources::github::RepoSlug;
 /// For each image the agents run in, the agent types and commands that run there.
 fn clis_of(config: &Config) -> BTreeMap<String, BTreeSet<(AgentType, String)>> {
     let mut out: BTreeMap<String, BTreeSet<(AgentType, String)>> = BTreeMap::new();
-    for agent in &config.agents {
+    for agent in config.agents() {
         let image = agent
             .image
             .clone()
-            .unwrap_or_else(|| config.global.container.image.clone());
+            .unwrap_or_else(|| config.global().container.image.clone());
         out.entry(image)
             .or_default()
             .insert((agent.agent_type, agent.cli_command.clone()));
@@ -141,7 +141,7 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         // The CLI versions inside each present image (the offline test image holds fakes).
         if let Some(rt) = &runtime {
             let user = config
-                .global
+                .global()
                 .container
                 .user
                 .clone()
@@ -270,19 +270,19 @@ fn images_of(config: &Config) -> BTreeMap<String, String> {
     let mut add = |image: &str, by: String| {
         images.entry(image.to_string()).or_default().insert(by);
     };
-    for agent in &config.agents {
+    for agent in config.agents() {
         match &agent.image {
             Some(i) => add(i, format!("agent {}", agent.name)),
             None => add(
-                &config.global.container.image,
+                &config.global().container.image,
                 format!("agent {}", agent.name),
             ),
         }
     }
-    if let Some(i) = &config.global.verify.image {
+    if let Some(i) = &config.global().verify.image {
         add(i, "verify".into());
     }
-    for r in &config.global.repos {
+    for r in &config.global().repos {
         if let Some(i) = &r.image {
             add(i, format!("repo {}", r.repo));
         }
@@ -301,7 +301,7 @@ fn credential_checks(
     lookup: &(dyn Fn(&str) -> Option<String> + Sync),
     checks: &mut Vec<Check>,
 ) {
-    for identity in &config.identities {
+    for identity in config.identities() {
         for (agent_type, path) in &identity.volumes {
             checks.push(volume_check(
                 &identity.name,
@@ -332,10 +332,10 @@ async fn github_checks(
     lookup: &(dyn Fn(&str) -> Option<String> + Sync),
     checks: &mut Vec<Check>,
 ) {
-    let repos = &config.global.github.repos;
+    let repos = &config.global().github.repos;
     // Identities sharing a token variable are checked once.
     let mut by_var: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
-    for identity in &config.identities {
+    for identity in config.identities() {
         by_var
             .entry(identity.github_token_env.clone())
             .or_default()

@@ -1,0 +1,261 @@
+//! Attempts: the start of one (its immutable RunSpec), how it ended, and what attempts
+//! cost per identity (the daily ceiling).
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::{
+    conversion, current_state, json_col, opt_time_col, time_col, to_json, ts, Result, Store,
+    StoreError,
+};
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TokenUsage};
+
+const ATTEMPT_COLS: &str = "task_id, attempt, agent, identity, run_spec, container_id, workspace, \
+     branch, status, turns, tokens_in, tokens_out, tokens_cached, cost_usd, exit_code, \
+     duration_seconds, final_message, reason, evidence, commit_sha, pr_url, started_at, finished_at";
+
+/// One attempt as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub task_id: String,
+    pub attempt: u32,
+    pub agent: String,
+    pub identity: String,
+    /// The RunSpec as stored (JSON); [`AttemptRecord::spec`] decodes it.
+    pub run_spec: serde_json::Value,
+    pub container_id: Option<String>,
+    pub workspace: PathBuf,
+    pub branch: String,
+    /// `None` while the attempt runs.
+    pub status: Option<AttemptStatus>,
+    pub turns: Option<u32>,
+    pub tokens: Option<TokenUsage>,
+    pub cost_usd: Option<f64>,
+    pub exit_code: Option<i64>,
+    pub duration_seconds: Option<f64>,
+    pub final_message: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Vec<CheckEvidence>,
+    pub commit_sha: Option<String>,
+    pub pr_url: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl AttemptRecord {
+    pub fn spec(&self) -> Result<RunSpec, serde_json::Error> {
+        serde_json::from_value(self.run_spec.clone())
+    }
+}
+
+impl Store {
+    /// Records the start of attempt `spec.attempt` with its immutable RunSpec and bumps the
+    /// task's attempt count. `AttemptExists` if that attempt was already started.
+    pub fn start_attempt(&self, spec: &RunSpec, now: DateTime<Utc>) -> Result<()> {
+        let json = to_json("run spec", spec)?;
+        self.immediate(|tx| {
+            current_state(tx, &spec.task_id)?;
+            let exists: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?1 AND attempt = ?2)",
+                params![spec.task_id, spec.attempt],
+                |r| r.get(0),
+            )?;
+            if exists {
+                return Err(StoreError::AttemptExists {
+                    task_id: spec.task_id.clone(),
+                    attempt: spec.attempt,
+                });
+            }
+            tx.execute(
+                "INSERT INTO attempts (task_id, attempt, agent, identity, run_spec, workspace, branch, started_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    spec.task_id,
+                    spec.attempt,
+                    spec.agent,
+                    spec.identity,
+                    json,
+                    spec.workspace.to_string_lossy(),
+                    spec.branch,
+                    ts(now)
+                ],
+            )?;
+            tx.execute(
+                "UPDATE tasks SET attempts = MAX(attempts, ?2), updated_at = ?3 WHERE id = ?1",
+                params![spec.task_id, spec.attempt, ts(now)],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records how an attempt ended and the verification evidence.
+    pub fn finish_attempt(
+        &self,
+        result: &RunResult,
+        evidence: &[CheckEvidence],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let verification_ms = evidence.iter().map(|e| e.duration_ms).sum::<u64>();
+        let evidence = to_json("evidence", &evidence)?;
+        let identity: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT identity FROM attempts WHERE task_id = ?1 AND attempt = ?2",
+                params![result.task_id, result.attempt],
+                |r| r.get(0),
+            )
+            .optional()?;
+        crate::metrics::attempt_finished(
+            &result.agent,
+            identity.as_deref().unwrap_or("-"),
+            result.status,
+            result.duration_seconds,
+            result.cost_usd,
+            &result.tokens,
+            verification_ms,
+        );
+        self.update_attempt(
+            &result.task_id,
+            result.attempt,
+            "UPDATE attempts SET status = ?3, turns = ?4, tokens_in = ?5, tokens_out = ?6, \
+             tokens_cached = ?7, cost_usd = ?8, exit_code = ?9, duration_seconds = ?10, \
+             final_message = ?11, reason = ?12, evidence = ?13, finished_at = ?14 \
+             WHERE task_id = ?1 AND attempt = ?2",
+            params![
+                result.task_id,
+                result.attempt,
+                result.status.as_str(),
+                result.turns,
+                result.tokens.input as i64,
+                result.tokens.output as i64,
+                result.tokens.cached_input as i64,
+                result.cost_usd,
+                result.exit_code,
+                result.duration_seconds,
+                result.final_message,
+                result.reason,
+                evidence,
+                ts(now),
+            ],
+        )
+    }
+
+    fn update_attempt(
+        &self,
+        task_id: &str,
+        attempt: u32,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<()> {
+        let changed = self.conn.prepare_cached(sql)?.execute(params)?;
+        if changed == 0 {
+            return Err(StoreError::AttemptNotFound {
+                task_id: task_id.to_string(),
+                attempt,
+            });
+        }
+        Ok(())
+    }
+
+    /// All attempts of a task, first to last.
+    pub fn attempts(&self, task_id: &str) -> Result<Vec<AttemptRecord>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 ORDER BY attempt"
+        ))?;
+        let rows = stmt.query_map([task_id], attempt_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn attempt(&self, task_id: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 AND attempt = ?2"
+        ))?;
+        Ok(stmt
+            .query_row(params![task_id, attempt], attempt_from_row)
+            .optional()?)
+    }
+
+    /// The latest attempt's agent and the cost of all attempts of a task (for the
+    /// `status` table).
+    pub fn attempt_brief(&self, task_id: &str) -> Result<(Option<String>, Option<f64>)> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT (SELECT agent FROM attempts WHERE task_id = ?1 ORDER BY attempt DESC LIMIT 1), \
+                    (SELECT SUM(cost_usd) FROM attempts WHERE task_id = ?1)",
+        )?;
+        Ok(stmt.query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
+    /// Dollars spent by attempts of `identity` started at or after `since` (the daily
+    /// cost ceiling of spec §3.2).
+    pub fn cost_spent_since(&self, identity: &str, since: DateTime<Utc>) -> Result<f64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(SUM(cost_usd), 0.0) FROM attempts WHERE identity = ?1 AND started_at >= ?2",
+            params![identity, ts(since)],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The costliest attempt of `identity` since `since`: (task id, attempt, cost), so a
+    /// held identity can say which attempt's figure holds it.
+    pub fn largest_cost_since(
+        &self,
+        identity: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Option<(String, u32, f64)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT task_id, attempt, cost_usd FROM attempts \
+                 WHERE identity = ?1 AND started_at >= ?2 AND cost_usd IS NOT NULL \
+                 ORDER BY cost_usd DESC LIMIT 1",
+                params![identity, ts(since)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+    }
+}
+
+pub(super) fn attempt_from_row(r: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
+    let status: Option<String> = r.get(8)?;
+    let status = status
+        .map(|s| s.parse::<AttemptStatus>().map_err(|e| conversion(8, e)))
+        .transpose()?;
+    let tokens = match (
+        r.get::<_, Option<i64>>(10)?,
+        r.get::<_, Option<i64>>(11)?,
+        r.get::<_, Option<i64>>(12)?,
+    ) {
+        (None, None, None) => None,
+        (i, o, c) => Some(TokenUsage {
+            input: i.unwrap_or(0) as u64,
+            output: o.unwrap_or(0) as u64,
+            cached_input: c.unwrap_or(0) as u64,
+        }),
+    };
+    Ok(AttemptRecord {
+        task_id: r.get(0)?,
+        attempt: r.get(1)?,
+        agent: r.get(2)?,
+        identity: r.get(3)?,
+        run_spec: json_col(r, 4)?,
+        container_id: r.get(5)?,
+        workspace: PathBuf::from(r.get::<_, String>(6)?),
+        branch: r.get(7)?,
+        status,
+        turns: r.get(9)?,
+        tokens,
+        cost_usd: r.get(13)?,
+        exit_code: r.get(14)?,
+        duration_seconds: r.get(15)?,
+        final_message: r.get(16)?,
+        reason: r.get(17)?,
+        evidence: json_col(r, 18)?,
+        commit_sha: r.get(19)?,
+        pr_url: r.get(20)?,
+        started_at: time_col(r, 21)?,
+        finished_at: opt_time_col(r, 22)?,
+    })
+}

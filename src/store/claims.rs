@@ -1,0 +1,83 @@
+//! Claims: taking a task atomically across processes. `BEGIN IMMEDIATE` takes the write
+//! lock before the candidate is read, so two daemons never claim one task.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, Transaction};
+
+use super::{current_state, get_task, ts, write_transition, Result, Store, StoreError};
+use crate::domain::{Task, TaskState};
+
+impl Store {
+    /// Atomically claims the oldest claimable task: DISCOVERED, or FAILED with a retry
+    /// time at or before `now`. Returns it in CLAIMED, or `None` when nothing is ready.
+    pub fn claim_next(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
+        self.immediate(|tx| {
+            // Two probes keep each one on an index; the older candidate wins.
+            let discovered: Option<(i64, String)> = tx
+                .prepare_cached(
+                    "SELECT rowid, id FROM tasks WHERE state = 'DISCOVERED' ORDER BY rowid LIMIT 1",
+                )?
+                .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let retry: Option<(i64, String)> = tx
+                .prepare_cached(
+                    "SELECT rowid, id FROM tasks WHERE state = 'FAILED' \
+                     AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 \
+                     ORDER BY rowid LIMIT 1",
+                )?
+                .query_row([ts(now)], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let pick = match (discovered, retry) {
+                (Some(d), Some(r)) => Some(if d.0 <= r.0 { d } else { r }),
+                (d, r) => d.or(r),
+            };
+            match pick {
+                Some((_, id)) => claim_in(tx, &id, now).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// Atomically claims one task if it is claimable (see [`Store::claim_next`]);
+    /// `Ok(None)` when it exists but is not, `NotFound` when it does not exist.
+    pub fn claim(&self, task_id: &str, now: DateTime<Utc>) -> Result<Option<Task>> {
+        self.immediate(|tx| {
+            let state = current_state(tx, task_id)?;
+            let next: Option<String> = tx.query_row(
+                "SELECT next_attempt_at FROM tasks WHERE id = ?1",
+                [task_id],
+                |r| r.get(0),
+            )?;
+            let ready = match state {
+                TaskState::Discovered => true,
+                TaskState::Failed => next.is_some_and(|n| n <= ts(now)),
+                _ => false,
+            };
+            if ready {
+                claim_in(tx, task_id, now).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+    }
+}
+
+/// Moves a task to CLAIMED inside an IMMEDIATE transaction the caller holds.
+pub(super) fn claim_in(tx: &Transaction<'_>, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
+    let from = current_state(tx, task_id)?;
+    let reason = if from == TaskState::Failed {
+        "claimed for retry"
+    } else {
+        "claimed"
+    };
+    write_transition(tx, task_id, from, TaskState::Claimed, reason, now)?;
+    tx.execute(
+        "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
+        [task_id],
+    )?;
+    let task = get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
+    if from == TaskState::Discovered && task.attempts == 0 {
+        crate::metrics::first_claim((now - task.created_at).to_std().unwrap_or_default());
+    }
+    Ok(task)
+}

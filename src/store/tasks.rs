@@ -1,0 +1,281 @@
+//! Tasks: inserting, reading and listing them, their routing facts and retry schedule,
+//! and [`Store::transition`], the one way a task changes state.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use serde::Serialize;
+
+use super::{json_col, opt_time_col, parse_col, time_col, to_json, ts, Result, Store, StoreError};
+use crate::domain::{self, Risk, Scope, SourceKind, Task, TaskState, TaskType};
+
+const TASK_COLS: &str = "id, title, body, source, source_ref, repo, base_ref, state, task_type, \
+     scope, risk, context_tokens, requires_web, labels, metadata, attempts, failures, \
+     created_at, updated_at, next_attempt_at";
+
+/// One row of the transition log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransitionRecord {
+    pub task_id: String,
+    pub from: TaskState,
+    pub to: TaskState,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Inserts a new task. Returns `false` (and changes nothing) when a task with the same
+    /// id exists: sources call this on every poll and rely on it to dedupe.
+    pub fn insert_task(&self, task: &Task) -> Result<bool> {
+        let labels = to_json("labels", &task.labels)?;
+        let metadata = to_json("metadata", &task.metadata)?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "INSERT OR IGNORE INTO tasks ({TASK_COLS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+        ))?;
+        let inserted = stmt.execute(params![
+            task.id,
+            task.title,
+            task.body,
+            task.source.as_str(),
+            task.source_ref,
+            task.repo,
+            task.base_ref,
+            task.state.as_str(),
+            task.task_type.as_str(),
+            task.scope.as_str(),
+            task.risk.as_str(),
+            task.context_tokens as i64,
+            task.requires_web,
+            labels,
+            metadata,
+            task.attempts,
+            task.failures,
+            ts(task.created_at),
+            ts(task.updated_at),
+            task.next_attempt_at.map(ts),
+        ])?;
+        Ok(inserted == 1)
+    }
+
+    /// Reserves the next local queue id, `local-<n>`. Ids are never reused.
+    pub fn next_local_task_id(&self) -> Result<String> {
+        let n: i64 = self.conn.query_row(
+            "UPDATE counters SET value = value + 1 WHERE name = 'local_task' RETURNING value",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(format!("local-{n}"))
+    }
+
+    pub fn get_task(&self, id: &str) -> Result<Option<Task>> {
+        get_task(&self.conn, id)
+    }
+
+    /// The task with this source reference (`owner/repo#42`), if any.
+    pub fn find_by_source_ref(&self, source_ref: &str) -> Result<Option<Task>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLS} FROM tasks WHERE source_ref = ?1 ORDER BY rowid DESC LIMIT 1"
+        ))?;
+        Ok(stmt.query_row([source_ref], task_from_row).optional()?)
+    }
+
+    /// Tasks, newest first, optionally only those in `state`, at most `limit` of them.
+    pub fn list_tasks(&self, state: Option<TaskState>, limit: Option<usize>) -> Result<Vec<Task>> {
+        let limit = limit.map_or(-1, |l| l as i64);
+        let rows = match state {
+            Some(s) => {
+                let mut stmt = self.conn.prepare_cached(&format!(
+                    "SELECT {TASK_COLS} FROM tasks WHERE state = ?1 ORDER BY rowid DESC LIMIT ?2"
+                ))?;
+                let rows = stmt.query_map(params![s.as_str(), limit], task_from_row)?;
+                rows.collect::<Result<Vec<_>, _>>()?
+            }
+            None => {
+                let mut stmt = self.conn.prepare_cached(&format!(
+                    "SELECT {TASK_COLS} FROM tasks ORDER BY rowid DESC LIMIT ?1"
+                ))?;
+                let rows = stmt.query_map(params![limit], task_from_row)?;
+                rows.collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        Ok(rows)
+    }
+
+    /// THE way a task changes state: in one IMMEDIATE transaction, checks `expected_from ->
+    /// to` against the state machine, checks the task is still in `expected_from`, updates
+    /// it and appends the transition row. Nothing is written when a check fails.
+    pub fn transition(
+        &self,
+        task_id: &str,
+        expected_from: TaskState,
+        to: TaskState,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Task> {
+        self.immediate(|tx| {
+            domain::transition(expected_from, to).map_err(|source| {
+                StoreError::InvalidTransition {
+                    task_id: task_id.to_string(),
+                    source,
+                }
+            })?;
+            let actual = current_state(tx, task_id)?;
+            if actual != expected_from {
+                return Err(StoreError::StaleState {
+                    task_id: task_id.to_string(),
+                    expected: expected_from,
+                    actual,
+                });
+            }
+            write_transition(tx, task_id, actual, to, reason, now)?;
+            get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))
+        })
+    }
+
+    /// Records the failure count and when the task may be retried (`None`: never; the
+    /// orchestrator then moves it to BLOCKED).
+    pub fn set_retry(
+        &self,
+        task_id: &str,
+        failures: u32,
+        next_attempt_at: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE tasks SET failures = ?2, next_attempt_at = ?3 WHERE id = ?1",
+            params![task_id, failures, next_attempt_at.map(ts)],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NotFound(task_id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Replaces the routing facts (type, scope, risk, context estimate) the router or a
+    /// source derived; the state is untouched.
+    pub fn set_task_facts(
+        &self,
+        task_id: &str,
+        task_type: TaskType,
+        scope: Scope,
+        risk: Risk,
+        context_tokens: u64,
+    ) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE tasks SET task_type = ?2, scope = ?3, risk = ?4, context_tokens = ?5 WHERE id = ?1",
+            params![task_id, task_type.as_str(), scope.as_str(), risk.as_str(), context_tokens as i64],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NotFound(task_id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The earliest retry time among FAILED tasks scheduled for one (the daemon sleeps
+    /// until then instead of polling).
+    pub fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>> {
+        let text: Option<String> = self.conn.query_row(
+            "SELECT MIN(next_attempt_at) FROM tasks WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(text
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)))
+    }
+
+    /// Freezes the title and body a source claim returned: later edits at the source never
+    /// reach the agent.
+    pub fn freeze_text(&self, task_id: &str, title: &str, body: &str) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE tasks SET title = ?2, body = ?3 WHERE id = ?1",
+            params![task_id, title, body],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NotFound(task_id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Transitions for one task, oldest first.
+    pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+             WHERE task_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([task_id], |r| {
+            Ok(TransitionRecord {
+                task_id: r.get(0)?,
+                from: parse_col(r, 1)?,
+                to: parse_col(r, 2)?,
+                reason: r.get(3)?,
+                at: time_col(r, 4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+pub(super) fn get_task(conn: &Connection, id: &str) -> Result<Option<Task>> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {TASK_COLS} FROM tasks WHERE id = ?1"))?;
+    Ok(stmt.query_row([id], task_from_row).optional()?)
+}
+
+pub(super) fn current_state(conn: &Connection, task_id: &str) -> Result<TaskState> {
+    conn.prepare_cached("SELECT state FROM tasks WHERE id = ?1")?
+        .query_row([task_id], |r| parse_col::<TaskState>(r, 0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(task_id.to_string()))
+}
+
+/// Checks the table, updates the state and appends the transition row.
+pub(super) fn write_transition(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    from: TaskState,
+    to: TaskState,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    domain::transition(from, to).map_err(|source| StoreError::InvalidTransition {
+        task_id: task_id.to_string(),
+        source,
+    })?;
+    let changed = tx
+        .prepare_cached(
+            "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
+        )?
+        .execute(params![task_id, from.as_str(), to.as_str(), ts(now)])?;
+    if changed != 1 {
+        return Err(StoreError::NotFound(task_id.to_string()));
+    }
+    tx.prepare_cached(
+        "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![task_id, from.as_str(), to.as_str(), reason, ts(now)])?;
+    Ok(())
+}
+
+pub(super) fn task_from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
+    Ok(Task {
+        id: r.get(0)?,
+        title: r.get(1)?,
+        body: r.get(2)?,
+        source: parse_col::<SourceKind>(r, 3)?,
+        source_ref: r.get(4)?,
+        repo: r.get(5)?,
+        base_ref: r.get(6)?,
+        state: parse_col::<TaskState>(r, 7)?,
+        task_type: parse_col::<TaskType>(r, 8)?,
+        scope: parse_col::<Scope>(r, 9)?,
+        risk: parse_col::<Risk>(r, 10)?,
+        context_tokens: r.get::<_, i64>(11)? as u64,
+        requires_web: r.get(12)?,
+        labels: json_col(r, 13)?,
+        metadata: json_col(r, 14)?,
+        attempts: r.get(15)?,
+        failures: r.get(16)?,
+        created_at: time_col(r, 17)?,
+        updated_at: time_col(r, 18)?,
+        next_attempt_at: opt_time_col(r, 19)?,
+    })
+}
