@@ -197,3 +197,149 @@ fn wait_from_row(r: &Row<'_>) -> rusqlite::Result<QuotaWait> {
         parked_at: time_col(r, 5)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::AgentReset;
+    use chrono::TimeZone;
+
+    fn at(minute: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 14, minute, 0).unwrap()
+    }
+
+    fn row(agent: &str, until: DateTime<Utc>) -> AgentQuota {
+        AgentQuota {
+            identity: "personal".into(),
+            agent: agent.into(),
+            resets_at: until,
+            reported: true,
+            message: "usage limit".into(),
+            task_id: Some("local-1".into()),
+            attempt: Some(1),
+            hit_at: at(0),
+        }
+    }
+
+    #[test]
+    fn quota_rows_are_shared_and_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let written = store
+            .update_quota("personal", "claude", |stored| {
+                assert_eq!(stored, None);
+                row("claude", at(30))
+            })
+            .unwrap();
+        assert_eq!(written, row("claude", at(30)));
+        // The merge sees the stored row; what it returns is written.
+        store
+            .update_quota("personal", "claude", |stored| {
+                assert_eq!(stored, Some(row("claude", at(30))));
+                row("claude", at(45))
+            })
+            .unwrap();
+        store
+            .update_quota("personal", "codex", |_| row("codex", at(10)))
+            .unwrap();
+        assert_eq!(store.quota_rows().unwrap().len(), 2);
+        let out: Vec<String> = store
+            .quota_out(at(20))
+            .unwrap()
+            .into_iter()
+            .map(|q| format!("{}@{}", q.agent, q.resets_at.format("%H:%M")))
+            .collect();
+        assert_eq!(out, ["claude@14:45"]);
+        assert!(store.quota_out(at(45)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn waits_are_kept_until_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let task = crate::domain::Task::new(
+            "local-1",
+            crate::domain::SourceKind::Local,
+            "local:local-1",
+            "/r",
+            "t",
+            at(0),
+        );
+        store.insert_task(&task).unwrap();
+        let wait = QuotaWait {
+            task_id: "local-1".into(),
+            until: at(5),
+            agent: "codex".into(),
+            identity: "personal".into(),
+            resets: vec![
+                AgentReset {
+                    agent: "claude".into(),
+                    identity: "personal".into(),
+                    resets_at: at(30),
+                },
+                AgentReset {
+                    agent: "codex".into(),
+                    identity: "personal".into(),
+                    resets_at: at(5),
+                },
+            ],
+            parked_at: at(0),
+        };
+        store.set_quota_wait(&wait).unwrap();
+        assert_eq!(store.quota_wait("local-1").unwrap(), Some(wait.clone()));
+        assert_eq!(store.quota_waits().unwrap().len(), 1);
+        let detail = store.quota_detail_json("local-1").unwrap();
+        assert_eq!(detail["wait"]["agent"], "codex");
+        assert_eq!(detail["agents"], serde_json::json!([]));
+        store.clear_quota_wait("local-1").unwrap();
+        assert_eq!(store.quota_wait("local-1").unwrap(), None);
+    }
+
+    /// Migration 4 turns the per-task `quota_exhausted:` rows into refused agents and
+    /// rebuilds every summary with `quota_wait`.
+    #[test]
+    fn migration_4_moves_the_per_task_exhausted_agents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            for sql in &super::super::schema::MIGRATIONS[..3] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            conn.execute(
+                "INSERT INTO kv (key, value, updated_at) VALUES ('quota_exhausted:local-1', 'claude,codex', 'x'), ('chain:local-1', 'claude,codex', 'x')",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO tasks VALUES ('local-1', 't', 'b', 'local', 'local:local-1', '/r', NULL, 'FAILED', \
+                 'bugfix', 'small', 'medium', 3, 0, '[]', '{}', 1, 0, \
+                 '2026-11-30T01:00:00.000000Z', '2026-11-30T01:30:00.000000Z', NULL)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.kv_get(&refused_key("local-1")).unwrap().as_deref(),
+            Some("claude,codex")
+        );
+        assert_eq!(store.kv_get("quota_exhausted:local-1").unwrap(), None);
+        assert_eq!(
+            store.kv_get("chain:local-1").unwrap().as_deref(),
+            Some("claude,codex")
+        );
+        let mut json = Vec::new();
+        store
+            .for_each_summary_json(None, None, |j| -> Result<()> {
+                json.push(String::from_utf8_lossy(j).into_owned());
+                Ok(())
+            })
+            .unwrap();
+        assert!(
+            json[0].ends_with(r#""next_attempt_at":null,"quota_wait":null}"#),
+            "{json:?}"
+        );
+    }
+}
