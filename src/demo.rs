@@ -4,9 +4,6 @@
 //! land on the repair retry, land on the fallback agent after a quota hit, and end BLOCKED.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use anyhow::Context as _;
 
 use crate::domain::TaskState;
 
@@ -21,33 +18,6 @@ const README_MD: &str =
 /// The fix the fake agents apply when their scenario says so.
 pub const FIX_DIRECTIVE: &str = "polyphony-fake-sed: calc.sh s/a - b/a + b/";
 
-/// Runs git with a fixed identity and no user config.
-fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Polyphony Demo",
-            "-c",
-            "user.email=demo@polyphony.invalid",
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .with_context(|| format!("cannot run git {args:?}"))?;
-    anyhow::ensure!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
-}
-
 /// Creates `dir/calc.git` (a bare origin on `main`) holding the sample project; returns
 /// its path.
 pub fn write_sample_repo(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -61,20 +31,8 @@ pub fn write_sample_repo(dir: &Path) -> anyhow::Result<PathBuf> {
     ] {
         std::fs::write(work.join(name), text)?;
     }
-    git(&work, &["init", "-q"])?;
-    git(&work, &["add", "-A"])?;
-    git(&work, &["commit", "-qm", "calc: add() with a test"])?;
     let origin = dir.join("calc.git");
-    git(
-        dir,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            &work.display().to_string(),
-            &origin.display().to_string(),
-        ],
-    )?;
+    crate::workspace::seed_bare_repo(&work, &origin, "calc: add() with a test")?;
     std::fs::remove_dir_all(&work)?;
     Ok(origin)
 }

@@ -6,7 +6,8 @@ mod support;
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
-use polyphony::routing::{explain_task, gather_facts};
+use polyphony::orchestrator::facts::gather_facts;
+use polyphony::routing::explain_task;
 use std::path::Path;
 use support::git::{git, write};
 
@@ -71,7 +72,7 @@ fn routing() -> RoutingFile {
 }
 
 fn check_explanation(repo_dir: &Path, t: &Task) {
-    let e = explain_task(t, &routing(), Some(repo_dir)).unwrap();
+    let e = explain_task(t, &routing(), gather_facts(t, Some(repo_dir))).unwrap();
     let files: Vec<(&str, u64)> = e
         .facts
         .files

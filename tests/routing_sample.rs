@@ -6,6 +6,7 @@ mod support;
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;
 use polyphony::domain::{SourceKind, Task};
+use polyphony::orchestrator::facts::gather_facts;
 use polyphony::routing::{explain_task, Router};
 use std::path::Path;
 use support::git::{git, write};
@@ -128,7 +129,7 @@ fn sample_tasks_reach_the_promised_agents() {
         ),
     ];
     for (t, rule, agent) in cases {
-        let e = explain_task(&t, &routing, Some(r)).unwrap();
+        let e = explain_task(&t, &routing, gather_facts(&t, Some(r))).unwrap();
         assert_eq!(
             (e.decision.rule.as_str(), e.decision.agent.as_str()),
             (rule, agent),
@@ -149,7 +150,7 @@ fn the_concurrency_heavy_feature_scores_on_concurrency() {
         dir.path(),
     );
     let routing: RoutingFile = serde_yaml::from_str("default: {agent: claude}\n").unwrap();
-    let e = explain_task(&t, &routing, Some(dir.path())).unwrap();
+    let e = explain_task(&t, &routing, gather_facts(&t, Some(dir.path()))).unwrap();
     assert_eq!(e.score.concurrency.score, 2, "{:?}", e.score.concurrency);
     assert_eq!(e.score.cyclomatic_depth.score, 2); // 81 LOC
     assert_eq!(e.facts.files[0].path, "src/pool.rs");

@@ -19,11 +19,12 @@ use polyphony::domain::{
     AgentType, AttemptStatus, EnvVar, EventKind, EventStream, NetworkMode, ResourceLimits, RunSpec,
     VolumeMount,
 };
+use polyphony::orchestrator::execute::{
+    reattach, run_attempt, run_check, AttemptExecution, RunLimits, Scrub, TranscriptPaths, VecSink,
+};
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
-use polyphony::runtime::execute::{Scrub, VecSink};
 use polyphony::runtime::{
-    daemon_user, default_container_user, home_label, reattach, run_attempt, run_check,
-    AttemptExecution, ContainerSpec, DockerRuntime, RunLimits, RuntimeError, TranscriptPaths,
+    daemon_user, default_container_user, home_label, ContainerSpec, DockerRuntime, RuntimeError,
     WorkerRuntime, LABEL_HOME,
 };
 use support::docker::{engine, image};

@@ -34,13 +34,8 @@ pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
     }
 }
 
-/// How to start the CLI: an argv (never a shell string) and optional stdin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Invocation {
-    pub argv: Vec<String>,
-    /// Fed to the process's stdin when set (the prompt, for CLIs that read it there).
-    pub stdin: Option<String>,
-}
+/// Built by the adapters, run by `runtime` (a domain value so `runtime` needs no `agents`).
+pub use crate::domain::Invocation;
 
 /// One classified output line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,7 +2,8 @@
 //!
 //! Glue only: the caller (cli/mod.rs) loads the config and the task, and picks the
 //! repository directory (the task's local path or its mirror); the work is
-//! `routing::explain_task` and the rendering `routing::explain`.
+//! `orchestrator::facts::gather_facts` (the repository read), `routing::explain_task` and the
+//! rendering `routing::explain`.
 
 use std::path::Path;
 
@@ -31,7 +32,8 @@ pub fn execute(
     repo_dir: Option<&Path>,
     window_of: &dyn Fn(&str) -> Option<u64>,
 ) -> anyhow::Result<String> {
-    let mut explanation = crate::routing::explain_task(task, routing, repo_dir)
+    let facts = crate::orchestrator::facts::gather_facts(task, repo_dir);
+    let mut explanation = crate::routing::explain_task(task, routing, facts)
         .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
     let tokens = explanation.facts.context_tokens;
     match crate::routing::fit_context(explanation.decision.clone(), tokens, window_of) {

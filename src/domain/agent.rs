@@ -151,3 +151,11 @@ pub struct AgentProfile {
     pub idle_timeout_seconds: Option<u64>,
     pub limits: Option<ResourceLimits>,
 }
+
+/// How to start the CLI: an argv (never a shell string) and optional stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub argv: Vec<String>,
+    /// Fed to the process's stdin when set (the prompt, for CLIs that read it there).
+    pub stdin: Option<String>,
+}

@@ -13,6 +13,8 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod execute;
+pub mod facts;
 pub mod failure;
 pub mod generation;
 mod intents;

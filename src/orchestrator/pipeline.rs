@@ -22,6 +22,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
+use super::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::agents::prompt::PromptContext;
 use crate::agents::scrub::Scrubber;
 use crate::agents::{adapter_for, AgentOutcome};
@@ -32,11 +33,11 @@ use crate::domain::{
 use crate::identity;
 use crate::routing::{self, build_run_spec, RunSpecInputs};
 use crate::runtime::container_spec::agent_spec;
-use crate::runtime::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, BlockSettlement, IntentKind, Settlement, Store};
 use crate::workspace::{self, Author, PrepareRequest, Workspace};
 
+use super::facts::gather_facts;
 use super::failure::{self, Class, Stage};
 use super::intents;
 use super::land;
@@ -366,7 +367,7 @@ impl<'a> Attempt<'a> {
         let task = self.task.clone();
         let dir = ws.path.clone();
         let (facts, score) =
-            tokio::task::spawn_blocking(move || routing::analyze(&task, Some(&dir)))
+            tokio::task::spawn_blocking(move || routing::analyze(gather_facts(&task, Some(&dir))))
                 .await
                 .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
@@ -714,7 +715,7 @@ impl<'a> Attempt<'a> {
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -741,7 +742,7 @@ impl<'a> Attempt<'a> {
         }
         let exec = match reattach {
             None => {
-                runtime::run_attempt(
+                execute::run_attempt(
                     self.orch.runtime.as_ref(),
                     &container,
                     adapter.as_ref(),
@@ -754,7 +755,7 @@ impl<'a> Attempt<'a> {
                 .await
             }
             Some((id, recorded)) => {
-                runtime::reattach(
+                execute::reattach(
                     self.orch.runtime.as_ref(),
                     &id,
                     adapter.as_ref(),
@@ -937,7 +938,7 @@ impl<'a> Attempt<'a> {
             .or(self.orch.config.default_limits().user.as_deref())
             .and_then(|user| workspace::parse_owner(user).ok());
         let scrubber = self.scrubber.clone();
-        let scrub: runtime::execute::Scrub<'_> = scrubber.as_ref();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
         let progress = self.opts.progress.clone();
         let task_id = self.task.id.clone();
         let on_check = move |e: &CheckEvidence| {

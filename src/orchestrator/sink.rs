@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::Utc;
 
+use super::execute::EventSink;
 use crate::agents::{AgentAdapter, AgentOutcome, Classified};
 use crate::domain::{EventStream, TaskEvent, TaskState};
-use crate::runtime::EventSink;
 use crate::store::Store;
 
 use super::Progress;

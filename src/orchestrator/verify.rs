@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::execute;
 use crate::agents::scrub::Scrubber;
 use crate::config::VerifySettings;
 use crate::domain::{AttemptStatus, CheckEvidence, RunSpec};
 use crate::runtime::container_spec::verify_spec;
-use crate::runtime::{self, WorkerRuntime};
+use crate::runtime::WorkerRuntime;
 use crate::workspace::{Author, CommitOutcome, TreeChange, Workspace, WorkspaceManager};
 
 use super::proof::{self, ProtectedPaths};
@@ -188,7 +189,7 @@ pub struct CheckRun<'a> {
     pub default_user: &'a str,
     /// `(uid, gid)` the clean checkout is chowned to (the container user).
     pub owner: Option<(u32, u32)>,
-    pub scrub: runtime::execute::Scrub<'a>,
+    pub scrub: execute::Scrub<'a>,
     pub cancel: watch::Receiver<bool>,
     /// Told each check's evidence as it completes.
     pub on_check: &'a (dyn Fn(&CheckEvidence) + Send + Sync),
@@ -232,7 +233,7 @@ pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksS
                 spec.workspace = dir.clone();
                 let container =
                     verify_spec(&spec, n, &check.command, run.home_label, run.default_user);
-                runtime::run_check(
+                execute::run_check(
                     run.runtime,
                     &container,
                     Duration::from_secs(check.timeout_seconds),

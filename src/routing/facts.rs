@@ -1,9 +1,7 @@
-//! Task facts (spec §5.1 inputs): what a task's text mentions, looked up in the repository.
-//!
-//! The extraction (paths, identifiers, labels) is pure; the lookup is a thin IO shell over
-//! either a plain directory (walked on disk, `.git`, `target` and `node_modules` skipped)
-//! or a bare mirror at a ref (the git CLI: `ls-tree`, `cat-file`, `grep`, argv only, no
-//! shell). Scoring itself is `routing::scoring`.
+//! Task facts (spec §5.1 inputs): what a task's text mentions, and what the repository's
+//! answer counts for. Pure: `workspace::RepoSnapshot` reads the repository (a checkout on disk
+//! or a bare mirror at a ref) and `orchestrator::facts` calls [`resolve_paths`],
+//! [`file_fact`] and [`task_facts`] with what it read. Scoring itself is `routing::scoring`.
 //!
 //! Decisions, so the score can be explained:
 //! - Paths: tokens with a `/` whose last segment has an extension (or that end in `/`, a
@@ -14,6 +12,7 @@
 //! - Identifiers: backticked words, CamelCase (two humps or more), lowerCamel and
 //!   snake_case/SCREAMING_CASE words, 3+ characters, at most [`MAX_IDENTIFIERS`].
 //!   Callers of an identifier = files containing it as a whole word (like `git grep -w`).
+//!   Files over `workspace::repo_read::MAX_FILE_BYTES` count with their size only.
 //! - Keywords are counted in the task text AND in the mentioned files' contents (a file
 //!   full of locks makes the change concurrency-sensitive even if the issue is terse).
 //! - Without a repository the mentioned paths still count as (unverified) files with 0 LOC,
@@ -23,8 +22,6 @@
 
 use regex::Regex;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use super::scoring::{keywords_in, Category, FileFact, FileKeywords, IdentifierFact, TaskFacts};
@@ -34,8 +31,6 @@ use crate::domain::{Risk, Task, TaskType};
 pub const MAX_IDENTIFIERS: usize = 20;
 /// A path found only as a suffix is taken when it matches at most this many files.
 pub const MAX_SUFFIX_MATCHES: usize = 5;
-/// Files larger than this are counted but not read (LOC 0, no keywords).
-pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Extensions a slash-less token needs to count as a file name.
 const SOURCE_EXTENSIONS: &[&str] = &[
@@ -327,224 +322,8 @@ pub fn classify_labels<S: AsRef<str>>(labels: &[S]) -> (Option<TaskType>, Option
     (task_type, risk, web)
 }
 
-/// Where to look things up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RepoSnapshot {
-    /// A checked-out directory, read as it is on disk.
-    Dir(PathBuf),
-    /// A bare repository (mirror) at a ref.
-    Git { git_dir: PathBuf, rev: String },
-}
-
-impl RepoSnapshot {
-    /// A bare repository becomes `Git` at `rev` (default `HEAD`); anything else `Dir`.
-    pub fn detect(path: &Path, rev: Option<&str>) -> RepoSnapshot {
-        let bare = path.join("HEAD").is_file()
-            && path.join("objects").is_dir()
-            && path.join("refs").is_dir()
-            && !path.join(".git").exists();
-        if bare {
-            RepoSnapshot::Git {
-                git_dir: path.to_path_buf(),
-                rev: rev.unwrap_or("HEAD").to_string(),
-            }
-        } else {
-            RepoSnapshot::Dir(path.to_path_buf())
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            RepoSnapshot::Dir(d) => d.display().to_string(),
-            RepoSnapshot::Git { git_dir, rev } => format!("{} at {rev}", git_dir.display()),
-        }
-    }
-
-    /// Every file, repository-relative, `/`-separated, sorted.
-    fn list_files(&self) -> Result<Vec<String>, String> {
-        match self {
-            RepoSnapshot::Dir(root) => {
-                let mut out = Vec::new();
-                walk(root, root, &mut out)?;
-                out.sort();
-                Ok(out)
-            }
-            RepoSnapshot::Git { git_dir, rev } => {
-                let tree = format!("{rev}^{{tree}}");
-                let out = git(git_dir, &["ls-tree", "-r", "-z", "--name-only", &tree])?;
-                let mut files: Vec<String> = out
-                    .split(|b| *b == 0)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| String::from_utf8_lossy(s).into_owned())
-                    .collect();
-                files.sort();
-                Ok(files)
-            }
-        }
-    }
-
-    /// Size and (when small enough) contents of a file.
-    fn read(&self, path: &str) -> Result<(u64, Option<Vec<u8>>), String> {
-        match self {
-            RepoSnapshot::Dir(root) => {
-                let p = root.join(path);
-                let len = std::fs::metadata(&p)
-                    .map_err(|e| format!("cannot stat {}: {e}", p.display()))?
-                    .len();
-                if len > MAX_FILE_BYTES {
-                    return Ok((len, None));
-                }
-                let bytes =
-                    std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-                Ok((len, Some(bytes)))
-            }
-            RepoSnapshot::Git { git_dir, rev } => {
-                let object = format!("{rev}:{path}");
-                let size = git(git_dir, &["cat-file", "-s", &object])?;
-                let len: u64 = String::from_utf8_lossy(&size)
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("git cat-file -s {object} printed no size"))?;
-                if len > MAX_FILE_BYTES {
-                    return Ok((len, None));
-                }
-                Ok((len, Some(git(git_dir, &["cat-file", "blob", &object])?)))
-            }
-        }
-    }
-
-    /// For each identifier, the files containing it as a whole word, sorted.
-    fn references(&self, idents: &[String], all: &[String]) -> Result<Vec<Vec<String>>, String> {
-        let RepoSnapshot::Dir(root) = self else {
-            return idents
-                .iter()
-                .map(|i| self.files_referencing(i, all))
-                .collect();
-        };
-        let words = idents
-            .iter()
-            .map(|i| {
-                regex::bytes::Regex::new(&format!(r"(?-u)\b{}\b", regex::escape(i)))
-                    .map_err(|e| format!("identifier `{i}`: {e}"))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let mut out = vec![Vec::new(); idents.len()];
-        if idents.is_empty() {
-            return Ok(out);
-        }
-        // One read per file, every identifier tested against it.
-        for f in all {
-            let p = root.join(f);
-            let Ok(meta) = std::fs::metadata(&p) else {
-                continue;
-            };
-            if meta.len() > MAX_FILE_BYTES {
-                continue;
-            }
-            let Ok(bytes) = std::fs::read(&p) else {
-                continue;
-            };
-            if is_binary(&bytes) {
-                continue;
-            }
-            for (word, files) in words.iter().zip(out.iter_mut()) {
-                if word.is_match(&bytes) {
-                    files.push(f.clone());
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Files containing `ident` as a whole word at the ref, sorted (git grep -w).
-    fn files_referencing(&self, ident: &str, all: &[String]) -> Result<Vec<String>, String> {
-        match self {
-            RepoSnapshot::Dir(_) => self
-                .references(&[ident.to_string()], all)
-                .map(|mut v| v.pop().unwrap_or_default()),
-            RepoSnapshot::Git { git_dir, rev } => {
-                // Exit status 1 means "no match", not failure.
-                let out = Command::new("git")
-                    .arg("--git-dir")
-                    .arg(git_dir)
-                    .args(["grep", "-l", "-w", "-F", "-I", "-z", "-e", ident, rev, "--"])
-                    .output()
-                    .map_err(|e| format!("cannot run git: {e}"))?;
-                match out.status.code() {
-                    Some(0) => {}
-                    Some(1) => return Ok(Vec::new()),
-                    _ => {
-                        return Err(format!(
-                            "git grep {ident} in {} failed: {}",
-                            git_dir.display(),
-                            String::from_utf8_lossy(&out.stderr).trim()
-                        ))
-                    }
-                }
-                let prefix = format!("{rev}:");
-                let mut files: Vec<String> = out
-                    .stdout
-                    .split(|b| *b == 0)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        let s = String::from_utf8_lossy(s);
-                        s.strip_prefix(&prefix).unwrap_or(&s).to_string()
-                    })
-                    .collect();
-                files.sort();
-                Ok(files)
-            }
-        }
-    }
-}
-
-fn git(git_dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "git {} in {} failed: {}",
-            args.join(" "),
-            git_dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(out.stdout)
-}
-
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-        let name = entry.file_name();
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            if matches!(name.to_str(), Some(".git" | "target" | "node_modules")) {
-                continue;
-            }
-            walk(root, &path, out)?;
-        } else if kind.is_file() {
-            if let Ok(rel) = path.strip_prefix(root) {
-                let parts: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                out.push(parts.join("/"));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn is_binary(bytes: &[u8]) -> bool {
+/// Whether a file's first 8 KiB hold a NUL byte (its contents are not counted).
+pub fn is_binary(bytes: &[u8]) -> bool {
     bytes.iter().take(8192).any(|b| *b == 0)
 }
 
@@ -604,13 +383,6 @@ pub fn resolve_paths(m: &Mentions, all: &[String]) -> (Vec<String>, Vec<String>)
     (found, missing)
 }
 
-/// Gathers a task's facts; `repo_dir` is a checkout or a bare mirror (read at the task's
-/// `base_ref`, default `HEAD`). Never fails: what cannot be read becomes a warning.
-pub fn gather_facts(task: &Task, repo_dir: Option<&Path>) -> TaskFacts {
-    let snapshot = repo_dir.map(|p| RepoSnapshot::detect(p, task.base_ref.as_deref()));
-    gather_facts_at(task, snapshot.as_ref())
-}
-
 /// Routing reads at most this much of a task's text (title and body): enough for any
 /// issue a person writes, and it bounds routing time whatever `max_body_bytes` allows
 /// (issue 12: a 10 MB body took minutes). The context estimate still counts all of it.
@@ -628,20 +400,95 @@ fn prefix_within(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// [`gather_facts`] with an explicit snapshot.
-pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFacts {
-    let full_chars = (task.title.chars().count() + 2 + task.body.chars().count()) as u64;
-    let text = if task.body.trim().is_empty() {
-        task.title.clone()
-    } else {
+/// The text routing scans (title and body, the body cut to [`MAX_SCANNED_TEXT_BYTES`]) and
+/// the character count of the whole text (the context estimate counts all of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskText {
+    pub scanned: String,
+    pub full_chars: u64,
+}
+
+impl TaskText {
+    pub fn of(task: &Task) -> TaskText {
+        if task.body.trim().is_empty() {
+            let scanned = task.title.clone();
+            let full_chars = scanned.chars().count() as u64;
+            return TaskText {
+                scanned,
+                full_chars,
+            };
+        }
+        let full_chars = (task.title.chars().count() + 2 + task.body.chars().count()) as u64;
         let room = MAX_SCANNED_TEXT_BYTES.saturating_sub(task.title.len() + 2);
-        format!("{}\n\n{}", task.title, prefix_within(&task.body, room))
+        TaskText {
+            scanned: format!("{}\n\n{}", task.title, prefix_within(&task.body, room)),
+            full_chars,
+        }
+    }
+}
+
+/// What the repository said about a task's mentions (read by `workspace::RepoSnapshot`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoLookup {
+    /// No repository given: the mentioned paths count as unverified files with 0 LOC.
+    NoRepository,
+    /// The repository's file list could not be read: the task scores from its text.
+    Unreadable {
+        repo: String,
+        error: String,
+    },
+    Read(RepoRead),
+}
+
+/// The mentioned files as read, and the files referencing each identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoRead {
+    /// Strong paths that matched no file.
+    pub missing_paths: Vec<String>,
+    /// The resolved files that could be read, in resolution order.
+    pub files: Vec<FileFact>,
+    /// Keywords found in those files (files with none are left out).
+    pub file_keywords: Vec<FileKeywords>,
+    /// Total size of the files read.
+    pub file_bytes: u64,
+    /// Files that could not be read, in resolution order.
+    pub warnings: Vec<String>,
+    /// For each mentioned identifier in order, the files containing it as a whole word,
+    /// or why they could not be searched.
+    pub references: Result<Vec<Vec<String>>, String>,
+}
+
+/// What one read file counts for: its LOC and keywords (none when binary or not read
+/// because too large: `contents` is `None`).
+pub fn file_fact(
+    path: String,
+    len: u64,
+    contents: Option<&[u8]>,
+) -> (FileFact, Option<FileKeywords>) {
+    let mut fact = FileFact {
+        path,
+        loc: 0,
+        bytes: len,
+        verified: true,
     };
-    let full_chars = if task.body.trim().is_empty() {
-        text.chars().count() as u64
-    } else {
-        full_chars
-    };
+    let mut keywords = None;
+    if let Some(bytes) = contents.filter(|b| !is_binary(b)) {
+        fact.loc = count_loc(bytes);
+        let s = String::from_utf8_lossy(bytes);
+        let kw = FileKeywords {
+            path: fact.path.clone(),
+            security: keywords_in(&s, Category::Security),
+            concurrency: keywords_in(&s, Category::Concurrency),
+        };
+        if !kw.security.is_empty() || !kw.concurrency.is_empty() {
+            keywords = Some(kw);
+        }
+    }
+    (fact, keywords)
+}
+
+/// A task's facts from its text, labels and what the repository said. Pure.
+pub fn task_facts(task: &Task, text: TaskText, mentions: &Mentions, repo: RepoLookup) -> TaskFacts {
     let (label_type, label_risk, label_web) = classify_labels(&task.labels);
     let task_type = label_type.unwrap_or(task.task_type);
     let mut facts = TaskFacts {
@@ -652,11 +499,10 @@ pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFact
         labels: task.labels.clone(),
         ..TaskFacts::default()
     };
-    let mentions = extract_mentions(&text);
     let mut file_bytes: u64 = 0;
 
-    match snapshot {
-        None => {
+    match repo {
+        RepoLookup::NoRepository => {
             facts.files = mentions
                 .paths
                 .iter()
@@ -668,75 +514,46 @@ pub fn gather_facts_at(task: &Task, snapshot: Option<&RepoSnapshot>) -> TaskFact
                     verified: false,
                 })
                 .collect();
+            // Identifiers are still shown, with no callers known.
+            facts.identifiers = mentions
+                .identifiers
+                .iter()
+                .map(|i| IdentifierFact {
+                    name: i.clone(),
+                    files: Vec::new(),
+                })
+                .collect();
         }
-        Some(snap) => match snap.list_files() {
-            Err(e) => {
-                facts.warnings.push(format!(
-                    "repository {} could not be read, scoring from the text only: {e}",
-                    snap.describe()
-                ));
-            }
-            Ok(all) => {
-                facts.repo_checked = true;
-                let (files, missing) = resolve_paths(&mentions, &all);
-                facts.missing_paths = missing;
-                for path in files {
-                    match snap.read(&path) {
-                        Ok((len, contents)) => {
-                            file_bytes += len;
-                            let mut fact = FileFact {
-                                path: path.clone(),
-                                loc: 0,
-                                bytes: len,
-                                verified: true,
-                            };
-                            if let Some(bytes) = contents.filter(|b| !is_binary(b)) {
-                                fact.loc = count_loc(&bytes);
-                                let s = String::from_utf8_lossy(&bytes);
-                                let kw = FileKeywords {
-                                    path: path.clone(),
-                                    security: keywords_in(&s, Category::Security),
-                                    concurrency: keywords_in(&s, Category::Concurrency),
-                                };
-                                if !kw.security.is_empty() || !kw.concurrency.is_empty() {
-                                    facts.file_keywords.push(kw);
-                                }
-                            }
-                            facts.files.push(fact);
-                        }
-                        Err(e) => facts.warnings.push(e),
-                    }
+        RepoLookup::Unreadable { repo, error } => {
+            facts.warnings.push(format!(
+                "repository {repo} could not be read, scoring from the text only: {error}"
+            ));
+        }
+        RepoLookup::Read(read) => {
+            facts.repo_checked = true;
+            facts.missing_paths = read.missing_paths;
+            facts.files = read.files;
+            facts.file_keywords = read.file_keywords;
+            facts.warnings = read.warnings;
+            file_bytes = read.file_bytes;
+            match read.references {
+                Ok(refs) => {
+                    facts.identifiers = mentions
+                        .identifiers
+                        .iter()
+                        .zip(refs)
+                        .map(|(name, files)| IdentifierFact {
+                            name: name.clone(),
+                            files,
+                        })
+                        .collect();
                 }
-                match snap.references(&mentions.identifiers, &all) {
-                    Ok(refs) => {
-                        facts.identifiers = mentions
-                            .identifiers
-                            .iter()
-                            .zip(refs)
-                            .map(|(name, files)| IdentifierFact {
-                                name: name.clone(),
-                                files,
-                            })
-                            .collect();
-                    }
-                    Err(e) => facts.warnings.push(e),
-                }
+                Err(e) => facts.warnings.push(e),
             }
-        },
+        }
     }
-    if snapshot.is_none() {
-        // Identifiers are still shown, with no callers known.
-        facts.identifiers = mentions
-            .identifiers
-            .iter()
-            .map(|i| IdentifierFact {
-                name: i.clone(),
-                files: Vec::new(),
-            })
-            .collect();
-    }
-    facts.context_tokens = (full_chars + file_bytes).div_ceil(4);
-    facts.text = text;
+    facts.context_tokens = (text.full_chars + file_bytes).div_ceil(4);
+    facts.text = text.scanned;
     facts
 }
 
@@ -872,5 +689,59 @@ mod tests {
         let (found, missing) = resolve_paths(&m, &all);
         assert_eq!(found, vec!["src/lib.rs", "src/a/x.rs", "src/a/mod.rs"]);
         assert_eq!(missing, vec!["nope.rs"]);
+    }
+
+    #[test]
+    fn facts_follow_what_the_repository_said() {
+        use crate::domain::SourceKind;
+        let mut task = Task::new(
+            "local-1",
+            SourceKind::Local,
+            "1",
+            "/r",
+            "Fix",
+            chrono::Utc::now(),
+        );
+        task.body = "the lock in src/a.rs and src/gone.rs, see `spawn_worker`".into();
+        let text = TaskText::of(&task);
+        let mentions = extract_mentions(&text.scanned);
+        let chars = text.full_chars;
+
+        let none = task_facts(&task, text.clone(), &mentions, RepoLookup::NoRepository);
+        assert!(!none.repo_checked);
+        assert_eq!(none.files.len(), 2);
+        assert!(none.files.iter().all(|f| !f.verified));
+        assert_eq!(none.identifiers[0].name, "spawn_worker");
+        assert_eq!(none.context_tokens, chars.div_ceil(4));
+
+        let unreadable = RepoLookup::Unreadable {
+            repo: "/r at main".into(),
+            error: "no ref".into(),
+        };
+        let u = task_facts(&task, text.clone(), &mentions, unreadable);
+        assert!(!u.repo_checked && u.files.is_empty() && u.identifiers.is_empty());
+        assert_eq!(
+            u.warnings,
+            vec!["repository /r at main could not be read, scoring from the text only: no ref"]
+        );
+
+        let (fact, keywords) =
+            file_fact("src/a.rs".into(), 40, Some(b"let m = Mutex::new(1);\n\n"));
+        assert_eq!((fact.loc, fact.bytes, fact.verified), (1, 40, true));
+        let read = RepoRead {
+            missing_paths: vec!["src/gone.rs".into()],
+            files: vec![fact],
+            file_keywords: keywords.into_iter().collect(),
+            file_bytes: 40,
+            warnings: vec!["cannot read x".into()],
+            references: Err("grep failed".into()),
+        };
+        let r = task_facts(&task, text, &mentions, RepoLookup::Read(read));
+        assert!(r.repo_checked);
+        assert_eq!(r.missing_paths, vec!["src/gone.rs"]);
+        assert_eq!(r.file_keywords.len(), 1);
+        assert_eq!(r.warnings, vec!["cannot read x", "grep failed"]);
+        assert!(r.identifiers.is_empty());
+        assert_eq!(r.context_tokens, (chars + 40).div_ceil(4));
     }
 }

@@ -1,13 +1,16 @@
 //! Routing (spec §5): which agent runs a task, and with what.
 //!
-//! - `facts`: what the task mentions, looked up in the repository (thin IO).
+//! - `facts`: what the task mentions and what that counts for, over the values
+//!   `workspace::RepoSnapshot` reads from the repository (pure).
 //! - `scoring`: the five complexity dimensions of spec §5.1 (pure).
 //! - `rules`: routing.yaml compiled into a [`rules::Router`]; first match wins (pure).
 //! - `run_spec`: the immutable RunSpec of one attempt (pure).
 //! - `explain`: the `route --explain` rendering (pure).
 //!
-//! Architecture Invariant: only `facts` touches disk (and the git CLI); everything else
-//! here takes values and returns values. Routing is total: every task gets a decision.
+//! Architecture Invariant: nothing here touches disk, the git CLI, the clock or the network;
+//! every function takes values and returns values (the repository is read by
+//! `workspace::RepoSnapshot`; `orchestrator::facts` hands `facts` what it read). Routing is
+//! total: every task gets a decision.
 
 pub mod context_fit;
 pub mod explain;
@@ -17,11 +20,10 @@ pub mod run_spec;
 pub mod scoring;
 
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 pub use context_fit::{fit_context, ContextFit};
 pub use explain::render_explanation;
-pub use facts::{classify_labels, enrich_task, gather_facts, gather_facts_at, RepoSnapshot};
+pub use facts::{classify_labels, enrich_task, RepoLookup, RepoRead, TaskText};
 pub use rules::{RouteDecision, RouteInput, Router, RoutingError, RuleMiss};
 pub use run_spec::{build_run_spec, verification_from_polyphony_yaml, RunSpecInputs};
 pub use scoring::{score, ComplexityScore, TaskFacts};
@@ -43,9 +45,8 @@ pub fn route_input(task: &Task, facts: &TaskFacts, score: &ComplexityScore) -> R
     }
 }
 
-/// Gathers facts (from `repo_dir` when given) and scores them.
-pub fn analyze(task: &Task, repo_dir: Option<&Path>) -> (TaskFacts, ComplexityScore) {
-    let facts = gather_facts(task, repo_dir);
+/// Facts (gathered by `orchestrator::facts::gather_facts`) with their score.
+pub fn analyze(facts: TaskFacts) -> (TaskFacts, ComplexityScore) {
     let score = score(&facts);
     (facts, score)
 }
@@ -66,15 +67,15 @@ impl Explanation {
     }
 }
 
-/// Routes `task` with `routing` and says why. Agent names are not checked here (config
-/// loading checks them against agents.yaml); the routing file's structure is.
+/// Routes `task` with `routing` over its `facts` and says why. Agent names are not checked
+/// here (config loading checks them against agents.yaml); the routing file's structure is.
 pub fn explain_task(
     task: &Task,
     routing: &RoutingFile,
-    repo_dir: Option<&Path>,
+    facts: TaskFacts,
 ) -> Result<Explanation, RoutingError> {
     let router = Router::new(routing)?;
-    let (facts, score) = analyze(task, repo_dir);
+    let (facts, score) = analyze(facts);
     let input = route_input(task, &facts, &score);
     let decision = router.route(&input);
     Ok(Explanation {

@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
-use crate::agents::Invocation;
-use crate::domain::{EnvVar, NetworkMode, ResourceLimits, RunSpec, VolumeMount};
+use crate::domain::{EnvVar, Invocation, NetworkMode, ResourceLimits, RunSpec, VolumeMount};
 
 /// Where the workspace is mounted and the process starts.
 pub const WORKSPACE_DIR: &str = "/workspace";

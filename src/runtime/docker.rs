@@ -1,7 +1,7 @@
 //! [`WorkerRuntime`] on the Docker engine through bollard (spec §8).
 //!
 //! Owns the engine calls only: no line splitting, classification or status decisions
-//! (those live in `stream` and `execute`). The only place host env values for a container
+//! (those live in `stream` and `orchestrator::execute`). The only place host env values for a container
 //! are read; they go into the create request and nowhere else (not into errors or logs).
 
 use std::collections::{BTreeMap, HashMap};

@@ -3,19 +3,19 @@
 //! Owns the [`WorkerRuntime`] trait (the seam where a cluster backend plugs in later), its
 //! Docker implementation ([`docker::DockerRuntime`], the only bollard user in the crate),
 //! the pure RunSpec -> [`ContainerSpec`] mapping ([`container_spec`]), line splitting
-//! ([`stream`]), running one attempt or one check ([`execute`]) and the offline test image
-//! ([`test_image`]).
+//! ([`stream`]), credential staging ([`staging`]), the deadline watchdog ([`watchdog`]) and
+//! the offline test image ([`test_image`]). Following an attempt's output and deciding when
+//! to kill it is the orchestrator's (`orchestrator::execute`), over this seam; nothing here
+//! knows the agents.
 //!
 //! Architecture Invariant: secret values never pass through this module's types. A
 //! [`ContainerSpec`] names host variables; their values are read only inside
 //! `DockerRuntime::create` and go straight into the engine request.
 //! Architecture Invariant: `container_spec` and `stream` are pure (no Docker, disk, clock).
-//! API Boundary: [`WorkerRuntime`], [`execute::run_attempt`], [`execute::run_check`],
-//! [`execute::reattach`].
+//! API Boundary: [`WorkerRuntime`], [`DockerRuntime`], [`ContainerSpec`].
 
 pub mod container_spec;
 pub mod docker;
-pub mod execute;
 pub mod staging;
 pub mod stream;
 pub mod test_image;
@@ -34,10 +34,6 @@ use crate::domain::EventStream;
 
 pub use container_spec::{ContainerSpec, Role};
 pub use docker::{DockerRuntime, EngineVersion};
-pub use execute::{
-    reattach, run_attempt, run_check, AttemptExecution, CheckRun, EventSink, RunLimits,
-    TranscriptPaths,
-};
 pub use test_image::ensure_test_image;
 
 /// Label keys every Polyphony container carries (cleanup and recovery select on them).

@@ -3,7 +3,8 @@
 //! stream, an engine error, a follower task that died).
 //!
 //! Every container Polyphony starts carries [`LABEL_DEADLINE`] (Unix seconds: its own
-//! deadline plus [`GRACE`]), set by `execute` when it creates the container. The daemon
+//! deadline plus [`GRACE`]), set by `orchestrator::execute` when it creates
+//! the container. The daemon
 //! sweeps every [`SWEEP_EVERY`], and also removes this home's staging directories (the
 //! per-container credential copies) that a killed daemon left behind.
 

@@ -25,12 +25,16 @@ pub mod marker;
 mod mirror;
 pub mod probe;
 mod push;
+pub mod repo_read;
+mod seed;
 mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
 pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
+pub use repo_read::RepoSnapshot;
+pub use seed::seed_bare_repo;
 pub use shared::MirrorGc;
 pub use snapshot::TreeChange;
 

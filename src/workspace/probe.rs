@@ -145,3 +145,14 @@ pub fn check_remote(url: &str, base: Option<&str>, timeout: Duration) -> Result<
         }),
     }
 }
+/// `git --version`'s output (for `doctor`), or why git cannot run.
+pub fn git_version() -> Result<String, String> {
+    match Git::new("version").arg("--version").output() {
+        Ok((out, _, _)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok((out, _, _)) => Err(format!("`git --version` exited with {}", out.status)),
+        Err(WorkspaceError::GitUnavailable { reason }) => Err(format!("cannot run git: {reason}")),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -38,7 +38,8 @@ async fn probe_cli(
     user: &str,
     n: usize,
 ) -> Result<(Option<i64>, String), String> {
-    use crate::runtime::{run_check, ContainerSpec, Role};
+    use crate::orchestrator::execute::run_check;
+    use crate::runtime::{ContainerSpec, Role};
     let spec = ContainerSpec::new(
         format!("polyphony-doctor-{}-{n}", std::process::id()),
         image,
@@ -94,15 +95,9 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
     };
 
-    match std::process::Command::new("git").arg("--version").output() {
-        Ok(out) if out.status.success() => {
-            checks.push(git_check(Ok(&String::from_utf8_lossy(&out.stdout))))
-        }
-        Ok(out) => checks.push(git_check(Err(&format!(
-            "`git --version` exited with {}",
-            out.status
-        )))),
-        Err(e) => checks.push(git_check(Err(&format!("cannot run git: {e}")))),
+    match crate::workspace::probe::git_version() {
+        Ok(version) => checks.push(git_check(Ok(&version))),
+        Err(e) => checks.push(git_check(Err(&e))),
     }
 
     let engine = DockerRuntime::connect().await;

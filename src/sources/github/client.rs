@@ -417,6 +417,8 @@ pub struct GithubClient {
     policy: FaultPolicy,
     /// The token's own login (`GET /user`), read once.
     viewer: std::sync::Arc<tokio::sync::OnceCell<String>>,
+    /// Validators and bodies of conditional GETs, shared by clones (see `conditional`).
+    pub(super) etags: std::sync::Arc<std::sync::Mutex<super::conditional::EtagCache>>,
 }
 
 impl fmt::Debug for GithubClient {
@@ -456,6 +458,7 @@ impl GithubClient {
             token_var: token.var,
             policy,
             viewer: Default::default(),
+            etags: Default::default(),
         })
     }
 
@@ -520,15 +523,28 @@ impl GithubClient {
         what: &str,
         path: &str,
     ) -> Result<Vec<T>, GithubError> {
+        self.pages(what, path, false).await
+    }
+
+    /// Every page of a list; `conditional`: each page through [`GithubClient::get_cached`].
+    pub(super) async fn pages<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+        conditional: bool,
+    ) -> Result<Vec<T>, GithubError> {
         let mut items = Vec::new();
         let mut next = Some(path.to_string());
         let mut pages = 0u32;
         while let Some(url) = next.take() {
             pages += 1;
             let page_what = format!("{what} (page {pages})");
-            let answer = self
-                .send(Method::GET, &url, None, Repeat::Safe, &page_what)
-                .await?;
+            let answer = if conditional {
+                self.get_cached(&page_what, &url).await?
+            } else {
+                self.send(Method::GET, &url, None, Repeat::Safe, &page_what)
+                    .await?
+            };
             let page: Vec<T> = answer.json(&page_what)?;
             items.extend(page);
             next = match answer
@@ -587,12 +603,27 @@ impl GithubClient {
         repeat: Repeat,
         what: &str,
     ) -> Result<Answer, GithubError> {
+        self.send_with_headers(method, target, body, None, repeat, what)
+            .await
+    }
+
+    /// [`GithubClient::send`] with extra request headers (only GETs carry them). A `304 Not
+    /// Modified` is an answer, not a failure: only conditional requests get one.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        target: &str,
+        body: Option<&Value>,
+        headers: Option<&HeaderMap>,
+        repeat: Repeat,
+        what: &str,
+    ) -> Result<Answer, GithubError> {
         let mut rate_waits = 0u32;
         let mut server_retries = 0u32;
         loop {
             let sent = tokio::time::timeout(
                 self.policy.request_timeout,
-                self.send_once(method.clone(), target, body),
+                self.send_once(method.clone(), target, body, headers),
             )
             .await;
             match &sent {
@@ -608,7 +639,11 @@ impl GithubClient {
                 _ => crate::metrics::github_request(method.as_str(), None, None),
             }
             let failure = match sent {
-                Ok(Ok(answer)) if answer.status.is_success() => return Ok(answer),
+                Ok(Ok(answer))
+                    if answer.status.is_success() || answer.status == StatusCode::NOT_MODIFIED =>
+                {
+                    return Ok(answer)
+                }
                 Ok(Ok(answer)) => {
                     let header =
                         |name: &str| answer.headers.get(name).and_then(|v| v.to_str().ok());
@@ -702,12 +737,13 @@ impl GithubClient {
         method: Method,
         target: &str,
         body: Option<&Value>,
+        headers: Option<&HeaderMap>,
     ) -> Result<Answer, String> {
         let uri: http::Uri = target
             .parse()
             .map_err(|e: http::uri::InvalidUri| format!("bad request URI `{target}`: {e}"))?;
         let response = match method {
-            Method::GET => self.octo._get(uri).await,
+            Method::GET => self.octo._get_with_headers(uri, headers.cloned()).await,
             Method::POST => self.octo._post(uri, body).await,
             Method::DELETE => self.octo._delete(uri, body).await,
             Method::PATCH => self.octo._patch(uri, body).await,

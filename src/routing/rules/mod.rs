@@ -11,15 +11,21 @@
 //! values, empty names, empty lists, bad globs and ranges, duplicate rule names. Config
 //! loading reports the same problems with file:line; these errors, naming the rule, are the
 //! programmatic fallback. This module is pure.
+//!
+//! - `predicate`: one `match:` predicate, compiled and tested against a [`RouteInput`].
+//! - `repo_glob`: repository globs and the keys a repository string is matched as.
 
-use globset::{GlobSet, GlobSetBuilder};
+mod predicate;
+mod repo_glob;
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::str::FromStr;
 
-use crate::config::model::{MatchConfig, OneOrMany, RangeConfig, RoutingFile};
+use crate::config::model::RoutingFile;
 use crate::domain::{Risk, Scope, SourceKind, TaskType};
+use predicate::{compile_match, Predicate};
+pub use repo_glob::{repo_globset, repo_keys, repo_matches};
 
 /// The name a decision carries when no rule matched.
 pub const DEFAULT_RULE: &str = "default";
@@ -114,93 +120,6 @@ pub enum RoutingError {
         value: String,
         why: String,
     },
-}
-
-/// One compiled predicate.
-#[derive(Debug, Clone)]
-enum Predicate {
-    TaskType(Vec<TaskType>),
-    Risk(Vec<Risk>),
-    Scope(Vec<Scope>),
-    RequiresWeb(bool),
-    /// Lower-cased.
-    Labels(Vec<String>),
-    Source(Vec<SourceKind>),
-    Repo(Vec<String>, GlobSet),
-    Complexity(Option<u32>, Option<u32>),
-}
-
-impl Predicate {
-    fn name(&self) -> &'static str {
-        match self {
-            Predicate::TaskType(_) => "task_type",
-            Predicate::Risk(_) => "risk",
-            Predicate::Scope(_) => "scope",
-            Predicate::RequiresWeb(_) => "requires_web",
-            Predicate::Labels(_) => "labels",
-            Predicate::Source(_) => "source",
-            Predicate::Repo(..) => "repo",
-            Predicate::Complexity(..) => "complexity",
-        }
-    }
-
-    fn holds(&self, input: &RouteInput) -> bool {
-        match self {
-            Predicate::TaskType(v) => v.contains(&input.task_type),
-            Predicate::Risk(v) => v.contains(&input.risk),
-            Predicate::Scope(v) => v.contains(&input.scope),
-            Predicate::RequiresWeb(want) => *want == input.requires_web,
-            Predicate::Labels(v) => input
-                .labels
-                .iter()
-                .any(|l| v.contains(&l.trim().to_lowercase())),
-            Predicate::Source(v) => v.contains(&input.source),
-            Predicate::Repo(_, set) => repo_keys(&input.repo).iter().any(|k| set.is_match(k)),
-            Predicate::Complexity(min, max) => {
-                min.is_none_or(|m| input.complexity >= m)
-                    && max.is_none_or(|m| input.complexity <= m)
-            }
-        }
-    }
-
-    fn expected(&self) -> String {
-        fn list<T: fmt::Display>(v: &[T]) -> String {
-            let items: Vec<String> = v.iter().map(ToString::to_string).collect();
-            if items.len() == 1 {
-                items[0].clone()
-            } else {
-                format!("one of [{}]", items.join(", "))
-            }
-        }
-        match self {
-            Predicate::TaskType(v) => list(v),
-            Predicate::Risk(v) => list(v),
-            Predicate::Scope(v) => list(v),
-            Predicate::RequiresWeb(b) => b.to_string(),
-            Predicate::Labels(v) => format!("any of [{}]", v.join(", ")),
-            Predicate::Source(v) => list(v),
-            Predicate::Repo(patterns, _) => format!("a match for [{}]", patterns.join(", ")),
-            Predicate::Complexity(min, max) => match (min, max) {
-                (Some(a), Some(b)) => format!("{a}..={b}"),
-                (Some(a), None) => format!(">= {a}"),
-                (None, Some(b)) => format!("<= {b}"),
-                (None, None) => "any".to_string(),
-            },
-        }
-    }
-
-    fn actual(&self, input: &RouteInput) -> String {
-        match self {
-            Predicate::TaskType(_) => input.task_type.to_string(),
-            Predicate::Risk(_) => input.risk.to_string(),
-            Predicate::Scope(_) => input.scope.to_string(),
-            Predicate::RequiresWeb(_) => input.requires_web.to_string(),
-            Predicate::Labels(_) => format!("[{}]", input.labels.join(", ")),
-            Predicate::Source(_) => input.source.to_string(),
-            Predicate::Repo(..) => input.repo.clone(),
-            Predicate::Complexity(..) => input.complexity.to_string(),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -371,171 +290,6 @@ fn compile_target(
         fallback: chain,
         identity,
     })
-}
-
-fn values<'a>(
-    rule: &str,
-    predicate: &str,
-    v: &'a OneOrMany<String>,
-) -> Result<&'a [String], RoutingError> {
-    let s = v.as_slice();
-    if s.is_empty() {
-        return Err(RoutingError::EmptyList {
-            rule: rule.into(),
-            predicate: predicate.into(),
-        });
-    }
-    Ok(s)
-}
-
-fn parse_all<T: FromStr<Err = String>>(
-    rule: &str,
-    predicate: &str,
-    v: &OneOrMany<String>,
-) -> Result<Vec<T>, RoutingError> {
-    values(rule, predicate, v)?
-        .iter()
-        .map(|s| {
-            s.parse::<T>().map_err(|why| RoutingError::BadValue {
-                rule: rule.into(),
-                predicate: predicate.into(),
-                value: s.clone(),
-                why,
-            })
-        })
-        .collect()
-}
-
-fn compile_match(rule: &str, m: &MatchConfig) -> Result<Vec<Predicate>, RoutingError> {
-    let mut out = Vec::new();
-    if let Some(v) = &m.task_type {
-        out.push(Predicate::TaskType(parse_all(rule, "task_type", v)?));
-    }
-    if let Some(v) = &m.risk {
-        out.push(Predicate::Risk(parse_all(rule, "risk", v)?));
-    }
-    if let Some(v) = &m.scope {
-        out.push(Predicate::Scope(parse_all(rule, "scope", v)?));
-    }
-    if let Some(b) = m.requires_web {
-        out.push(Predicate::RequiresWeb(b));
-    }
-    if let Some(v) = &m.labels {
-        let labels = values(rule, "labels", v)?;
-        let mut lower = Vec::with_capacity(labels.len());
-        for l in labels {
-            let l = l.trim().to_lowercase();
-            if l.is_empty() {
-                return Err(RoutingError::BadValue {
-                    rule: rule.into(),
-                    predicate: "labels".into(),
-                    value: String::new(),
-                    why: "a label cannot be empty".into(),
-                });
-            }
-            lower.push(l);
-        }
-        out.push(Predicate::Labels(lower));
-    }
-    if let Some(v) = &m.source {
-        out.push(Predicate::Source(parse_all(rule, "source", v)?));
-    }
-    if let Some(v) = &m.repo {
-        let patterns = values(rule, "repo", v)?;
-        out.push(Predicate::Repo(
-            patterns.to_vec(),
-            repo_globset(patterns).map_err(|(value, why)| RoutingError::BadValue {
-                rule: rule.into(),
-                predicate: "repo".into(),
-                value,
-                why,
-            })?,
-        ));
-    }
-    if let Some(RangeConfig { min, max }) = m.complexity {
-        let bad = |value: String, why: &str| RoutingError::BadValue {
-            rule: rule.into(),
-            predicate: "complexity".into(),
-            value,
-            why: why.into(),
-        };
-        if let (Some(a), Some(b)) = (min, max) {
-            if a > b {
-                return Err(bad(
-                    format!("{{min: {a}, max: {b}}}"),
-                    "min is greater than max",
-                ));
-            }
-        }
-        for end in [min, max].into_iter().flatten() {
-            if end > 10 {
-                return Err(bad(
-                    end.to_string(),
-                    "the complexity score runs from 0 to 10",
-                ));
-            }
-        }
-        out.push(Predicate::Complexity(min, max));
-    }
-    Ok(out)
-}
-
-/// Compiles repository globs: case-insensitive, `*` crosses `/`.
-/// On error returns the offending pattern and why.
-pub fn repo_globset(patterns: &[String]) -> Result<GlobSet, (String, String)> {
-    let mut builder = GlobSetBuilder::new();
-    for p in patterns {
-        if p.trim().is_empty() {
-            return Err((p.clone(), "a repository glob cannot be empty".into()));
-        }
-        let glob = globset::GlobBuilder::new(p.trim())
-            .case_insensitive(true)
-            .literal_separator(false)
-            .build()
-            .map_err(|e| (p.clone(), e.kind().to_string()))?;
-        builder.add(glob);
-    }
-    builder.build().map_err(|e| (String::new(), e.to_string()))
-}
-
-/// True when `pattern` (a repository glob) matches `repo`; an invalid glob matches nothing.
-pub fn repo_matches(pattern: &str, repo: &str) -> bool {
-    repo_globset(&[pattern.to_string()])
-        .map(|set| repo_keys(repo).iter().any(|k| set.is_match(k)))
-        .unwrap_or(false)
-}
-
-/// The strings a repository glob is tried against: the repo string as given (trailing
-/// `/` and `.git` trimmed) and, for GitHub-style URLs and `owner/name#N` refs,
-/// `owner/name`.
-pub fn repo_keys(repo: &str) -> Vec<String> {
-    let raw = repo.trim();
-    let mut keys = vec![raw.to_string()];
-    let trimmed = raw.trim_end_matches('/');
-    let trimmed = trimmed.strip_suffix(".git").unwrap_or(trimmed);
-    if trimmed != raw {
-        keys.push(trimmed.to_string());
-    }
-    let rest = if let Some(i) = trimmed.find("://") {
-        // https://host/owner/name
-        trimmed[i + 3..].split_once('/').map(|(_, path)| path)
-    } else if let Some((_, path)) = trimmed.split_once(':').filter(|(h, _)| h.contains('@')) {
-        // git@host:owner/name
-        Some(path)
-    } else {
-        None
-    };
-    if let Some(path) = rest {
-        let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        if parts.len() == 2 {
-            keys.push(format!("{}/{}", parts[0], parts[1]));
-        }
-    }
-    if let Some((owner_name, _)) = trimmed.split_once('#') {
-        keys.push(owner_name.to_string());
-    }
-    keys.dedup();
-    keys
 }
 
 #[cfg(test)]
@@ -812,22 +566,6 @@ mod tests {
                 .to_string(),
             "routing rule `default`: unknown agent `gemini` in `agent` (known agents: claude, codex, kimi)"
         );
-    }
-
-    #[test]
-    fn repo_keys_normalise_urls() {
-        assert_eq!(
-            repo_keys("https://github.com/acme/api.git"),
-            vec![
-                "https://github.com/acme/api.git",
-                "https://github.com/acme/api",
-                "acme/api"
-            ]
-        );
-        assert_eq!(repo_keys("acme/api"), vec!["acme/api"]);
-        assert!(repo_matches("acme/*", "git@github.com:acme/api.git"));
-        assert!(!repo_matches("acme/*", "/srv/other"));
-        assert!(!repo_matches("[", "acme/api"));
     }
 
     fn arb_input() -> impl Strategy<Value = RouteInput> {

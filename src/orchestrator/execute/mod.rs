@@ -1,0 +1,229 @@
+//! Running one attempt or one check in a container, and re-attaching to a running one
+//! (spec §8 lifecycle, §9 event protocol), over the `runtime::WorkerRuntime` seam.
+//!
+//! Owns: following output while the agent runs, splitting it into lines, scrubbing each
+//! line of secret values BEFORE anything is stored, classifying stdout lines through the
+//! adapter (stderr is kept apart and never feeds the outcome), batching events into an
+//! [`EventSink`] and the transcript files, the deadline / idle / cancel kills, collecting
+//! the exit code and OOM flag, deciding the [`AttemptStatus`] ([`decide`], pure) and
+//! removing the container.
+//!
+//! Must not: decide task state transitions, touch the store directly, or log line text
+//! before it is scrubbed.
+//!
+//! - `follow`: one attempt's output, line by line, into events and transcripts, and when
+//!   to kill it (deadline, idle, cancel, output and workspace caps).
+//! - `policy`: the limits, why we stopped a container, and [`decide`] (pure): how an
+//!   attempt ended.
+//! - `sinks`: where events go ([`EventSink`]) and what scrubs them first ([`ScrubOutput`]).
+//! - `check`: one verification command to completion, keeping its scrubbed tail.
+
+mod check;
+mod follow;
+mod policy;
+mod sinks;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio::sync::watch;
+
+pub use check::{run_check, CheckRun};
+pub use policy::{decide, tree_size, RunLimits, Stop, WORKSPACE_CHECK_EVERY};
+pub use sinks::{EventSink, Scrub, ScrubOutput, VecSink};
+
+use crate::agents::{AgentAdapter, AgentOutcome};
+use crate::domain::AttemptStatus;
+use crate::runtime::container_spec::{container_key, ContainerSpec};
+use crate::runtime::{RuntimeError, WorkerRuntime};
+use follow::follow_and_collect;
+
+/// The transcript files of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptPaths {
+    /// Scrubbed stdout lines, one per line (`<attempt>.ndjson`).
+    pub stdout: PathBuf,
+    /// Scrubbed stderr lines (`<attempt>.stderr.log`).
+    pub stderr: PathBuf,
+}
+
+impl TranscriptPaths {
+    /// `$POLYPHONY_HOME/transcripts/<key>/<attempt>.ndjson` and `.stderr.log`.
+    pub fn under(home: &Path, task_id: &str, attempt: u32) -> Self {
+        let dir = home.join("transcripts").join(container_key(task_id));
+        TranscriptPaths {
+            stdout: dir.join(format!("{attempt}.ndjson")),
+            stderr: dir.join(format!("{attempt}.stderr.log")),
+        }
+    }
+}
+
+/// What one attempt did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptExecution {
+    pub container_id: String,
+    pub status: AttemptStatus,
+    pub exit_code: Option<i64>,
+    pub outcome: AgentOutcome,
+    /// Why it did not succeed, in one line.
+    pub reason: Option<String>,
+    /// Events recorded by this call (a re-attach counts only the new ones).
+    pub events: u64,
+    /// Next seq: events recorded in total for the attempt.
+    pub next_seq: u64,
+    /// Lines over the limit that were cut.
+    pub cut_lines: u64,
+    pub oom_killed: bool,
+    pub duration: Duration,
+    /// The last sink error, when events could not all be stored.
+    pub sink_error: Option<String>,
+    /// Stdout lines after the CLI's final report: stored, never folded into the outcome.
+    pub lines_after_result: u64,
+    /// Figures the runtime did not take as reported (a clamped cost), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Runs one attempt: create (replacing a leftover), start, follow, collect, remove.
+///
+/// Errors are for the container never getting going (image missing, engine down) or the
+/// engine vanishing mid-run; in the latter case the container is left for `reattach`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_attempt(
+    rt: &dyn WorkerRuntime,
+    spec: &ContainerSpec,
+    adapter: &dyn AgentAdapter,
+    sink: &mut dyn EventSink,
+    limits: RunLimits,
+    transcript: Option<&TranscriptPaths>,
+    scrub: Scrub<'_>,
+    cancel: watch::Receiver<bool>,
+) -> Result<AttemptExecution, RuntimeError> {
+    let spec = &with_deadline(spec, limits.deadline);
+    let id = rt.create(spec).await?;
+    sink.container_created(&id);
+    let started = Instant::now();
+    if let Err(e) = rt.start(&id).await {
+        let _ = rt.remove(&id).await;
+        return Err(e);
+    }
+    let deadline_at = tokio::time::Instant::from_std(started) + limits.deadline;
+    let workspace = workspace_of(spec);
+    let result = follow_and_collect(
+        rt,
+        &id,
+        adapter,
+        sink,
+        limits,
+        deadline_at,
+        started,
+        transcript,
+        scrub,
+        cancel,
+        0,
+        workspace,
+    )
+    .await;
+    discard_on_error(rt, &id, result).await
+}
+
+/// `spec` labelled with its deadline, so the watchdog can enforce it even when nobody
+/// follows the container any more.
+fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
+    let mut spec = spec.clone();
+    spec.labels.insert(
+        crate::runtime::watchdog::LABEL_DEADLINE.to_string(),
+        crate::runtime::watchdog::deadline_label(Utc::now(), deadline),
+    );
+    spec
+}
+
+/// The host path bound at `/workspace`, if any.
+fn workspace_of(spec: &ContainerSpec) -> Option<PathBuf> {
+    spec.mounts
+        .iter()
+        .find(|m| m.container_path == crate::runtime::container_spec::WORKSPACE_DIR)
+        .map(|m| m.host_path.clone())
+}
+
+/// On any error after the container started (engine or stream error, a kill that failed,
+/// a transcript that cannot be written), kill and remove it: an attempt that failed must
+/// not leave a container running with no deadline.
+async fn discard_on_error<T>(
+    rt: &dyn WorkerRuntime,
+    id: &str,
+    result: Result<T, RuntimeError>,
+) -> Result<T, RuntimeError> {
+    if result.is_err() {
+        if let Err(e) = rt.kill(id).await {
+            tracing::warn!(container = id, error = %e, "cannot kill the container after an error");
+        }
+        if let Err(e) = rt.remove(id).await {
+            tracing::warn!(container = id, error = %e, "cannot remove the container after an error; the watchdog will");
+        }
+    }
+    result
+}
+
+/// Resumes an attempt whose follower died (daemon restart) without duplicating events:
+/// the logs are re-read from the start, every stdout line still feeds the adapter (so
+/// turns and cost are whole), and only lines from seq `recorded` on are stored. The
+/// deadline counts from the container's own start time.
+#[allow(clippy::too_many_arguments)]
+pub async fn reattach(
+    rt: &dyn WorkerRuntime,
+    container_id: &str,
+    adapter: &dyn AgentAdapter,
+    sink: &mut dyn EventSink,
+    limits: RunLimits,
+    transcript: Option<&TranscriptPaths>,
+    scrub: Scrub<'_>,
+    cancel: watch::Receiver<bool>,
+    recorded: u64,
+) -> Result<AttemptExecution, RuntimeError> {
+    let info = rt.inspect(container_id).await?;
+    let ran_for = info
+        .started_at
+        .and_then(|t| (Utc::now() - t).to_std().ok())
+        .unwrap_or_default();
+    let now = Instant::now();
+    let started = now.checked_sub(ran_for).unwrap_or(now);
+    let remaining = limits.deadline.saturating_sub(ran_for);
+    let deadline_at = tokio::time::Instant::now() + remaining;
+    let workspace = info
+        .mounts
+        .iter()
+        .find(|(target, _)| target == crate::runtime::container_spec::WORKSPACE_DIR)
+        .map(|(_, source)| PathBuf::from(source));
+    let result = follow_and_collect(
+        rt,
+        &info.id,
+        adapter,
+        sink,
+        limits,
+        deadline_at,
+        started,
+        transcript,
+        scrub,
+        cancel,
+        recorded,
+        workspace,
+    )
+    .await;
+    discard_on_error(rt, &info.id, result).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_paths_follow_the_layout() {
+        let t = TranscriptPaths::under(Path::new("/h"), "local-3", 2);
+        assert_eq!(t.stdout, PathBuf::from("/h/transcripts/local-3/2.ndjson"));
+        assert_eq!(
+            t.stderr,
+            PathBuf::from("/h/transcripts/local-3/2.stderr.log")
+        );
+    }
+}
