@@ -459,7 +459,7 @@ pub fn handoff_note(store: &Store, task_id: &str, attempt: u32) -> Option<String
 
 /// `quota_handoff: continue`: when attempt `attempt - 1` met a usage limit, its work is
 /// carried into `ws` (the fresh clone of `attempt`) and the prompt note recorded.
-/// `previous_key` is the kv key holding that attempt's workspace. Best effort: anything
+/// Best effort: anything
 /// that goes wrong leaves a fresh attempt, logged.
 pub async fn continue_after_limit(
     orch: &super::Orchestrator,
@@ -467,7 +467,6 @@ pub async fn continue_after_limit(
     task_id: &str,
     attempt: u32,
     ws: &Workspace,
-    previous_key: &str,
 ) {
     if orch.config.quota_settings().handoff != QuotaHandoff::Continue || attempt < 2 {
         return;
@@ -475,11 +474,7 @@ pub async fn continue_after_limit(
     let found = {
         let db = store.lock().unwrap_or_else(|p| p.into_inner());
         let record = db.attempt(task_id, attempt - 1).ok().flatten();
-        let from: Option<Workspace> = db
-            .kv_get(previous_key)
-            .ok()
-            .flatten()
-            .and_then(|json| serde_json::from_str(&json).ok());
+        let from: Option<Workspace> = db.workspace_of(task_id, attempt - 1).ok().flatten();
         record
             .filter(|r| r.status == Some(AttemptStatus::Quota))
             .zip(from)
