@@ -12,7 +12,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultPolicy {
     /// Longest rate-limit wait the client sits through; a longer one is returned as
-    /// [`GithubError::RateLimited`](super::error::GithubError::RateLimited) so the daemon moves on.
+    /// [`GithubError::RateLimited`](super::error::GithubError::RateLimited) so the daemon
+    /// moves on.
     pub max_rate_limit_wait: Duration,
     /// Wait for a secondary rate limit that names no time (GitHub says: at least a minute).
     pub secondary_limit_wait: Duration,
