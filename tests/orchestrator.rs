@@ -595,3 +595,51 @@ async fn a_failed_check_is_repaired_on_the_retry_whose_prompt_carries_it() {
         "{second}"
     );
 }
+
+/// Issue 14 through `spawn`'s loop: claude and then codex meet their usage limits, so the
+/// task waits for claude's reset (the default cool-down, 2 s here, since this transcript
+/// names no time) without a failure, says so, and lands on claude after the reset.
+#[tokio::test]
+async fn spawn_waits_for_the_earliest_reset_when_every_agent_is_out_and_counts_nothing() {
+    let w = World::with(|home| {
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, format!("{text}quota_default_cooldown: 2s\n")).expect("write");
+    });
+    w.runtime
+        .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
+        .push(transcript("codex/usage_limit_constructed.ndjson"))
+        .push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let task = w.task(&store, &id);
+    let (opts, cancel) = w.opts();
+    let said = std::sync::Mutex::new(Vec::new());
+    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
+    let started = std::time::Instant::now();
+
+    let end = drive(&orch, &store, task, &opts, cancel.subscribe(), &say)
+        .await
+        .expect("driven");
+
+    assert!(matches!(end, Some(ref e) if e.is_landed()), "{end:?}");
+    let said = said.lock().expect("lock").clone();
+    assert!(
+        said.iter().any(|l| l.starts_with("waiting ")
+            && l.contains("for a usage limit (claude resets ")
+            && l.ends_with("); no failure counted")),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|l| l.contains("allowed failures")),
+        "{said:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1), "no wait");
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 0));
+    let attempts = store.attempts(&id).expect("attempts");
+    let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
+    assert_eq!(agents, vec!["claude", "codex", "claude"]);
+    assert_eq!(store.quota_wait(&id).expect("quota wait"), None);
+}

@@ -81,14 +81,23 @@ pub async fn drive(
             .ok_or_else(|| anyhow::anyhow!("task {id} disappeared from the store"))?;
         if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
             if let Some(wait) = wait_before(at, (orch.clock)()) {
-                // Counted in failures, not attempt numbers: a failure before the container
-                // existed reuses its attempt number.
-                say(&format!(
-                    "waiting {}s before trying again ({} of {} allowed failures so far)",
-                    whole_seconds(wait),
-                    current.failures,
-                    orch.policy.max_attempts
-                ));
+                // Parked for a usage limit (issue 14): no failure is counted for the wait.
+                let parked = store.quota_wait(&id)?;
+                say(&match parked {
+                    Some(parked) => format!(
+                        "waiting {}s for a usage limit ({}); no failure counted",
+                        whole_seconds(wait),
+                        super::quota::reset_words(&parked.agent, parked.until, (orch.clock)())
+                    ),
+                    // Counted in failures, not attempt numbers: a failure before the
+                    // container existed reuses its attempt number.
+                    None => format!(
+                        "waiting {}s before trying again ({} of {} allowed failures so far)",
+                        whole_seconds(wait),
+                        current.failures,
+                        orch.policy.max_attempts
+                    ),
+                });
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = cancel.changed() => {

@@ -23,6 +23,7 @@ pub mod land;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
+pub mod quota;
 pub mod retry;
 pub mod secrets;
 pub mod shepherd;

@@ -35,6 +35,7 @@ mod intents;
 mod kv;
 mod landings;
 mod pulls;
+pub mod quota;
 mod rows;
 pub mod schema;
 mod tasks;
@@ -52,7 +53,7 @@ pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use tasks::TransitionRecord;
-pub use views::{Label, RunningAttempt, TaskFilter, TaskSummary};
+pub use views::{Label, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary};
 
 // The shared row helpers, importable as `super::…` by every file of the store.
 pub use pulls::{FollowUpRecord, PullLook, PullRecord};

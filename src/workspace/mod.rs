@@ -19,6 +19,7 @@ mod cleanup;
 mod clone;
 mod commit;
 mod git;
+mod handoff;
 pub mod key;
 pub mod marker;
 mod merge;
@@ -31,6 +32,7 @@ mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
+pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
 pub use merge::BaseMerge;
 pub use repo_read::RepoSnapshot;

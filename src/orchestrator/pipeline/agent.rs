@@ -9,6 +9,7 @@ use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
 use crate::orchestrator::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::orchestrator::failure::Stage;
+use crate::orchestrator::quota;
 use crate::orchestrator::sink::StoreSink;
 use crate::orchestrator::verify::one_line;
 use crate::runtime::container_spec::agent_spec;
@@ -33,6 +34,7 @@ impl AttemptRun<'_> {
     ) -> Result<AttemptExecution, Failure> {
         let adapter = adapter_for(spec.agent_type);
         let previous = self.previous_failures();
+        let handoff = quota::handoff_note(&self.db(), &self.task.id, spec.attempt);
         let prompt = self.orch.config.prompt().render(&PromptContext {
             title: &self.task.title,
             body: &self.task.body,
@@ -42,6 +44,7 @@ impl AttemptRun<'_> {
             attempt: spec.attempt,
             previous_failures: &previous,
             verify_commands: &spec.verification,
+            handoff: handoff.as_deref(),
         });
         let invocation = adapter.invocation(spec, &prompt);
         let container = agent_spec(

@@ -9,10 +9,10 @@ use crate::domain::{AttemptStatus, RunResult, SourceKind, TaskState};
 use crate::orchestrator::failure::Class;
 use crate::orchestrator::retry::Next;
 use crate::orchestrator::verify::one_line;
-use crate::orchestrator::{failure, intents, proof, retry};
+use crate::orchestrator::{failure, intents, proof, quota, retry};
 use crate::store::{BlockSettlement, IntentKind, Settlement};
 
-use super::{exhausted_key, AttemptEnd, AttemptRun, Failure};
+use super::{AttemptEnd, AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) async fn discard_workspace(&mut self) {
@@ -122,17 +122,50 @@ impl AttemptRun<'_> {
         reason: &str,
         now: DateTime<Utc>,
     ) -> anyhow::Result<(AttemptEnd, Settlement)> {
-        let exhausted = self.settle_quota_hit(failure.status, class, now)?;
         let chain = if self.chain.is_empty() {
             vec![self.agent.clone()]
         } else {
             self.chain.clone()
         };
+        let reason = reason.to_string();
+        let waits = failure.wait_until.is_some()
+            || (failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry);
+        let exhausted = if waits {
+            self.exhausted()
+        } else {
+            match self.settle_quota_hit(failure.status, class, &chain, now)? {
+                QuotaSettled::Continue(exhausted) => exhausted,
+                // Issue 14: the next agent that is neither out nor refused, else a wait for
+                // the earliest reset; neither counts a failure.
+                QuotaSettled::Fallback(next_agent) => {
+                    return Ok((
+                        AttemptEnd::Fallback { next_agent, reason },
+                        Settlement {
+                            failures: self.task.failures,
+                            next_attempt_at: Some(now),
+                            block: None,
+                        },
+                    ))
+                }
+                QuotaSettled::Park(wait) => {
+                    let at = wait.until;
+                    let reason = format!("{reason}; {}", quota::park_reason(&wait, now));
+                    return Ok((
+                        AttemptEnd::Retry { at, reason },
+                        Settlement {
+                            failures: self.task.failures,
+                            next_attempt_at: Some(at),
+                            block: None,
+                        },
+                    ));
+                }
+            }
+        };
         let next = retry::after_failure(
             &self.orch.policy,
             &retry::FailedAttempt {
                 status: failure.status,
-                reason,
+                reason: &reason,
                 class,
                 wait_until: failure.wait_until,
                 cancel_means_retry: self.opts.cancel_means_retry,
@@ -142,7 +175,6 @@ impl AttemptRun<'_> {
             },
             now,
         );
-        let reason = reason.to_string();
         let settle = |failures, next_attempt_at, block| Settlement {
             failures,
             next_attempt_at,
@@ -180,22 +212,35 @@ impl AttemptRun<'_> {
         })
     }
 
-    /// Where an attempt's quota hit (or missing login) is settled: the agent is noted out
-    /// for this task, so the next attempt skips it. Returns the agents out so far.
+    /// Where an attempt's quota hit (or refused login) is settled. A refused login is
+    /// noted for this task; a usage limit was already recorded for its (identity, agent)
+    /// when the agent ended. Then the next usable agent of the chain, or the wait for the
+    /// earliest reset (issue 14).
     fn settle_quota_hit(
         &mut self,
         status: AttemptStatus,
         class: &Class,
+        chain: &[String],
         now: DateTime<Utc>,
-    ) -> anyhow::Result<BTreeSet<String>> {
+    ) -> anyhow::Result<QuotaSettled> {
         let mut exhausted = self.exhausted();
-        if retry::exhausts_agent(status, class) && !self.agent.is_empty() {
-            exhausted.insert(self.agent.clone());
-            let list: Vec<&str> = exhausted.iter().map(String::as_str).collect();
-            self.db()
-                .kv_set(&exhausted_key(&self.task.id), &list.join(","), now)?;
+        if !retry::exhausts_agent(status, class) || self.agent.is_empty() {
+            return Ok(QuotaSettled::Continue(exhausted));
         }
-        Ok(exhausted)
+        if status != AttemptStatus::Quota {
+            quota::refuse(&self.db(), &self.task.id, &self.agent, now)?;
+        }
+        exhausted.insert(self.agent.clone());
+        let choice =
+            quota::after_attempt(&self.db(), &self.orch.config, &self.task.id, chain, now)?;
+        Ok(match choice {
+            quota::Choice::Agent(next_agent) => QuotaSettled::Fallback(next_agent),
+            quota::Choice::Park(wait) => QuotaSettled::Park(wait),
+            quota::Choice::NoAgent => {
+                exhausted.extend(chain.iter().cloned());
+                QuotaSettled::Continue(exhausted)
+            }
+        })
     }
 
     pub(super) async fn report_blocked(&self) {
@@ -217,4 +262,14 @@ impl AttemptRun<'_> {
             );
         }
     }
+}
+
+/// What a quota hit or refused login leaves to decide.
+enum QuotaSettled {
+    /// Not settled here: the usual retry policy decides, with these agents out.
+    Continue(BTreeSet<String>),
+    /// Run the next attempt on this agent at once.
+    Fallback(String),
+    /// Every agent of the chain is out: wait for the earliest reset.
+    Park(crate::domain::QuotaWait),
 }

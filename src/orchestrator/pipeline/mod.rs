@@ -45,7 +45,7 @@ use crate::workspace::Workspace;
 use super::failure::Stage;
 use super::shepherd::followup::FollowUpRun;
 use super::verify::{self, one_line};
-use super::{proof, Orchestrator, Progress};
+use super::{proof, quota, Orchestrator, Progress};
 
 /// How an attempt ended for the task.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,12 +127,6 @@ impl Failure {
     fn crash(err: impl std::fmt::Display) -> Failure {
         Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
     }
-}
-
-/// The kv key holding the agents a task has found out of quota (the `quota` work, issue
-/// 14, replaces it with a per-identity table).
-fn exhausted_key(task_id: &str) -> String {
-    format!("quota_exhausted:{task_id}")
 }
 
 struct AttemptRun<'a> {
@@ -239,6 +233,10 @@ impl<'a> AttemptRun<'a> {
     async fn fresh(&mut self) -> Result<AttemptEnd, Failure> {
         let ws = self.prepare_workspace().await?;
         self.ws = Some(ws.clone());
+        if self.attempt > 1 {
+            quota::continue_after_limit(self.orch, &self.store, &self.task.id, self.attempt, &ws)
+                .await;
+        }
         let decision = self.route(&ws).await?;
         if let Some(end) = self.claim_at_source().await? {
             return Ok(end);
@@ -275,6 +273,9 @@ impl<'a> AttemptRun<'a> {
         let gate = proof::result_gate(exec.status, result.reason.as_deref());
         self.result = Some(result.clone());
         self.record_attempt(std::slice::from_ref(&gate))?;
+        if exec.status == AttemptStatus::Quota {
+            self.record_quota(&exec, &result)?;
+        }
         if exec.status != AttemptStatus::Succeeded {
             let reason = match &result.reason {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
@@ -297,6 +298,27 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         self.verify_and_land(gate).await
+    }
+
+    /// Issue 14: the limit this attempt met holds for every task using its agent and
+    /// identity.
+    fn record_quota(&self, exec: &AttemptExecution, result: &RunResult) -> Result<(), Failure> {
+        let Some(spec) = &self.spec else {
+            return Ok(());
+        };
+        quota::record_hit(
+            &self.db(),
+            &self.orch.config.quota_settings(),
+            &spec.identity,
+            &spec.agent,
+            exec.outcome.quota.as_ref(),
+            result.reason.as_deref().unwrap_or("usage limit"),
+            &self.task.id,
+            self.attempt,
+            Utc::now(),
+        )
+        .map(|_| ())
+        .map_err(Failure::crash)
     }
 
     /// Records the attempt's result with `evidence` on its row (the one place a

@@ -9,13 +9,13 @@ use crate::agents::scrub::Scrubber;
 use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
 use crate::orchestrator::facts::gather_facts;
 use crate::orchestrator::failure::Stage;
-use crate::orchestrator::retry;
+use crate::orchestrator::quota;
 use crate::orchestrator::verify::one_line;
 use crate::routing::{build_run_spec, RunSpecInputs};
 use crate::workspace::{PrepareRequest, Workspace};
 use crate::{identity, identity_policy, routing, workspace};
 
-use super::{exhausted_key, AttemptRun, Failure};
+use super::{AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
@@ -128,14 +128,29 @@ impl AttemptRun<'_> {
         };
         self.chain = decision.chain().into_iter().map(String::from).collect();
         let _ = self.db().note_chain(&self.task.id, &self.chain, Utc::now());
-        let exhausted = self.exhausted();
-        self.agent = match retry::next_agent(&self.chain, &exhausted) {
-            Some(agent) => agent.to_string(),
-            None => {
+        // Issue 14: an agent out of quota under the identity it would use is skipped at
+        // once; with the whole chain out the task waits for the earliest reset.
+        let now = (self.orch.clock)();
+        let choice = quota::choose(
+            &self.db(),
+            &self.orch.config,
+            &self.task.id,
+            decision.identity.as_deref(),
+            &self.chain,
+            now,
+        );
+        self.agent = match choice.map_err(Failure::crash)? {
+            quota::Choice::Agent(agent) => agent,
+            quota::Choice::Park(wait) => {
+                let mut parked = Failure::new(AttemptStatus::Quota, quota::park_reason(&wait, now));
+                parked.wait_until = Some(wait.until);
+                return Err(parked);
+            }
+            quota::Choice::NoAgent => {
                 return Err(Failure::new(
                     AttemptStatus::Quota,
                     format!(
-                        "every agent of the chain ({}) is out of quota",
+                        "every agent of the chain ({}) refused its login",
                         self.chain.join(", ")
                     ),
                 ))
@@ -144,18 +159,9 @@ impl AttemptRun<'_> {
         Ok(decision)
     }
 
+    /// The agents this task must not try again (they refused their login).
     pub(super) fn exhausted(&self) -> BTreeSet<String> {
-        self.db()
-            .kv_get(&exhausted_key(&self.task.id))
-            .ok()
-            .flatten()
-            .map(|s| {
-                s.split(',')
-                    .filter(|a| !a.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
+        quota::refused(&self.db(), &self.task.id).unwrap_or_default()
     }
     pub(super) async fn build_spec(
         &mut self,
