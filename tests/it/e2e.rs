@@ -9,7 +9,7 @@
 //!
 //! Without an engine: fails when `CI` is set, otherwise prints `SKIPPED: <why>`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
