@@ -9,7 +9,7 @@
 //! names host variables, and their values are read by the runtime at container creation
 //! (`runtime::docker`), never here. Unique identity names are checked by `config` at load.
 //! The GitHub token is not resolved here: its one rule is
-//! `sources::github::client::resolve_token` (docs/ARCHITECTURE.md, `src/sources/`).
+//! `sources::github::environment::resolve_token` (docs/ARCHITECTURE.md, `src/sources/`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

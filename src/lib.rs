@@ -31,6 +31,7 @@ pub mod failpoint;
 pub mod home;
 pub mod http;
 pub mod identity;
+pub mod identity_policy;
 pub mod metrics;
 pub mod ops;
 pub mod orchestrator;

@@ -92,12 +92,15 @@ impl AgentAdapter for ClaudeAdapter {
                 let info = data.get("rate_limit_info").unwrap_or(&Value::Null);
                 if str_of(info, "status") == Some("rejected") {
                     let kind = str_of(info, "rateLimitType").unwrap_or("unknown window");
+                    let resets_at = info.get("resetsAt").map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
+                    let reset = resets_at.as_deref().and_then(quota::raw_reset_hint);
                     outcome.quota = Some(super::QuotaHit {
                         message: format!("rate limit rejected ({kind})"),
-                        resets_at: info.get("resetsAt").map(|v| match v {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        }),
+                        resets_at,
+                        reset,
                     });
                 }
             }
@@ -285,9 +288,9 @@ fn observe_assistant(outcome: &mut AgentOutcome, data: &Value) {
         outcome.error = Some(one_line(&text, 500));
         let label = err.as_str().unwrap_or("");
         if label.contains("rate_limit") || label.contains("billing") {
-            outcome.quota = Some(quota::hit(&text));
+            outcome.quota = Some(quota::hit(&text).keeping_reset_of(outcome.quota.as_ref()));
         } else if let Some(q) = quota::banner(&text) {
-            outcome.quota = Some(q);
+            outcome.quota = Some(q.keeping_reset_of(outcome.quota.as_ref()));
         }
         return;
     }
@@ -376,7 +379,7 @@ fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
     if let Some(q) = limit {
         outcome.succeeded = false;
         outcome.error = Some(one_line(text, 500));
-        outcome.quota = Some(q);
+        outcome.quota = Some(q.keeping_reset_of(outcome.quota.as_ref()));
         outcome.failure_kind = Some(super::FailureKind::Quota);
         return;
     }

@@ -53,6 +53,27 @@ pub struct QuotaHit {
     pub message: String,
     /// When the limit resets, as the CLI said it (epoch seconds or text), if it did.
     pub resets_at: Option<String>,
+    /// The same, read: an epoch, a delay or a local wall-clock time (issue 14). Placed in
+    /// time by [`quota::reset_instant`] once the caller knows when it saw the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<quota::ResetHint>,
+}
+
+impl QuotaHit {
+    /// This hit, keeping `earlier`'s reset when it names none itself: Claude reports a
+    /// rejected `rate_limit_event` (with `resetsAt`) before the error message (often
+    /// without a time).
+    pub fn keeping_reset_of(mut self, earlier: Option<&QuotaHit>) -> QuotaHit {
+        if self.reset.is_none() {
+            if let Some(e) = earlier.filter(|e| e.reset.is_some()) {
+                self.reset = e.reset;
+                if self.resets_at.is_none() {
+                    self.resets_at = e.resets_at.clone();
+                }
+            }
+        }
+        self
+    }
 }
 
 /// What kind of failure the CLI reported, so an authentication failure, a usage limit and a

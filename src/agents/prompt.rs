@@ -101,6 +101,9 @@ pub struct PromptContext<'a> {
     /// The previous attempt's checks; only the failed ones are shown.
     pub previous_failures: &'a [CheckEvidence],
     pub verify_commands: &'a [VerifyCommand],
+    /// Set when this attempt continues the work of one stopped by a usage limit
+    /// (`quota_handoff: continue`, issue 14): said in place of `{previous_failures}`.
+    pub handoff: Option<&'a str>,
 }
 
 /// The built-in template.
@@ -261,7 +264,10 @@ fn value(p: Placeholder, ctx: &PromptContext<'_>) -> String {
         Placeholder::Branch => ctx.branch.to_string(),
         Placeholder::Attempt => ctx.attempt.to_string(),
         Placeholder::VerifyCommands => render_verify(ctx.verify_commands),
-        Placeholder::PreviousFailures => render_failures(ctx.previous_failures),
+        Placeholder::PreviousFailures => match ctx.handoff {
+            Some(note) => note.to_string(),
+            None => render_failures(ctx.previous_failures),
+        },
     }
 }
 
@@ -334,7 +340,21 @@ mod tests {
             attempt: 1,
             previous_failures: &[],
             verify_commands: &[],
+            handoff: None,
         }
+    }
+
+    #[test]
+    fn a_handoff_is_said_in_place_of_the_previous_failures() {
+        let note = "The previous attempt (claude) stopped at its usage limit.";
+        let c = PromptContext {
+            attempt: 2,
+            handoff: Some(note),
+            ..ctx()
+        };
+        let out = PromptTemplate::builtin().render(&c);
+        assert!(out.contains(&format!("Previous attempt:\n{note}")), "{out}");
+        assert!(!out.contains("None: this is the first attempt."));
     }
 
     fn check(template: &str, want: &str) {

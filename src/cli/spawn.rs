@@ -1,17 +1,18 @@
 //! `polyphony spawn owner/repo#N` and `polyphony spawn --task ID`: one task through the
 //! whole pipeline in the foreground, retries included, with live progress on stderr.
-//! Exit 0 when it lands, 1 when it does not.
+//! Exit 0 when it lands, 1 when it does not. The attempts and waits between them are
+//! `orchestrator::drive`; this prints what it reports.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use chrono::Utc;
 use tokio::sync::watch;
 
 use super::{print_json, Context, Outcome, UsageError};
 use crate::config::Config;
-use crate::domain::{Task, TaskState};
+use crate::domain::Task;
 use crate::home::DaemonLock;
+use crate::orchestrator::drive::{drive, NotDriven};
 use crate::orchestrator::pipeline::{describe, AttemptEnd, RunOptions};
 use crate::orchestrator::progress::TerminalProgress;
 use crate::orchestrator::Orchestrator;
@@ -81,7 +82,18 @@ async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
         cancel_means_retry: false,
     };
     let id = task.id.clone();
-    let end = drive(&orch, &store, task, &opts, cancel_rx).await?;
+    let say = |line: &str| eprintln!("{line}");
+    // The one refusal `drive` returns is a task another process runs.
+    let end = drive(&orch, &store, task, &opts, cancel_rx, &say)
+        .await
+        .map_err(|e| match e.downcast::<NotDriven>() {
+            Ok(busy) => UsageError::new(
+                busy.to_string(),
+                "wait for it, or run `polyphony daemon` to recover it after a crash",
+            )
+            .into(),
+            Err(e) => e,
+        })?;
     let task = store.get_task(&id)?;
     let landing = store.landing(&id)?;
     if args.json {
@@ -132,76 +144,4 @@ async fn issue_task(
     }
     store.insert_task(&fetched)?;
     Ok(fetched)
-}
-
-/// Runs attempts until the task lands, blocks or is held; waits out retry backoffs.
-async fn drive(
-    orch: &Orchestrator,
-    store: &Store,
-    task: Task,
-    opts: &RunOptions,
-    mut cancel: watch::Receiver<bool>,
-) -> anyhow::Result<Option<AttemptEnd>> {
-    let id = task.id.clone();
-    match task.state {
-        TaskState::Landed => {
-            eprintln!("{id} is already {}", task.state);
-            return Ok(None);
-        }
-        TaskState::Blocked => {
-            eprintln!(
-                "{id} is already BLOCKED: fix the cause (`polyphony status {id}`), then \
-                 `polyphony retry {id}` brings it back"
-            );
-            return Ok(None);
-        }
-        TaskState::Failed if task.next_attempt_at.is_none() => {
-            // Held (cancelled earlier): a person asked to run it again.
-            store.set_retry(&id, task.failures, Some(Utc::now()))?;
-        }
-        state if state.is_active() => {
-            return Err(UsageError::new(
-                format!("{id} is {state}: another process is running it"),
-                "wait for it, or run `polyphony daemon` to recover it after a crash",
-            )
-            .into());
-        }
-        _ => {}
-    }
-    loop {
-        let current = store
-            .get_task(&id)?
-            .ok_or_else(|| anyhow::anyhow!("task {id} disappeared from the store"))?;
-        if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
-            let wait = (at - Utc::now()).to_std().unwrap_or_default();
-            if !wait.is_zero() {
-                // Rounded up: a 10 s backoff read a few milliseconds later is still "10s".
-                // Counted in failures, not attempt numbers: a failure before the
-                // container existed reuses its attempt number.
-                eprintln!(
-                    "waiting {}s before trying again ({} of {} allowed failures so far)",
-                    wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-                    current.failures,
-                    orch.policy.max_attempts
-                );
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = cancel.changed() => {
-                        store.set_retry(&id, current.failures, None)?;
-                        return Ok(Some(AttemptEnd::Held { reason: "cancelled while waiting for a retry".into() }));
-                    }
-                }
-            }
-        }
-        let Some(claimed) = store.claim(&id, Utc::now())? else {
-            anyhow::bail!("task {id} cannot be claimed now (state {})", current.state);
-        };
-        opts.progress
-            .state(&id, TaskState::Claimed, "claimed for this spawn");
-        let end = orch.run_claimed(claimed, opts).await?;
-        if end.is_final() || *cancel.borrow() {
-            return Ok(Some(end));
-        }
-        eprintln!("{}", describe(&end));
-    }
 }

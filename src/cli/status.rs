@@ -21,8 +21,8 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
-    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at), or, for
-    /// one TASK, {task, transitions, attempts, landing} in full.
+    /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
+    /// quota_wait), or, for one TASK, {task, transitions, attempts, landing, quota} in full.
     #[arg(long)]
     json: bool,
 }
@@ -88,7 +88,14 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
                 match (t.state, retried_as) {
                     (TaskState::Blocked, Some(new)) => format!("retried as {new}"),
                     (TaskState::Blocked, None) => format!("polyphony retry {}", t.id),
-                    _ => without_daemon(daemon_running, t.state, next_step(t.state, next, now)),
+                    _ => {
+                        let step = t
+                            .quota_wait
+                            .as_ref()
+                            .and_then(|w| quota_step(w, now))
+                            .unwrap_or_else(|| next_step(t.state, next, now));
+                        without_daemon(daemon_running, t.state, step)
+                    }
                 },
             ]);
             Ok(())
@@ -116,7 +123,43 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
     } else {
         crate::println_printable!("{total} task(s): {}", summary.join(", "));
     }
+    if let Some(s) = store {
+        for line in quota_lines(&s.quota_out(now)?, now) {
+            crate::println_printable!("{line}");
+        }
+    }
     Ok(Outcome::Success)
+}
+
+/// NEXT of a task parked on a usage limit: `quota: claude resets 14:05` (UTC).
+fn quota_step(wait: &crate::store::QuotaWaitBrief<'_>, now: DateTime<Utc>) -> Option<String> {
+    let until = DateTime::parse_from_rfc3339(wait.until)
+        .ok()?
+        .with_timezone(&Utc);
+    Some(format!(
+        "quota: {}",
+        crate::orchestrator::quota::reset_words(wait.agent, until, now)
+    ))
+}
+
+/// One line per (identity, agent) out of quota at `now`, for the listing and `doctor`.
+fn quota_lines(out: &[crate::domain::AgentQuota], now: DateTime<Utc>) -> Vec<String> {
+    out.iter()
+        .filter(|q| q.is_out(now))
+        .map(|q| {
+            format!(
+                "quota: {}@{} out until {} UTC ({})",
+                q.agent,
+                q.identity,
+                crate::orchestrator::quota::clock(q.resets_at, now),
+                if q.reported {
+                    "the CLI's reset time"
+                } else {
+                    "no reset time given: default cool-down"
+                }
+            )
+        })
+        .collect()
 }
 
 /// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
@@ -174,6 +217,7 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let generation = crate::domain::generation::number(&task);
     print_task(&task);
     print_generation(&task, generation, &links);
+    print_quota(&store.quota_detail_json(id)?, Utc::now());
     crate::println_printable!("\ntransitions:");
     if transitions.is_empty() {
         crate::println_printable!("  (none)");
@@ -289,6 +333,69 @@ fn print_task(t: &Task) {
     );
 }
 
+/// The task's usage limits (issue 14): its wait, each agent of its chain that is out, the
+/// fallback it runs on meanwhile. Nothing when no limit ever touched it.
+fn print_quota(detail: &serde_json::Value, now: DateTime<Utc>) {
+    let time = |v: &serde_json::Value| {
+        v.as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+    };
+    let str_of = |v: &serde_json::Value, k: &str| {
+        v.get(k).and_then(|s| s.as_str()).unwrap_or("?").to_string()
+    };
+    if let Some(wait) = detail.get("wait").filter(|w| !w.is_null()) {
+        if let Some(until) = wait.get("until").and_then(time) {
+            crate::println_printable!(
+                "  quota:    waiting for {} (UTC); no attempt is counted for the wait",
+                crate::orchestrator::quota::reset_words(&str_of(wait, "agent"), until, now)
+            );
+        }
+    }
+    let agents = detail
+        .get("agents")
+        .and_then(|a| a.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for a in &agents {
+        let Some(until) = a.get("resets_at").and_then(time).filter(|u| *u > now) else {
+            continue;
+        };
+        let how = if a.get("reported").and_then(|r| r.as_bool()) == Some(true) {
+            "the CLI's reset time"
+        } else {
+            "default cool-down"
+        };
+        crate::println_printable!(
+            "  out:      {}@{} until {} UTC ({how})",
+            str_of(a, "agent"),
+            str_of(a, "identity"),
+            crate::orchestrator::quota::clock(until, now)
+        );
+    }
+    if let Some(f) = detail.get("fallback").filter(|f| !f.is_null()) {
+        crate::println_printable!(
+            "  fallback: {} while {} is out (since {} UTC){}",
+            str_of(f, "agent"),
+            str_of(f, "preferred"),
+            f.get("since").and_then(time).map_or("?".to_string(), |t| {
+                crate::orchestrator::quota::clock(t, now)
+            }),
+            match agents
+                .first()
+                .and_then(|a| a.get("resets_at"))
+                .and_then(time)
+            {
+                Some(back) if back > now => format!(
+                    "; {} UTC",
+                    crate::orchestrator::quota::reset_words(&str_of(f, "preferred"), back, now)
+                ),
+                _ => String::new(),
+            }
+        );
+    }
+}
+
 /// The task's place among its generations (`polyphony retry`).
 fn print_generation(t: &Task, generation: u32, links: &crate::store::GenerationLinks) {
     if let Some(old) = &links.retry_of {
@@ -327,7 +434,9 @@ fn without_daemon(daemon_running: bool, state: TaskState, step: String) -> Strin
     }
     match state {
         TaskState::Discovered => "no daemon: run `polyphony daemon`".into(),
-        TaskState::Failed if step.starts_with("retry") => format!("{step} once a daemon runs"),
+        TaskState::Failed if step.starts_with("retry") || step.starts_with("quota") => {
+            format!("{step} once a daemon runs")
+        }
         s if s.is_active() => "stopped: no daemon (it resumes on start)".into(),
         _ => step,
     }
@@ -447,6 +556,38 @@ mod tests {
         check_stored_json(&store);
         store.set_retry("local-1", 2, None).unwrap();
         check_stored_json(&store);
+        // Issue 14: a parked task's summary names its wait, only while it is FAILED.
+        let reset = crate::domain::AgentReset {
+            agent: "claude".into(),
+            identity: "personal \"p\"".into(),
+            resets_at: now,
+        };
+        store
+            .set_quota_wait(&crate::domain::QuotaWait {
+                task_id: "local-1".into(),
+                until: now,
+                agent: reset.agent.clone(),
+                identity: reset.identity.clone(),
+                resets: vec![reset],
+                parked_at: now,
+            })
+            .unwrap();
+        check_stored_json(&store);
+        let mut found = 0;
+        store
+            .for_each_task_summary(None, None, |t| -> Result<(), crate::store::StoreError> {
+                if let Some(w) = &t.quota_wait {
+                    assert_eq!((t.id, w.agent), ("local-1", "claude"));
+                    found += 1;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(found, 1);
+        store.claim("local-1", now).unwrap();
+        check_stored_json(&store);
+        store.clear_quota_wait("local-1").unwrap();
+        check_stored_json(&store);
     }
 
     #[test]
@@ -478,6 +619,53 @@ mod tests {
             crate::store::schema::latest()
         );
         check_stored_json(&store);
+    }
+
+    #[test]
+    fn quota_in_the_listing() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 30, 13, 0, 0).unwrap();
+        let wait = crate::store::QuotaWaitBrief {
+            until: "2026-11-30T14:05:00.000000Z",
+            agent: "claude",
+            identity: "personal",
+        };
+        assert_eq!(
+            quota_step(&wait, now).as_deref(),
+            Some("quota: claude resets 14:05")
+        );
+        let wait = crate::store::QuotaWaitBrief {
+            until: "2026-12-01T09:00:00.000000Z",
+            ..wait
+        };
+        assert_eq!(
+            quota_step(&wait, now).as_deref(),
+            Some("quota: claude resets Dec 01 09:00")
+        );
+        assert_eq!(
+            without_daemon(
+                false,
+                TaskState::Failed,
+                "quota: claude resets 14:05".into()
+            ),
+            "quota: claude resets 14:05 once a daemon runs"
+        );
+        let row = |agent: &str, minutes: i64, reported: bool| crate::domain::AgentQuota {
+            identity: "personal".into(),
+            agent: agent.into(),
+            resets_at: now + chrono::Duration::minutes(minutes),
+            reported,
+            message: "limit".into(),
+            task_id: None,
+            attempt: None,
+            hit_at: now,
+        };
+        assert_eq!(
+            quota_lines(&[row("claude", 65, true), row("codex", 15, false), row("kimi", -1, true)], now),
+            vec![
+                "quota: claude@personal out until 14:05 UTC (the CLI's reset time)".to_string(),
+                "quota: codex@personal out until 13:15 UTC (no reset time given: default cool-down)".to_string(),
+            ]
+        );
     }
 
     #[test]

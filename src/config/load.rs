@@ -204,6 +204,7 @@ impl Config {
         };
 
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
+        super::quota::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
         let user_home = env("HOME")
             .filter(|h| !h.trim().is_empty())

@@ -23,6 +23,7 @@ mod load;
 pub mod locate;
 pub mod model;
 mod profiles;
+pub mod quota;
 mod resolve;
 mod rules;
 pub mod templates;

@@ -26,6 +26,14 @@ pub struct GlobalConfig {
     pub event_idle_timeout: String,
     /// Attempts (not counting quota fallbacks) before a task is BLOCKED.
     pub max_attempts: u32,
+    /// How long an agent counts as out of quota when its CLI names no reset time (issue 14).
+    pub quota_default_cooldown: String,
+    /// What the next agent starts from after an attempt hit a usage limit mid-run:
+    /// `fresh` or `continue` ([`QuotaHandoff`], checked at load).
+    pub quota_handoff: String,
+    /// After the reset, a task whose preferred agent was out goes back to it (`false`: it
+    /// stays with the fallback that took over).
+    pub quota_return_to_preferred: bool,
     /// Largest task body `enqueue` accepts, in bytes (issue 12).
     pub max_body_bytes: u64,
     /// Identity used when neither the rule nor the agent profile names one.
@@ -55,6 +63,9 @@ impl Default for GlobalConfig {
             max_concurrent_agents: 8,
             event_idle_timeout: "5m".into(),
             max_attempts: 3,
+            quota_default_cooldown: "15m".into(),
+            quota_handoff: "fresh".into(),
+            quota_return_to_preferred: true,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_identity: None,
             prompt_template: None,
@@ -65,6 +76,29 @@ impl Default for GlobalConfig {
             repos: Vec::new(),
             allow_unsafe: false,
             http: HttpConfig::default(),
+        }
+    }
+}
+
+/// `quota_handoff:` in config.yaml (issue 14).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaHandoff {
+    /// The next agent starts from a fresh clone of the base, as any attempt does.
+    #[default]
+    Fresh,
+    /// The next agent starts from the limited attempt's workspace (its changes so far),
+    /// and its prompt names that diff.
+    Continue,
+}
+
+impl QuotaHandoff {
+    /// `fresh` or `continue`.
+    pub fn parse(text: &str) -> Option<QuotaHandoff> {
+        match text.trim() {
+            "fresh" => Some(QuotaHandoff::Fresh),
+            "continue" => Some(QuotaHandoff::Continue),
+            _ => None,
         }
     }
 }

@@ -81,6 +81,40 @@ fn profiles_take_type_and_container_defaults() {
 }
 
 #[test]
+fn quota_settings() {
+    use crate::config::model::QuotaHandoff;
+    let defaults = load(&with(CONFIG_FILE, "max_attempts: 3\n"))
+        .unwrap()
+        .quota_settings();
+    assert_eq!(
+        (
+            defaults.default_cooldown,
+            defaults.handoff,
+            defaults.return_to_preferred
+        ),
+        (
+            std::time::Duration::from_secs(900),
+            QuotaHandoff::Fresh,
+            true
+        )
+    );
+    let set = load(&with(
+        CONFIG_FILE,
+        "quota_default_cooldown: 1h30m\nquota_handoff: continue\nquota_return_to_preferred: false\n",
+    ))
+    .unwrap()
+    .quota_settings();
+    assert_eq!(
+        (set.default_cooldown, set.handoff, set.return_to_preferred),
+        (
+            std::time::Duration::from_secs(5400),
+            QuotaHandoff::Continue,
+            false
+        )
+    );
+}
+
+#[test]
 fn missing_files_mean_defaults() {
     let cfg = load(&ConfigSources::default()).unwrap();
     assert_eq!(cfg.global, GlobalConfig::default());
@@ -185,6 +219,39 @@ fn config_yaml_errors() {
         2,
         "network:host",
         "user-defined Docker network",
+    );
+    // Issue 14: the usage-limit settings.
+    check_err(
+        CONFIG_FILE,
+        "max_attempts: 3\nquota_default_cooldown: soon\n",
+        InvalidValue,
+        2,
+        "`quota_default_cooldown` is not a valid duration",
+        "like 30s, 5m or 1h30m",
+    );
+    check_err(
+        CONFIG_FILE,
+        "quota_default_cooldown: 15\n",
+        InvalidValue,
+        1,
+        "has no unit",
+        "like 30s, 5m or 1h30m",
+    );
+    check_err(
+        CONFIG_FILE,
+        "quota_handoff: resume\n",
+        InvalidValue,
+        1,
+        "resume",
+        "fresh",
+    );
+    check_err(
+        CONFIG_FILE,
+        "quota_return_to_preferred: sometimes\n",
+        WrongType,
+        1,
+        "quota_return_to_preferred",
+        "true or false",
     );
     check_err(
         CONFIG_FILE,

@@ -245,7 +245,8 @@ pub async fn show_task(State(s): State<Shared>, Path(id): Path<String>) -> Respo
 }
 
 /// `GET /state`: the daemon's slots, running attempts, tasks waiting on a retry or held,
-/// counts by state, and each identity's cost today against its ceiling.
+/// counts by state, each identity's cost today against its ceiling, and the (identity,
+/// agent) pairs out of quota (issue 14).
 pub async fn daemon_state(State(s): State<Shared>) -> Response {
     let identities = s.identities.clone();
     let slots = s.slots;
@@ -266,10 +267,12 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
                 "cost_ceiling_usd_per_day": ceiling,
             }));
         }
-        Ok((running, counts, failed, spend))
+        let quota = store.quota_out(Utc::now())?;
+        let waits = store.quota_waits()?;
+        Ok((running, counts, failed, spend, quota, waits))
     })
     .await;
-    let (running, counts, failed, spend) = match read {
+    let (running, counts, failed, spend, quota, waits) = match read {
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };
@@ -282,6 +285,7 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
                 "failures": t.failures,
                 "next_attempt_at": t.next_attempt_at,
                 "held": t.next_attempt_at.is_none(),
+                "quota_wait": waits.get(&t.id),
             })
         })
         .collect();
@@ -292,6 +296,7 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
         "parked": parked,
         "counts": counts,
         "identities": spend,
+        "quota": quota,
         "now": Utc::now(),
     }))
     .into_response()

@@ -16,6 +16,55 @@ use crate::workspace::{Workspace, WorkspaceError, WorkspaceManager};
 
 use super::verify::{one_line, Refusal};
 
+/// What the land stage needs: the verified commit and where it goes.
+pub struct Landing<'a> {
+    pub workspaces: Arc<WorkspaceManager>,
+    /// The attempt's workspace; its `branch` is the name pushed to. A caller that lands on
+    /// top of an existing branch (a follow-up to an open pull request) passes a workspace
+    /// whose `branch` names it: the push is a fast-forward, never forced.
+    pub ws: &'a Workspace,
+    pub sha: &'a str,
+    /// The name pushed to when `ws.branch` is taken upstream by unrelated history.
+    pub fallback: String,
+    pub token: Option<String>,
+    /// Where the pull request is opened (GitHub tasks); `None` lands by the push alone.
+    pub github: Option<&'a GithubSource>,
+    pub task: &'a Task,
+    pub attempt: u32,
+    pub result: Option<&'a RunResult>,
+    pub evidence: &'a [CheckEvidence],
+}
+
+/// Where an attempt landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The branch the remote holds the verified sha under.
+    pub branch: String,
+    pub pr_url: Option<String>,
+}
+
+/// The land stage: push the verified sha (read back from the remote), then open the pull
+/// request with the evidence when there is a GitHub source. Writes nothing to the store.
+pub async fn land(l: Landing<'_>) -> Result<Destination, Refusal> {
+    let branch = push(
+        l.workspaces.clone(),
+        l.ws.clone(),
+        l.sha.to_string(),
+        l.fallback,
+        l.token,
+    )
+    .await
+    .map_err(|r| r.with_evidence(l.evidence.to_vec()))?;
+    let pr_url = match l.github {
+        Some(github) => {
+            let landed = landed(&branch, l.ws, l.attempt, l.result, l.evidence);
+            open_pull_request(github, l.task, &landed).await?
+        }
+        None => None,
+    };
+    Ok(Destination { branch, pr_url })
+}
+
 /// Pushes `sha` to the attempt's branch at the upstream; when that name is taken there by
 /// unrelated history (a reset home, another instance), to `fallback` instead. Returns the
 /// branch the remote now holds `sha` under, after checking it does.

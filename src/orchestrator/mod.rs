@@ -13,6 +13,7 @@
 //! open PR and the comments again instead of creating new ones.
 
 pub mod daemon;
+pub mod drive;
 pub mod execute;
 pub mod facts;
 pub mod failure;
@@ -22,6 +23,7 @@ pub mod land;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
+pub mod quota;
 pub mod retry;
 pub mod secrets;
 mod sink;
@@ -31,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 
 use crate::config::Config;
 use crate::routing::Router;
@@ -41,11 +44,15 @@ use crate::sources::github::{
 use crate::workspace::WorkspaceManager;
 
 pub use pipeline::AttemptEnd;
-pub use progress::{Progress, QuietProgress};
+pub use progress::{Progress, QuietProgress, RecordingProgress};
 pub use retry::RetryPolicy;
 
 /// Looks up a host environment variable (injectable for tests).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The time the orchestrator decides by: retry times, waits and the cost ceiling's day
+/// (injectable for tests; `Utc::now` otherwise).
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// What every attempt shares.
 pub struct Orchestrator {
@@ -63,6 +70,7 @@ pub struct Orchestrator {
     pub default_user: String,
     pub policy: RetryPolicy,
     pub env: EnvLookup,
+    pub clock: Clock,
 }
 
 impl Orchestrator {
@@ -128,6 +136,7 @@ impl Orchestrator {
             default_user,
             policy,
             env,
+            clock: Arc::new(Utc::now),
         })
     }
 

@@ -25,6 +25,41 @@ impl Progress for QuietProgress {
     fn activity(&self, _: &str, _: &str, _: u32, _: Option<f64>, _: &str) {}
 }
 
+/// Keeps every state change in memory, in order (tests assert the path a task took).
+#[derive(Debug, Default)]
+pub struct RecordingProgress {
+    states: Mutex<Vec<(String, TaskState, String)>>,
+}
+
+impl RecordingProgress {
+    pub fn new() -> RecordingProgress {
+        RecordingProgress::default()
+    }
+
+    /// `(task, state, detail)` of every state change so far.
+    pub fn states(&self) -> Vec<(String, TaskState, String)> {
+        self.states.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The states `task_id` went through, in order.
+    pub fn path_of(&self, task_id: &str) -> Vec<TaskState> {
+        self.states()
+            .into_iter()
+            .filter(|(id, _, _)| id == task_id)
+            .map(|(_, state, _)| state)
+            .collect()
+    }
+}
+
+impl Progress for RecordingProgress {
+    fn state(&self, task_id: &str, state: TaskState, detail: &str) {
+        if let Ok(mut s) = self.states.lock() {
+            s.push((task_id.to_string(), state, detail.to_string()));
+        }
+    }
+    fn activity(&self, _: &str, _: &str, _: u32, _: Option<f64>, _: &str) {}
+}
+
 /// Logs through tracing (the daemon).
 pub struct LogProgress;
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::failure::Cause;
+use super::failure::{Cause, Class};
 use crate::domain::AttemptStatus;
 
 /// Backoff and attempt limits.
@@ -123,6 +123,97 @@ pub fn after_permanent(
     }
 }
 
+/// What is known about an attempt that did not land, for [`after_failure`].
+#[derive(Debug, Clone)]
+pub struct FailedAttempt<'a> {
+    pub status: AttemptStatus,
+    /// The failure's reason as recorded (scrubbed, with its fix when permanent).
+    pub reason: &'a str,
+    pub class: &'a Class,
+    /// Not a failure of the work: wait until then without counting (the cost ceiling).
+    pub wait_until: Option<DateTime<Utc>>,
+    /// A cancellation is a daemon shutdown, not a person's decision.
+    pub cancel_means_retry: bool,
+    /// Failures counted before this attempt.
+    pub failures: u32,
+    /// The routed agent then its fallbacks (never empty: the agent that ran at least).
+    pub chain: &'a [String],
+    /// Agents out of quota (or not logged in) for this task, this attempt's included.
+    pub exhausted: &'a BTreeSet<String>,
+}
+
+/// What the store records with FAILED, and how the attempt ended for the task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// FAILED with the next attempt due at `at`; `failures` is the new count.
+    Retry { at: DateTime<Utc>, failures: u32 },
+    /// FAILED, the next agent of the chain takes over at once (due now).
+    Fallback { next_agent: String, failures: u32 },
+    /// FAILED with no retry time: a person runs it again (`spawn --task`).
+    Hold { failures: u32 },
+    /// FAILED then BLOCKED with `reason` (reported at the source).
+    Block { reason: String, failures: u32 },
+}
+
+/// Decides what follows an attempt that did not land, with its counters: a wait (cost
+/// ceiling) or a shutdown's cancellation retries without counting; a cancellation by a
+/// person holds; a permanent failure blocks (or falls back, for a login); anything else
+/// goes through [`after_attempt`]'s backoff and limit. A block counts the failure, except
+/// on quota (quota never counts).
+pub fn after_failure(policy: &RetryPolicy, f: &FailedAttempt<'_>, now: DateTime<Utc>) -> Next {
+    if let Some(at) = f.wait_until {
+        return Next::Retry {
+            at,
+            failures: f.failures,
+        };
+    }
+    if f.status == AttemptStatus::Cancelled && f.cancel_means_retry {
+        return Next::Retry {
+            at: now,
+            failures: f.failures,
+        };
+    }
+    let decision = match f.class {
+        Class::Permanent { cause, fix } => after_permanent(cause, fix, f.chain, f.exhausted),
+        Class::Transient => after_attempt(policy, f.status, f.failures, f.chain, f.exhausted, now),
+    };
+    match decision {
+        AfterAttempt::Retry { at, failures } => Next::Retry { at, failures },
+        AfterAttempt::Fallback { next_agent } => Next::Fallback {
+            next_agent,
+            failures: f.failures,
+        },
+        AfterAttempt::Hold => Next::Hold {
+            failures: f.failures,
+        },
+        AfterAttempt::Block { reason: why } => Next::Block {
+            reason: if f.class.is_permanent() {
+                f.reason.to_string()
+            } else {
+                format!("{why}; last: {}", f.reason)
+            },
+            failures: if f.status == AttemptStatus::Quota {
+                f.failures
+            } else {
+                f.failures + 1
+            },
+        },
+    }
+}
+
+/// Whether this failure puts the agent out for the task (quota, or a login the agent does
+/// not have): the next attempt skips it.
+pub fn exhausts_agent(status: AttemptStatus, class: &Class) -> bool {
+    status == AttemptStatus::Quota
+        || matches!(
+            class,
+            Class::Permanent {
+                cause: Cause::AgentAuth,
+                ..
+            }
+        )
+}
+
 /// The first agent of the chain that still has quota.
 pub fn next_agent<'a>(chain: &'a [String], exhausted: &BTreeSet<String>) -> Option<&'a str> {
     chain
@@ -227,6 +318,140 @@ mod tests {
         let p = RetryPolicy::default();
         let got = after_attempt(&p, AttemptStatus::Cancelled, 0, &chain(), &set(&[]), now());
         assert_eq!(got, AfterAttempt::Hold);
+    }
+
+    fn failed<'a>(
+        status: AttemptStatus,
+        class: &'a Class,
+        failures: u32,
+        chain: &'a [String],
+        exhausted: &'a BTreeSet<String>,
+    ) -> FailedAttempt<'a> {
+        FailedAttempt {
+            status,
+            reason: "why",
+            class,
+            wait_until: None,
+            cancel_means_retry: false,
+            failures,
+            chain,
+            exhausted,
+        }
+    }
+
+    #[test]
+    fn after_failure_table() {
+        let p = RetryPolicy::default();
+        let chain = chain();
+        let none = set(&[]);
+        let claude_out = set(&["claude"]);
+        let all_out = set(&["claude", "codex", "kimi"]);
+        let t = Class::Transient;
+        let login = Class::Permanent {
+            cause: Cause::AgentAuth,
+            fix: "log in".into(),
+        };
+        let image = Class::Permanent {
+            cause: Cause::ImageMissing { image: "x".into() },
+            fix: "build it".into(),
+        };
+        let tomorrow = now() + chrono::Duration::hours(12);
+        let ceiling = FailedAttempt {
+            wait_until: Some(tomorrow),
+            ..failed(AttemptStatus::Cancelled, &t, 1, &chain, &none)
+        };
+        let shutdown = FailedAttempt {
+            cancel_means_retry: true,
+            ..failed(AttemptStatus::Cancelled, &t, 2, &chain, &none)
+        };
+        let cases: Vec<(&str, FailedAttempt<'_>, Next)> = vec![
+            (
+                "the cost ceiling waits without counting",
+                ceiling,
+                Next::Retry {
+                    at: tomorrow,
+                    failures: 1,
+                },
+            ),
+            (
+                "a shutdown retries now without counting",
+                shutdown,
+                Next::Retry {
+                    at: now(),
+                    failures: 2,
+                },
+            ),
+            (
+                "a person's cancel holds",
+                failed(AttemptStatus::Cancelled, &t, 1, &chain, &none),
+                Next::Hold { failures: 1 },
+            ),
+            (
+                "checks failed: backoff",
+                failed(AttemptStatus::Failed, &t, 0, &chain, &none),
+                Next::Retry {
+                    at: now() + chrono::Duration::seconds(10),
+                    failures: 1,
+                },
+            ),
+            (
+                "third failure blocks and counts",
+                failed(AttemptStatus::Crash, &t, 2, &chain, &none),
+                Next::Block {
+                    reason: "3 failed attempt(s), the limit is max_attempts = 3; last: why".into(),
+                    failures: 3,
+                },
+            ),
+            (
+                "quota falls back without counting",
+                failed(AttemptStatus::Quota, &t, 1, &chain, &claude_out),
+                Next::Fallback {
+                    next_agent: "codex".into(),
+                    failures: 1,
+                },
+            ),
+            (
+                "quota on every agent blocks without counting",
+                failed(AttemptStatus::Quota, &t, 1, &chain, &all_out),
+                Next::Block {
+                    reason:
+                        "every agent in the chain (claude, codex, kimi) is out of quota; last: why"
+                            .into(),
+                    failures: 1,
+                },
+            ),
+            (
+                "no login falls back",
+                failed(AttemptStatus::Failed, &login, 0, &chain, &claude_out),
+                Next::Fallback {
+                    next_agent: "codex".into(),
+                    failures: 0,
+                },
+            ),
+            (
+                "a permanent failure blocks with its own reason",
+                failed(AttemptStatus::Crash, &image, 0, &chain, &none),
+                Next::Block {
+                    reason: "why".into(),
+                    failures: 1,
+                },
+            ),
+        ];
+        for (name, f, want) in cases {
+            assert_eq!(after_failure(&p, &f, now()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn exhausting_failures() {
+        let login = Class::Permanent {
+            cause: Cause::AgentAuth,
+            fix: String::new(),
+        };
+        assert!(exhausts_agent(AttemptStatus::Quota, &Class::Transient));
+        assert!(exhausts_agent(AttemptStatus::Failed, &login));
+        assert!(!exhausts_agent(AttemptStatus::Failed, &Class::Transient));
+        assert!(!exhausts_agent(AttemptStatus::Cancelled, &Class::Transient));
     }
 
     #[test]

@@ -298,6 +298,45 @@ async fn remove_dir(workspaces: &Arc<WorkspaceManager>, dir: &std::path::Path) {
     .await;
 }
 
+/// The verify stage over one attempt's commit (spec §10): the gates, then each check in
+/// its own container, stopping at the first failure. Returns all the evidence, led by
+/// `result_gate` (the agent's own outcome), or the refusal that carries it. Writes nothing
+/// to the store: the pipeline records what comes back.
+pub async fn prove(
+    result_gate: CheckEvidence,
+    rules: GateRules,
+    checks: CheckRun<'_>,
+) -> Result<Vec<CheckEvidence>, Refusal> {
+    let mut evidence = vec![result_gate];
+    evidence.extend(
+        gates(
+            checks.workspaces.clone(),
+            checks.ws.clone(),
+            checks.sha.to_string(),
+            rules,
+        )
+        .await?,
+    );
+    if !proof::all_passed(&evidence) {
+        return Err(verification_failure(evidence));
+    }
+    match run_checks(checks).await {
+        Ok(passed) => {
+            evidence.extend(passed);
+            Ok(evidence)
+        }
+        Err(ChecksStopped::Failed(failed)) => {
+            evidence.extend(failed);
+            Err(verification_failure(evidence))
+        }
+        Err(ChecksStopped::Crashed(reason)) => Err(Refusal::crash(reason)),
+        Err(ChecksStopped::Cancelled) => Err(Refusal::new(
+            AttemptStatus::Cancelled,
+            "cancelled during verification",
+        )),
+    }
+}
+
 /// The refusal for failed evidence: names each failed gate or check.
 pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
     let failed: Vec<String> = evidence

@@ -16,6 +16,7 @@
 
 pub mod container_spec;
 pub mod docker;
+pub mod scripted;
 pub mod staging;
 pub mod stream;
 pub mod test_image;

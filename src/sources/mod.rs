@@ -4,8 +4,11 @@
 //! the title and body the agent will be told) and reports how it ended (`report`: a landed
 //! branch or pull request, or the reasons it was blocked).
 //!
-//! Owns: the trait, its value types and errors; the GitHub implementation (`github/`); the
-//! local-queue adapter shape (`local`).
+//! Owns: the trait, its value types and errors; the GitHub implementation (`github/`);
+//! intake of enqueued local tasks (`intake`). The local queue has no `Source` impl: its
+//! tasks are rows of the store, claimed by the store and landed by the push alone, so the
+//! pipeline branches on `SourceKind` for the one remote side there is (docs/ARCHITECTURE.md
+//! "Sources").
 //! Must not: decide state transitions (that is `domain::state`), write SQL (that is
 //! `store/`), or dedupe tasks itself. Dedupe is the caller's job through the store: a source
 //! only promises stable ids (`owner/repo#N` for GitHub), so `insert_task` can refuse an id it
@@ -13,7 +16,6 @@
 
 pub mod github;
 pub mod intake;
-pub mod local;
 
 use async_trait::async_trait;
 

@@ -17,12 +17,13 @@
 //!
 //! One file per concern, each an `impl Store` block: `tasks` (rows, facts, retry schedule,
 //! transitions), `claims`, `attempts`, `events`, `landings`, `comments`, `intents`,
-//! `generations`, `views` (listings), `kv`; `rows` holds the column codecs they share and
-//! `schema` the migrations. This file keeps the type, opening and migrating.
+//! `generations`, `views` (listings), `kv`, `attempt_notes` (typed notes over `kv`); `rows`
+//! holds the column codecs they share and `schema` the migrations. This file keeps the type, opening and migrating.
 //!
 //! Must not: decide what happens next (that is the orchestrator), or store secret values
 //! (RunSpecs carry variable names only).
 
+mod attempt_notes;
 mod attempts;
 mod claims;
 mod comments;
@@ -33,6 +34,7 @@ pub mod health;
 mod intents;
 mod kv;
 mod landings;
+pub mod quota;
 mod rows;
 pub mod schema;
 mod tasks;
@@ -50,7 +52,7 @@ pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use tasks::TransitionRecord;
-pub use views::{Label, RunningAttempt, TaskFilter, TaskSummary};
+pub use views::{Label, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary};
 
 // The shared row helpers, importable as `super::…` by every file of the store.
 use rows::{

@@ -162,6 +162,57 @@ CREATE TABLE intents (
 );
 CREATE INDEX intents_pending ON intents(task_id) WHERE done_at IS NULL;
 "#,
+    // 4: usage limits (issue 14). Quota is a property of (identity, agent), shared by every
+    // task: one row per pair, out while `resets_at` is in the future. A task whose whole
+    // chain is out waits (FAILED, `next_attempt_at` = the earliest reset, nothing counted);
+    // `quota_waits` says why, for `status`. The per-task `quota_exhausted:{task}` kv rows
+    // this replaces held agents a task found unusable, quota and refused logins alike,
+    // with no reset: they become the task's refused agents (`agents_refused:{task}`), so a
+    // task in flight during the upgrade keeps the chain position it had.
+    r#"
+CREATE TABLE quota (
+    identity   TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    resets_at  TEXT NOT NULL,            -- fixed-width RFC 3339 UTC: out until then
+    reported   INTEGER NOT NULL,         -- 1: the CLI named the reset; 0: default cool-down
+    message    TEXT NOT NULL,            -- the CLI's limit message, scrubbed, one line
+    task_id    TEXT,                     -- where it was met (no foreign key: outlives tasks)
+    attempt    INTEGER,
+    hit_at     TEXT NOT NULL,
+    PRIMARY KEY (identity, agent)
+);
+CREATE TABLE quota_waits (
+    task_id    TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    until      TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    identity   TEXT NOT NULL,
+    resets     TEXT NOT NULL,            -- JSON array of AgentReset, chain order
+    parked_at  TEXT NOT NULL
+);
+UPDATE kv SET key = 'agents_refused:' || substr(key, 17) WHERE key LIKE 'quota_exhausted:%';
+-- `status --json` gains `quota_wait` ({until, agent, identity} of a parked task, else null):
+-- the summary triggers of version 2 again with the field; a change of a task's wait
+-- touches the task so its summary is rebuilt the one way; every summary is rebuilt once.
+DROP TRIGGER task_summaries_insert;
+DROP TRIGGER task_summaries_update;
+CREATE TRIGGER task_summaries_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_summaries (seq, id, json) VALUES (NEW.rowid, NEW.id, json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED'))));
+END;
+CREATE TRIGGER task_summaries_update AFTER UPDATE OF id, title, source_ref, state, task_type,
+    risk, labels, attempts, failures, created_at, updated_at, next_attempt_at ON tasks BEGIN
+    UPDATE task_summaries SET id = NEW.id, json = json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED'))) WHERE id = OLD.id;
+END;
+CREATE TRIGGER quota_waits_insert AFTER INSERT ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER quota_waits_update AFTER UPDATE ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER quota_waits_delete AFTER DELETE ON quota_waits BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = OLD.task_id;
+END;
+UPDATE tasks SET updated_at = updated_at;
+"#,
 ];
 
 /// The schema version this binary writes.

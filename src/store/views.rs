@@ -62,6 +62,17 @@ pub struct TaskSummary<'a> {
     pub created_at: &'a str,
     pub updated_at: &'a str,
     pub next_attempt_at: Option<&'a str>,
+    /// Set while the task waits for a usage limit to reset (issue 14).
+    pub quota_wait: Option<QuotaWaitBrief<'a>>,
+}
+
+/// Why a parked task waits, in a listing: the agent whose reset comes first, under its
+/// identity, and when (stored RFC 3339 text). `status TASK --json` has every agent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaWaitBrief<'a> {
+    pub until: &'a str,
+    pub agent: &'a str,
+    pub identity: &'a str,
 }
 
 /// A label as stored, borrowed unless the JSON escaped it.
@@ -70,7 +81,11 @@ pub struct TaskSummary<'a> {
 pub struct Label<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
 
 const SUMMARY_COLS: &str = "id, title, source_ref, state, task_type, risk, labels, attempts, \
-     failures, created_at, updated_at, next_attempt_at";
+     failures, created_at, updated_at, next_attempt_at, w.until, w.agent, w.identity";
+
+/// The tasks table with the quota wait of the FAILED ones (a parked task's).
+const SUMMARY_FROM: &str =
+    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED'";
 
 impl Store {
     /// Calls `each` with every task, newest first, optionally only those in `state`, at
@@ -89,10 +104,10 @@ impl Store {
         let limit = limit.map_or(-1, |l| l as i64);
         let sql = match state {
             Some(_) => format!(
-                "SELECT {SUMMARY_COLS} FROM tasks WHERE state = ?2 ORDER BY rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
             None => format!(
-                "SELECT {SUMMARY_COLS} FROM tasks WHERE ?2 IS NULL ORDER BY rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE ?2 IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
         };
         let mut stmt = self.conn.prepare_cached(&sql).map_err(StoreError::from)?;
@@ -243,6 +258,7 @@ impl Store {
             "generation": crate::domain::generation::number(&task),
             "retry_of": links.retry_of,
             "retried_as": links.retried_as,
+            "quota": self.quota_detail_json(id)?,
         })))
     }
 
@@ -272,5 +288,17 @@ fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
         created_at: str_col(r, 9)?,
         updated_at: str_col(r, 10)?,
         next_attempt_at: opt_str_col(r, 11)?,
+        quota_wait: match (
+            opt_str_col(r, 12)?,
+            opt_str_col(r, 13)?,
+            opt_str_col(r, 14)?,
+        ) {
+            (Some(until), Some(agent), Some(identity)) => Some(QuotaWaitBrief {
+                until,
+                agent,
+                identity,
+            }),
+            _ => None,
+        },
     })
 }

@@ -19,6 +19,7 @@ mod cleanup;
 mod clone;
 mod commit;
 mod git;
+mod handoff;
 pub mod key;
 pub mod marker;
 mod mirror;
@@ -30,6 +31,7 @@ mod shared;
 mod snapshot;
 
 pub use cleanup::disk_usage;
+pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
 pub use repo_read::RepoSnapshot;
 pub use seed::seed_bare_repo;

@@ -248,27 +248,36 @@ emit_result_ok() {
     esac
 }
 
-# emit_quota: the CLI's real usage-limit report; the caller exits 1.
+# emit_quota: the CLI's real usage-limit report; the caller exits 1. The reset is
+# RESET_AT (epoch seconds; `polyphony-fake-reset-at`), else an hour from now for Claude,
+# Kimi and Gemini and Codex's 4 days.
 emit_quota() {
+    now_s=$(date +%s)
+    reset=${RESET_AT:-$((now_s + 3600))}
+    left=$((reset - now_s))
+    [ "$left" -gt 0 ] || left=1
     case "$AGENT" in
         claude)
-            printf '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1767225600,"rateLimitType":"five_hour","overageStatus":"rejected"},"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcc"}\n' "$SID"
-            printf '{"type":"assistant","message":{"id":"msg_fake_limit","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":"Claude AI usage limit reached|1767225600"}],"stop_reason":"stop_sequence","stop_sequence":"","usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"service_tier":null}},"parent_tool_use_id":null,"error":"rate_limit","session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcd"}\n' "$SID"
-            printf '{"type":"result","subtype":"success","is_error":true,"duration_ms":312,"duration_api_ms":0,"num_turns":1,"result":"Claude AI usage limit reached|1767225600","session_id":"%s","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-fffffffffffe"}\n' "$SID"
+            printf '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":%s,"rateLimitType":"five_hour","overageStatus":"rejected"},"session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcc"}\n' "$reset" "$SID"
+            printf '{"type":"assistant","message":{"id":"msg_fake_limit","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":"Claude AI usage limit reached|%s"}],"stop_reason":"stop_sequence","stop_sequence":"","usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"service_tier":null}},"parent_tool_use_id":null,"error":"rate_limit","session_id":"%s","uuid":"fa4e0000-0000-4000-8000-00000000abcd"}\n' "$reset" "$SID"
+            printf '{"type":"result","subtype":"success","is_error":true,"duration_ms":312,"duration_api_ms":0,"num_turns":1,"result":"Claude AI usage limit reached|%s","session_id":"%s","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"},"modelUsage":{},"permission_denials":[],"uuid":"fa4e0000-0000-4000-8000-fffffffffffe"}\n' "$reset" "$SID"
             ;;
         codex)
             msg="You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), or try again in 4 days 2 hours 13 minutes."
+            if [ -n "$RESET_AT" ]; then
+                msg="You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), or try again in $(((left + 59) / 60)) minutes."
+            fi
             printf '{"type":"error","message":"%s"}\n' "$(j "$msg")"
             printf '{"type":"turn.failed","error":{"message":"%s"}}\n' "$(j "$msg")"
             ;;
         kimi)
             # kimi-cli's print mode reports provider errors as a plain line on stdout.
             emit_text "Let me run the tests first."
-            echo "Error code: 429 - {'error': {'message': 'Your account org-fake request reached organization max RPM: 3, please try again after 1 seconds', 'type': 'rate_limit_reached_error'}}"
+            echo "Error code: 429 - {'error': {'message': 'Your account org-fake request reached organization max RPM: 3, please try again after $left seconds', 'type': 'rate_limit_reached_error'}}"
             ;;
         gemini)
             printf '{"type":"error","timestamp":"%s","severity":"warning","message":"Quota exceeded for quota metric '"'"'Gemini 2.5 Pro Requests'"'"'; falling back"}\n' "$(now_iso)"
-            printf '{"type":"result","timestamp":"%s","status":"error","error":{"type":"TerminalQuotaError","message":"You have exhausted your daily quota on this model. 429 RESOURCE_EXHAUSTED"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":412,"tool_calls":0}}\n' "$(now_iso)" 
+            printf '{"type":"result","timestamp":"%s","status":"error","error":{"type":"TerminalQuotaError","message":"You have exhausted your capacity on this model. Your quota will reset after '"$left"'s."},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":412,"tool_calls":0}}\n' "$(now_iso)" 
             ;;
     esac
 }
@@ -447,9 +456,24 @@ fake_main() {
         no-change) run_success none ;;
         touch-protected) run_success protected ;;
         quota)
-            emit_init
-            emit_quota
-            exit 1
+            # With `polyphony-fake-reset-at: EPOCH` the limit holds until then and the
+            # session after it succeeds (the limit reset).
+            RESET_AT=$(directive polyphony-fake-reset-at)
+            case "$RESET_AT" in *[!0-9]*) RESET_AT="" ;; esac
+            if [ -n "$RESET_AT" ] && [ "$(date +%s)" -ge "$RESET_AT" ]; then
+                run_success default
+            else
+                emit_init
+                # `polyphony-fake-edit-first: yes`: the limit comes mid-run, after the
+                # `polyphony-fake-sed` edits (or a note) are made.
+                if [ "$(directive polyphony-fake-edit-first)" = yes ]; then
+                    emit_tool shell "ls"
+                    emit_tool_result "$(ls -A 2>&1 | head -n 50)"
+                    apply_seds || note "work before the usage limit"
+                fi
+                emit_quota
+                exit 1
+            fi
             ;;
         not-logged-in)
             # What each CLI prints with no login, or a key the model API refuses (401).

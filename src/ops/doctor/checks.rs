@@ -213,6 +213,34 @@ pub fn token_api_check(
     }
 }
 
+/// One (identity, agent)'s usage limit: out until its reset (a warning: tasks take the
+/// next agent of their chain or wait), or available again.
+pub fn quota_check(q: &crate::domain::AgentQuota, now: chrono::DateTime<chrono::Utc>) -> Check {
+    let name = format!("quota {}@{}", q.agent, q.identity);
+    let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
+    if q.is_out(now) {
+        Check::warn(
+            name,
+            format!(
+                "out until {} ({}): {}",
+                at(q.resets_at),
+                if q.reported {
+                    "the CLI's reset time"
+                } else {
+                    "no reset time given: quota_default_cooldown"
+                },
+                q.message
+            ),
+            "nothing to do: tasks skip it (next agent of their chain, or they wait) and use it again after the reset",
+        )
+    } else {
+        Check::pass(
+            name,
+            format!("available (last limit ended {})", at(q.resets_at)),
+        )
+    }
+}
+
 pub fn daemon_check(running: bool, pid: Option<&str>) -> Check {
     if running {
         let pid = pid.map_or(String::new(), |p| format!(" (pid {p})"));

@@ -220,6 +220,14 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
     }
 
+    // Usage limits per identity and agent (issue 14).
+    if db.exists() {
+        if let Ok(rows) = crate::store::Store::open(&db).and_then(|s| s.quota_rows()) {
+            let now = chrono::Utc::now();
+            checks.extend(rows.iter().map(|q| quota_check(q, now)));
+        }
+    }
+
     let running = crate::home::DaemonLock::is_held(home);
     let pid = std::fs::read_to_string(home.join("daemon.lock")).ok();
     checks.push(daemon_check(

@@ -132,6 +132,44 @@ mod tests {
     use std::path::Path;
 
     #[test]
+    fn quota_checks() {
+        use chrono::TimeZone;
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 30, 13, 0, 0)
+            .unwrap();
+        let mut q = crate::domain::AgentQuota {
+            identity: "personal".into(),
+            agent: "claude".into(),
+            resets_at: now + chrono::Duration::minutes(65),
+            reported: true,
+            message: "usage limit: Claude AI usage limit reached|1796054700".into(),
+            task_id: Some("local-1".into()),
+            attempt: Some(1),
+            hit_at: now,
+        };
+        let c = quota_check(&q, now);
+        assert_eq!(
+            (c.name.as_str(), c.level),
+            ("quota claude@personal", Level::Warn)
+        );
+        assert_eq!(
+            c.detail,
+            "out until 2026-11-30 14:05 UTC (the CLI's reset time): usage limit: Claude AI usage limit reached|1796054700"
+        );
+        q.reported = false;
+        assert!(quota_check(&q, now)
+            .detail
+            .contains("quota_default_cooldown"));
+        q.resets_at = now;
+        let c = quota_check(&q, now);
+        assert_eq!(c.level, Level::Pass);
+        assert_eq!(
+            c.detail,
+            "available (last limit ended 2026-11-30 13:00 UTC)"
+        );
+    }
+
+    #[test]
     fn cli_versions() {
         let ok = |out: &str| Ok((Some(0), out.to_string()));
         let c = cli_version_check(

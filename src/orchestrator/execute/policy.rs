@@ -229,6 +229,7 @@ mod tests {
             quota: Some(QuotaHit {
                 message: "limit".into(),
                 resets_at: Some("5am".into()),
+                reset: None,
             }),
             ..Default::default()
         }

@@ -3,10 +3,13 @@
 //! Owns: intake (`intake`: labelled open issues of the configured repositories, every page),
 //! claims (`claim`: label swap + one claim comment), landing (`landing`: one pull request, one
 //! issue comment, label swap; or the blocked report), and the client with its fault handling
-//! (`client`). For the PR shepherd (issue 15): pull requests (`pulls`), review feedback and
-//! replies (`feedback`), check runs and commit statuses (`checks`), permissions
-//! (`collaborators`), read with conditional requests (`conditional`). Every write is idempotent: hidden markers in comments and the head branch of
-//! the pull request are looked up before anything is created, so a restart never posts twice.
+//! (`client`: the transport; `error`, `environment` for token and API URL, `faults` for
+//! failure classification and retry policy, `urls` for encoding and next-page links). For the
+//! PR shepherd (issue 15): pull requests (`pulls`), review feedback and replies (`feedback`),
+//! check runs and commit statuses (`checks`), permissions (`collaborators`), read with
+//! conditional requests (`conditional`). Every write is idempotent: hidden markers in comments
+//! and the head branch of the pull request are looked up before anything is created, so a
+//! restart never posts twice.
 //! Must not: touch the store, git or Docker; log or store the token.
 
 pub mod checks;
@@ -14,11 +17,15 @@ pub mod claim;
 pub mod client;
 pub mod collaborators;
 pub mod conditional;
+pub mod environment;
+pub mod error;
+pub mod faults;
 pub mod feedback;
 pub mod intake;
 pub mod landing;
 pub mod model;
 pub mod pulls;
+pub mod urls;
 
 use std::fmt;
 

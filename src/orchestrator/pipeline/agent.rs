@@ -1,0 +1,184 @@
+//! RUNNING: the agent's container, its events into the store, and its RunResult.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::agents::prompt::PromptContext;
+use crate::agents::{adapter_for, AgentOutcome};
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
+use crate::orchestrator::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
+use crate::orchestrator::failure::Stage;
+use crate::orchestrator::quota;
+use crate::orchestrator::sink::StoreSink;
+use crate::orchestrator::verify::one_line;
+use crate::runtime::container_spec::agent_spec;
+use crate::store::IntentKind;
+
+use super::{AttemptRun, Failure};
+
+impl AttemptRun<'_> {
+    pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
+        self.db()
+            .attempts(&self.task.id)
+            .ok()
+            .and_then(|a| a.into_iter().rfind(|r| r.attempt < self.attempt))
+            .map(|r| r.evidence.into_iter().filter(|e| !e.passed).collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) async fn run_agent(
+        &mut self,
+        spec: &RunSpec,
+        reattach: Option<(String, u64)>,
+    ) -> Result<AttemptExecution, Failure> {
+        let adapter = adapter_for(spec.agent_type);
+        let previous = self.previous_failures();
+        let handoff = quota::handoff_note(&self.db(), &self.task.id, spec.attempt);
+        let prompt = self.orch.config.prompt().render(&PromptContext {
+            title: &self.task.title,
+            body: &self.task.body,
+            source_ref: &self.task.source_ref,
+            repo: &self.task.repo,
+            branch: &spec.branch,
+            attempt: spec.attempt,
+            previous_failures: &previous,
+            verify_commands: &spec.verification,
+            handoff: handoff.as_deref(),
+        });
+        let invocation = adapter.invocation(spec, &prompt);
+        let container = agent_spec(
+            spec,
+            &invocation,
+            &self.orch.home_label,
+            &self.orch.default_user,
+        );
+        let config = &self.orch.config;
+        let limits = RunLimits {
+            deadline: Duration::from_secs(spec.deadline_seconds),
+            idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
+            max_output_bytes: config.max_output_bytes(),
+            max_workspace_bytes: Some(config.max_workspace_bytes()),
+            max_cost_usd: config.max_cost_usd_per_attempt(),
+        };
+        let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
+        let scrubber = self.scrubber.clone();
+        let scrub: execute::Scrub<'_> = scrubber.as_ref();
+        let mut sink = StoreSink {
+            store: &self.store,
+            task_id: self.task.id.clone(),
+            attempt: spec.attempt,
+            agent: spec.agent.clone(),
+            adapter: adapter.as_ref(),
+            progress: self.opts.progress.clone(),
+            live: AgentOutcome::default(),
+            mark_running: reattach.is_none(),
+            error: None,
+        };
+        if reattach.is_none() {
+            // Before `docker create`: a kill before the id is recorded leaves a container
+            // the next start finds by its labels and removes (issue 19).
+            self.db()
+                .record_intent(
+                    &self.task.id,
+                    IntentKind::Container,
+                    spec.attempt,
+                    &serde_json::json!({ "name": container.name }),
+                    Utc::now(),
+                )
+                .map_err(Failure::crash)?;
+        }
+        let exec = match reattach {
+            None => {
+                execute::run_attempt(
+                    self.orch.runtime.as_ref(),
+                    &container,
+                    adapter.as_ref(),
+                    &mut sink,
+                    limits,
+                    Some(&transcript),
+                    scrub,
+                    self.opts.cancel.clone(),
+                )
+                .await
+            }
+            Some((id, recorded)) => {
+                execute::reattach(
+                    self.orch.runtime.as_ref(),
+                    &id,
+                    adapter.as_ref(),
+                    &mut sink,
+                    limits,
+                    Some(&transcript),
+                    scrub,
+                    self.opts.cancel.clone(),
+                    recorded,
+                )
+                .await
+            }
+        };
+        let sink_error = sink.error.take();
+        if self.state == TaskState::Provisioned && self.task_state_now() == Some(TaskState::Running)
+        {
+            self.state = TaskState::Running;
+        }
+        let exec = exec.map_err(|e| {
+            Failure::new(
+                AttemptStatus::Crash,
+                format!("the container failed: {}", one_line(&e.to_string())),
+            )
+            .at(Stage::Container)
+        })?;
+        if let Some(err) = sink_error.or(exec.sink_error.clone()) {
+            return Err(Failure::crash(format!("cannot record the run: {err}")));
+        }
+        Ok(exec)
+    }
+
+    pub(super) fn task_state_now(&self) -> Option<TaskState> {
+        self.db()
+            .get_task(&self.task.id)
+            .ok()
+            .flatten()
+            .map(|t| t.state)
+    }
+
+    pub(super) fn run_result(&self, exec: &AttemptExecution) -> RunResult {
+        let spec = self.spec.as_ref();
+        RunResult {
+            task_id: self.task.id.clone(),
+            attempt: self.attempt,
+            agent: spec.map(|s| s.agent.clone()).unwrap_or_default(),
+            status: exec.status,
+            turns: exec.outcome.turns,
+            duration_seconds: exec.duration.as_secs_f64(),
+            cost_usd: exec.outcome.cost_usd,
+            tokens: exec.outcome.tokens,
+            exit_code: exec.exit_code,
+            final_message: exec
+                .outcome
+                .final_message
+                .as_deref()
+                .map(|m| self.scrubber.scrub_line(m).into_owned()),
+            // Figures the runtime did not take as reported (a clamped cost) stay visible in
+            // `status TASK`, even on a successful attempt.
+            reason: {
+                let parts: Vec<&str> = exec
+                    .reason
+                    .iter()
+                    .chain(&exec.warnings)
+                    .map(String::as_str)
+                    .collect();
+                (!parts.is_empty())
+                    .then(|| self.scrubber.scrub_line(&parts.join("; ")).into_owned())
+            },
+            events: exec.events,
+            artifacts: vec![
+                TranscriptPaths::under(self.orch.home(), &self.task.id, self.attempt)
+                    .stdout
+                    .display()
+                    .to_string(),
+            ],
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The claim at the source: GitHub issues are claimed and their text frozen.
+
+use chrono::Utc;
+
+use crate::domain::{AttemptStatus, SourceKind, TaskState};
+use crate::orchestrator::failure::Stage;
+use crate::sources::{ClaimError, ClaimInfo};
+use crate::store::{BlockSettlement, IntentKind, Settlement};
+
+use super::{AttemptEnd, AttemptRun, Failure};
+
+impl AttemptRun<'_> {
+    /// Claims the issue at the source and freezes its text. `Some(end)` when another
+    /// instance owns it.
+    pub(super) async fn claim_at_source(&mut self) -> Result<Option<AttemptEnd>, Failure> {
+        if self.task.source != SourceKind::Github {
+            return Ok(None);
+        }
+        let github = self.orch.github().map_err(Failure::crash)?;
+        let info = ClaimInfo {
+            agent: self.agent.clone(),
+            attempt: self.attempt,
+            claimant: self.orch.home_label.clone(),
+        };
+        // Recorded before anything is written at GitHub; a claim this home left half-done
+        // (killed between comment and labels) is finished, never taken for a release.
+        let resuming = self
+            .db()
+            .has_pending_intent(&self.task.id, IntentKind::Claim)
+            .map_err(Failure::crash)?;
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Claim,
+                self.attempt,
+                &serde_json::json!({ "agent": self.agent }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let claim = github
+            .claim_issue_resuming(&self.task, &info, resuming)
+            .await;
+        if matches!(claim, Ok(_) | Err(ClaimError::NoLongerReady { .. })) {
+            self.db()
+                .complete_intent(&self.task.id, IntentKind::Claim, self.attempt, Utc::now())
+                .map_err(Failure::crash)?;
+        }
+        match claim {
+            Ok(claimed) => {
+                self.db()
+                    .freeze_text(&self.task.id, &claimed.title, &claimed.body)
+                    .map_err(Failure::crash)?;
+                self.task.title = claimed.title;
+                self.task.body = claimed.body;
+                if let Some(id) = claimed.comment_id {
+                    let _ = self.db().record_comment(
+                        &self.task.id,
+                        &format!("claim-{}", self.attempt),
+                        id,
+                        Utc::now(),
+                    );
+                }
+                Ok(None)
+            }
+            Err(ClaimError::NoLongerReady { reason, .. }) => {
+                let reason = self
+                    .scrubber
+                    .scrub_line(&format!("released: {reason}"))
+                    .into_owned();
+                // FAILED and BLOCKED in one transaction: never FAILED with no retry time.
+                let settlement = Settlement {
+                    failures: self.task.failures,
+                    next_attempt_at: None,
+                    block: Some(BlockSettlement {
+                        reason: reason.clone(),
+                        report: false,
+                    }),
+                };
+                let settled = self
+                    .db()
+                    .settle_failure(&self.task.id, self.state, &reason, &settlement, Utc::now())
+                    .map_err(Failure::crash)?;
+                self.task = settled;
+                self.state = self.task.state;
+                self.opts
+                    .progress
+                    .state(&self.task.id, TaskState::Blocked, &reason);
+                self.discard_workspace().await;
+                Ok(Some(AttemptEnd::Released { reason }))
+            }
+            Err(ClaimError::Source(e)) => Err(Failure::new(
+                AttemptStatus::Crash,
+                format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
+            )
+            .at(Stage::Source)),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! FAILED and what follows it: retry, fallback, hold or BLOCKED.
+
+use std::collections::BTreeSet;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{AttemptStatus, RunResult, SourceKind, TaskState};
+use crate::orchestrator::failure::Class;
+use crate::orchestrator::retry::Next;
+use crate::orchestrator::verify::one_line;
+use crate::orchestrator::{failure, intents, proof, quota, retry};
+use crate::store::{BlockSettlement, IntentKind, Settlement};
+
+use super::{AttemptEnd, AttemptRun, Failure};
+
+impl AttemptRun<'_> {
+    pub(super) async fn discard_workspace(&mut self) {
+        if let Some(ws) = self.ws.take() {
+            let manager = self.orch.workspaces.clone();
+            let _ = tokio::task::spawn_blocking(move || manager.remove(&ws.path)).await;
+        }
+    }
+
+    /// Turns the outcome into the task's next state.
+    pub(super) async fn conclude(
+        &mut self,
+        outcome: Result<AttemptEnd, Failure>,
+    ) -> anyhow::Result<AttemptEnd> {
+        let failure = match outcome {
+            Ok(end) => return Ok(end),
+            Err(failure) => failure,
+        };
+        if crate::store::damaged() {
+            // A damaged database is never a task failure (issue 12): record nothing.
+            return Err(crate::store::DatabaseDamaged {
+                path: self.orch.db_path(),
+                detail: one_line(&failure.reason),
+            }
+            .into());
+        }
+        let now = (self.orch.clock)();
+        let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
+        // A permanent failure carries its fix everywhere it is shown: the attempt, the
+        // transitions and the report at the source.
+        let class = failure::classify(
+            failure.stage,
+            failure.status,
+            &reason,
+            &self.agent,
+            &self.task.repo,
+        );
+        if let Class::Permanent { fix, .. } = &class {
+            let fix = fix.replace("retry TASK", &format!("retry {}", self.task.id));
+            reason = failure::permanent_reason(&reason, &fix);
+        }
+        tracing::info!(task = %self.task.id, attempt = self.attempt, status = %failure.status, "{reason}");
+        // Record the attempt's evidence when the attempt row exists.
+        if self.spec.is_some() {
+            // The agent never ended (the container failed to start, the run was cut short):
+            // the attempt's result is the failure alone.
+            let mut result = self.result.take().unwrap_or_else(|| RunResult {
+                task_id: self.task.id.clone(),
+                attempt: self.attempt,
+                agent: self.agent.clone(),
+                status: failure.status,
+                turns: 0,
+                duration_seconds: self.started.elapsed().as_secs_f64(),
+                cost_usd: None,
+                tokens: Default::default(),
+                exit_code: None,
+                final_message: None,
+                reason: None,
+                events: 0,
+                artifacts: Vec::new(),
+            });
+            result.status = failure.status;
+            result.reason = Some(reason.clone());
+            self.result = Some(result);
+            let mut evidence = failure.evidence.clone();
+            if evidence.is_empty() {
+                evidence.push(proof::gate("result", false, reason.clone()));
+            }
+            self.record_attempt(&evidence)
+                .context("cannot record the attempt")?;
+        } else {
+            // No attempt row: this number is reused, so its directory must go.
+            self.discard_workspace().await;
+        }
+        // Decide first, then write FAILED, the failure count, the retry time and (when it
+        // gives up) BLOCKED with its pending report in one transaction (issue 19).
+        let (end, settlement) = self.settlement(&failure, &class, &reason, now)?;
+        let from = self.state;
+        let settled = self
+            .db()
+            .settle_failure(&self.task.id, from, &reason, &settlement, now)
+            .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
+        self.task = settled;
+        if from != TaskState::Failed {
+            self.opts
+                .progress
+                .state(&self.task.id, TaskState::Failed, &reason);
+        }
+        self.state = self.task.state;
+        crate::failpoint::hit("failed");
+        if let Some(block) = &settlement.block {
+            self.opts
+                .progress
+                .state(&self.task.id, TaskState::Blocked, &block.reason);
+            crate::failpoint::hit("blocked-report");
+            self.report_blocked().await;
+        }
+        Ok(end)
+    }
+
+    /// What follows a failure: the attempt end and what the store records with FAILED
+    /// (decided by [`retry::after_failure`]).
+    fn settlement(
+        &mut self,
+        failure: &Failure,
+        class: &Class,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<(AttemptEnd, Settlement)> {
+        let chain = if self.chain.is_empty() {
+            vec![self.agent.clone()]
+        } else {
+            self.chain.clone()
+        };
+        let reason = reason.to_string();
+        let waits = failure.wait_until.is_some()
+            || (failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry);
+        let exhausted = if waits {
+            self.exhausted()
+        } else {
+            match self.settle_quota_hit(failure.status, class, &chain, now)? {
+                QuotaSettled::Continue(exhausted) => exhausted,
+                // Issue 14: the next agent that is neither out nor refused, else a wait for
+                // the earliest reset; neither counts a failure.
+                QuotaSettled::Fallback(next_agent) => {
+                    return Ok((
+                        AttemptEnd::Fallback { next_agent, reason },
+                        Settlement {
+                            failures: self.task.failures,
+                            next_attempt_at: Some(now),
+                            block: None,
+                        },
+                    ))
+                }
+                QuotaSettled::Park(wait) => {
+                    let at = wait.until;
+                    let reason = format!("{reason}; {}", quota::park_reason(&wait, now));
+                    return Ok((
+                        AttemptEnd::Retry { at, reason },
+                        Settlement {
+                            failures: self.task.failures,
+                            next_attempt_at: Some(at),
+                            block: None,
+                        },
+                    ));
+                }
+            }
+        };
+        let next = retry::after_failure(
+            &self.orch.policy,
+            &retry::FailedAttempt {
+                status: failure.status,
+                reason: &reason,
+                class,
+                wait_until: failure.wait_until,
+                cancel_means_retry: self.opts.cancel_means_retry,
+                failures: self.task.failures,
+                chain: &chain,
+                exhausted: &exhausted,
+            },
+            now,
+        );
+        let settle = |failures, next_attempt_at, block| Settlement {
+            failures,
+            next_attempt_at,
+            block,
+        };
+        Ok(match next {
+            Next::Retry { at, failures } => (
+                AttemptEnd::Retry { at, reason },
+                settle(failures, Some(at), None),
+            ),
+            Next::Fallback {
+                next_agent,
+                failures,
+            } => (
+                AttemptEnd::Fallback { next_agent, reason },
+                settle(failures, Some(now), None),
+            ),
+            Next::Hold { failures } => (AttemptEnd::Held { reason }, settle(failures, None, None)),
+            Next::Block {
+                reason: block_reason,
+                failures,
+            } => {
+                let block = BlockSettlement {
+                    reason: block_reason.clone(),
+                    report: self.task.source == SourceKind::Github,
+                };
+                (
+                    AttemptEnd::Blocked {
+                        reason: block_reason,
+                    },
+                    settle(failures, None, Some(block)),
+                )
+            }
+        })
+    }
+
+    /// Where an attempt's quota hit (or refused login) is settled. A refused login is
+    /// noted for this task; a usage limit was already recorded for its (identity, agent)
+    /// when the agent ended. Then the next usable agent of the chain, or the wait for the
+    /// earliest reset (issue 14).
+    fn settle_quota_hit(
+        &mut self,
+        status: AttemptStatus,
+        class: &Class,
+        chain: &[String],
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<QuotaSettled> {
+        let mut exhausted = self.exhausted();
+        if !retry::exhausts_agent(status, class) || self.agent.is_empty() {
+            return Ok(QuotaSettled::Continue(exhausted));
+        }
+        if status != AttemptStatus::Quota {
+            quota::refuse(&self.db(), &self.task.id, &self.agent, now)?;
+        }
+        exhausted.insert(self.agent.clone());
+        let choice =
+            quota::after_attempt(&self.db(), &self.orch.config, &self.task.id, chain, now)?;
+        Ok(match choice {
+            quota::Choice::Agent(next_agent) => QuotaSettled::Fallback(next_agent),
+            quota::Choice::Park(wait) => QuotaSettled::Park(wait),
+            quota::Choice::NoAgent => {
+                exhausted.extend(chain.iter().cloned());
+                QuotaSettled::Continue(exhausted)
+            }
+        })
+    }
+
+    pub(super) async fn report_blocked(&self) {
+        if self.task.source != SourceKind::Github {
+            return;
+        }
+        let attempts = self.db().attempts(&self.task.id).unwrap_or_default();
+        let blocked = intents::blocked_of(&attempts);
+        // Done only once GitHub has it; otherwise the next start finishes the report.
+        if intents::report_blocked(self.orch, &self.task, &blocked).await {
+            // From now on the ready label on the issue can only be a person's: re-labelling
+            // brings the task back as a new generation (`orchestrator::generation`).
+            let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
+            let _ = self.db().complete_intent(
+                &self.task.id,
+                IntentKind::Block,
+                self.task.attempts,
+                Utc::now(),
+            );
+        }
+    }
+}
+
+/// What a quota hit or refused login leaves to decide.
+enum QuotaSettled {
+    /// Not settled here: the usual retry policy decides, with these agents out.
+    Continue(BTreeSet<String>),
+    /// Run the next attempt on this agent at once.
+    Fallback(String),
+    /// Every agent of the chain is out: wait for the earliest reset.
+    Park(crate::domain::QuotaWait),
+}

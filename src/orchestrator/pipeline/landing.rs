@@ -1,0 +1,228 @@
+//! VERIFYING -> LANDED: the attempt's landing commit, then the verify stage
+//! ([`verify::prove`]) and the land stage ([`land::land`]); this file records what they
+//! return (the commit's sha, the evidence, the landing) and moves the task.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
+use crate::orchestrator::verify::one_line;
+use crate::orchestrator::{land, proof, verify};
+use crate::store::IntentKind;
+use crate::workspace;
+use crate::workspace::{Author, Workspace};
+
+use super::{AttemptEnd, AttemptRun, Failure};
+
+impl AttemptRun<'_> {
+    /// Proof of work then landing (spec §10, issue 11): one commit, its sha recorded; the
+    /// gates and each check judge that sha only, and only that sha is pushed.
+    pub(super) async fn verify_and_land(
+        &mut self,
+        gate: CheckEvidence,
+    ) -> Result<AttemptEnd, Failure> {
+        let (sha, evidence) = self.verify(gate).await?;
+        self.land(sha, evidence).await
+    }
+
+    async fn verify(
+        &mut self,
+        gate: CheckEvidence,
+    ) -> Result<(String, Vec<CheckEvidence>), Failure> {
+        let ws = self
+            .ws
+            .clone()
+            .ok_or_else(|| Failure::crash("no workspace"))?;
+        let spec = self
+            .spec
+            .clone()
+            .ok_or_else(|| Failure::crash("no run spec"))?;
+        let Some(sha) = self.landing_commit(&ws, &spec).await? else {
+            let evidence = vec![gate, proof::diff_gate(&[])];
+            return Err(verify::verification_failure(evidence).into());
+        };
+        let rules = verify::GateRules {
+            settings: self.orch.config.verify_for(&self.task.repo),
+            check_commands: spec
+                .verification
+                .iter()
+                .map(|c| c.command.clone())
+                .collect(),
+            secrets: Arc::new(self.named_secrets(&spec.env_overlay, &spec.volume_mounts)),
+        };
+        // The check copy belongs to the user the check container runs as (as `prepare` does
+        // for the workspace); a named, non-numeric user keeps the daemon's ownership.
+        let owner = spec
+            .limits
+            .user
+            .as_deref()
+            .or(self.orch.config.default_limits().user.as_deref())
+            .and_then(|user| workspace::parse_owner(user).ok());
+        let scrubber = self.scrubber.clone();
+        let progress = self.opts.progress.clone();
+        let task_id = self.task.id.clone();
+        let on_check = move |e: &CheckEvidence| {
+            progress.state(
+                &task_id,
+                TaskState::Verifying,
+                &format!(
+                    "{} `{}`: {}",
+                    e.name,
+                    e.command,
+                    if e.passed { "passed" } else { "FAILED" }
+                ),
+            );
+        };
+        let checks = verify::CheckRun {
+            runtime: self.orch.runtime.as_ref(),
+            workspaces: self.orch.workspaces.clone(),
+            ws: &ws,
+            sha: &sha,
+            spec: &spec,
+            home_label: &self.orch.home_label,
+            default_user: &self.orch.default_user,
+            owner,
+            scrub: scrubber.as_ref(),
+            cancel: self.opts.cancel.clone(),
+            on_check: &on_check,
+        };
+        let evidence = verify::prove(gate, rules, checks).await?;
+        Ok((sha, evidence))
+    }
+
+    /// The attempt's one landing commit: made once after the agent exited and recorded, so a
+    /// verification resumed after a restart judges (and pushes) the same sha.
+    async fn landing_commit(
+        &mut self,
+        ws: &Workspace,
+        spec: &RunSpec,
+    ) -> Result<Option<String>, Failure> {
+        if let Some(sha) = self
+            .db()
+            .landing_commit_of(&self.task.id, self.attempt)
+            .ok()
+            .flatten()
+        {
+            return Ok(Some(sha));
+        }
+        let git = &self.orch.config.global().git;
+        let author = Author {
+            name: git.author_name.clone(),
+            email: git.author_email.clone(),
+        };
+        let message = format!(
+            "{}\n\nPolyphony task {} ({}), attempt {} by {}.",
+            one_line(&self.task.title),
+            self.task.id,
+            self.task.source_ref,
+            self.attempt,
+            spec.agent
+        );
+        let commit =
+            verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
+        if let Some(sha) = &commit.sha {
+            self.db()
+                .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
+                .map_err(Failure::crash)?;
+        }
+        Ok(commit.sha)
+    }
+
+    /// The secrets a landing commit must not carry, by name: the env overlay's values and
+    /// the GitHub token.
+    fn named_secrets(&self, overlay: &[EnvVar], mounts: &[VolumeMount]) -> verify::NamedSecrets {
+        let mut pairs: Vec<(String, String)> = overlay
+            .iter()
+            .filter_map(|v| (self.orch.env)(&v.from_host).map(|value| (v.name.clone(), value)))
+            .collect();
+        if let Some(token) = &self.orch.github_token {
+            pairs.push(("the GitHub token".into(), token.secret().to_string()));
+        }
+        for value in crate::orchestrator::secrets::credential_tokens(mounts) {
+            pairs.push(("a token from the identity's credential files".into(), value));
+        }
+        verify::NamedSecrets::new(pairs)
+    }
+
+    async fn land(
+        &mut self,
+        sha: String,
+        evidence: Vec<CheckEvidence>,
+    ) -> Result<AttemptEnd, Failure> {
+        let ws = self
+            .ws
+            .clone()
+            .ok_or_else(|| Failure::crash("no workspace"))?;
+        // Push, PR, comment and labels are redone idempotently by the resumed verification
+        // until LANDED completes this intent (issue 19).
+        self.db()
+            .record_intent(
+                &self.task.id,
+                IntentKind::Land,
+                self.attempt,
+                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let github = match self.task.source {
+            SourceKind::Github => Some(self.orch.github().map_err(Failure::crash)?),
+            SourceKind::Local => None,
+        };
+        let destination = land::land(land::Landing {
+            workspaces: self.orch.workspaces.clone(),
+            ws: &ws,
+            sha: &sha,
+            // The attempt's branch name may already exist upstream with unrelated history
+            // (a reset home, another instance): push under a name of this home's instead of
+            // failing the verified work. Never force.
+            fallback: format!(
+                "{}-{}",
+                ws.branch,
+                &self.orch.home_label[..self.orch.home_label.len().min(6)]
+            ),
+            token: self.token().map(String::from),
+            github,
+            task: &self.task,
+            attempt: self.attempt,
+            result: self.result.as_ref(),
+            evidence: &evidence,
+        })
+        .await?;
+        let land::Destination { branch, pr_url } = destination;
+        self.record_attempt(&evidence)?;
+        self.db()
+            .set_attempt_landing(
+                &self.task.id,
+                self.attempt,
+                &sha,
+                &branch,
+                pr_url.as_deref(),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        let short = &sha[..sha.len().min(10)];
+        let reason = match &pr_url {
+            Some(url) => format!("pushed {branch} ({short}); pull request {url}"),
+            None => format!("pushed {branch} ({short}) to {}", ws.upstream),
+        };
+        let reason = self.scrubber.scrub_line(&reason).into_owned();
+        let landed = self
+            .db()
+            .transition_completing(
+                &self.task.id,
+                self.state,
+                TaskState::Landed,
+                &reason,
+                (IntentKind::Land, self.attempt),
+                Utc::now(),
+            )
+            .map_err(Failure::crash)?;
+        self.task = landed;
+        self.state = TaskState::Landed;
+        self.opts
+            .progress
+            .state(&self.task.id, TaskState::Landed, &reason);
+        Ok(AttemptEnd::Landed { branch, pr_url })
+    }
+}

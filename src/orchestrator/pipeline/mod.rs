@@ -1,0 +1,369 @@
+//! One attempt of one task, end to end (spec §4, §6–§10; DESIGN.md "Attempts", "Proof of
+//! work and landing"):
+//!
+//! CLAIMED: clone the workspace, gather facts, route, claim at the source (title and body
+//! frozen) -> ROUTED: identity, cost ceiling, RunSpec -> PROVISIONED: the container is
+//! created -> RUNNING: the agent streams, events are stored as they arrive -> VERIFYING:
+//! commit, diff and protected-path gates, then the test/lint/typecheck commands of the
+//! BASE ref, each in a fresh container with no network -> LANDED: push, PR, comment.
+//!
+//! Any failure moves the task to FAILED from wherever it was, with the reason and the
+//! evidence; [`super::retry::after_failure`] then decides retry (backoff), a wait (cost
+//! ceiling), fallback (quota), hold (cancelled) or BLOCKED (reported where the task came
+//! from).
+//!
+//! An [`AttemptRun`] is the attempt's context; its stages live one file per stretch:
+//! `prepare` (workspace, route, RunSpec), `claim` (the source), `agent` (the container),
+//! `landing` (commit, then the `verify` and `land` stages), `resume` (after a restart) and
+//! `conclude` (FAILED and what follows). Only this module writes to the store or moves the
+//! task; the stages in `verify` and `land` return evidence or a refusal.
+//!
+//! Must not: decide transitions itself (the store checks the state machine), or let a
+//! secret reach the store, a log line or a transcript (everything passes the scrubber).
+
+mod agent;
+mod claim;
+mod conclude;
+mod landing;
+mod prepare;
+mod resume;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+
+use super::execute::AttemptExecution;
+use crate::agents::scrub::Scrubber;
+use crate::domain::{
+    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
+};
+use crate::store::{AttemptRecord, Store};
+use crate::workspace::Workspace;
+
+use super::failure::Stage;
+use super::verify::{self, one_line};
+use super::{proof, quota, Orchestrator, Progress};
+
+/// How an attempt ended for the task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// Verified and landed: the branch is pushed (and the PR opened for GitHub tasks).
+    Landed {
+        branch: String,
+        pr_url: Option<String>,
+    },
+    /// FAILED; the next attempt is due at `at`.
+    Retry { at: DateTime<Utc>, reason: String },
+    /// FAILED on quota; the next agent of the chain takes over at once.
+    Fallback { next_agent: String, reason: String },
+    /// FAILED and left for a person (cancelled): `spawn --task` picks it up again.
+    Held { reason: String },
+    /// Out of attempts (or agents): BLOCKED, reported at the source.
+    Blocked { reason: String },
+    /// Another Polyphony instance owns the issue: BLOCKED here, nothing reported.
+    Released { reason: String },
+}
+
+impl AttemptEnd {
+    pub fn is_landed(&self) -> bool {
+        matches!(self, AttemptEnd::Landed { .. })
+    }
+
+    /// Whether the task is finished for good (no further attempt will run).
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            AttemptEnd::Landed { .. }
+                | AttemptEnd::Blocked { .. }
+                | AttemptEnd::Released { .. }
+                | AttemptEnd::Held { .. }
+        )
+    }
+}
+
+/// Per-run knobs.
+#[derive(Clone)]
+pub struct RunOptions {
+    pub progress: Arc<dyn Progress>,
+    /// Flips to true to stop the attempt (Ctrl-C, daemon shutdown).
+    pub cancel: watch::Receiver<bool>,
+    /// A cancellation is a daemon shutdown, not a user's decision: retry at once on the
+    /// next start instead of holding the task.
+    pub cancel_means_retry: bool,
+}
+
+/// Why an attempt did not land.
+#[derive(Debug)]
+struct Failure {
+    status: AttemptStatus,
+    reason: String,
+    evidence: Vec<CheckEvidence>,
+    /// Not a failure of the work: wait until then without counting an attempt (cost
+    /// ceiling reached).
+    wait_until: Option<DateTime<Utc>>,
+    /// Where it happened, for [`failure::classify`].
+    stage: Stage,
+}
+
+impl Failure {
+    fn new(status: AttemptStatus, reason: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            reason: reason.into(),
+            evidence: Vec::new(),
+            wait_until: None,
+            stage: Stage::Unknown,
+        }
+    }
+
+    fn at(mut self, stage: Stage) -> Failure {
+        self.stage = stage;
+        self
+    }
+
+    fn crash(err: impl std::fmt::Display) -> Failure {
+        Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
+    }
+}
+
+struct AttemptRun<'a> {
+    orch: &'a Orchestrator,
+    /// Behind a mutex so the attempt future is `Send` (a `Connection` is not `Sync`); never
+    /// held across an await.
+    store: Mutex<Store>,
+    opts: &'a RunOptions,
+    task: Task,
+    state: TaskState,
+    attempt: u32,
+    chain: Vec<String>,
+    agent: String,
+    ws: Option<Workspace>,
+    spec: Option<RunSpec>,
+    result: Option<RunResult>,
+    scrubber: Arc<Scrubber>,
+    started: Instant,
+}
+
+impl Orchestrator {
+    /// Runs one attempt of a task the store has just claimed (state CLAIMED).
+    pub async fn run_claimed(&self, task: Task, opts: &RunOptions) -> anyhow::Result<AttemptEnd> {
+        anyhow::ensure!(
+            task.state == TaskState::Claimed,
+            "task {} is {}, not CLAIMED",
+            task.id,
+            task.state
+        );
+        let mut run = AttemptRun::new(self, task, opts)?;
+        let outcome = run.fresh().await;
+        run.conclude(outcome).await
+    }
+
+    /// Resumes an attempt after a daemon restart: re-attaches to its container (running
+    /// or exited) without duplicating events, or re-runs verification, then lands.
+    pub async fn resume(
+        &self,
+        task: Task,
+        record: AttemptRecord,
+        opts: &RunOptions,
+    ) -> anyhow::Result<AttemptEnd> {
+        let mut run = AttemptRun::new(self, task, opts)?;
+        let outcome = run.resumed(record).await;
+        run.conclude(outcome).await
+    }
+}
+
+impl<'a> AttemptRun<'a> {
+    fn new(orch: &'a Orchestrator, task: Task, opts: &'a RunOptions) -> anyhow::Result<Self> {
+        let store = Mutex::new(Store::open(&orch.db_path())?);
+        let state = task.state;
+        let attempt = task.attempts + 1;
+        Ok(AttemptRun {
+            orch,
+            store,
+            opts,
+            task,
+            state,
+            attempt,
+            chain: Vec::new(),
+            agent: String::new(),
+            ws: None,
+            spec: None,
+            result: None,
+            scrubber: Arc::new(Scrubber::new(Vec::<String>::new())),
+            started: Instant::now(),
+        })
+    }
+
+    fn db(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock cannot leave the connection half-used: each
+        // store call is one transaction.
+        self.store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn move_to(&mut self, to: TaskState, reason: &str) -> Result<(), Failure> {
+        let reason = self.scrubber.scrub_line(reason).into_owned();
+        let moved = self
+            .db()
+            .transition(&self.task.id, self.state, to, &reason, Utc::now());
+        self.task = moved.map_err(Failure::crash)?;
+        self.state = to;
+        self.opts.progress.state(&self.task.id, to, &reason);
+        Ok(())
+    }
+
+    fn token(&self) -> Option<&str> {
+        match self.task.source {
+            SourceKind::Github => self.orch.github_token.as_ref().map(|t| t.secret()),
+            SourceKind::Local => None,
+        }
+    }
+
+    // ------------------------------------------------------------------ fresh attempt
+
+    async fn fresh(&mut self) -> Result<AttemptEnd, Failure> {
+        let ws = self.prepare_workspace().await?;
+        self.ws = Some(ws.clone());
+        if self.attempt > 1 {
+            quota::continue_after_limit(self.orch, &self.store, &self.task.id, self.attempt, &ws)
+                .await;
+        }
+        let decision = self.route(&ws).await?;
+        if let Some(end) = self.claim_at_source().await? {
+            return Ok(end);
+        }
+        self.move_to(
+            TaskState::Routed,
+            &format!(
+                "rule `{}`: agent {} (chain {})",
+                decision.rule,
+                self.agent,
+                self.chain.join(" -> ")
+            ),
+        )?;
+        let spec = self.build_spec(&decision, &ws).await?;
+        self.db()
+            .start_attempt(&spec, Utc::now())
+            .map_err(Failure::crash)?;
+        self.spec = Some(spec.clone());
+        self.move_to(
+            TaskState::Provisioned,
+            &format!(
+                "attempt {} in {} on image {}",
+                self.attempt,
+                ws.path.display(),
+                spec.image
+            ),
+        )?;
+        let exec = self.run_agent(&spec, None).await?;
+        self.after_run(exec).await
+    }
+
+    async fn after_run(&mut self, exec: AttemptExecution) -> Result<AttemptEnd, Failure> {
+        let result = self.run_result(&exec);
+        let gate = proof::result_gate(exec.status, result.reason.as_deref());
+        self.result = Some(result.clone());
+        self.record_attempt(std::slice::from_ref(&gate))?;
+        if exec.status == AttemptStatus::Quota {
+            self.record_quota(&exec, &result)?;
+        }
+        if exec.status != AttemptStatus::Succeeded {
+            let reason = match &result.reason {
+                Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
+                None => format!("agent {} ended {}", result.agent, exec.status),
+            };
+            let mut failure = Failure::new(exec.status, reason).at(Stage::Agent);
+            failure.evidence = vec![gate];
+            return Err(failure);
+        }
+        self.move_to(
+            TaskState::Verifying,
+            &format!(
+                "agent {} succeeded in {} turn(s){}",
+                result.agent,
+                result.turns,
+                result
+                    .cost_usd
+                    .map(|c| format!(", ${c:.4}"))
+                    .unwrap_or_default()
+            ),
+        )?;
+        self.verify_and_land(gate).await
+    }
+
+    /// Issue 14: the limit this attempt met holds for every task using its agent and
+    /// identity.
+    fn record_quota(&self, exec: &AttemptExecution, result: &RunResult) -> Result<(), Failure> {
+        let Some(spec) = &self.spec else {
+            return Ok(());
+        };
+        quota::record_hit(
+            &self.db(),
+            &self.orch.config.quota_settings(),
+            &spec.identity,
+            &spec.agent,
+            exec.outcome.quota.as_ref(),
+            result.reason.as_deref().unwrap_or("usage limit"),
+            &self.task.id,
+            self.attempt,
+            Utc::now(),
+        )
+        .map(|_| ())
+        .map_err(Failure::crash)
+    }
+
+    /// Records the attempt's result with `evidence` on its row (the one place a
+    /// [`RunResult`] is written): after the agent, so a restart resumes verification from
+    /// it; on landing, with the whole proof; on failure, with the failure's evidence.
+    /// Without a result (no attempt row yet) there is nothing to record.
+    fn record_attempt(&self, evidence: &[CheckEvidence]) -> crate::store::Result<()> {
+        match &self.result {
+            Some(result) => self.db().finish_attempt(result, evidence, Utc::now()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl From<verify::Refusal> for Failure {
+    fn from(r: verify::Refusal) -> Failure {
+        Failure {
+            status: r.status,
+            reason: r.reason,
+            evidence: r.evidence,
+            wait_until: None,
+            // A secret in the diff is classified permanent from the reason's text.
+            stage: Stage::Verify,
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Failure {
+        Failure::crash(e)
+    }
+}
+
+/// The reason an outcome is printed with.
+pub fn describe(end: &AttemptEnd) -> String {
+    match end {
+        AttemptEnd::Landed { branch, pr_url } => match pr_url {
+            Some(url) => format!("LANDED: {url} (branch {branch})"),
+            None => format!("LANDED: branch {branch} pushed"),
+        },
+        AttemptEnd::Retry { at, reason } => {
+            format!(
+                "FAILED ({reason}); next attempt at {}",
+                at.format("%H:%M:%S UTC")
+            )
+        }
+        AttemptEnd::Fallback { next_agent, reason } => {
+            format!("FAILED ({reason}); falling back to {next_agent}")
+        }
+        AttemptEnd::Held { reason } => format!("FAILED ({reason}); held"),
+        AttemptEnd::Blocked { reason } => format!("BLOCKED: {reason}"),
+        AttemptEnd::Released { reason } => format!("released: {reason}"),
+    }
+}

@@ -1,0 +1,291 @@
+//! CLAIMED -> ROUTED -> PROVISIONED: the workspace, the route and the RunSpec.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::agents::scrub::Scrubber;
+use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
+use crate::orchestrator::facts::gather_facts;
+use crate::orchestrator::failure::Stage;
+use crate::orchestrator::quota;
+use crate::orchestrator::verify::one_line;
+use crate::routing::{build_run_spec, RunSpecInputs};
+use crate::workspace::{PrepareRequest, Workspace};
+use crate::{identity, identity_policy, routing, workspace};
+
+use super::{AttemptRun, Failure};
+
+impl AttemptRun<'_> {
+    pub(super) async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
+        let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
+        let branch = workspace::branch_name(
+            &self.orch.config.global().git.branch_prefix,
+            &key,
+            self.attempt,
+        );
+        let base_ref = self.task.base_ref.clone().or_else(|| {
+            self.orch
+                .config
+                .base_ref_for(&self.task.repo)
+                .map(String::from)
+        });
+        let owner = match &self.orch.config.default_limits().user {
+            Some(user) => Some(workspace::parse_owner(user).map_err(Failure::crash)?),
+            None => None,
+        };
+        let req = PrepareRequest {
+            repo: self.task.repo.clone(),
+            task_id: self.task.id.clone(),
+            attempt: self.attempt,
+            base_ref,
+            branch,
+            token: self.token().map(String::from),
+            owner,
+        };
+        let manager = self.orch.workspaces.clone();
+        // An attempt number is reused when no attempt row was written for it (the daemon
+        // died before the container existed). Its half-made directory is a leftover of that
+        // run, never another attempt's work; without this every retry would fail on it.
+        let leftover = self
+            .orch
+            .config
+            .workspace_root()
+            .join(&key)
+            .join(self.attempt.to_string());
+        let recorded = self
+            .db()
+            .attempt(&self.task.id, self.attempt)
+            .map_err(Failure::crash)?
+            .is_some();
+        let ws = tokio::task::spawn_blocking(move || {
+            if !recorded && leftover.exists() {
+                tracing::info!(path = %leftover.display(), "removing the workspace of an interrupted attempt");
+                manager.remove(&leftover)?;
+            }
+            manager.prepare(&req)
+        })
+            .await
+            .map_err(Failure::crash)?
+            .map_err(|e| {
+                Failure::new(
+                    AttemptStatus::Crash,
+                    format!("cannot prepare the workspace: {}", one_line(&e.to_string())),
+                )
+                .at(Stage::Workspace)
+            })?;
+        let _ = self
+            .db()
+            .note_workspace(&self.task.id, self.attempt, &ws, Utc::now());
+        Ok(ws)
+    }
+
+    pub(super) async fn route(
+        &mut self,
+        ws: &Workspace,
+    ) -> Result<routing::RouteDecision, Failure> {
+        let task = self.task.clone();
+        let dir = ws.path.clone();
+        let (facts, score) =
+            tokio::task::spawn_blocking(move || routing::analyze(gather_facts(&task, Some(&dir))))
+                .await
+                .map_err(Failure::crash)?;
+        routing::facts::enrich_task(&mut self.task, &facts);
+        let _ = self.db().set_task_facts(
+            &self.task.id,
+            self.task.task_type,
+            self.task.scope,
+            self.task.risk,
+            self.task.context_tokens,
+        );
+        let input = routing::route_input(&self.task, &facts, &score);
+        let decision = self.orch.router.route(&input);
+        // Issue 12: a prompt larger than the agent's context window cannot succeed.
+        let config = &self.orch.config;
+        let decision = match routing::fit_context(decision, facts.context_tokens, |agent| {
+            config.agent(agent).map(|a| a.context_window_tokens)
+        }) {
+            routing::ContextFit::Fits(d) => d,
+            routing::ContextFit::Rerouted(d) => {
+                tracing::info!(task = %self.task.id, "{}", d.context.as_deref().unwrap_or(""));
+                d
+            }
+            // No attempt can pass while the text stays this long: a configuration-class
+            // failure, so the task is BLOCKED at once with the reason.
+            routing::ContextFit::TooLarge { reason } => {
+                return Err(Failure::new(AttemptStatus::Failed, reason).at(Stage::Config))
+            }
+        };
+        self.chain = decision.chain().into_iter().map(String::from).collect();
+        let _ = self.db().note_chain(&self.task.id, &self.chain, Utc::now());
+        // Issue 14: an agent out of quota under the identity it would use is skipped at
+        // once; with the whole chain out the task waits for the earliest reset.
+        let now = (self.orch.clock)();
+        let choice = quota::choose(
+            &self.db(),
+            &self.orch.config,
+            &self.task.id,
+            decision.identity.as_deref(),
+            &self.chain,
+            now,
+        );
+        self.agent = match choice.map_err(Failure::crash)? {
+            quota::Choice::Agent(agent) => agent,
+            quota::Choice::Park(wait) => {
+                let mut parked = Failure::new(AttemptStatus::Quota, quota::park_reason(&wait, now));
+                parked.wait_until = Some(wait.until);
+                return Err(parked);
+            }
+            quota::Choice::NoAgent => {
+                return Err(Failure::new(
+                    AttemptStatus::Quota,
+                    format!(
+                        "every agent of the chain ({}) refused its login",
+                        self.chain.join(", ")
+                    ),
+                ))
+            }
+        };
+        Ok(decision)
+    }
+
+    /// The agents this task must not try again (they refused their login).
+    pub(super) fn exhausted(&self) -> BTreeSet<String> {
+        quota::refused(&self.db(), &self.task.id).unwrap_or_default()
+    }
+    pub(super) async fn build_spec(
+        &mut self,
+        decision: &routing::RouteDecision,
+        ws: &Workspace,
+    ) -> Result<RunSpec, Failure> {
+        let config = &self.orch.config;
+        let profile = config.agent(&self.agent).ok_or_else(|| {
+            Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
+                .at(Stage::Config)
+        })?;
+        let without = identity_policy::runs_without_identity(
+            config.identities().len(),
+            &[
+                decision.identity.as_deref(),
+                profile.identity.as_deref(),
+                config.global().default_identity.as_deref(),
+            ],
+        );
+        let mut brokered = if without {
+            tracing::warn!(
+                agent = %profile.name,
+                "no identity is configured (identities.yaml): running the agent without credentials"
+            );
+            identity_policy::no_identity()
+        } else {
+            let ident = identity::resolve(
+                decision.identity.as_deref(),
+                profile,
+                config.global().default_identity.as_deref(),
+                config.identities(),
+            )
+            .map_err(|e| Failure::crash(e).at(Stage::Config))?;
+            identity::broker(ident, profile.agent_type)
+                .map_err(|e| Failure::crash(e).at(Stage::Config))?
+        };
+        // A login directory that does not exist on this host cannot be mounted (Docker
+        // refuses the bind); run without it and say so: the agent then reports its own
+        // authentication error, and `polyphony doctor` names the missing path.
+        brokered.volume_mounts.retain(|m| {
+            let present = m.host_path.exists();
+            if !present {
+                tracing::warn!(
+                    identity = %brokered.identity,
+                    path = %m.host_path.display(),
+                    "credential path does not exist; running the agent without it"
+                );
+            }
+            present
+        });
+        // Cost ceiling (per identity, per UTC day): wait for tomorrow without counting.
+        if let Some(ceiling) = brokered.cost_ceiling_usd_per_day {
+            let now = (self.orch.clock)();
+            let day_start = identity_policy::utc_day_start(now);
+            let spent = self
+                .db()
+                .cost_spent_since(&brokered.identity, day_start)
+                .map_err(Failure::crash)?;
+            if identity_policy::over_ceiling(spent, ceiling) {
+                let largest = self
+                    .db()
+                    .largest_cost_since(&brokered.identity, day_start)
+                    .ok()
+                    .flatten();
+                let largest = largest
+                    .as_ref()
+                    .map(|(task, attempt, cost)| (task.as_str(), *attempt, *cost));
+                let hold =
+                    identity_policy::ceiling_hold(&brokered.identity, spent, ceiling, now, largest);
+                tracing::warn!(identity = %brokered.identity, spent, ceiling, "{}", hold.reason);
+                let mut failure = Failure::new(AttemptStatus::Cancelled, hold.reason);
+                failure.wait_until = Some(hold.until);
+                return Err(failure);
+            }
+        }
+        // The project's checks come from the BASE commit, never from the agent's branch.
+        let manager = self.orch.workspaces.clone();
+        let repo = self.task.repo.clone();
+        let base = ws.base_sha.clone();
+        let token = self.token().map(String::from);
+        let text = tokio::task::spawn_blocking(move || {
+            manager.read_at_base(&repo, Some(&base), ".polyphony.yaml", token.as_deref())
+        })
+        .await
+        .map_err(Failure::crash)?
+        .map_err(|e| Failure::crash(format!("cannot read .polyphony.yaml at the base: {e}")))?;
+        let project = match text {
+            Some(text) => Some(
+                routing::run_spec::verification_from_polyphony_yaml(&text).map_err(|e| {
+                    Failure::crash(format!("{e} (in the base branch)")).at(Stage::Config)
+                })?,
+            ),
+            None => None,
+        };
+        self.scrub_secrets_of(&brokered.env_overlay, &brokered.volume_mounts);
+        build_run_spec(RunSpecInputs {
+            task: &self.task,
+            decision,
+            profile,
+            identity: &brokered,
+            global: config.global(),
+            attempt: self.attempt,
+            workspace: ws.path.clone(),
+            branch: ws.branch.clone(),
+            project_verify: project.as_ref(),
+        })
+        .map(|mut spec| {
+            // A shared clone's alternates name the mirror's object directory: the agent sees
+            // it read-only at that same path (issue 18), so git inside works and can never
+            // write, repack or prune the mirror.
+            if let Some(objects) = &ws.mirror_objects {
+                spec.volume_mounts.push(crate::domain::VolumeMount {
+                    host_path: objects.clone(),
+                    container_path: objects.display().to_string(),
+                    read_only: true,
+                });
+            }
+            spec
+        })
+        .map_err(Failure::crash)
+    }
+
+    /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
+    /// values of its env overlay, the GitHub token and the tokens in its credential files.
+    pub(super) fn scrub_secrets_of(&mut self, overlay: &[EnvVar], mounts: &[VolumeMount]) {
+        let mut secrets: Vec<String> = overlay
+            .iter()
+            .filter_map(|v| (self.orch.env)(&v.from_host))
+            .collect();
+        if let Some(token) = &self.orch.github_token {
+            secrets.push(token.secret().to_string());
+        }
+        secrets.extend(crate::orchestrator::secrets::credential_tokens(mounts));
+        self.scrubber = Arc::new(Scrubber::new(secrets));
+    }
+}

@@ -1,0 +1,645 @@
+//! The orchestrator's attempt outcomes, fast (issue 17): the real pipeline, a real temp
+//! SQLite store, real git origins (`demo::write_sample_repo`) and the project's real checks,
+//! over the scripted runtime (`runtime::scripted`) instead of Docker. Each agent plays a
+//! real CLI transcript from `tests/fixtures/` and edits the workspace as that agent did.
+//!
+//! What needs the real engine (kill -9, SIGTERM, containers, the watchdog) stays in
+//! tests/e2e.rs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use polyphony::config::Config;
+use polyphony::demo::{write_home, write_sample_repo};
+use polyphony::domain::{AttemptStatus, SourceKind, Task, TaskState, TaskType};
+use polyphony::orchestrator::drive::drive;
+use polyphony::orchestrator::pipeline::RunOptions;
+use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
+use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
+use polyphony::store::Store;
+use support::git::{git, git_as};
+use tokio::sync::watch;
+
+/// The fixed sample project's `calc.sh` (what the agent's `sed` made of it).
+const FIXED_CALC: &str = "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a + b))\n}\n";
+
+fn fixture(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path)
+}
+
+fn transcript(path: &str) -> AgentScript {
+    AgentScript::transcript(&fixture(path)).expect("a fixture transcript")
+}
+
+/// Claude fixes `add()`: the recorded session that ran `sed` on calc.sh.
+fn claude_fixes() -> AgentScript {
+    transcript("claude/real_2.1.332_lands_1.ndjson").writes("calc.sh", FIXED_CALC)
+}
+
+/// Claude only writes notes: its session succeeds, the project's test still fails.
+fn claude_misses() -> AgentScript {
+    transcript("claude/real_2.1.332_repair_1.ndjson").writes("NOTES.md", "looked at add()\n")
+}
+
+/// One home, one sample origin, one scripted runtime.
+struct World {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    origin: PathBuf,
+    runtime: ScriptedRuntime,
+    progress: Arc<RecordingProgress>,
+}
+
+impl World {
+    fn new() -> World {
+        World::with(|_| {})
+    }
+
+    /// A home written by `demo::write_home`, then changed by `edit(home)`.
+    fn with(edit: impl FnOnce(&Path)) -> World {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let origin = write_sample_repo(dir.path()).expect("the sample origin");
+        let home = dir.path().join("home");
+        write_home(&home, dir.path(), "polyphony-test:scripted").expect("a home");
+        edit(&home);
+        World {
+            _dir: dir,
+            home,
+            origin,
+            runtime: ScriptedRuntime::new(),
+            progress: Arc::new(RecordingProgress::new()),
+        }
+    }
+
+    fn orchestrator(&self) -> Orchestrator {
+        let config = Config::load(&self.home).expect("the home's config");
+        Orchestrator::with_runtime(
+            config,
+            Arc::new(self.runtime.clone()),
+            Arc::new(|_: &str| None),
+        )
+        .expect("an orchestrator")
+    }
+
+    fn store(&self, orch: &Orchestrator) -> Store {
+        Store::open(&orch.db_path()).expect("the store")
+    }
+
+    /// Enqueues a local task on the sample origin; returns its id.
+    fn enqueue(&self, store: &Store) -> String {
+        let id = store.next_local_task_id().expect("an id");
+        let mut task = Task::new(
+            &id,
+            SourceKind::Local,
+            format!("local:{id}"),
+            self.origin.display().to_string(),
+            "Fix add()",
+            Utc::now(),
+        );
+        task.body = "add() subtracts; make `sh test.sh` pass.".into();
+        task.task_type = TaskType::Bugfix;
+        store.insert_task(&task).expect("insert");
+        id
+    }
+
+    fn opts(&self) -> (RunOptions, watch::Sender<bool>) {
+        let (tx, rx) = watch::channel(false);
+        let opts = RunOptions {
+            progress: self.progress.clone(),
+            cancel: rx,
+            cancel_means_retry: false,
+        };
+        (opts, tx)
+    }
+
+    /// Claims `id` and runs one attempt of it.
+    async fn attempt(&self, orch: &Orchestrator, store: &Store, id: &str) -> AttemptEnd {
+        let claimed = store
+            .claim(id, Utc::now())
+            .expect("claim")
+            .expect("claimable");
+        let (opts, _cancel) = self.opts();
+        orch.run_claimed(claimed, &opts).await.expect("an attempt")
+    }
+
+    /// The origin's commit on `branch`, if it has the branch.
+    fn origin_branch(&self, branch: &str) -> Option<String> {
+        let out = Command::new("git")
+            .args(["rev-parse", "--verify", "-q"])
+            .arg(format!("refs/heads/{branch}"))
+            .current_dir(&self.origin)
+            .output()
+            .expect("git");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// `path` as the origin's `branch` holds it.
+    fn origin_file(&self, branch: &str, path: &str) -> String {
+        git(&self.origin, &["show", &format!("{branch}:{path}")]) + "\n"
+    }
+
+    fn task(&self, store: &Store, id: &str) -> Task {
+        store.get_task(id).expect("read").expect("the task")
+    }
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().expect("a timestamp")
+}
+
+fn fixed_clock(orch: &mut Orchestrator, now: DateTime<Utc>) {
+    orch.clock = Arc::new(move || now);
+}
+
+#[tokio::test]
+async fn a_verified_fix_lands_on_the_origin() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Landed { branch, pr_url } = end else {
+        panic!("not landed: {end:?}")
+    };
+    assert_eq!(pr_url, None);
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Landed);
+    assert_eq!(
+        w.progress.path_of(&id),
+        vec![
+            TaskState::Routed,
+            TaskState::Provisioned,
+            TaskState::Running,
+            TaskState::Verifying,
+            TaskState::Verifying,
+            TaskState::Verifying,
+            TaskState::Landed
+        ]
+    );
+    let attempts = store.attempts(&id).expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    let names: Vec<(&str, bool)> = attempts[0]
+        .evidence
+        .iter()
+        .map(|e| (e.name.as_str(), e.passed))
+        .collect();
+    assert!(names.contains(&("test", true)), "{names:?}");
+    assert!(names.contains(&("lint", true)), "{names:?}");
+    assert_eq!(attempts[0].status, Some(AttemptStatus::Succeeded));
+    // The agent container and one container per check; none left behind.
+    assert_eq!(w.runtime.created().len(), 3);
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+#[tokio::test]
+async fn failed_checks_schedule_a_retry_after_the_backoff() {
+    let w = World::new();
+    w.runtime.push(claude_misses());
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Retry { at: due, reason } = end else {
+        panic!("not a retry: {end:?}")
+    };
+    assert_eq!(due, now + chrono::Duration::seconds(10));
+    assert_eq!(reason, "verification failed: test exited 1");
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Failed);
+    assert_eq!(task.failures, 1);
+    assert_eq!(task.next_attempt_at, Some(due));
+    let attempt = &store.attempts(&id).expect("attempts")[0];
+    let failed: Vec<&str> = attempt
+        .evidence
+        .iter()
+        .filter(|e| !e.passed)
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(failed, vec!["test"]);
+    assert!(w.origin_branch("polyphony/local-1-a1").is_none());
+}
+
+#[tokio::test]
+async fn an_agent_crash_is_retried() {
+    let w = World::new();
+    w.runtime.push(AgentScript::default().exits(1));
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert!(
+        matches!(&end, AttemptEnd::Retry { at, .. } if *at == now + chrono::Duration::seconds(10)),
+        "{end:?}"
+    );
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Failed, 1));
+    let attempt = &store.attempts(&id).expect("attempts")[0];
+    assert_ne!(attempt.status, Some(AttemptStatus::Succeeded));
+    assert_eq!(attempt.exit_code, Some(1));
+}
+
+#[tokio::test]
+async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() {
+    let w = World::new();
+    w.runtime
+        .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
+        .push(transcript("codex/gump_stream_success.ndjson").writes("calc.sh", FIXED_CALC));
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+    assert!(
+        matches!(&end, AttemptEnd::Fallback { next_agent, .. } if next_agent == "codex"),
+        "{end:?}"
+    );
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Failed, 0));
+    // The fallback is immediate: no backoff before the next attempt.
+    assert_eq!(task.next_attempt_at, Some(now));
+    assert_eq!(
+        store.attempts(&id).expect("attempts")[0].status,
+        Some(AttemptStatus::Quota)
+    );
+
+    let end = w.attempt(&orch, &store, &id).await;
+    assert!(end.is_landed(), "{end:?}");
+    let attempts = store.attempts(&id).expect("attempts");
+    let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
+    assert_eq!(agents, vec!["claude", "codex"]);
+    assert_eq!(attempts[1].status, Some(AttemptStatus::Succeeded));
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 0));
+}
+
+#[tokio::test]
+async fn an_identity_over_its_daily_ceiling_waits_for_the_next_utc_day_without_a_failure() {
+    let w = World::with(|home| {
+        let path = home.join("identities.yaml");
+        let text = std::fs::read_to_string(&path).expect("identities.yaml");
+        let text = text.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 0.01\n",
+        );
+        std::fs::write(&path, text).expect("write");
+    });
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let first = w.enqueue(&store);
+    assert!(w.attempt(&orch, &store, &first).await.is_landed());
+    let second = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &second).await;
+
+    let AttemptEnd::Retry { at: due, reason } = end else {
+        panic!("not a wait: {end:?}")
+    };
+    let tomorrow =
+        polyphony::identity_policy::utc_day_start(Utc::now()) + chrono::Duration::days(1);
+    assert_eq!(due, tomorrow);
+    assert!(
+        reason.starts_with("identity `demo` spent $0.01 of its $0.01 daily ceiling; waits until 00:00 UTC (largest: local-1 attempt 1"),
+        "{reason}"
+    );
+    let task = w.task(&store, &second);
+    assert_eq!((task.state, task.failures), (TaskState::Failed, 0));
+    assert_eq!(task.next_attempt_at, Some(tomorrow));
+    // Held before any container: only the first task's three.
+    assert_eq!(w.runtime.created().len(), 3);
+}
+
+#[tokio::test]
+async fn a_home_without_identities_runs_the_agent_without_credentials() {
+    let w = World::with(|home| {
+        std::fs::remove_file(home.join("identities.yaml")).expect("remove identities.yaml");
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, text.replace("default_identity: demo\n", "")).expect("write");
+    });
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert!(end.is_landed(), "{end:?}");
+    assert_eq!(w.task(&store, &id).state, TaskState::Landed);
+    assert_eq!(store.attempts(&id).expect("attempts")[0].identity, "(none)");
+    let agent = &w.runtime.created()[0];
+    assert!(
+        agent
+            .mounts
+            .iter()
+            .all(|m| !m.container_path.starts_with("/polyphony/credentials")),
+        "{:?}",
+        agent.mounts
+    );
+    assert!(agent.env_from_host.is_empty(), "{:?}", agent.env_from_host);
+}
+
+#[tokio::test]
+async fn an_agent_past_its_deadline_times_out_and_is_retried() {
+    let w = World::with(|home| {
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, text.replace("deadline: 2m", "deadline: 1s")).expect("write");
+    });
+    w.runtime.push(
+        transcript("claude/real_2.1.332_lands_1.ndjson")
+            .writes("calc.sh", FIXED_CALC)
+            .hangs(),
+    );
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert!(matches!(end, AttemptEnd::Retry { .. }), "{end:?}");
+    let attempt = &store.attempts(&id).expect("attempts")[0];
+    assert_eq!(attempt.status, Some(AttemptStatus::Timeout));
+    assert_eq!(w.task(&store, &id).failures, 1);
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+#[tokio::test]
+async fn a_taken_branch_name_lands_under_this_homes_variant() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let key = polyphony::workspace::task_key(&id).expect("a key");
+    let taken = polyphony::workspace::branch_name(&orch.config.global().git.branch_prefix, &key, 1);
+    // Unrelated history under the attempt's branch name (a reset home, another instance).
+    let other_author = ("Other", "other@example.invalid");
+    let tree = git(&w.origin, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let other = git_as(
+        other_author,
+        &w.origin,
+        &["commit-tree", &tree, "-m", "someone else's work"],
+    );
+    git(
+        &w.origin,
+        &["update-ref", &format!("refs/heads/{taken}"), &other],
+    );
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Landed { branch, .. } = end else {
+        panic!("not landed: {end:?}")
+    };
+    assert_eq!(branch, format!("{taken}-{}", &orch.home_label[..6]));
+    // On the same attempt, without a failure.
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.attempts, task.failures),
+        (TaskState::Landed, 1, 0)
+    );
+    assert_eq!(w.origin_branch(&taken), Some(other), "never forced");
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+}
+
+/// Runs one attempt of `id` with an agent that never ends, cancelling once it runs.
+async fn cancelled_attempt(
+    w: &World,
+    orch: &Orchestrator,
+    store: &Store,
+    id: &str,
+    means_retry: bool,
+) -> AttemptEnd {
+    w.runtime
+        .push(transcript("claude/real_2.1.332_lands_1.ndjson").hangs());
+    let claimed = store
+        .claim(id, Utc::now())
+        .expect("claim")
+        .expect("claimable");
+    let (mut opts, cancel) = w.opts();
+    opts.cancel_means_retry = means_retry;
+    let progress = w.progress.clone();
+    let task = id.to_string();
+    let canceller = tokio::spawn(async move {
+        while !progress.path_of(&task).contains(&TaskState::Running) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = cancel.send(true);
+        cancel
+    });
+    let end = orch.run_claimed(claimed, &opts).await.expect("an attempt");
+    drop(canceller.await);
+    end
+}
+
+#[tokio::test]
+async fn a_cancelled_attempt_is_held_and_a_shutdown_retries_at_once() {
+    let w = World::new();
+    let mut orch = w.orchestrator();
+    let now = at("2026-11-30T12:00:00Z");
+    fixed_clock(&mut orch, now);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = cancelled_attempt(&w, &orch, &store, &id, false).await;
+    assert!(matches!(end, AttemptEnd::Held { .. }), "{end:?}");
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.next_attempt_at),
+        (TaskState::Failed, 0, None)
+    );
+    assert_eq!(
+        store.attempts(&id).expect("attempts")[0].status,
+        Some(AttemptStatus::Cancelled)
+    );
+
+    // A person runs it again; this time a daemon shutdown stops it.
+    store.set_retry(&id, 0, Some(now)).expect("set retry");
+    let end = cancelled_attempt(&w, &orch, &store, &id, true).await;
+    assert_eq!(
+        end,
+        AttemptEnd::Retry {
+            at: now,
+            reason: "agent claude ended cancelled: cancelled; container killed".into()
+        }
+    );
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.next_attempt_at),
+        (TaskState::Failed, 0, Some(now))
+    );
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+#[tokio::test]
+async fn three_failures_block_the_task_through_spawns_loop() {
+    let w = World::new();
+    for _ in 0..3 {
+        w.runtime.push(claude_misses());
+    }
+    let mut orch = w.orchestrator();
+    // No backoff: the loop's waits are the policy's, not this test's.
+    orch.policy.base = Duration::ZERO;
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let task = w.task(&store, &id);
+    let (opts, cancel) = w.opts();
+    let said = std::sync::Mutex::new(Vec::new());
+    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
+
+    let end = drive(&orch, &store, task, &opts, cancel.subscribe(), &say)
+        .await
+        .expect("driven");
+
+    let Some(AttemptEnd::Blocked { reason }) = end else {
+        panic!("not blocked: {end:?}")
+    };
+    assert_eq!(
+        reason,
+        "3 failed attempt(s), the limit is max_attempts = 3; last: verification failed: test exited 1"
+    );
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Blocked, 3));
+    assert_eq!(store.attempts(&id).expect("attempts").len(), 3);
+    let said = said.lock().expect("lock").clone();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].starts_with("FAILED (verification failed: test exited 1); next attempt at"),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_check_is_repaired_on_the_retry_whose_prompt_carries_it() {
+    let w = World::new();
+    w.runtime.push(claude_misses()).push(claude_fixes());
+    let mut orch = w.orchestrator();
+    orch.policy.base = Duration::ZERO;
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let (opts, cancel) = w.opts();
+
+    let end = drive(
+        &orch,
+        &store,
+        w.task(&store, &id),
+        &opts,
+        cancel.subscribe(),
+        &|_| {},
+    )
+    .await
+    .expect("driven");
+
+    let Some(AttemptEnd::Landed { branch, .. }) = end else {
+        panic!("not landed: {end:?}")
+    };
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 1));
+    let attempts = store.attempts(&id).expect("attempts");
+    assert_eq!(attempts.len(), 2);
+    let test1 = attempts[0]
+        .evidence
+        .iter()
+        .find(|e| e.name == "test")
+        .expect("attempt 1 ran the test check");
+    assert_eq!((test1.exit_code, test1.passed), (Some(1), false));
+    assert!(
+        test1.output_tail.contains("FAIL: add 2 3 gave -1"),
+        "{}",
+        test1.output_tail
+    );
+    assert_eq!(attempts[1].status, Some(AttemptStatus::Succeeded));
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    // The repair prompt carried attempt 1's failing check and its output.
+    let prompt = |spec: &polyphony::runtime::ContainerSpec| {
+        format!(
+            "{} {}",
+            spec.stdin.clone().unwrap_or_default(),
+            spec.cmd.join(" ")
+        )
+    };
+    let agents: Vec<_> = w
+        .runtime
+        .created()
+        .into_iter()
+        .filter(|s| s.role == polyphony::runtime::Role::Agent)
+        .collect();
+    assert_eq!(agents.len(), 2);
+    assert!(prompt(&agents[0]).contains("None: this is the first attempt."));
+    let second = prompt(&agents[1]);
+    assert!(
+        second.contains("failed verification") && second.contains("FAIL: add 2 3 gave -1"),
+        "{second}"
+    );
+}
+
+/// Issue 14 through `spawn`'s loop: claude and then codex meet their usage limits, so the
+/// task waits for claude's reset (the default cool-down, 2 s here, since this transcript
+/// names no time) without a failure, says so, and lands on claude after the reset.
+#[tokio::test]
+async fn spawn_waits_for_the_earliest_reset_when_every_agent_is_out_and_counts_nothing() {
+    let w = World::with(|home| {
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path).expect("config.yaml");
+        std::fs::write(&path, format!("{text}quota_default_cooldown: 2s\n")).expect("write");
+    });
+    w.runtime
+        .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
+        .push(transcript("codex/usage_limit_constructed.ndjson"))
+        .push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    let task = w.task(&store, &id);
+    let (opts, cancel) = w.opts();
+    let said = std::sync::Mutex::new(Vec::new());
+    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
+    let started = std::time::Instant::now();
+
+    let end = drive(&orch, &store, task, &opts, cancel.subscribe(), &say)
+        .await
+        .expect("driven");
+
+    assert!(matches!(end, Some(ref e) if e.is_landed()), "{end:?}");
+    let said = said.lock().expect("lock").clone();
+    assert!(
+        said.iter().any(|l| l.starts_with("waiting ")
+            && l.contains("for a usage limit (claude resets ")
+            && l.ends_with("); no failure counted")),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|l| l.contains("allowed failures")),
+        "{said:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1), "no wait");
+    let task = w.task(&store, &id);
+    assert_eq!((task.state, task.failures), (TaskState::Landed, 0));
+    let attempts = store.attempts(&id).expect("attempts");
+    let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
+    assert_eq!(agents, vec!["claude", "codex", "claude"]);
+    assert_eq!(store.quota_wait(&id).expect("quota wait"), None);
+}
