@@ -26,6 +26,8 @@ mod github_pulls;
 mod http;
 mod inspect;
 mod landing;
+mod orchestrator;
+mod quota;
 mod real_cli;
 mod routing_explain;
 mod routing_sample;
