@@ -387,20 +387,36 @@ pub fn fallback_of(store: &Store, task_id: &str) -> Result<Option<serde_json::Va
         .filter(|v| !v.is_null()))
 }
 
-/// Records that `agent` under `identity` met a usage limit in `task_id`'s attempt, so no
-/// task starts it before the reset. `message` must already be scrubbed.
-#[allow(clippy::too_many_arguments)]
+/// The usage limit one attempt met: which agent under which identity, and what the CLI
+/// said of it.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitMet<'a> {
+    pub identity: &'a str,
+    pub agent: &'a str,
+    /// The CLI's report, with its reset time when it gave one.
+    pub hit: Option<&'a QuotaHit>,
+    /// Already scrubbed.
+    pub message: &'a str,
+    pub task_id: &'a str,
+    pub attempt: u32,
+}
+
+/// Records that the agent and identity of `met` met a usage limit, so no task starts
+/// them before the reset.
 pub fn record_hit(
     store: &Store,
     settings: &QuotaSettings,
-    identity: &str,
-    agent: &str,
-    hit: Option<&QuotaHit>,
-    message: &str,
-    task_id: &str,
-    attempt: u32,
+    met: LimitMet<'_>,
     now: DateTime<Utc>,
 ) -> Result<AgentQuota, StoreError> {
+    let LimitMet {
+        identity,
+        agent,
+        hit,
+        message,
+        task_id,
+        attempt,
+    } = met;
     let (resets_at, reported) = out_until(hit, now, cli_offset(), settings.default_cooldown);
     let new = AgentQuota {
         identity: identity.to_string(),

@@ -20,7 +20,8 @@ use polyphony::domain::{
     VolumeMount,
 };
 use polyphony::orchestrator::execute::{
-    reattach, run_attempt, run_check, AttemptExecution, RunLimits, Scrub, TranscriptPaths, VecSink,
+    reattach, run_attempt, run_check, AgentRun, AttemptExecution, RunLimits, Scrub,
+    TranscriptPaths, VecSink,
 };
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
 use polyphony::runtime::{
@@ -173,14 +174,16 @@ async fn run(
     let mut sink = VecSink::default();
     let started = Instant::now();
     let exec = run_attempt(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits,
+            transcript: Some(&transcript),
+            scrub,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        limits,
-        Some(&transcript),
-        scrub,
-        no_cancel(),
     )
     .await
     .unwrap_or_else(|e| panic!("{agent} {name}: run_attempt failed: {e}"));
@@ -358,14 +361,16 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let mut sink = VecSink::default();
     let exec = run_attempt(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        None,
-        &plain,
-        no_cancel(),
     )
     .await
     .expect("stdin run");
@@ -632,14 +637,16 @@ async fn idle_kill_fires_and_cancel_kills() {
     };
     let (exec, ()) = tokio::join!(
         run_attempt(
-            &w.rt,
+            AgentRun {
+                runtime: &w.rt,
+                adapter: adapter.as_ref(),
+                sink: &mut sink,
+                limits,
+                transcript: None,
+                scrub: &plain,
+                cancel: rx,
+            },
             &cspec,
-            adapter.as_ref(),
-            &mut sink,
-            limits,
-            None,
-            &plain,
-            rx
         ),
         canceller
     );
@@ -827,14 +834,16 @@ async fn hardening_user_and_credential_staging() {
     {
         let mut sink = VecSink::default();
         let exec = run_attempt(
-            &w.rt,
+            AgentRun {
+                runtime: &w.rt,
+                adapter: adapter.as_ref(),
+                sink: &mut sink,
+                limits: LIMITS,
+                transcript: None,
+                scrub: &plain,
+                cancel: no_cancel(),
+            },
             &cspec,
-            adapter.as_ref(),
-            &mut sink,
-            LIMITS,
-            None,
-            &plain,
-            no_cancel(),
         )
         .await
         .unwrap();
@@ -894,14 +903,16 @@ async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
     let stale = w.rt.create(&cspec).await.expect("stale create");
     let mut sink = VecSink::default();
     let exec = run_attempt(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        None,
-        &plain,
-        no_cancel(),
     )
     .await
     .expect("run over a leftover");
@@ -1029,14 +1040,16 @@ async fn reattach_resumes_without_duplicates() {
     let first = tokio::time::timeout(
         Duration::from_millis(2500),
         run_attempt(
-            &w.rt,
+            AgentRun {
+                runtime: &w.rt,
+                adapter: adapter.as_ref(),
+                sink: &mut sink,
+                limits: LIMITS,
+                transcript: Some(&transcript),
+                scrub: &plain,
+                cancel: no_cancel(),
+            },
             &cspec,
-            adapter.as_ref(),
-            &mut sink,
-            LIMITS,
-            Some(&transcript),
-            &plain,
-            no_cancel(),
         ),
     )
     .await;
@@ -1048,14 +1061,16 @@ async fn reattach_resumes_without_duplicates() {
         "some events were stored before the crash ({recorded})"
     );
     let exec = reattach(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: Some(&transcript),
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &id,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        Some(&transcript),
-        &plain,
-        no_cancel(),
         recorded,
     )
     .await
@@ -1090,14 +1105,16 @@ async fn oom_kill_is_a_crash_with_the_reason() {
     let adapter = adapter_for(AgentType::Claude);
     let mut sink = VecSink::default();
     let exec = run_attempt(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        None,
-        &plain,
-        no_cancel(),
     )
     .await
     .expect("oom run");
@@ -1324,14 +1341,16 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
     let rt = BrokenStream(w.rt.clone());
     let mut sink = VecSink::default();
     let err = run_attempt(
-        &rt,
+        AgentRun {
+            runtime: &rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        None,
-        &plain,
-        no_cancel(),
     )
     .await
     .expect_err("the stream broke");
@@ -1373,14 +1392,16 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
     let cspec = agent_spec(&spec, &inv, &w.label, &user);
     let mut sink = VecSink::default();
     let exec = run_attempt(
-        &w.rt,
+        AgentRun {
+            runtime: &w.rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+        },
         &cspec,
-        adapter.as_ref(),
-        &mut sink,
-        LIMITS,
-        None,
-        &plain,
-        no_cancel(),
     )
     .await
     .unwrap();

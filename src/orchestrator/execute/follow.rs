@@ -12,16 +12,15 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::sync::watch;
 
-use super::policy::{decide, tree_size, RunLimits, Stop, WORKSPACE_CHECK_EVERY};
+use super::policy::{decide, tree_size, Stop, WORKSPACE_CHECK_EVERY};
 use super::sinks::{EventSink, Scrub};
-use super::{AttemptExecution, TranscriptPaths};
+use super::{AgentRun, AttemptExecution};
 use crate::agents::scrub::StreamScrub;
 use crate::agents::{AgentAdapter, AgentOutcome};
 use crate::domain::{EventKind, EventStream, TaskEvent};
 use crate::runtime::stream::{Line, LineSplitter, MAX_LINE_BYTES};
-use crate::runtime::{RuntimeError, WorkerRuntime};
+use crate::runtime::RuntimeError;
 
 /// Flush the pending batch to the sink at this many events …
 const BATCH_EVENTS: usize = 50;
@@ -203,21 +202,39 @@ fn open_append(path: &Path) -> Result<BufWriter<File>, RuntimeError> {
         .map_err(|e| RuntimeError::Io(format!("cannot open transcript {}: {e}", path.display())))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The container [`follow_and_collect`] follows, and where following it starts.
+pub(super) struct Followed<'a> {
+    pub id: &'a str,
+    /// When the container started: the duration falls back to the time since.
+    pub started: Instant,
+    /// When the deadline kill falls.
+    pub deadline_at: tokio::time::Instant,
+    /// Lines below this seq are already stored by an earlier follower (re-attach).
+    pub skip: u64,
+    /// The host path bound at `/workspace`, watched for the workspace cap.
+    pub workspace: Option<PathBuf>,
+}
+
 pub(super) async fn follow_and_collect(
-    rt: &dyn WorkerRuntime,
-    id: &str,
-    adapter: &dyn AgentAdapter,
-    sink: &mut dyn EventSink,
-    limits: RunLimits,
-    deadline_at: tokio::time::Instant,
-    started: Instant,
-    transcript: Option<&TranscriptPaths>,
-    scrub: Scrub<'_>,
-    mut cancel: watch::Receiver<bool>,
-    skip: u64,
-    workspace: Option<PathBuf>,
+    run: AgentRun<'_>,
+    followed: Followed<'_>,
 ) -> Result<AttemptExecution, RuntimeError> {
+    let AgentRun {
+        runtime: rt,
+        adapter,
+        sink,
+        limits,
+        transcript,
+        scrub,
+        mut cancel,
+    } = run;
+    let Followed {
+        id,
+        started,
+        deadline_at,
+        skip,
+        workspace,
+    } = followed;
     let (stdout_file, stderr_file) = match transcript {
         Some(t) => (Some(open_append(&t.stdout)?), Some(open_append(&t.stderr)?)),
         None => (None, None),

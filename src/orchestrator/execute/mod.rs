@@ -8,6 +8,9 @@
 //! the exit code and OOM flag, deciding the [`AttemptStatus`] ([`decide`], pure) and
 //! removing the container.
 //!
+//! [`run_attempt`] and [`reattach`] take one [`AgentRun`]: the runtime, adapter, sink,
+//! limits, transcript, scrubber and cancel signal a container is followed with.
+//!
 //! Must not: decide task state transitions, touch the store directly, or log line text
 //! before it is scrubbed.
 //!
@@ -37,7 +40,7 @@ use crate::agents::{AgentAdapter, AgentOutcome};
 use crate::domain::AttemptStatus;
 use crate::runtime::container_spec::{container_key, ContainerSpec};
 use crate::runtime::{RuntimeError, WorkerRuntime};
-use follow::follow_and_collect;
+use follow::{follow_and_collect, Followed};
 
 /// The transcript files of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,46 +87,48 @@ pub struct AttemptExecution {
     pub warnings: Vec<String>,
 }
 
-/// Runs one attempt: create (replacing a leftover), start, follow, collect, remove.
+/// Everything one agent container is run and followed with, the same whether the
+/// container is started ([`run_attempt`]) or re-attached to ([`reattach`]).
+pub struct AgentRun<'a> {
+    pub runtime: &'a dyn WorkerRuntime,
+    /// Classifies stdout lines into events and the outcome.
+    pub adapter: &'a dyn AgentAdapter,
+    /// Where the (scrubbed) events go as they arrive.
+    pub sink: &'a mut dyn EventSink,
+    pub limits: RunLimits,
+    /// Where scrubbed output is also written, if anywhere.
+    pub transcript: Option<&'a TranscriptPaths>,
+    /// Applied to every line before anything stores it.
+    pub scrub: Scrub<'a>,
+    /// `true` asks for the container to be killed.
+    pub cancel: watch::Receiver<bool>,
+}
+
+/// Runs one attempt: create `spec` (replacing a leftover), start, follow, collect, remove.
 ///
 /// Errors are for the container never getting going (image missing, engine down) or the
 /// engine vanishing mid-run; in the latter case the container is left for `reattach`.
-#[allow(clippy::too_many_arguments)]
 pub async fn run_attempt(
-    rt: &dyn WorkerRuntime,
+    run: AgentRun<'_>,
     spec: &ContainerSpec,
-    adapter: &dyn AgentAdapter,
-    sink: &mut dyn EventSink,
-    limits: RunLimits,
-    transcript: Option<&TranscriptPaths>,
-    scrub: Scrub<'_>,
-    cancel: watch::Receiver<bool>,
 ) -> Result<AttemptExecution, RuntimeError> {
-    let spec = &with_deadline(spec, limits.deadline);
+    let rt = run.runtime;
+    let spec = &with_deadline(spec, run.limits.deadline);
     let id = rt.create(spec).await?;
-    sink.container_created(&id);
+    run.sink.container_created(&id);
     let started = Instant::now();
     if let Err(e) = rt.start(&id).await {
         let _ = rt.remove(&id).await;
         return Err(e);
     }
-    let deadline_at = tokio::time::Instant::from_std(started) + limits.deadline;
-    let workspace = workspace_of(spec);
-    let result = follow_and_collect(
-        rt,
-        &id,
-        adapter,
-        sink,
-        limits,
-        deadline_at,
+    let followed = Followed {
+        id: &id,
         started,
-        transcript,
-        scrub,
-        cancel,
-        0,
-        workspace,
-    )
-    .await;
+        deadline_at: tokio::time::Instant::from_std(started) + run.limits.deadline,
+        skip: 0,
+        workspace: workspace_of(spec),
+    };
+    let result = follow_and_collect(run, followed).await;
     discard_on_error(rt, &id, result).await
 }
 
@@ -166,50 +171,34 @@ async fn discard_on_error<T>(
 }
 
 /// Resumes an attempt whose follower died (daemon restart) without duplicating events:
-/// the logs are re-read from the start, every stdout line still feeds the adapter (so
-/// turns and cost are whole), and only lines from seq `recorded` on are stored. The
-/// deadline counts from the container's own start time.
-#[allow(clippy::too_many_arguments)]
+/// the logs of `container_id` are re-read from the start, every stdout line still feeds
+/// the adapter (so turns and cost are whole), and only lines from seq `recorded` on are
+/// stored. The deadline counts from the container's own start time.
 pub async fn reattach(
-    rt: &dyn WorkerRuntime,
+    run: AgentRun<'_>,
     container_id: &str,
-    adapter: &dyn AgentAdapter,
-    sink: &mut dyn EventSink,
-    limits: RunLimits,
-    transcript: Option<&TranscriptPaths>,
-    scrub: Scrub<'_>,
-    cancel: watch::Receiver<bool>,
     recorded: u64,
 ) -> Result<AttemptExecution, RuntimeError> {
+    let rt = run.runtime;
     let info = rt.inspect(container_id).await?;
     let ran_for = info
         .started_at
         .and_then(|t| (Utc::now() - t).to_std().ok())
         .unwrap_or_default();
     let now = Instant::now();
-    let started = now.checked_sub(ran_for).unwrap_or(now);
-    let remaining = limits.deadline.saturating_sub(ran_for);
-    let deadline_at = tokio::time::Instant::now() + remaining;
-    let workspace = info
-        .mounts
-        .iter()
-        .find(|(target, _)| target == crate::runtime::container_spec::WORKSPACE_DIR)
-        .map(|(_, source)| PathBuf::from(source));
-    let result = follow_and_collect(
-        rt,
-        &info.id,
-        adapter,
-        sink,
-        limits,
-        deadline_at,
-        started,
-        transcript,
-        scrub,
-        cancel,
-        recorded,
-        workspace,
-    )
-    .await;
+    let remaining = run.limits.deadline.saturating_sub(ran_for);
+    let followed = Followed {
+        id: &info.id,
+        started: now.checked_sub(ran_for).unwrap_or(now),
+        deadline_at: tokio::time::Instant::now() + remaining,
+        skip: recorded,
+        workspace: info
+            .mounts
+            .iter()
+            .find(|(target, _)| target == crate::runtime::container_spec::WORKSPACE_DIR)
+            .map(|(_, source)| PathBuf::from(source)),
+    };
+    let result = follow_and_collect(run, followed).await;
     discard_on_error(rt, &info.id, result).await
 }
 

@@ -88,34 +88,18 @@ impl AttemptRun<'_> {
                 )
                 .map_err(Failure::crash)?;
         }
+        let run = execute::AgentRun {
+            runtime: self.orch.runtime.as_ref(),
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits,
+            transcript: Some(&transcript),
+            scrub,
+            cancel: self.opts.cancel.clone(),
+        };
         let exec = match reattach {
-            None => {
-                execute::run_attempt(
-                    self.orch.runtime.as_ref(),
-                    &container,
-                    adapter.as_ref(),
-                    &mut sink,
-                    limits,
-                    Some(&transcript),
-                    scrub,
-                    self.opts.cancel.clone(),
-                )
-                .await
-            }
-            Some((id, recorded)) => {
-                execute::reattach(
-                    self.orch.runtime.as_ref(),
-                    &id,
-                    adapter.as_ref(),
-                    &mut sink,
-                    limits,
-                    Some(&transcript),
-                    scrub,
-                    self.opts.cancel.clone(),
-                    recorded,
-                )
-                .await
-            }
+            None => execute::run_attempt(run, &container).await,
+            Some((id, recorded)) => execute::reattach(run, &id, recorded).await,
         };
         let sink_error = sink.error.take();
         if self.state == TaskState::Provisioned && self.task_state_now() == Some(TaskState::Running)

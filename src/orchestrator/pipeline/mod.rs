@@ -303,12 +303,14 @@ impl<'a> AttemptRun<'a> {
         quota::record_hit(
             &self.db(),
             &self.orch.config.quota_settings(),
-            &spec.identity,
-            &spec.agent,
-            exec.outcome.quota.as_ref(),
-            result.reason.as_deref().unwrap_or("usage limit"),
-            &self.task.id,
-            self.attempt,
+            quota::LimitMet {
+                identity: &spec.identity,
+                agent: &spec.agent,
+                hit: exec.outcome.quota.as_ref(),
+                message: result.reason.as_deref().unwrap_or("usage limit"),
+                task_id: &self.task.id,
+                attempt: self.attempt,
+            },
             Utc::now(),
         )
         .map(|_| ())
