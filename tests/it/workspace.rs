@@ -1,7 +1,7 @@
 //! Workspace manager against real git repositories: a local bare origin with history, the
 //! mirror cache, clones per attempt, commit, push, cleanup (spec §6, issue 4).
 
-mod support;
+use crate::support;
 
 use polyphony::workspace::{
     branch_name, disk_usage, task_key, Author, CloneMode, PrepareRequest, Workspace,

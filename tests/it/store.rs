@@ -1,7 +1,7 @@
 //! The store against a real SQLite file: migrations, the transition log, the claim race,
 //! attempts, events and idempotency records.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};

@@ -13,7 +13,7 @@
 //!
 //! Without an engine the Docker tests fail when `CI` is set, otherwise print `SKIPPED`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,7 +90,12 @@ impl Origin {
 impl Home {
     /// A home running every agent as `claude` in the test image; `verify` is appended to
     /// config.yaml's `verify:` section. Runs log at `info` and carry the identity's secret.
-    fn new(image: &str, max_attempts: u32, verify: &str, github: Option<&FakeGithub>) -> Home {
+    fn for_landing(
+        image: &str,
+        max_attempts: u32,
+        verify: &str,
+        github: Option<&FakeGithub>,
+    ) -> Home {
         let (dir, path) = Home::temp();
         write_home(&path, dir.path(), image).expect("home");
         std::fs::write(
@@ -213,7 +218,7 @@ async fn a_check_that_repoints_the_branch_cannot_change_what_is_pushed() {
             ))
             .labels(&["agent-ready"]),
     );
-    let home = Home::new(&image, 1, "", Some(&fake));
+    let home = Home::for_landing(&image, 1, "", Some(&fake));
     let issue = format!("{repo}#{n}");
     let out = home.run(&["spawn", &issue]).await;
     assert!(out.status.success(), "spawn: {}", output(&out));
@@ -252,7 +257,7 @@ async fn a_check_that_repoints_the_branch_cannot_change_what_is_pushed() {
 async fn protected_check_scripts_refuse_a_rewritten_check() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "  protect_check_scripts: true\n", None);
+    let home = Home::for_landing(&image, 1, "  protect_check_scripts: true\n", None);
     let v = refused(&home, &origin, "repoint-branch", "").await;
     let why = reasons(&v);
     assert!(
@@ -267,7 +272,7 @@ async fn protected_check_scripts_refuse_a_rewritten_check() {
 async fn a_file_hidden_by_info_exclude_does_not_make_verification_pass() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "", None);
+    let home = Home::for_landing(&image, 1, "", None);
     let v = refused(&home, &origin, "exclude-hidden", "").await;
     let why = reasons(&v);
     assert!(why.contains("verification failed: test exited 1"), "{why}");
@@ -288,7 +293,7 @@ async fn a_file_hidden_by_info_exclude_does_not_make_verification_pass() {
 async fn a_fifo_in_git_fails_the_attempt_and_the_daemon_carries_on() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "", None);
+    let home = Home::for_landing(&image, 1, "", None);
     let bad = home.enqueue_scenario(&origin, "fifo-index", "").await;
     let good = home.enqueue_scenario(&origin, "succeed", "").await;
     let out = home.run(&["daemon", "--exit-when-idle"]).await;
@@ -313,7 +318,7 @@ async fn a_fifo_in_git_fails_the_attempt_and_the_daemon_carries_on() {
 async fn submodule_and_filter_attribute_changes_are_refused() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "", None);
+    let home = Home::for_landing(&image, 1, "", None);
     let v = refused(&home, &origin, "gitmodules", "").await;
     let why = reasons(&v);
     assert!(
@@ -333,7 +338,7 @@ async fn submodule_and_filter_attribute_changes_are_refused() {
 async fn a_file_over_the_size_limit_is_refused() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "  max_file_size: 1m\n", None);
+    let home = Home::for_landing(&image, 1, "  max_file_size: 1m\n", None);
     let v = refused(&home, &origin, "big-file", "polyphony-fake-size: 2097152\n").await;
     let why = reasons(&v);
     assert!(why.contains("big.bin (2097152 bytes)"), "{why}");
@@ -346,7 +351,7 @@ async fn a_file_over_the_size_limit_is_refused() {
 async fn a_secret_in_the_diff_blocks_the_task_without_retry() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 3, "", None);
+    let home = Home::for_landing(&image, 3, "", None);
     let id = home
         .enqueue_scenario(
             &origin,
@@ -492,7 +497,7 @@ async fn config_check_warns_about_unprotected_check_scripts() {
         ),
         ("  test: sh test.sh\n  protect_check_scripts: true\n", false),
     ] {
-        let home = Home::new("img:1", 1, verify, None);
+        let home = Home::for_landing("img:1", 1, verify, None);
         let out = home.run(&["config", "check"]).await;
         assert!(out.status.success(), "{}", output(&out));
         let err = text(&out.stderr);
@@ -512,7 +517,7 @@ async fn config_check_warns_about_unprotected_check_scripts() {
 async fn resuming_one_attempt_after_restarts_is_capped() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
-    let home = Home::new(&image, 1, "", None);
+    let home = Home::for_landing(&image, 1, "", None);
     let id = home.enqueue_scenario(&origin, "hang", "").await;
     let resumes = || -> u32 {
         rusqlite::Connection::open(home.path.join("queue.db"))

@@ -12,7 +12,7 @@
 //! `SKIPPED: <why>`. `POLYPHONY_SKIP_REAL_CLI=1` skips these tests outside CI (e.g. on a
 //! machine without the Debian mirror).
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //!
 //! Without an engine: fails when `CI` is set, otherwise prints `SKIPPED: <why>`.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! inline comments and replies, conversation comments, check runs and statuses,
 //! permissions, merge and close, and conditional reads that cost `304`s.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The GitHub source against the stateful fake GitHub (tests/support/fake_github.rs):
 //! intake over pages, claims, landing, blocked reports, faults and trust.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

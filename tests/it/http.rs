@@ -2,7 +2,7 @@
 //! the CLI's `--json`, auth, the SSE stream and its resume, escaping on the dashboard, and
 //! a `/metrics` scrape read by a Prometheus text parser.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `route --explain` on a task whose body names real files of a local repository shows
 //! those files, their LOC and their callers — from a checkout and from a bare mirror.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;

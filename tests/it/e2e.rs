@@ -13,7 +13,7 @@
 //! branch name, and the rest of the attempt outcomes) are asserted fast over the scripted
 //! runtime in tests/orchestrator.rs; this file keeps what needs the real engine and binary.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -3,7 +3,7 @@
 //! (queue.db included) is byte-for-byte what it was before the rejected command. A second
 //! test pipes every printing verb into a closed reader: it must stop quietly, never panic.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

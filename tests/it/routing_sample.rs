@@ -1,7 +1,7 @@
 //! The shipped config-examples/routing.yaml routes a table of realistic tasks, gathered and scored against
 //! a real git repository, to the agents its comments promise.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use polyphony::config::model::RoutingFile;

@@ -6,7 +6,7 @@
 //! What needs the real engine (kill -9, SIGTERM, containers, the watchdog) stays in
 //! tests/e2e.rs.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The built binary against a temporary POLYPHONY_HOME: init, config check, enqueue,
 //! status, and every kind of malformed config exiting 2 with file:line and a fix.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -24,7 +24,7 @@
 //!
 //! Without an engine the tests fail when `CI` is set, otherwise print `SKIPPED`.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 

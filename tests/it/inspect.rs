@@ -5,7 +5,7 @@
 //!
 //! Docker tests without an engine: fail when `CI` is set, otherwise print `SKIPPED: <why>`.
 
-mod support;
+use crate::support;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //!
 //! Without `chromium` on PATH this prints SKIPPED, and fails under `CI=true`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
