@@ -223,21 +223,15 @@ mod tests {
         let t0 = Utc::now();
         store.insert_task(&issue("o/r#1", t0)).unwrap();
         store
-            .record_pull(&crate::store::PullRecord {
-                task_id: "o/r#1".into(),
-                repo: "o/r".into(),
-                number: 2,
-                branch: "polyphony/o_r_1-a1".into(),
-                base: "main".into(),
-                head_sha: "a".repeat(40),
-                state: "open".into(),
-                checks: None,
-                review: None,
-                mergeable: None,
-                followups: 0,
-                watching: true,
-                updated_at: t0,
-            })
+            .record_pull(&crate::store::PullRecord::opened(
+                "o/r#1",
+                "o/r",
+                2,
+                "polyphony/o_r_1-a1",
+                "main",
+                &"a".repeat(40),
+                t0,
+            ))
             .unwrap();
         let keys = vec!["review-comment:3".to_string()];
         let plan = serde_json::json!({});

@@ -38,6 +38,35 @@ pub struct PullRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+impl PullRecord {
+    /// A pull request just opened by `task_id`: open, watched, nothing looked at yet.
+    pub fn opened(
+        task_id: &str,
+        repo: &str,
+        number: u64,
+        branch: &str,
+        base: &str,
+        head_sha: &str,
+        now: DateTime<Utc>,
+    ) -> PullRecord {
+        PullRecord {
+            task_id: task_id.to_string(),
+            repo: repo.to_string(),
+            number,
+            branch: branch.to_string(),
+            base: base.to_string(),
+            head_sha: head_sha.to_string(),
+            state: "open".into(),
+            checks: None,
+            review: None,
+            mergeable: None,
+            followups: 0,
+            watching: true,
+            updated_at: now,
+        }
+    }
+}
+
 /// What one look at the pull request found (written by [`Store::update_pull`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PullLook {
@@ -333,21 +362,15 @@ mod tests {
     }
 
     fn pull(task_id: &str) -> PullRecord {
-        PullRecord {
-            task_id: task_id.into(),
-            repo: "o/r".into(),
-            number: 5,
-            branch: "polyphony/o_r_1-a1".into(),
-            base: "main".into(),
-            head_sha: "a".repeat(40),
-            state: "open".into(),
-            checks: None,
-            review: None,
-            mergeable: None,
-            followups: 0,
-            watching: true,
-            updated_at: Utc::now(),
-        }
+        PullRecord::opened(
+            task_id,
+            "o/r",
+            5,
+            "polyphony/o_r_1-a1",
+            "main",
+            &"a".repeat(40),
+            Utc::now(),
+        )
     }
 
     #[test]

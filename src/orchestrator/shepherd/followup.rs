@@ -121,21 +121,15 @@ pub fn record_landed(
     let Ok(issue) = IssueRef::parse(&task.source_ref) else {
         return Ok(());
     };
-    store.record_pull(&PullRecord {
-        task_id: task.id.clone(),
-        repo: issue.repo.to_string(),
+    store.record_pull(&PullRecord::opened(
+        &task.id,
+        &issue.repo.to_string(),
         number,
-        branch: branch.to_string(),
-        base: base.to_string(),
-        head_sha: sha.to_string(),
-        state: "open".into(),
-        checks: None,
-        review: None,
-        mergeable: None,
-        followups: 0,
-        watching: true,
-        updated_at: now,
-    })?;
+        branch,
+        base,
+        sha,
+        now,
+    ))?;
     Ok(())
 }
 
@@ -232,21 +226,15 @@ mod tests {
             "t",
             now,
         );
-        let pull = PullRecord {
-            task_id: "o/r#1".into(),
-            repo: "o/r".into(),
-            number: 4,
-            branch: "polyphony/o_r_1-a1".into(),
-            base: "main".into(),
-            head_sha: "a".repeat(40),
-            state: "open".into(),
-            checks: None,
-            review: None,
-            mergeable: None,
-            followups: 0,
-            watching: true,
-            updated_at: now,
-        };
+        let pull = PullRecord::opened(
+            "o/r#1",
+            "o/r",
+            4,
+            "polyphony/o_r_1-a1",
+            "main",
+            &"a".repeat(40),
+            now,
+        );
         let plan = FollowUp {
             merge_base: true,
             conflict: true,
