@@ -23,6 +23,19 @@ pub struct ShepherdConfig {
     /// Merge the base in when it moved even without a conflict (repositories that require
     /// up-to-date branches).
     pub require_up_to_date: bool,
+    /// How a moved base gets into the branch: a merge commit (default), or the branch's
+    /// changes put on top of the base and force-pushed with a lease, only when every commit
+    /// on the branch is ours.
+    pub conflicts: ConflictMode,
+}
+
+/// `shepherd.conflicts`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConflictMode {
+    #[default]
+    Merge,
+    Rebase,
 }
 
 impl Default for ShepherdConfig {
@@ -35,6 +48,7 @@ impl Default for ShepherdConfig {
             hold_label: "polyphony-hold".into(),
             required_checks: Vec::new(),
             require_up_to_date: false,
+            conflicts: ConflictMode::Merge,
         }
     }
 }

@@ -723,3 +723,20 @@ fn the_prompt_template_is_parsed_once_at_load_and_carried() {
         &PromptTemplate::builtin()
     );
 }
+
+#[test]
+fn shepherd_conflicts_is_merge_or_rebase() {
+    use shepherd::ConflictMode;
+    let cfg = load(&ConfigSources::templates()).unwrap();
+    assert_eq!(cfg.global().shepherd.conflicts, ConflictMode::Merge);
+    let cfg = load(&with(CONFIG_FILE, "shepherd:\n  conflicts: rebase\n")).unwrap();
+    assert_eq!(cfg.global().shepherd.conflicts, ConflictMode::Rebase);
+    check_err(
+        CONFIG_FILE,
+        "shepherd:\n  conflicts: squash\n",
+        ConfigErrorKind::InvalidValue,
+        2,
+        "`conflicts` is `squash`",
+        "set `conflicts` to `merge` or `rebase`",
+    );
+}

@@ -48,6 +48,18 @@ pub fn from_serde(file: &Path, err: &serde_yaml::Error) -> ConfigError {
             format!("add `{name}: …` to this mapping"),
         );
     }
+    if let Some(rest) = detail.strip_prefix("unknown variant `") {
+        let name = rest.split('`').next().unwrap_or("");
+        let what = field.map_or("this value".to_string(), |f| format!("`{f}`"));
+        let expected = rest.split_once(", expected ").map_or("", |(_, e)| e);
+        return ConfigError::new(
+            ConfigErrorKind::InvalidValue,
+            file,
+            pos,
+            format!("{what} is `{name}`, which is not one of its values"),
+            format!("set {what} to {expected}"),
+        );
+    }
     if detail.starts_with("invalid type:") || detail.starts_with("invalid value:") {
         let expected = detail
             .rsplit_once(", expected ")
@@ -131,6 +143,7 @@ fn strip_position(message: &str) -> String {
 fn split_path(message: &str) -> (Option<&str>, &str) {
     for marker in [
         ": unknown field",
+        ": unknown variant",
         ": missing field",
         ": invalid type",
         ": invalid value",

@@ -21,7 +21,8 @@ pub struct Landing<'a> {
     pub workspaces: Arc<WorkspaceManager>,
     /// The attempt's workspace; its `branch` is the name pushed to. A caller that lands on
     /// top of an existing branch (a follow-up to an open pull request) passes a workspace
-    /// whose `branch` names it: the push is a fast-forward, never forced.
+    /// whose `branch` names it: the push is a fast-forward, or with `ws.lease` (a rebased
+    /// follow-up) a `--force-with-lease` to exactly that old head.
     pub ws: &'a Workspace,
     pub sha: &'a str,
     /// The name pushed to when `ws.branch` is taken upstream by unrelated history.
@@ -90,6 +91,15 @@ fn push_blocking(
     token: Option<String>,
 ) -> Result<String, String> {
     let token = token.as_deref();
+    // A leased push (a rebased follow-up) done before a kill is not redone: the lease names
+    // the old head, which the remote no longer holds.
+    if ws.lease.is_some() {
+        if let Ok(Some(remote)) = workspaces.remote_sha(ws, &ws.branch, token) {
+            if remote == sha {
+                return Ok(ws.branch.clone());
+            }
+        }
+    }
     let branch = match workspaces.push_commit(ws, sha, &ws.branch, token) {
         Err(WorkspaceError::PushRejected { reason, .. }) if is_name_taken(&reason) => {
             workspaces

@@ -180,6 +180,7 @@ impl WorkspaceManager {
             mirror_note,
             mirror_objects,
             merge_parents: Vec::new(),
+            lease: None,
         })
     }
 

@@ -18,20 +18,26 @@ pub struct BaseMerge {
 }
 
 impl WorkspaceManager {
-    /// Merges `origin/<base>` into the workspace's branch without committing. On return
-    /// `ws.merge_parents` names the merged commit (when there was one).
-    pub fn merge_base(&self, ws: &mut Workspace, base: &str) -> Result<BaseMerge, WorkspaceError> {
-        harden(ws)?;
-        let git = |op: &str| Git::new(op).current_dir(&ws.path);
+    /// The commit `origin/<base>` names in the workspace's clone.
+    pub(super) fn origin_base(&self, ws: &Workspace, base: &str) -> Result<String, WorkspaceError> {
         let name = base.strip_prefix("refs/heads/").unwrap_or(base);
-        let base_sha = git("rev-parse")
+        Git::new("rev-parse")
+            .current_dir(&ws.path)
             .args(["rev-parse", "--verify", "--end-of-options"])
             .arg(format!("refs/remotes/origin/{name}^{{commit}}"))
             .stdout()
             .map_err(|_| WorkspaceError::BaseRefNotFound {
                 repo: ws.upstream.clone(),
                 base_ref: name.to_string(),
-            })?;
+            })
+    }
+
+    /// Merges `origin/<base>` into the workspace's branch without committing. On return
+    /// `ws.merge_parents` names the merged commit (when there was one).
+    pub fn merge_base(&self, ws: &mut Workspace, base: &str) -> Result<BaseMerge, WorkspaceError> {
+        harden(ws)?;
+        let git = |op: &str| Git::new(op).current_dir(&ws.path);
+        let base_sha = self.origin_base(ws, base)?;
         let (contained, _, _) = git("merge-base")
             .args(["merge-base", "--is-ancestor", "--end-of-options"])
             .args([&base_sha, &ws.base_sha])

@@ -26,6 +26,7 @@ mod merge;
 mod mirror;
 pub mod probe;
 mod push;
+mod rebase;
 pub mod repo_read;
 mod seed;
 mod shared;
@@ -35,6 +36,7 @@ pub use cleanup::disk_usage;
 pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
 pub use merge::BaseMerge;
+pub use rebase::{foreign_commits, BaseRebase};
 pub use repo_read::RepoSnapshot;
 pub use seed::seed_bare_repo;
 pub use shared::MirrorGc;
@@ -135,6 +137,10 @@ pub struct Workspace {
     /// pull request (`merge_base`), so the landing commit is a merge, never a rebase.
     #[serde(default)]
     pub merge_parents: Vec<String>,
+    /// The remote branch head this workspace replaces (`shepherd.conflicts: rebase`): the
+    /// push is `--force-with-lease` to exactly this sha; `None` = a fast-forward push.
+    #[serde(default)]
+    pub lease: Option<String>,
 }
 
 /// How an attempt's clone gets its objects (config.yaml `git.clone_mode`).

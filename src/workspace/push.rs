@@ -33,17 +33,19 @@ impl WorkspaceManager {
         token: Option<&str>,
     ) -> Result<(), WorkspaceError> {
         let refspec = format!("refs/heads/{}:refs/heads/{remote_branch}", ws.branch);
-        self.push_refspec(ws, remote, &refspec, remote_branch, token)
+        self.push_refspec(ws, remote, &refspec, remote_branch, None, token)
     }
 
-    /// Pushes one refspec (no force) from the workspace to `remote` (`None` = the upstream
-    /// recorded at prepare time); `remote_branch` names the destination in errors.
+    /// Pushes one refspec from the workspace to `remote` (`None` = the upstream recorded at
+    /// prepare time); `remote_branch` names the destination in errors. No force, except a
+    /// `lease`: the remote branch is replaced only while it still names that sha.
     pub(super) fn push_refspec(
         &self,
         ws: &Workspace,
         remote: Option<&str>,
         refspec: &str,
         remote_branch: &str,
+        lease: Option<&str>,
         token: Option<&str>,
     ) -> Result<(), WorkspaceError> {
         let target = match remote {
@@ -54,7 +56,9 @@ impl WorkspaceManager {
         let askpass = self.askpass()?;
         let (out, op, token) = Git::new("push")
             .current_dir(&ws.path)
-            .args(["push", "--porcelain", "--no-verify", "--", &target, refspec])
+            .args(["push", "--porcelain", "--no-verify"])
+            .args(lease.map(|sha| lease_option(remote_branch, sha)))
+            .args(["--", &target, refspec])
             .token(&askpass, token, &target)
             .output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -85,5 +89,21 @@ impl WorkspaceManager {
         }
         tracing::info!(branch = %remote_branch, remote = %scrub(&target, token), "pushed");
         Ok(())
+    }
+}
+
+/// The `--force-with-lease` option replacing `refs/heads/<branch>` only while it names `sha`.
+pub fn lease_option(branch: &str, sha: &str) -> String {
+    format!("--force-with-lease=refs/heads/{branch}:{sha}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lease_names_the_full_ref_and_the_expected_sha() {
+        assert_eq!(
+            super::lease_option("polyphony/x-1", "abc"),
+            "--force-with-lease=refs/heads/polyphony/x-1:abc"
+        );
     }
 }

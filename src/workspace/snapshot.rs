@@ -239,7 +239,8 @@ impl WorkspaceManager {
     }
 
     /// Pushes exactly `sha` to `refs/heads/{remote_branch}` at the upstream recorded at
-    /// prepare time (no force; a rejection is `PushRejected`).
+    /// prepare time (a rejection is `PushRejected`). No force; a workspace with a `lease`
+    /// (`rebase_onto_base`) replaces the branch only while it still names the leased sha.
     pub fn push_commit(
         &self,
         ws: &Workspace,
@@ -248,8 +249,18 @@ impl WorkspaceManager {
         token: Option<&str>,
     ) -> Result<(), WorkspaceError> {
         check_oid("commit", sha)?;
+        if let Some(lease) = &ws.lease {
+            check_oid("leased commit", lease)?;
+        }
         let refspec = format!("{sha}:refs/heads/{remote_branch}");
-        self.push_refspec(ws, None, &refspec, remote_branch, token)
+        self.push_refspec(
+            ws,
+            None,
+            &refspec,
+            remote_branch,
+            ws.lease.as_deref(),
+            token,
+        )
     }
 
     /// The commit `refs/heads/{branch}` names at the upstream, `None` when it does not exist.

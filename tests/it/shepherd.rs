@@ -12,7 +12,8 @@
 //! - the same comment from an untrusted user → nothing;
 //! - a failing check run → a fix commit; failing the same way again → one report, no loop;
 //! - a conflicting change pushed to the base → a merge commit (old head + base) with the
-//!   conflict resolved, verified;
+//!   conflict resolved, verified; with `conflicts: rebase`, one commit on the moved base
+//!   (linear, force-pushed with a lease), unless a person's commit is on the branch;
 //! - the follow-up limit → one hand-off comment, however often it looks;
 //! - the hold label → nothing; a closed pull request → no longer watched;
 //! - kill -9 between the reply and its record → after the restart, still one commit and one
@@ -362,15 +363,7 @@ async fn a_conflicting_base_gets_a_verified_merge_commit() {
     let Some(image) = image().await else { return };
     let scene = Scene::landed(&image, "calc-conflict", "").await;
     // The base changes the very line the pull request fixed.
-    let moved = push_to_branch(
-        &scene.origin.url(),
-        "main",
-        &[(
-            "calc.sh",
-            "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a - b)) # base\n}\n",
-        ), ("NEWS.md", "base news\n")],
-        "base: annotate add",
-    );
+    let moved = move_base(&scene);
     scene.shepherd().await;
     let commits = scene.commits_since(&scene.head);
     assert_eq!(commits.len(), 1, "one merge commit: {commits:?}");
@@ -405,6 +398,87 @@ async fn a_conflicting_base_gets_a_verified_merge_commit() {
             .any(|e| e["name"] == "test" && e["passed"] == true),
         "{evidence:?}"
     );
+}
+
+/// The base's conflicting change of calc.sh's fixed line, plus an unrelated file.
+fn move_base(scene: &Scene) -> String {
+    push_to_branch(
+        &scene.origin.url(),
+        "main",
+        &[(
+            "calc.sh",
+            "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a - b)) # base\n}\n",
+        ), ("NEWS.md", "base news\n")],
+        "base: annotate add",
+    )
+}
+
+/// `conflicts: rebase` on a branch of our commits only: the new head sits on the moved
+/// base with no merge commit (force-pushed with a lease), keeps the fix and the reviewer's
+/// change, is verified, and the reviewer gets one reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_conflicts_rebase_our_branch_is_put_on_the_moved_base() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-rebase", "  conflicts: rebase\n").await;
+    let comment = scene.review_comment(REVIEWER);
+    let moved = move_base(&scene);
+    scene.shepherd().await;
+    let tip = scene.tip();
+    assert_ne!(tip, scene.head);
+    assert_eq!(scene.parents(&tip), [moved.clone()], "one commit on the moved base");
+    let merges = git(
+        &scene.origin.path,
+        &["rev-list", "--merges", &format!("{moved}..{tip}")],
+    );
+    assert!(merges.is_empty(), "no merge commit: {merges}");
+    let calc = scene.show(&tip, "calc.sh");
+    assert!(!calc.contains("<<<<<<<") && !calc.contains(">>>>>>>"), "{calc}");
+    assert!(calc.contains("a + b"), "the fix survives: {calc}");
+    assert!(calc.contains(DOC_LINE), "the reviewer's change: {calc}");
+    assert_eq!(scene.show(&tip, "NEWS.md"), "base news\n");
+    let replies = scene.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].0, comment);
+    assert!(replies[0].1.contains(&tip[..10]), "{}", replies[0].1);
+    let v = scene.task(&scene.issue).await;
+    let id = Scene::followups(&v)[0]["task_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let f = scene.task(&id).await;
+    assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
+    let evidence = f["attempts"][0]["evidence"].as_array().expect("evidence");
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e["name"] == "test" && e["passed"] == true),
+        "{evidence:?}"
+    );
+}
+
+/// `conflicts: rebase`, but a person pushed to the branch: it is not ours alone, so the
+/// base is merged in (a merge commit, no force push), keeping the person's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_conflicts_rebase_a_foreign_commit_falls_back_to_a_merge() {
+    let Some(image) = image().await else { return };
+    let scene = Scene::landed(&image, "calc-rebase-foreign", "  conflicts: rebase\n").await;
+    let theirs = push_to_branch(
+        &scene.origin.url(),
+        &scene.branch,
+        &[("CONTRIBUTORS.md", "a person\n")],
+        "a person's commit on the pull request",
+    );
+    let moved = move_base(&scene);
+    scene.shepherd().await;
+    let commits = scene.commits_since(&theirs);
+    assert_eq!(commits.len(), 1, "one merge commit: {commits:?}");
+    assert_eq!(
+        scene.parents(&commits[0]),
+        [theirs.clone(), moved.clone()],
+        "a merge of the person's head and the moved base"
+    );
+    let calc = scene.show(&commits[0], "calc.sh");
+    assert!(!calc.contains("<<<<<<<") && calc.contains("a + b"), "{calc}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

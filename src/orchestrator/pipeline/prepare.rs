@@ -6,6 +6,7 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use crate::agents::scrub::Scrubber;
+use crate::config::shepherd::ConflictMode;
 use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
 use crate::orchestrator::facts::gather_facts;
 use crate::orchestrator::failure::Stage;
@@ -28,8 +29,16 @@ impl AttemptRun<'_> {
                 self.attempt,
             ),
         };
-        // A follow-up on a conflicting pull request starts from the base merged in.
+        // A follow-up on a conflicting pull request starts from the base merged in, or with
+        // `shepherd.conflicts: rebase` and a branch that is ours alone, put on top of it.
         let merge_base = self.followup.as_ref().and_then(|run| run.merge_base());
+        let rebase = self.orch.config.global().shepherd.conflicts == ConflictMode::Rebase;
+        let git = &self.orch.config.global().git;
+        let author = workspace::Author {
+            name: git.author_name.clone(),
+            email: git.author_email.clone(),
+        };
+        let task_id = self.task.id.clone();
         let base_ref = self.task.base_ref.clone().or_else(|| {
             self.orch
                 .config
@@ -71,7 +80,23 @@ impl AttemptRun<'_> {
             }
             let mut ws = manager.prepare(&req)?;
             if let Some(base) = merge_base {
-                manager.merge_base(&mut ws, &base)?;
+                let rebased = match rebase {
+                    true => Some(manager.rebase_onto_base(&mut ws, &base, &author)?),
+                    false => None,
+                };
+                match rebased {
+                    Some(workspace::BaseRebase::Rebased { onto, conflicted }) => {
+                        tracing::info!(task = %task_id, %onto, conflicted = conflicted.len(), "the pull request's changes are put on top of its base (force-with-lease push)");
+                    }
+                    Some(workspace::BaseRebase::Contained) => {}
+                    Some(workspace::BaseRebase::NotOursAlone { foreign }) => {
+                        tracing::warn!(task = %task_id, commits = %foreign.join(", "), "shepherd.conflicts is rebase, but the branch has commits not made by us: merging the base instead (no force push)");
+                        manager.merge_base(&mut ws, &base)?;
+                    }
+                    None => {
+                        manager.merge_base(&mut ws, &base)?;
+                    }
+                }
             }
             Ok::<_, workspace::WorkspaceError>(ws)
         })

@@ -1,0 +1,150 @@
+//! Putting a pull request's changes on top of its moved base (`shepherd.conflicts: rebase`,
+//! issue 15), for a branch that is ours alone: every commit since the merge base was made
+//! by our configured author (committer too). The base is squash-merged into the branch's
+//! head without committing, so a conflict keeps git's markers with the branch's side first
+//! (as `merge_base` leaves them); the branch ref is then moved to the base, so the landing
+//! commit (`commit_once`) has the base head as its only parent: one commit, linear history.
+//!
+//! A squash rather than `git rebase`: deterministic (one merge, one set of markers, never a
+//! half-finished rebase for the agent to continue or abort), and replaying our own
+//! follow-up commits one by one adds nothing. The push then replaces the old head with
+//! `--force-with-lease` to exactly the sha read here (`ws.lease`).
+
+use super::commit::harden;
+use super::git::Git;
+use super::{Author, Workspace, WorkspaceError, WorkspaceManager};
+
+/// What putting the branch on the base did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseRebase {
+    /// The branch already contains the base: nothing to do.
+    Contained,
+    /// Commits since the merge base not made by our author: the workspace is untouched
+    /// (the caller merges instead).
+    NotOursAlone { foreign: Vec<String> },
+    /// The workspace now sits on `onto`; `conflicted` files hold markers.
+    Rebased {
+        onto: String,
+        conflicted: Vec<String>,
+    },
+}
+
+/// The commits of `log` (records `sha NUL author name NUL author email NUL committer name
+/// NUL committer email`, one per line) not made and committed by `author`.
+pub fn foreign_commits(log: &str, author: &Author) -> Vec<String> {
+    log.lines()
+        .filter(|l| !l.is_empty())
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split('\0').collect();
+            let ours = f.len() == 5
+                && f[1] == author.name
+                && f[2] == author.email
+                && f[3] == author.name
+                && f[4] == author.email;
+            (!ours).then(|| f[0].to_string())
+        })
+        .collect()
+}
+
+impl WorkspaceManager {
+    /// Puts the workspace's branch on `origin/<base>` when every commit of the branch since
+    /// the merge base is `author`'s; sets `ws.base_sha` to the base head and `ws.lease` to
+    /// the old head on success.
+    pub fn rebase_onto_base(
+        &self,
+        ws: &mut Workspace,
+        base: &str,
+        author: &Author,
+    ) -> Result<BaseRebase, WorkspaceError> {
+        harden(ws)?;
+        let git = |op: &str| Git::new(op).current_dir(&ws.path);
+        let base_sha = self.origin_base(ws, base)?;
+        let head = ws.base_sha.clone();
+        let (contained, _, _) = git("merge-base")
+            .args(["merge-base", "--is-ancestor", "--end-of-options"])
+            .args([&base_sha, &head])
+            .output()?;
+        if contained.status.success() {
+            return Ok(BaseRebase::Contained);
+        }
+        let fork = git("merge-base")
+            .args(["merge-base", "--end-of-options", &head, &base_sha])
+            .stdout()?;
+        let log = git("log")
+            .args([
+                "log",
+                "--format=%H%x00%an%x00%ae%x00%cn%x00%ce",
+                "--end-of-options",
+            ])
+            .arg(format!("{fork}..{head}"))
+            .stdout()?;
+        let foreign = foreign_commits(&log, author);
+        if !foreign.is_empty() {
+            return Ok(BaseRebase::NotOursAlone { foreign });
+        }
+        let (out, op, _) = git("merge")
+            .args([
+                "-c",
+                "user.name=Polyphony",
+                "-c",
+                "user.email=polyphony@localhost",
+                "-c",
+                "merge.conflictStyle=merge",
+                "merge",
+                "--squash",
+                "--quiet",
+                "--end-of-options",
+                &base_sha,
+            ])
+            .output()?;
+        let conflicted: Vec<String> = git("diff")
+            .args(["diff", "--name-only", "--diff-filter=U", "-z"])
+            .run()?
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        if !out.status.success() && conflicted.is_empty() {
+            return Err(super::git::git_error(&op, &out, None));
+        }
+        // The branch now starts at the base; index and files keep the merged state, so
+        // `git status` shows the pull request's changes on top of the base.
+        git("update-ref")
+            .args(["update-ref", "--no-deref", "--end-of-options"])
+            .arg(format!("refs/heads/{}", ws.branch))
+            .args([&base_sha, &head])
+            .run()?;
+        ws.lease = Some(head);
+        ws.base_sha = base_sha.clone();
+        ws.merge_parents.clear();
+        Ok(BaseRebase::Rebased {
+            onto: base_sha,
+            conflicted,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn author() -> Author {
+        Author {
+            name: "Polyphony".into(),
+            email: "polyphony@localhost".into(),
+        }
+    }
+
+    #[test]
+    fn a_commit_is_ours_only_when_authored_and_committed_by_us() {
+        let log = "a1\0Polyphony\0polyphony@localhost\0Polyphony\0polyphony@localhost\n\
+                   b2\0Alice\0alice@e\0Alice\0alice@e\n\
+                   c3\0Polyphony\0polyphony@localhost\0Alice\0alice@e\n\
+                   d4\0Polyphony\0other@e\0Polyphony\0polyphony@localhost\n";
+        assert_eq!(foreign_commits(log, &author()), ["b2", "c3", "d4"]);
+        let ours = "a1\0Polyphony\0polyphony@localhost\0Polyphony\0polyphony@localhost\n";
+        assert!(foreign_commits(ours, &author()).is_empty());
+        assert!(foreign_commits("", &author()).is_empty());
+    }
+}
