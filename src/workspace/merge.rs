@@ -1,8 +1,8 @@
 //! Merging the base into a pull request's branch for a follow-up (issue 15): the merge is
 //! started, never committed here, so conflicted files keep git's markers for the agent to
 //! resolve; the landing commit (`commit_once`) then records the merged base as its second
-//! parent. A merge, never a rebase: the branch's history is kept and the push is a
-//! fast-forward.
+//! parent. The branch's history is kept and the push is a fast-forward (`rebase.rs` is the
+//! opt-in alternative, `shepherd.conflicts: rebase`).
 
 use super::commit::harden;
 use super::git::Git;

@@ -134,7 +134,7 @@ pub struct Workspace {
     #[serde(default)]
     pub mirror_objects: Option<PathBuf>,
     /// Further parents of the landing commit: the base commit merged in by a follow-up on a
-    /// pull request (`merge_base`), so the landing commit is a merge, never a rebase.
+    /// pull request (`merge_base`), so the landing commit is a merge.
     #[serde(default)]
     pub merge_parents: Vec<String>,
     /// The remote branch head this workspace replaces (`shepherd.conflicts: rebase`): the

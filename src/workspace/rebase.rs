@@ -128,6 +128,157 @@ impl WorkspaceManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workspace::PrepareRequest;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn git_as(who: &str, dir: &Path, args: &[&str]) -> String {
+        let email = if who == "Polyphony" {
+            "polyphony@localhost"
+        } else {
+            "p@e"
+        };
+        let out = Command::new("git")
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", who)
+            .env("GIT_AUTHOR_EMAIL", email)
+            .env("GIT_COMMITTER_NAME", who)
+            .env("GIT_COMMITTER_EMAIL", email)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// An origin whose `main` and our `feature` both changed line 1 of `a.txt`.
+    fn origin(root: &Path) -> (String, std::path::PathBuf) {
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        git_as("Person", &work, &["init", "-q", "-b", "main"]);
+        std::fs::write(work.join("a.txt"), "one\ntwo\n").expect("write");
+        git_as("Person", &work, &["add", "-A"]);
+        git_as("Person", &work, &["commit", "-qm", "base"]);
+        git_as("Person", &work, &["checkout", "-qb", "feature"]);
+        std::fs::write(work.join("a.txt"), "ONE\ntwo\n").expect("write");
+        git_as("Polyphony", &work, &["commit", "-qam", "feature"]);
+        git_as("Person", &work, &["checkout", "-q", "main"]);
+        std::fs::write(work.join("a.txt"), "uno\ntwo\n").expect("write");
+        git_as("Person", &work, &["commit", "-qam", "main moved"]);
+        git_as(
+            "Person",
+            root,
+            &["clone", "-q", "--bare", "work", "origin.git"],
+        );
+        (root.join("origin.git").display().to_string(), work)
+    }
+
+    fn prepared(root: &Path, repo: &str) -> (WorkspaceManager, Workspace) {
+        let manager = WorkspaceManager::new(root.join("ws"), root.join("mirrors"));
+        let ws = manager
+            .prepare(&PrepareRequest {
+                repo: repo.to_string(),
+                task_id: "t-f1".into(),
+                attempt: 1,
+                base_ref: Some("feature".into()),
+                branch: "feature".into(),
+                token: None,
+                owner: None,
+            })
+            .expect("prepare");
+        (manager, ws)
+    }
+
+    #[test]
+    fn our_branch_lands_as_one_commit_on_the_base_and_the_lease_guards_the_push() {
+        let root = tempfile::tempdir().expect("temp");
+        let (repo, work) = origin(root.path());
+        let origin = Path::new(&repo);
+        let (manager, mut ws) = prepared(root.path(), &repo);
+        let old_head = ws.base_sha.clone();
+        let main = git_as("Person", origin, &["rev-parse", "main"]);
+        let BaseRebase::Rebased { onto, conflicted } = manager
+            .rebase_onto_base(&mut ws, "main", &author())
+            .expect("rebase")
+        else {
+            panic!("not rebased");
+        };
+        assert_eq!(
+            (onto.as_str(), conflicted.as_slice()),
+            (main.as_str(), &["a.txt".to_string()][..])
+        );
+        assert_eq!(ws.lease.as_deref(), Some(old_head.as_str()));
+        let text = std::fs::read_to_string(ws.path.join("a.txt")).expect("read");
+        let (ours, theirs) = (
+            text.find("ONE").expect("ours"),
+            text.find("uno").expect("theirs"),
+        );
+        assert!(
+            text.contains("<<<<<<<") && ours < theirs,
+            "the branch's side first: {text}"
+        );
+
+        std::fs::write(ws.path.join("a.txt"), "uno ONE\ntwo\n").expect("write");
+        let sha = manager
+            .commit_once(&ws, &author(), "follow-up")
+            .expect("commit")
+            .sha
+            .expect("sha");
+        let local = git_as("Person", &ws.path, &["rev-list", "--parents", "-n1", &sha]);
+        assert_eq!(local, format!("{sha} {main}"), "one parent: the base head");
+
+        // Someone pushes to the branch after we read it: the lease refuses, nothing lost.
+        git_as("Person", &work, &["checkout", "-q", "feature"]);
+        std::fs::write(work.join("c.txt"), "c\n").expect("write");
+        git_as("Person", &work, &["add", "-A"]);
+        git_as("Person", &work, &["commit", "-qm", "theirs"]);
+        let theirs = git_as("Person", &work, &["rev-parse", "HEAD"]);
+        let mut pushed = ws.clone();
+        pushed.lease = Some(theirs.clone());
+        let mut stale = ws.clone();
+        stale.lease = Some(old_head.clone());
+        git_as("Person", &work, &["push", "-q", &repo, "feature"]);
+        let err = manager
+            .push_commit(&stale, &sha, "feature", None)
+            .unwrap_err();
+        assert!(matches!(err, WorkspaceError::PushRejected { .. }), "{err}");
+        assert_eq!(git_as("Person", origin, &["rev-parse", "feature"]), theirs);
+
+        // With the head the remote holds, the branch is replaced by exactly the commit.
+        manager
+            .push_commit(&pushed, &sha, "feature", None)
+            .expect("push");
+        assert_eq!(git_as("Person", origin, &["rev-parse", "feature"]), sha);
+    }
+
+    #[test]
+    fn a_foreign_commit_leaves_the_workspace_untouched() {
+        let root = tempfile::tempdir().expect("temp");
+        let (repo, _) = origin(root.path());
+        let (manager, mut ws) = prepared(root.path(), &repo);
+        let before = ws.clone();
+        let other = Author {
+            name: "Other".into(),
+            email: "o@e".into(),
+        };
+        let out = manager
+            .rebase_onto_base(&mut ws, "main", &other)
+            .expect("rebase");
+        assert!(
+            matches!(out, BaseRebase::NotOursAlone { ref foreign } if foreign.len() == 1),
+            "{out:?}"
+        );
+        assert_eq!(ws, before);
+        let text = std::fs::read_to_string(ws.path.join("a.txt")).expect("read");
+        assert_eq!(text, "ONE\ntwo\n");
+    }
 
     fn author() -> Author {
         Author {

@@ -425,14 +425,21 @@ async fn with_conflicts_rebase_our_branch_is_put_on_the_moved_base() {
     scene.shepherd().await;
     let tip = scene.tip();
     assert_ne!(tip, scene.head);
-    assert_eq!(scene.parents(&tip), [moved.clone()], "one commit on the moved base");
+    assert_eq!(
+        scene.parents(&tip),
+        [moved.as_str()],
+        "one commit on the moved base"
+    );
     let merges = git(
         &scene.origin.path,
         &["rev-list", "--merges", &format!("{moved}..{tip}")],
     );
     assert!(merges.is_empty(), "no merge commit: {merges}");
     let calc = scene.show(&tip, "calc.sh");
-    assert!(!calc.contains("<<<<<<<") && !calc.contains(">>>>>>>"), "{calc}");
+    assert!(
+        !calc.contains("<<<<<<<") && !calc.contains(">>>>>>>"),
+        "{calc}"
+    );
     assert!(calc.contains("a + b"), "the fix survives: {calc}");
     assert!(calc.contains(DOC_LINE), "the reviewer's change: {calc}");
     assert_eq!(scene.show(&tip, "NEWS.md"), "base news\n");
@@ -478,7 +485,10 @@ async fn with_conflicts_rebase_a_foreign_commit_falls_back_to_a_merge() {
         "a merge of the person's head and the moved base"
     );
     let calc = scene.show(&commits[0], "calc.sh");
-    assert!(!calc.contains("<<<<<<<") && calc.contains("a + b"), "{calc}");
+    assert!(
+        !calc.contains("<<<<<<<") && calc.contains("a + b"),
+        "{calc}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

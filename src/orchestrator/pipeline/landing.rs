@@ -219,7 +219,8 @@ impl AttemptRun<'_> {
             // The attempt's branch name may already exist upstream with unrelated history
             // (a reset home, another instance): push under a name of this home's instead of
             // failing the verified work. Never force.
-            // A follow-up's push is a fast-forward of the pull request's branch or nothing.
+            // A follow-up's push is a fast-forward of the pull request's branch or nothing
+            // (a rebased one's: a lease on the head it read, `ws.lease`).
             fallback: match &self.followup {
                 Some(_) => ws.branch.clone(),
                 None => format!(

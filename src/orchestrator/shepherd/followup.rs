@@ -6,8 +6,10 @@
 //! its cost ceiling, container, verification — with these differences, each a call into
 //! this module: nothing is claimed at the source; the workspace is a fresh clone of the PR
 //! branch and its branch keeps the PR branch's name (with the base merged in, markers left,
-//! when the plan says so); `.polyphony.yaml` is read at the PR's base; the push goes on top
-//! of the PR branch (a fast-forward, never forced; a moved branch fails the attempt); no
+//! when the plan says so; or put on the base with `shepherd.conflicts: rebase` when the
+//! branch is ours alone); `.polyphony.yaml` is read at the PR's base; the push goes on top
+//! of the PR branch (a fast-forward, or for a rebase `--force-with-lease` to the head read;
+//! a moved branch fails the attempt); no
 //! pull request is opened; each piece of feedback gets one reply naming the commit; and a
 //! block is never reported on the issue (the watcher hands the PR over instead).
 //!
