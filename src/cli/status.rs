@@ -22,7 +22,8 @@ pub struct Args {
     limit: Option<usize>,
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
     /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
-    /// quota_wait), or, for one TASK, {task, transitions, attempts, landing, quota, pull,
+    /// quota_wait, pull {number, state, checks, review, mergeable, followups, watching},
+    /// followup_of {task_id, number}), or, for one TASK, {task, transitions, attempts, landing, quota, pull,
     /// followups, followup_of} in full.
     #[arg(long)]
     json: bool,
@@ -174,7 +175,8 @@ fn quota_lines(out: &[crate::domain::AgentQuota], now: DateTime<Utc>) -> Vec<Str
 }
 
 /// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
-/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at;
+/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at,
+/// quota_wait, pull, followup_of;
 /// `status TASK --json` has the full task). The store keeps each summary's JSON as text,
 /// so listing copies stored bytes into a buffered stdout: 100k tasks must list in under
 /// 100 ms (docs/benchmarks.md "Status: profile and fix").
@@ -677,7 +679,13 @@ mod tests {
                 if let Some(p) = &t.pull {
                     seen.push(format!(
                         "{} pull #{} {} {:?} {:?} {:?} {} {}",
-                        t.id, p.number, p.state, p.checks, p.review, p.mergeable, p.followups,
+                        t.id,
+                        p.number,
+                        p.state,
+                        p.checks,
+                        p.review,
+                        p.mergeable,
+                        p.followups,
                         p.watching
                     ));
                 }
