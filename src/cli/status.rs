@@ -22,7 +22,8 @@ pub struct Args {
     limit: Option<usize>,
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
     /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
-    /// quota_wait), or, for one TASK, {task, transitions, attempts, landing, quota, pull,
+    /// quota_wait, pull {number, state, checks, review, mergeable, followups, watching},
+    /// followup_of {task_id, number}), or, for one TASK, {task, transitions, attempts, landing, quota, pull,
     /// followups, followup_of} in full.
     #[arg(long)]
     json: bool,
@@ -174,7 +175,8 @@ fn quota_lines(out: &[crate::domain::AgentQuota], now: DateTime<Utc>) -> Vec<Str
 }
 
 /// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
-/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at;
+/// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at,
+/// quota_wait, pull, followup_of;
 /// `status TASK --json` has the full task). The store keeps each summary's JSON as text,
 /// so listing copies stored bytes into a buffered stdout: 100k tasks must list in under
 /// 100 ms (docs/benchmarks.md "Status: profile and fix").
@@ -627,6 +629,116 @@ mod tests {
         check_stored_json(&store);
         store.clear_quota_wait("local-1").unwrap();
         check_stored_json(&store);
+        // Issue 15: a landed task's summary carries its pull request as the shepherd last
+        // saw it, a follow-up's the pull request it works on; each write to the pull or
+        // follow-up rows refreshes the stored summary in the same statement.
+        let landed = "owner/repo#0";
+        store
+            .record_pull(&crate::store::PullRecord::opened(
+                landed,
+                "owner/repo",
+                17,
+                "polyphony/owner_repo_0-a1",
+                "main",
+                &"a".repeat(40),
+                now,
+            ))
+            .unwrap();
+        check_stored_json(&store);
+        store
+            .update_pull(
+                landed,
+                &crate::store::PullLook {
+                    head_sha: "b".repeat(40),
+                    state: "open".into(),
+                    checks: Some("failing".into()),
+                    review: Some("changes_requested".into()),
+                    mergeable: Some("no".into()),
+                    watching: true,
+                },
+                now,
+            )
+            .unwrap();
+        check_stored_json(&store);
+        let followup = Task::new(
+            "owner/repo#0-f1",
+            SourceKind::Github,
+            landed,
+            "https://x/r.git",
+            "Follow-up",
+            now,
+        );
+        let keys = vec!["check:ci:failure".to_string()];
+        assert!(store
+            .insert_followup(landed, &followup, &serde_json::json!({}), &keys, now)
+            .unwrap());
+        check_stored_json(&store);
+        let mut seen = Vec::new();
+        store
+            .for_each_task_summary(None, None, |t| -> Result<(), crate::store::StoreError> {
+                if let Some(p) = &t.pull {
+                    seen.push(format!(
+                        "{} pull #{} {} {:?} {:?} {:?} {} {}",
+                        t.id,
+                        p.number,
+                        p.state,
+                        p.checks,
+                        p.review,
+                        p.mergeable,
+                        p.followups,
+                        p.watching
+                    ));
+                }
+                if let Some(f) = &t.followup_of {
+                    seen.push(format!("{} follows {} #{}", t.id, f.task_id, f.number));
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            seen,
+            [
+                "owner/repo#0-f1 follows owner/repo#0 #17",
+                "owner/repo#0 pull #17 open Some(\"failing\") Some(\"changes_requested\") \
+                 Some(\"no\") 1 true",
+            ]
+        );
+        // The stored object itself, as a script reads it.
+        let mut objects = Vec::new();
+        store
+            .for_each_summary_json(None, None, |j| -> Result<(), crate::store::StoreError> {
+                objects.push(serde_json::from_slice::<serde_json::Value>(j).unwrap());
+                Ok(())
+            })
+            .unwrap();
+        let by_id = |id: &str| objects.iter().find(|o| o["id"] == id).unwrap().clone();
+        assert_eq!(
+            by_id(landed)["pull"],
+            serde_json::json!({"number": 17, "state": "open", "checks": "failing",
+                "review": "changes_requested", "mergeable": "no", "followups": 1,
+                "watching": true})
+        );
+        assert_eq!(by_id(landed)["followup_of"], serde_json::Value::Null);
+        assert_eq!(
+            by_id("owner/repo#0-f1")["followup_of"],
+            serde_json::json!({"task_id": landed, "number": 17})
+        );
+        assert_eq!(by_id("local-1")["pull"], serde_json::Value::Null);
+        store
+            .update_pull(
+                landed,
+                &crate::store::PullLook {
+                    head_sha: "c".repeat(40),
+                    state: "merged".into(),
+                    checks: Some("passing".into()),
+                    review: Some("approved".into()),
+                    mergeable: None,
+                    watching: false,
+                },
+                now,
+            )
+            .unwrap();
+        check_stored_json(&store);
     }
 
     #[test]
@@ -658,6 +770,60 @@ mod tests {
             crate::store::schema::latest()
         );
         check_stored_json(&store);
+    }
+
+    /// Migration 6 rebuilds the summaries of a home that already has pull requests and
+    /// follow-ups (written at version 5) with `pull` and `followup_of`.
+    #[test]
+    fn migration_6_backfills_pulls_and_followups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            for sql in &crate::store::schema::MIGRATIONS[..5] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 5).unwrap();
+            for (id, state) in [("o/r#1", "LANDED"), ("o/r#1-f1", "DISCOVERED")] {
+                conn.execute(
+                    "INSERT INTO tasks VALUES (?1, 't', 'b', 'github', 'o/r#1', '/r', NULL, ?2, \
+                     'bugfix', 'small', 'medium', 3, 0, '[]', '{}', 1, 0, \
+                     '2026-11-30T01:00:00.000000Z', '2026-11-30T01:30:00.000000Z', NULL)",
+                    rusqlite::params![id, state],
+                )
+                .unwrap();
+            }
+            conn.execute(
+                "INSERT INTO pulls VALUES ('o/r#1', 'o/r', 5, 'b', 'main', 'sha', 'open', \
+                 'pending', NULL, 'yes', 1, 1, '2026-11-30T01:30:00.000000Z')",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO followups VALUES ('o/r#1-f1', 'o/r#1', 1, '{}', \
+                 '2026-11-30T01:30:00.000000Z')",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        check_stored_json(&store);
+        let mut objects = Vec::new();
+        store
+            .for_each_summary_json(None, None, |j| -> Result<(), crate::store::StoreError> {
+                objects.push(serde_json::from_slice::<serde_json::Value>(j).unwrap());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            objects[1]["pull"],
+            serde_json::json!({"number": 5, "state": "open", "checks": "pending",
+                "review": null, "mergeable": "yes", "followups": 1, "watching": true})
+        );
+        assert_eq!(
+            objects[0]["followup_of"],
+            serde_json::json!({"task_id": "o/r#1", "number": 5})
+        );
     }
 
     #[test]

@@ -53,7 +53,9 @@ pub use health::{damage_in, damaged, DatabaseDamaged};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use tasks::TransitionRecord;
-pub use views::{Label, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary};
+pub use views::{
+    FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,
+};
 
 // The shared row helpers, importable as `super::…` by every file of the store.
 pub use pulls::{FollowUpRecord, PullLook, PullRecord};

@@ -374,9 +374,9 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_is_at_version_5() {
+    fn the_schema_is_at_version_6() {
         let (_dir, store) = store();
-        assert_eq!(store.schema_version().expect("version"), 5);
+        assert_eq!(store.schema_version().expect("version"), 6);
     }
 
     #[test]

@@ -261,6 +261,47 @@ CREATE TABLE followup_replies (
     PRIMARY KEY (task_id, key)
 ) WITHOUT ROWID;
 "#,
+    // 6: `status --json` gains `pull` ({number, state, checks, review, mergeable,
+    // followups, watching} of the pull request the task landed, else null) and
+    // `followup_of` ({task_id, number} of the pull request a follow-up works on, else
+    // null) (issue 15): the summary triggers of version 4 again with the fields; a change
+    // of a pull or follow-up row touches its task (and a pull's new number its follow-ups)
+    // so its summary is rebuilt the one way, in the same statement; every summary is
+    // rebuilt once.
+    r#"
+DROP TRIGGER task_summaries_insert;
+DROP TRIGGER task_summaries_update;
+CREATE TRIGGER task_summaries_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_summaries (seq, id, json) VALUES (NEW.rowid, NEW.id, json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED')), 'pull', json((SELECT json_object('number', p.number, 'state', p.state, 'checks', p.checks, 'review', p.review, 'mergeable', p.mergeable, 'followups', p.followups, 'watching', json(CASE WHEN p.watching <> 0 THEN 'true' ELSE 'false' END)) FROM pulls p WHERE p.task_id = NEW.id)), 'followup_of', json((SELECT json_object('task_id', f.pull_task_id, 'number', fp.number) FROM followups f JOIN pulls fp ON fp.task_id = f.pull_task_id WHERE f.task_id = NEW.id))));
+END;
+CREATE TRIGGER task_summaries_update AFTER UPDATE OF id, title, source_ref, state, task_type,
+    risk, labels, attempts, failures, created_at, updated_at, next_attempt_at ON tasks BEGIN
+    UPDATE task_summaries SET id = NEW.id, json = json_object('id', NEW.id, 'title', NEW.title, 'source_ref', NEW.source_ref, 'state', NEW.state, 'task_type', NEW.task_type, 'risk', NEW.risk, 'labels', json(NEW.labels), 'attempts', NEW.attempts, 'failures', NEW.failures, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'next_attempt_at', NEW.next_attempt_at, 'quota_wait', json((SELECT json_object('until', w.until, 'agent', w.agent, 'identity', w.identity) FROM quota_waits w WHERE w.task_id = NEW.id AND NEW.state = 'FAILED')), 'pull', json((SELECT json_object('number', p.number, 'state', p.state, 'checks', p.checks, 'review', p.review, 'mergeable', p.mergeable, 'followups', p.followups, 'watching', json(CASE WHEN p.watching <> 0 THEN 'true' ELSE 'false' END)) FROM pulls p WHERE p.task_id = NEW.id)), 'followup_of', json((SELECT json_object('task_id', f.pull_task_id, 'number', fp.number) FROM followups f JOIN pulls fp ON fp.task_id = f.pull_task_id WHERE f.task_id = NEW.id))) WHERE id = OLD.id;
+END;
+CREATE TRIGGER pulls_insert AFTER INSERT ON pulls BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER pulls_update AFTER UPDATE ON pulls BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id IN (OLD.task_id, NEW.task_id);
+END;
+CREATE TRIGGER pulls_update_number AFTER UPDATE OF task_id, number ON pulls BEGIN
+    UPDATE tasks SET updated_at = updated_at
+        WHERE id IN (SELECT task_id FROM followups WHERE pull_task_id = NEW.task_id);
+END;
+CREATE TRIGGER pulls_delete AFTER DELETE ON pulls BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = OLD.task_id;
+END;
+CREATE TRIGGER followups_insert AFTER INSERT ON followups BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = NEW.task_id;
+END;
+CREATE TRIGGER followups_update AFTER UPDATE OF task_id, pull_task_id ON followups BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id IN (OLD.task_id, NEW.task_id);
+END;
+CREATE TRIGGER followups_delete AFTER DELETE ON followups BEGIN
+    UPDATE tasks SET updated_at = updated_at WHERE id = OLD.task_id;
+END;
+UPDATE tasks SET updated_at = updated_at;
+"#,
 ];
 
 /// The schema version this binary writes.

@@ -64,6 +64,10 @@ pub struct TaskSummary<'a> {
     pub next_attempt_at: Option<&'a str>,
     /// Set while the task waits for a usage limit to reset (issue 14).
     pub quota_wait: Option<QuotaWaitBrief<'a>>,
+    /// The pull request the task landed, as the shepherd last saw it (issue 15).
+    pub pull: Option<PullBrief<'a>>,
+    /// The pull request a follow-up task works on (issue 15).
+    pub followup_of: Option<FollowUpOf<'a>>,
 }
 
 /// Why a parked task waits, in a listing: the agent whose reset comes first, under its
@@ -75,17 +79,47 @@ pub struct QuotaWaitBrief<'a> {
     pub identity: &'a str,
 }
 
+/// A landed task's pull request, in a listing: its number and what the shepherd's last
+/// look found (`open`/`merged`/`closed`; checks `passing`/`failing`/`pending`; review
+/// `approved`/`changes_requested`/`commented`; mergeable `yes`/`no`/`unknown`), how many
+/// follow-ups it had and whether it is still watched. `status TASK --json` has the record
+/// in full and the follow-ups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullBrief<'a> {
+    pub number: u64,
+    pub state: &'a str,
+    pub checks: Option<&'a str>,
+    pub review: Option<&'a str>,
+    pub mergeable: Option<&'a str>,
+    pub followups: u32,
+    pub watching: bool,
+}
+
+/// The pull request a follow-up works on: the task that landed it and its number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FollowUpOf<'a> {
+    pub task_id: &'a str,
+    pub number: u64,
+}
+
 /// A label as stored, borrowed unless the JSON escaped it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct Label<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
 
-const SUMMARY_COLS: &str = "id, title, source_ref, state, task_type, risk, labels, attempts, \
-     failures, created_at, updated_at, next_attempt_at, w.until, w.agent, w.identity";
+const SUMMARY_COLS: &str = "tasks.id, tasks.title, tasks.source_ref, tasks.state, \
+     tasks.task_type, tasks.risk, tasks.labels, tasks.attempts, tasks.failures, \
+     tasks.created_at, tasks.updated_at, tasks.next_attempt_at, w.until, w.agent, w.identity, \
+     p.number, p.state, p.checks, p.review, p.mergeable, p.followups, p.watching, \
+     f.pull_task_id, fp.number";
 
-/// The tasks table with the quota wait of the FAILED ones (a parked task's).
+/// The tasks table with the quota wait of the FAILED ones (a parked task's), the pull
+/// request each landed and, for a follow-up, the pull request it works on.
 const SUMMARY_FROM: &str =
-    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED'";
+    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED' \
+     LEFT JOIN pulls p ON p.task_id = tasks.id \
+     LEFT JOIN followups f ON f.task_id = tasks.id \
+     LEFT JOIN pulls fp ON fp.task_id = f.pull_task_id";
 
 impl Store {
     /// Calls `each` with every task, newest first, optionally only those in `state`, at
@@ -104,7 +138,7 @@ impl Store {
         let limit = limit.map_or(-1, |l| l as i64);
         let sql = match state {
             Some(_) => format!(
-                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE tasks.state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
             None => format!(
                 "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE ?2 IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
@@ -304,6 +338,25 @@ fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
                 identity,
             }),
             _ => None,
+        },
+        pull: match opt_str_col(r, 16)? {
+            Some(state) => Some(PullBrief {
+                number: r.get::<_, i64>(15)? as u64,
+                state,
+                checks: opt_str_col(r, 17)?,
+                review: opt_str_col(r, 18)?,
+                mergeable: opt_str_col(r, 19)?,
+                followups: r.get(20)?,
+                watching: r.get::<_, i64>(21)? != 0,
+            }),
+            None => None,
+        },
+        followup_of: match opt_str_col(r, 22)? {
+            Some(task_id) => Some(FollowUpOf {
+                task_id,
+                number: r.get::<_, i64>(23)? as u64,
+            }),
+            None => None,
         },
     })
 }

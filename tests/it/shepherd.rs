@@ -250,6 +250,30 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
         detail.contains(&format!("follow-up {id}  LANDED")),
         "{detail}"
     );
+    // `status --json` summaries: the landed task carries its pull request, the follow-up
+    // the pull request it works on.
+    let list: Vec<Value> =
+        serde_json::from_slice(&scene.home.run(&["status", "--json"]).await.stdout)
+            .expect("status --json");
+    let summary = |id: &str| {
+        list.iter()
+            .find(|t| t["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in {list:?}"))
+    };
+    let landed = summary(&scene.issue);
+    assert_eq!(landed["pull"]["number"], scene.pr, "{landed}");
+    assert_eq!(landed["pull"]["state"], "open", "{landed}");
+    assert_eq!(landed["pull"]["followups"], 1, "{landed}");
+    assert_eq!(landed["pull"]["watching"], true, "{landed}");
+    assert_eq!(landed["followup_of"], Value::Null, "{landed}");
+    let follow = summary(&id);
+    assert_eq!(follow["pull"], Value::Null, "{follow}");
+    assert_eq!(
+        follow["followup_of"],
+        serde_json::json!({ "task_id": scene.issue, "number": scene.pr }),
+        "{follow}"
+    );
     assert!(scene.home.containers().is_empty(), "containers left");
 }
 
