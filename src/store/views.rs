@@ -297,7 +297,14 @@ impl Store {
             // (issue 15).
             "pull": self.pull(id)?,
             "followups": self.followups_of(id)?,
-            "followup_of": self.followup(id)?.map(|f| f.pull_task_id),
+            // The same shape as in the task's summary: {task_id, number}.
+            "followup_of": match self.followup(id)? {
+                Some(f) => {
+                    let number = self.pull(&f.pull_task_id)?.map(|p| p.number);
+                    serde_json::json!({ "task_id": f.pull_task_id, "number": number })
+                }
+                None => serde_json::Value::Null,
+            },
         })))
     }
 

@@ -198,7 +198,11 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
     let id = followups[0]["task_id"].as_str().expect("id").to_string();
     let f = scene.task(&id).await;
     assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
-    assert_eq!(f["followup_of"], scene.issue.as_str());
+    assert_eq!(f["followup_of"]["task_id"], scene.issue.as_str());
+    assert_eq!(
+        f["followup_of"]["number"], v["pull"]["number"],
+        "{f:#}\n{v:#}"
+    );
     let evidence = f["attempts"][0]["evidence"].as_array().expect("evidence");
     assert!(
         evidence
