@@ -36,52 +36,71 @@ impl WorkspaceManager {
     /// `ws.merge_parents` names the merged commit (when there was one).
     pub fn merge_base(&self, ws: &mut Workspace, base: &str) -> Result<BaseMerge, WorkspaceError> {
         harden(ws)?;
-        let git = |op: &str| Git::new(op).current_dir(&ws.path);
         let base_sha = self.origin_base(ws, base)?;
-        let (contained, _, _) = git("merge-base")
-            .args(["merge-base", "--is-ancestor", "--end-of-options"])
-            .args([&base_sha, &ws.base_sha])
-            .output()?;
-        if contained.status.success() {
+        if contains(ws, &base_sha, &ws.base_sha)? {
             return Ok(BaseMerge {
                 merged: None,
                 conflicted: Vec::new(),
             });
         }
-        let (out, op, _) = git("merge")
-            .args([
-                "-c",
-                "user.name=Polyphony",
-                "-c",
-                "user.email=polyphony@localhost",
-                "-c",
-                "merge.conflictStyle=merge",
-                "merge",
-                "--no-ff",
-                "--no-commit",
-                "--no-edit",
-                "--quiet",
-                "--end-of-options",
-                &base_sha,
-            ])
-            .output()?;
-        let conflicted: Vec<String> = git("diff")
-            .args(["diff", "--name-only", "--diff-filter=U", "-z"])
-            .run()?
-            .stdout
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        if !out.status.success() && conflicted.is_empty() {
-            return Err(super::git::git_error(&op, &out, None));
-        }
+        let conflicted = start_merge(ws, &base_sha, &["--no-ff", "--no-commit", "--no-edit"])?;
         ws.merge_parents = vec![base_sha.clone()];
         Ok(BaseMerge {
             merged: Some(base_sha),
             conflicted,
         })
     }
+}
+
+/// Whether `head` already contains `commit`.
+pub(super) fn contains(ws: &Workspace, commit: &str, head: &str) -> Result<bool, WorkspaceError> {
+    let (out, _, _) = Git::new("merge-base")
+        .current_dir(&ws.path)
+        .args([
+            "merge-base",
+            "--is-ancestor",
+            "--end-of-options",
+            commit,
+            head,
+        ])
+        .output()?;
+    Ok(out.status.success())
+}
+
+/// Starts `git merge <how> base_sha` in the workspace without committing, conflicted files
+/// keeping git's markers (branch side first) for the agent; returns those files. An error
+/// only when git failed without leaving a conflict.
+pub(super) fn start_merge(
+    ws: &Workspace,
+    base_sha: &str,
+    how: &[&str],
+) -> Result<Vec<String>, WorkspaceError> {
+    let git = |op: &str| Git::new(op).current_dir(&ws.path);
+    let (out, op, _) = git("merge")
+        .args([
+            "-c",
+            "user.name=Polyphony",
+            "-c",
+            "user.email=polyphony@localhost",
+            "-c",
+            "merge.conflictStyle=merge",
+            "merge",
+        ])
+        .args(how)
+        .args(["--quiet", "--end-of-options", base_sha])
+        .output()?;
+    let conflicted: Vec<String> = git("diff")
+        .args(["diff", "--name-only", "--diff-filter=U", "-z"])
+        .run()?
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    if !out.status.success() && conflicted.is_empty() {
+        return Err(super::git::git_error(&op, &out, None));
+    }
+    Ok(conflicted)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 use super::commit::harden;
 use super::git::Git;
+use super::merge::{contains, start_merge};
 use super::{Author, Workspace, WorkspaceError, WorkspaceManager};
 
 /// What putting the branch on the base did.
@@ -60,11 +61,7 @@ impl WorkspaceManager {
         let git = |op: &str| Git::new(op).current_dir(&ws.path);
         let base_sha = self.origin_base(ws, base)?;
         let head = ws.base_sha.clone();
-        let (contained, _, _) = git("merge-base")
-            .args(["merge-base", "--is-ancestor", "--end-of-options"])
-            .args([&base_sha, &head])
-            .output()?;
-        if contained.status.success() {
+        if contains(ws, &base_sha, &head)? {
             return Ok(BaseRebase::Contained);
         }
         let fork = git("merge-base")
@@ -82,32 +79,7 @@ impl WorkspaceManager {
         if !foreign.is_empty() {
             return Ok(BaseRebase::NotOursAlone { foreign });
         }
-        let (out, op, _) = git("merge")
-            .args([
-                "-c",
-                "user.name=Polyphony",
-                "-c",
-                "user.email=polyphony@localhost",
-                "-c",
-                "merge.conflictStyle=merge",
-                "merge",
-                "--squash",
-                "--quiet",
-                "--end-of-options",
-                &base_sha,
-            ])
-            .output()?;
-        let conflicted: Vec<String> = git("diff")
-            .args(["diff", "--name-only", "--diff-filter=U", "-z"])
-            .run()?
-            .stdout
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        if !out.status.success() && conflicted.is_empty() {
-            return Err(super::git::git_error(&op, &out, None));
-        }
+        let conflicted = start_merge(ws, &base_sha, &["--squash"])?;
         // The branch now starts at the base; index and files keep the merged state, so
         // `git status` shows the pull request's changes on top of the base.
         git("update-ref")
