@@ -164,14 +164,32 @@ pub const REAL_KEY_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_KEY";
 pub const REAL_URL_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_URL";
 pub const REAL_URL2_VAR: &str = "POLYPHONY_DEMO_ANTHROPIC_URL_2";
 
-/// A home whose agents are the real Claude in `image` on the Docker network `network`:
-/// profile `claude` (identity `demo`, whose API is out of quota for one task) falls back to
-/// `claude-b` (identity `second`). `user`: the container user when the daemon is root.
+/// config.yaml's `egress` section for agents that reach a scripted model API at
+/// `address` (on the Docker network `network`) as `host` on `ports`.
+pub fn egress_yaml(network: &str, address: std::net::IpAddr, host: &str, ports: &[u16]) -> String {
+    let allow: Vec<String> = ports.iter().map(|p| format!("\"{host}:{p}\"")).collect();
+    format!(
+        "egress:\n  outbound_network: network:{network}\n  hosts:\n    {host}: \"{address}\"\n  allow: [{}]\n",
+        allow.join(", ")
+    )
+}
+
+/// The name the real-Claude demo's agents reach the scripted model API by, through their
+/// egress proxy (config.yaml `egress.hosts` pins it to the API's address).
+pub const SCRIPTED_MODEL_HOST: &str = "scripted-model.test";
+
+/// A home whose agents are the real Claude in `image`, with egress `allowlist`: each
+/// attempt's proxy reaches the scripted model API at `model` (an address on the Docker
+/// network `network`, the proxies' outbound network) by the name [`SCRIPTED_MODEL_HOST`]
+/// on the listed ports, and nothing else. Profile `claude` (identity `demo`, whose API is
+/// out of quota for one task) falls back to `claude-b` (identity `second`). `user`: the
+/// container user when the daemon is root.
 pub fn write_real_home(
     home: &Path,
     dir: &Path,
     image: &str,
     network: &str,
+    model: (std::net::IpAddr, &[u16]),
     user: Option<&str>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(home)?;
@@ -182,7 +200,8 @@ pub fn write_real_home(
     std::fs::write(
         home.join("config.yaml"),
         format!(
-            "# Written by `polyphony demo --real-claude`.\npoll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  network: network:{network}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n"
+            "# Written by `polyphony demo --real-claude`.\npoll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            egress_yaml(network, model.0, SCRIPTED_MODEL_HOST, model.1)
         ),
     )?;
     let identity = |name: &str, url_var: &str| {

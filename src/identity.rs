@@ -410,6 +410,7 @@ mod tests {
             image: None,
             identity: identity.map(String::from),
             network: NetworkMode::Bridge,
+            egress: Default::default(),
             deadline_seconds: None,
             idle_timeout_seconds: None,
             limits: None,

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod domain;
+pub mod egress;
 pub mod error;
 pub mod failpoint;
 pub mod home;

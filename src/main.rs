@@ -39,8 +39,8 @@ fn main() -> ExitCode {
 /// the process; for them a panic hook turns a failed print to stdout into the same quiet
 /// exit.
 fn stop_quietly_on_closed_stdout(command: &cli::Command) {
-    use cli::Command::{Daemon, Demo, Spawn};
-    if !matches!(command, Daemon(_) | Demo(_) | Spawn(_)) {
+    use cli::Command::{Daemon, Demo, EgressProxy, Spawn};
+    if !matches!(command, Daemon(_) | Demo(_) | Spawn(_) | EgressProxy(_)) {
         // SAFETY: called once at start-up, before any thread is spawned.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);

@@ -62,6 +62,15 @@ pub struct ContainerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EgressLabels {
+    /// `allowed` or `refused`.
+    pub result: String,
+    /// For a refusal, its code (`not_allowed`, `ip_literal`, `private_address`, ...);
+    /// empty for an allowed connection.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GithubLabels {
     pub method: String,
     /// The HTTP status, or `error` when no answer came.
@@ -85,6 +94,8 @@ pub struct Metrics {
     tokens: Family<TokenLabels, Counter>,
     quota_hits: Family<AgentLabels, Counter>,
     containers: Family<ContainerLabels, Counter>,
+    egress_connections: Family<EgressLabels, Counter>,
+    egress_networks: Family<ContainerLabels, Counter>,
     github_requests: Family<GithubLabels, Counter>,
     github_rate_limit_remaining: Gauge,
     store_write: Histogram,
@@ -103,6 +114,8 @@ impl Metrics {
             tokens: Family::default(),
             quota_hits: Family::default(),
             containers: Family::default(),
+            egress_connections: Family::default(),
+            egress_networks: Family::default(),
             github_requests: Family::default(),
             github_rate_limit_remaining: Gauge::default(),
             // 100 µs … about 3 s.
@@ -149,6 +162,16 @@ impl Metrics {
             "containers",
             "Agent and check containers created, by result",
             m.containers.clone(),
+        );
+        registry.register(
+            "egress_connections",
+            "Connections agents asked their egress proxy for, by result and refusal reason",
+            m.egress_connections.clone(),
+        );
+        registry.register(
+            "egress_networks",
+            "Per-attempt egress networks created, by result",
+            m.egress_networks.clone(),
         );
         registry.register(
             "github_requests",
@@ -239,6 +262,28 @@ pub fn container(started: bool) {
     let result = if started { "started" } else { "failed" };
     get()
         .containers
+        .get_or_create(&ContainerLabels {
+            result: result.to_string(),
+        })
+        .inc();
+}
+
+/// One connection an attempt's egress proxy allowed or refused (`reason` empty when allowed).
+pub fn egress_connection(allowed: bool, reason: &str) {
+    get()
+        .egress_connections
+        .get_or_create(&EgressLabels {
+            result: if allowed { "allowed" } else { "refused" }.to_string(),
+            reason: reason.to_string(),
+        })
+        .inc();
+}
+
+/// One per-attempt egress network created (or refused by the engine).
+pub fn egress_network(created: bool) {
+    let result = if created { "started" } else { "failed" };
+    get()
+        .egress_networks
         .get_or_create(&ContainerLabels {
             result: result.to_string(),
         })

@@ -117,6 +117,11 @@ impl ScriptedAnthropic {
         format!("http://{}", self.addr)
     }
 
+    /// The port the API listens on (a test reaches it by name through an egress proxy).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     /// Agent turns answered so far (side requests not counted).
     pub fn turns(&self) -> usize {
         self.lock().turns

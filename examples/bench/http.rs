@@ -73,6 +73,7 @@ fn spec(task_id: &str) -> RunSpec {
         deadline_seconds: 3600,
         idle_timeout_seconds: 3600,
         network: NetworkMode::None,
+        egress: Default::default(),
         limits: ResourceLimits::default(),
         verification: vec![],
         verify_image: "none".into(),

@@ -37,13 +37,16 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     let label = home_label(&ctx.home);
     let resolve = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let (runtime, containers, docker_error) = super::block_on(async {
+    let (runtime, containers, networks, docker_error) = super::block_on(async {
         match DockerRuntime::connect().await {
             Ok(rt) => match cleanup::container_facts(&rt, &label).await {
-                Ok(c) => (Some(rt), c, None),
-                Err(e) => (None, Vec::new(), Some(e.to_string())),
+                Ok(c) => match cleanup::network_facts(&rt, &label).await {
+                    Ok(n) => (Some(rt), c, n, None),
+                    Err(e) => (Some(rt), c, Vec::new(), Some(e.to_string())),
+                },
+                Err(e) => (None, Vec::new(), Vec::new(), Some(e.to_string())),
             },
-            Err(e) => (None, Vec::new(), Some(e.to_string())),
+            Err(e) => (None, Vec::new(), Vec::new(), Some(e.to_string())),
         }
     })?;
     let facts = Facts {
@@ -52,6 +55,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         mirror_root: resolve(config.mirror_root()),
         tasks,
         containers,
+        networks,
         workspace_dirs: cleanup::workspace_dirs(config.workspace_root())?,
         locks: cleanup::lock_facts(&ctx.home, config.mirror_root())?,
         daemon_running: crate::home::DaemonLock::is_held(&ctx.home),
@@ -95,6 +99,12 @@ fn render(r: &Report, daemon_running: bool) -> String {
             c.item.name, c.item.why
         ));
     }
+    for n in &r.networks {
+        out.push_str(&format!(
+            "{verb} network {} — {}\n",
+            n.item.name, n.item.why
+        ));
+    }
     for w in &r.workspaces {
         out.push_str(&format!(
             "{verb} workspace {} ({}) — {}\n",
@@ -112,7 +122,7 @@ fn render(r: &Report, daemon_running: bool) -> String {
     for e in &r.errors {
         out.push_str(&format!("error: {e}\n"));
     }
-    let n = r.containers.len() + r.workspaces.len() + r.locks.len();
+    let n = r.containers.len() + r.networks.len() + r.workspaces.len() + r.locks.len();
     if n == 0 {
         out.push_str("nothing to clean up");
     } else {

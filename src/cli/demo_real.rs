@@ -18,7 +18,7 @@ use crate::demo;
 use crate::orchestrator::daemon::{self, DaemonOptions};
 use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
-use crate::runtime::{daemon_user, home_label, DockerRuntime};
+use crate::runtime::{daemon_user, home_label, DockerRuntime, WorkerRuntime as _};
 use crate::scripted_model::ScriptedAnthropic;
 use crate::store::Store;
 
@@ -79,18 +79,26 @@ pub fn run(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     };
     let (limited, healthy) = (bind()?, bind()?);
     std::env::set_var(demo::REAL_KEY_VAR, DEMO_KEY);
+    // Reached by name through each attempt's egress proxy (issue 25), never by address.
+    let ports = [limited.local_addr()?.port(), healthy.local_addr()?.port()];
     std::env::set_var(
         demo::REAL_URL_VAR,
-        format!("http://{}", limited.local_addr()?),
+        format!("http://{}:{}", demo::SCRIPTED_MODEL_HOST, ports[0]),
     );
     std::env::set_var(
         demo::REAL_URL2_VAR,
-        format!("http://{}", healthy.local_addr()?),
+        format!("http://{}:{}", demo::SCRIPTED_MODEL_HOST, ports[1]),
     );
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(demo_in(
-        &dir, &home, &image, &network, limited, healthy, json,
+        &dir,
+        &home,
+        &image,
+        (&network, gateway, &ports),
+        limited,
+        healthy,
+        json,
     ));
     let removed = runtime.block_on(async {
         let docker = DockerRuntime::connect().await?;
@@ -106,7 +114,7 @@ async fn demo_in(
     dir: &Path,
     home: &Path,
     image: &str,
-    network: &str,
+    (network, gateway, ports): (&str, std::net::IpAddr, &[u16]),
     limited: std::net::TcpListener,
     healthy: std::net::TcpListener,
     json: bool,
@@ -128,7 +136,7 @@ async fn demo_in(
     // Claude Code refuses to run as root: a root daemon runs it as uid 1000.
     let user = daemon_user();
     let user = user.starts_with("0:").then_some("1000:1000");
-    demo::write_real_home(home, dir, image, network, user)?;
+    demo::write_real_home(home, dir, image, network, (gateway, ports), user)?;
     let config = Config::load(home)?;
     let store = Store::open(&config.db_path())?;
     let mut expected = Vec::new();

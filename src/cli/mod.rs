@@ -15,6 +15,7 @@ mod daemon;
 mod demo;
 mod demo_real;
 mod doctor;
+mod egress_proxy;
 mod enqueue;
 mod init;
 mod logs;
@@ -94,6 +95,9 @@ pub enum Command {
     Cleanup(cleanup::Args),
     /// Write a consistent copy of the queue database, safe while the daemon runs.
     Backup(backup::Args),
+    /// The per-attempt egress proxy (run by the daemon inside its own container).
+    #[command(hide = true)]
+    EgressProxy(egress_proxy::Args),
 }
 
 /// How a verb ended when it did not fail.
@@ -119,6 +123,11 @@ pub use crate::error::UsageError;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    // The proxy runs in a container with no home: it needs none.
+    let command = match cli.command {
+        Command::EgressProxy(args) => return egress_proxy::run(args),
+        other => other,
+    };
     let home = crate::config::home_from_env(cli.global.home.as_deref())?;
     tracing::debug!(home = %home.display(), "resolved home");
     let ctx = Context {
@@ -126,7 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         log_json: cli.global.log_format == LogFormat::Json,
     };
     let db = crate::config::db_path(&ctx.home);
-    let result = match cli.command {
+    let result = match command {
         Command::Init(args) => init::run(args, &ctx),
         Command::Config(args) => config::run(args, &ctx),
         Command::Enqueue(args) => enqueue::run(args, &ctx),
@@ -141,6 +150,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Doctor(args) => doctor::run(args, &ctx),
         Command::Cleanup(args) => cleanup::run(args, &ctx),
         Command::Backup(args) => backup::run(args, &ctx),
+        Command::EgressProxy(args) => egress_proxy::run(args),
     };
     // A damaged queue.db is reported the same way by every verb: the file and how to
     // recover (issue 12), never as whatever query happened to meet it.

@@ -262,6 +262,10 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             a.agent,
             a.branch
         );
+        // Issue 25: where the attempt connected, and what its proxy refused.
+        for e in store.egress_events(id, a.attempt)? {
+            crate::println_printable!("     {}", e.summary);
+        }
         for e in &a.evidence {
             crate::println_printable!("     {}", evidence_line(e));
             if !e.passed {

@@ -1,6 +1,6 @@
 //! Settings that weaken isolation need the operator's consent (`allow_unsafe: true` in
 //! config.yaml): hardening turned off, `network: host`, container user 0, a credential
-//! volume that is `/`, the Docker socket or a system directory, `GITHUB_TOKEN`/`GH_TOKEN`
+//! volume that is `/`, `egress: open`, the Docker socket or a system directory, `GITHUB_TOKEN`/`GH_TOKEN`
 //! in `api_keys`, and an empty `protected_paths`.
 //!
 //! Without consent the first one found is the load error (exit 2, file:line, field, fix);
@@ -68,6 +68,15 @@ pub(super) fn unsafe_settings(
             "use `bridge` (or `none`)",
         );
     }
+    if global.egress.mode.trim() == "open" {
+        push(
+            cfg,
+            &[Key("egress"), Key("mode")],
+            None,
+            "`egress.mode: open` lets agents connect anywhere (Docker's bridge: the host's gateway, other containers, any address)".into(),
+            "use `allowlist` (named hosts only, through a proxy) and list what agents need in `egress.allow`",
+        );
+    }
     if let Some(user) = &global.container.user {
         if user.split(':').next().map(str::trim) == Some("0") {
             push(
@@ -112,6 +121,19 @@ pub(super) fn unsafe_settings(
                 None,
                 format!("agent `{}` has `network: host` (the host's network stack, its loopback services included)", a.name),
                 "use `bridge` (or `none`)",
+            );
+        }
+        if a.egress.as_ref().and_then(|e| e.mode()).map(str::trim) == Some("open") {
+            let mut path = vec![Key("agents"), Item(i), Key("egress")];
+            if matches!(a.egress, Some(super::model::EgressField::Full(_))) {
+                path.push(Key("mode"));
+            }
+            push(
+                &docs.agents,
+                &path,
+                None,
+                format!("agent `{}` has `egress: open` (it may connect anywhere: the host's gateway, other containers, any address)", a.name),
+                "use `egress: allowlist` and list what it needs in `egress.allow`",
             );
         }
         if let Some(user) = &a.user {

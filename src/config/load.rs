@@ -206,6 +206,7 @@ impl Config {
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         super::quota::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
+        super::egress::check_global(&global, &docs.config)?;
         let user_home = env("HOME")
             .filter(|h| !h.trim().is_empty())
             .map(PathBuf::from);
@@ -328,6 +329,7 @@ fn default_agent_config(t: AgentType) -> AgentConfig {
         image: None,
         identity: None,
         network: None,
+        egress: None,
         deadline: None,
         idle_timeout: None,
         auth_path: None,

@@ -18,6 +18,7 @@
 
 mod checks;
 mod consent;
+mod egress;
 pub mod error;
 mod load;
 pub mod locate;

@@ -54,6 +54,8 @@ pub struct GlobalConfig {
     pub http: HttpConfig,
     /// Keeping landed pull requests moving (issue 15).
     pub shepherd: super::shepherd::ShepherdConfig,
+    /// Where agents may connect (issue 25): the default mode and what every profile allows.
+    pub egress: EgressConfig,
 }
 
 impl Default for GlobalConfig {
@@ -79,8 +81,74 @@ impl Default for GlobalConfig {
             allow_unsafe: false,
             http: HttpConfig::default(),
             shepherd: super::shepherd::ShepherdConfig::default(),
+            egress: EgressConfig::default(),
         }
     }
+}
+
+/// `egress:` in config.yaml (issue 25, docs/SECURITY.md "Egress").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Mode of every agent profile that names none: `allowlist`, `none` or `open`.
+    pub mode: String,
+    /// `host:port` entries (globs like `*.crates.io:443`) every profile allows, on top of
+    /// its agent type's model API hosts.
+    pub allow: Vec<String>,
+    /// Name -> address the proxy uses instead of resolving the name (an internal model
+    /// gateway, a test server): trusted as written, so a private address is accepted.
+    pub hosts: BTreeMap<String, String>,
+    /// The network the proxy reaches the outside through: `bridge` or `network:NAME`.
+    pub outbound_network: String,
+    /// Connections one attempt may open through its proxy.
+    pub max_connections: u64,
+    /// Bytes (both directions) one attempt may move through its proxy, like `4g`.
+    pub max_bytes: String,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            mode: "allowlist".into(),
+            allow: Vec::new(),
+            hosts: BTreeMap::new(),
+            outbound_network: "bridge".into(),
+            max_connections: 10_000,
+            max_bytes: "4g".into(),
+        }
+    }
+}
+
+/// `egress:` of an agent profile or a repository: a mode alone (`egress: none`) or a
+/// mapping with `mode` and `allow`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EgressField {
+    Mode(String),
+    Full(EgressOverride),
+}
+
+impl EgressField {
+    pub fn mode(&self) -> Option<&str> {
+        match self {
+            EgressField::Mode(m) => Some(m),
+            EgressField::Full(o) => o.mode.as_deref(),
+        }
+    }
+
+    pub fn allow(&self) -> &[String] {
+        match self {
+            EgressField::Mode(_) => &[],
+            EgressField::Full(o) => &o.allow,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressOverride {
+    pub mode: Option<String>,
+    pub allow: Vec<String>,
 }
 
 /// `quota_handoff:` in config.yaml (issue 14).
@@ -283,6 +351,15 @@ pub struct RepoConfig {
     /// Image for agents on this repo (its toolchain must be in it).
     #[serde(default)]
     pub image: Option<String>,
+    /// `egress.allow` entries agents on this repo may reach too (its package registry).
+    #[serde(default)]
+    pub egress: Option<RepoEgress>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RepoEgress {
+    pub allow: Vec<String>,
 }
 
 /// Per-repo verification; unset fields fall back to the global `verify`.
@@ -357,8 +434,13 @@ pub struct AgentConfig {
     #[serde(default)]
     pub identity: Option<String>,
     /// `bridge`, `none`, `host` or `network:NAME`; default from `container.network`.
+    /// Only under `egress: open`.
     #[serde(default)]
     pub network: Option<String>,
+    /// `allowlist` (default from config.yaml `egress.mode`), `none`, `open`, or a mapping
+    /// with `mode` and `allow` (`host:port` entries this profile adds).
+    #[serde(default)]
+    pub egress: Option<EgressField>,
     #[serde(default)]
     pub deadline: Option<String>,
     #[serde(default)]

@@ -247,6 +247,7 @@ pub(super) fn build_agents(
             Some(d) => duration_at(doc, &at("idle_timeout"), "idle_timeout", d)?,
             None => resolved.event_idle_timeout,
         };
+        let egress = super::egress::profile(g, a, i, doc)?;
         let network = match &a.network {
             Some(n) => network_at(doc, &at("network"), "network", n)?,
             None => resolved.network.clone(),
@@ -307,6 +308,7 @@ pub(super) fn build_agents(
             image: a.image.clone(),
             identity: a.identity.clone(),
             network,
+            egress,
             deadline_seconds: Some(deadline.as_secs()),
             idle_timeout_seconds: Some(idle.as_secs()),
             limits: Some(ResourceLimits {

@@ -567,7 +567,7 @@ fn home_resolution() {
 
 // ---------------------------------------------------------------- allow_unsafe (issue 11)
 
-const AGENT_UNSAFE: &str = "agents:\n  - name: claude\n    agent_type: claude\n    network: host\n    hardening:\n      cap_drop_all: false\n  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
+const AGENT_UNSAFE: &str = "agents:\n  - name: claude\n    agent_type: claude\n    network: host\n    egress: open\n    hardening:\n      cap_drop_all: false\n  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
 
 #[test]
 fn unsafe_settings_are_refused_without_consent() {
@@ -654,7 +654,8 @@ fn consent_turns_each_unsafe_setting_into_a_warning() {
             ("config.yaml".to_string(), 4),
             ("config.yaml".to_string(), 6),
             ("agents.yaml".to_string(), 4),
-            ("agents.yaml".to_string(), 6),
+            ("agents.yaml".to_string(), 5),
+            ("agents.yaml".to_string(), 7),
         ]
     );
     assert!(load(&ConfigSources::templates())
@@ -739,4 +740,139 @@ fn shepherd_conflicts_is_merge_or_rebase() {
         "`conflicts` is `squash`",
         "set `conflicts` to `merge` or `rebase`",
     );
+}
+
+// ---------------------------------------------------------------- egress (issue 25)
+
+const FOUR: &str = "  - name: codex\n    agent_type: codex\n  - name: kimi\n    agent_type: kimi\n  - name: gemini\n    agent_type: gemini\n";
+
+#[test]
+fn every_profile_defaults_to_allowlist_with_its_model_hosts() {
+    let cfg = load(&ConfigSources::templates()).unwrap();
+    for a in cfg.agents() {
+        assert_eq!(
+            a.egress.mode,
+            crate::domain::EgressMode::Allowlist,
+            "{}",
+            a.name
+        );
+    }
+    let agents = format!("agents:\n  - name: claude\n    agent_type: claude\n    egress:\n      allow: [\"registry.npmjs.org:443\", \"*.crates.io:443\"]\n{FOUR}");
+    let cfg = load(&with(AGENTS_FILE, &agents)).unwrap();
+    assert_eq!(
+        cfg.agents()[0].egress.allow,
+        ["registry.npmjs.org:443", "*.crates.io:443"]
+    );
+    let cfg = load(&with(
+        AGENTS_FILE,
+        &format!("agents:\n  - name: claude\n    agent_type: claude\n    egress: none\n{FOUR}"),
+    ))
+    .unwrap();
+    assert_eq!(cfg.agents()[0].egress.mode, crate::domain::EgressMode::None);
+    let cfg = load(&with(CONFIG_FILE, "egress:\n  mode: none\n")).unwrap();
+    assert!(cfg
+        .agents()
+        .iter()
+        .all(|a| a.egress.mode == crate::domain::EgressMode::None));
+}
+
+#[test]
+fn egress_errors_name_the_field_and_the_fix() {
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  mode: wide\n",
+        ConfigErrorKind::InvalidValue,
+        2,
+        "not an egress mode",
+        "allowlist",
+    );
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  allow: [\"10.0.0.1:443\"]\n",
+        ConfigErrorKind::InvalidValue,
+        2,
+        "IP addresses cannot be allowed",
+        "host:port",
+    );
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  allow:\n    - api.example.com\n",
+        ConfigErrorKind::InvalidValue,
+        3,
+        "has no port",
+        "host:port",
+    );
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  hosts:\n    model.internal: nowhere\n",
+        ConfigErrorKind::InvalidValue,
+        3,
+        "not an IP address",
+        "10.0.0.5",
+    );
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  outbound_network: host\n",
+        ConfigErrorKind::InvalidValue,
+        2,
+        "outbound_network",
+        "network:NAME",
+    );
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  max_bytes: lots\n",
+        ConfigErrorKind::InvalidValue,
+        2,
+        "max_bytes",
+        "4g",
+    );
+    check_err(
+        CONFIG_FILE,
+        "repos:\n  - repo: acme/*\n    egress:\n      allow: [\"*:443\"]\n",
+        ConfigErrorKind::InvalidValue,
+        4,
+        "not a host name",
+        "host:port",
+    );
+    check_err(
+        AGENTS_FILE,
+        &format!("agents:\n  - name: claude\n    agent_type: claude\n    network: bridge\n{FOUR}"),
+        ConfigErrorKind::InvalidValue,
+        4,
+        "applies only under `egress: open`",
+        "remove `network`",
+    );
+    check_err(
+        AGENTS_FILE,
+        &format!("agents:\n  - name: claude\n    agent_type: claude\n    egress:\n      mode: allowlist\n      allow: [\"evil\"]\n{FOUR}"),
+        ConfigErrorKind::InvalidValue,
+        6,
+        "has no port",
+        "host:port",
+    );
+}
+
+#[test]
+fn open_egress_needs_consent_and_then_warns() {
+    check_err(
+        CONFIG_FILE,
+        "egress:\n  mode: open\n",
+        ConfigErrorKind::Unsafe,
+        2,
+        "`egress.mode: open`",
+        "allow_unsafe: true",
+    );
+    check_err(
+        AGENTS_FILE,
+        &format!("agents:\n  - name: claude\n    agent_type: claude\n    egress: open\n{FOUR}"),
+        ConfigErrorKind::Unsafe,
+        4,
+        "agent `claude` has `egress: open`",
+        "allow_unsafe: true",
+    );
+    let mut s = with(CONFIG_FILE, "allow_unsafe: true\n");
+    s.agents = Some(format!("agents:\n  - name: claude\n    agent_type: claude\n    egress: open\n    network: network:my-net\n{FOUR}"));
+    let cfg = load(&s).unwrap();
+    assert_eq!(cfg.unsafe_settings().len(), 1);
+    assert_eq!(cfg.agents()[0].network, NetworkMode::Named("my-net".into()));
 }

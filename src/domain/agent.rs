@@ -1,6 +1,7 @@
 //! Agent profiles: how to run one coding-agent CLI (spec §3.3).
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -93,6 +94,116 @@ impl NetworkMode {
     }
 }
 
+/// Where an agent's container may connect (issue 25).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EgressMode {
+    /// An internal network of its own whose one exit is an allowlisting proxy (default).
+    Allowlist,
+    /// No network at all (offline fake agents, tests).
+    None,
+    /// The profile's `network` as is (Docker's bridge by default): needs `allow_unsafe`.
+    Open,
+}
+
+impl EgressMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressMode::Allowlist => "allowlist",
+            EgressMode::None => "none",
+            EgressMode::Open => "open",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<EgressMode> {
+        match text.trim() {
+            "allowlist" => Some(EgressMode::Allowlist),
+            "none" => Some(EgressMode::None),
+            "open" => Some(EgressMode::Open),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for EgressMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A profile's egress: its mode and the `host:port` entries it adds to the defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressProfile {
+    pub mode: EgressMode,
+    pub allow: Vec<String>,
+}
+
+impl Default for EgressProfile {
+    fn default() -> Self {
+        EgressProfile {
+            mode: EgressMode::Allowlist,
+            allow: Vec::new(),
+        }
+    }
+}
+
+/// One attempt's egress, decided with its RunSpec: the mode, the whole allowlist (the
+/// agent type's model API hosts, config.yaml's, the profile's and the repository's), the
+/// operator's pinned addresses, the proxy's outbound network and caps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EgressSpec {
+    pub mode: EgressMode,
+    pub allow: Vec<String>,
+    /// Name -> address (config.yaml `egress.hosts`), trusted as written.
+    pub pins: BTreeMap<String, String>,
+    pub outbound_network: String,
+    pub max_connections: u64,
+    pub max_bytes: u64,
+    /// The profile the allowlist belongs to (a refusal names it).
+    pub profile: String,
+}
+
+impl Default for EgressSpec {
+    /// `open`: a RunSpec recorded before egress existed ran on its `network` as is.
+    fn default() -> Self {
+        EgressSpec {
+            mode: EgressMode::Open,
+            allow: Vec::new(),
+            pins: BTreeMap::new(),
+            outbound_network: "bridge".into(),
+            max_connections: 10_000,
+            max_bytes: 4 * 1024 * 1024 * 1024,
+            profile: String::new(),
+        }
+    }
+}
+
+/// The model API hosts each CLI needs by default (docs/SECURITY.md "Egress").
+pub fn default_egress_hosts(agent: AgentType) -> &'static [&'static str] {
+    match agent {
+        // API key and subscription logins; console.anthropic.com refreshes OAuth tokens.
+        AgentType::Claude => &["api.anthropic.com:443", "console.anthropic.com:443"],
+        // API key (api.openai.com) and ChatGPT login (chatgpt.com, auth.openai.com).
+        AgentType::Codex => &[
+            "api.openai.com:443",
+            "chatgpt.com:443",
+            "auth.openai.com:443",
+        ],
+        AgentType::Kimi => &[
+            "api.moonshot.ai:443",
+            "api.moonshot.cn:443",
+            "api.kimi.com:443",
+        ],
+        // API key (generativelanguage), Google login (Code Assist, OAuth token refresh).
+        AgentType::Gemini => &[
+            "generativelanguage.googleapis.com:443",
+            "cloudcode-pa.googleapis.com:443",
+            "oauth2.googleapis.com:443",
+        ],
+    }
+}
+
 /// Container limits and hardening. Everything is on by default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceLimits {
@@ -145,6 +256,8 @@ pub struct AgentProfile {
     /// Identity to use when the routing rule names none.
     pub identity: Option<String>,
     pub network: NetworkMode,
+    /// Where the agent may connect (issue 25); `network` applies only under `open`.
+    pub egress: EgressProfile,
     /// Wall-clock limit for one attempt, in seconds.
     pub deadline_seconds: Option<u64>,
     /// Kill the attempt after this many seconds without output.

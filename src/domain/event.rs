@@ -22,10 +22,13 @@ pub enum EventKind {
     Error,
     /// Anything unparseable or unrecognised (never a crash).
     Unknown,
+    /// A connection the attempt's egress proxy refused, or the summary of those it allowed
+    /// (issue 25): written by the orchestrator from the proxy's log, never by the agent.
+    Egress,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::System,
         EventKind::Message,
         EventKind::ToolCall,
@@ -34,6 +37,7 @@ impl EventKind {
         EventKind::Result,
         EventKind::Error,
         EventKind::Unknown,
+        EventKind::Egress,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +50,7 @@ impl EventKind {
             EventKind::Result => "result",
             EventKind::Error => "error",
             EventKind::Unknown => "unknown",
+            EventKind::Egress => "egress",
         }
     }
 }

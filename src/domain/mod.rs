@@ -16,7 +16,10 @@ pub mod task;
 pub mod terminal;
 pub mod text;
 
-pub use agent::{AgentProfile, AgentType, Invocation, NetworkMode, ResourceLimits};
+pub use agent::{
+    default_egress_hosts, AgentProfile, AgentType, EgressMode, EgressProfile, EgressSpec,
+    Invocation, NetworkMode, ResourceLimits,
+};
 pub use event::{EventKind, EventStream, TaskEvent};
 pub use identity::Identity;
 pub use quota::{AgentQuota, AgentReset, QuotaWait};

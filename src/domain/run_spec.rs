@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use super::agent::{AgentType, NetworkMode, ResourceLimits};
+use super::agent::{AgentType, EgressSpec, NetworkMode, ResourceLimits};
 
 /// A container variable and the HOST variable its value is read from at creation time.
 /// Only names are kept, so a RunSpec can be stored and shown without leaking secrets.
@@ -63,6 +63,10 @@ pub struct RunSpec {
     pub deadline_seconds: u64,
     pub idle_timeout_seconds: u64,
     pub network: NetworkMode,
+    /// Where the agent may connect (issue 25). A RunSpec stored before it existed reads
+    /// as `open` (its `network` as is).
+    #[serde(default)]
+    pub egress: EgressSpec,
     pub limits: ResourceLimits,
     pub verification: Vec<VerifyCommand>,
     /// Image verification runs in (the repo's verify image, else the agent image).

@@ -34,6 +34,7 @@ pub fn kind_label(kind: EventKind) -> &'static str {
         EventKind::Result => "result",
         EventKind::Error => "ERROR",
         EventKind::Unknown => "?",
+        EventKind::Egress => "egress",
     }
 }
 

@@ -334,6 +334,8 @@ async fn reconcile(
     let labels = vec![(LABEL_HOME.to_string(), orch.home_label.clone())];
     let containers = orch.runtime.list_by_labels(&labels).await?;
     let mut live: BTreeMap<(String, u32), (String, RunState)> = BTreeMap::new();
+    let mut proxies: BTreeMap<(String, u32), String> = BTreeMap::new();
+    let mut resumed: std::collections::BTreeSet<(String, u32)> = Default::default();
     for c in containers {
         let role = c.labels.get(LABEL_ROLE).map(String::as_str).unwrap_or("");
         let task = c.labels.get(LABEL_TASK).cloned().unwrap_or_default();
@@ -344,6 +346,9 @@ async fn reconcile(
             .unwrap_or(0);
         if role == "agent" {
             live.insert((task, attempt), (c.id.clone(), c.state));
+        } else if role == "egress" {
+            // Kept for a re-attached attempt (its agent still talks through it).
+            proxies.insert((task, attempt), c.id.clone());
         } else {
             // A verification container's run is lost with the daemon: verification restarts.
             discard_container(orch, &c.id).await;
@@ -384,6 +389,7 @@ async fn reconcile(
                         continue;
                     };
                     summary.resumed += 1;
+                    resumed.insert((task.id.clone(), task.attempts));
                     let orch = orch.clone();
                     let opts = run_opts.clone();
                     tracing::info!(task = %task.id, %state, "resuming after a restart");
@@ -407,6 +413,37 @@ async fn reconcile(
     for ((task, attempt), (id, _)) in live {
         tracing::info!(%task, attempt, "removing an orphan container");
         discard_container(orch, &id).await;
+    }
+    // Egress proxies and networks (issue 25) of every attempt not re-attached: a resumed
+    // attempt removes its own when it ends.
+    for ((task, attempt), id) in proxies {
+        if !resumed.contains(&(task.clone(), attempt)) {
+            tracing::info!(%task, attempt, "removing an orphan egress proxy");
+            discard_container(orch, &id).await;
+        }
+    }
+    let egress_labels = vec![
+        (LABEL_HOME.to_string(), orch.home_label.clone()),
+        (LABEL_ROLE.to_string(), "egress".to_string()),
+    ];
+    match orch.runtime.list_networks(&egress_labels).await {
+        Ok(networks) => {
+            for n in networks {
+                let task = n.labels.get(LABEL_TASK).cloned().unwrap_or_default();
+                let attempt: u32 = n
+                    .labels
+                    .get(LABEL_ATTEMPT)
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or(0);
+                if !resumed.contains(&(task.clone(), attempt)) {
+                    tracing::info!(%task, attempt, network = %n.name, "removing an orphan egress network");
+                    if let Err(e) = orch.runtime.remove_network(&n.name).await {
+                        tracing::warn!(network = %n.name, error = %e, "cannot remove an orphan egress network");
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot list this home's networks"),
     }
     // Side effects at the source a kill left half-done (issue 19).
     if let Err(e) = super::intents::finish_pending(orch, store).await {

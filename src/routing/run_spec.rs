@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use super::rules::{repo_globset, repo_keys, RouteDecision};
 use crate::config::model::{GlobalConfig, RepoConfig, VerifyConfig};
-use crate::domain::{AgentProfile, ResourceLimits, RunSpec, Task, VerifyCommand};
+use crate::domain::{
+    default_egress_hosts, AgentProfile, EgressSpec, ResourceLimits, RunSpec, Task, VerifyCommand,
+};
 use crate::identity::Brokered;
 
 /// Everything a RunSpec is built from.
@@ -203,6 +205,53 @@ pub fn container_limits(global: &GlobalConfig) -> Result<ResourceLimits, RunSpec
     })
 }
 
+/// The attempt's egress: the profile's mode and the whole allowlist — the agent type's
+/// model API hosts, then config.yaml's `egress.allow`, the profile's and the repository's,
+/// each entry once — with config.yaml's pins, outbound network and caps. The entries were
+/// checked when the config loaded.
+pub fn egress_spec(
+    global: &GlobalConfig,
+    profile: &AgentProfile,
+    repo: Option<&RepoConfig>,
+) -> Result<EgressSpec, RunSpecError> {
+    let g = &global.egress;
+    let mut allow: Vec<String> = Vec::new();
+    let defaults = default_egress_hosts(profile.agent_type)
+        .iter()
+        .map(|e| e.to_string());
+    let repo_allow = repo
+        .and_then(|r| r.egress.as_ref())
+        .map(|e| e.allow.clone())
+        .unwrap_or_default();
+    for entry in defaults
+        .chain(g.allow.iter().cloned())
+        .chain(profile.egress.allow.iter().cloned())
+        .chain(repo_allow)
+    {
+        if !allow.contains(&entry) {
+            allow.push(entry);
+        }
+    }
+    let outbound = g.outbound_network.trim();
+    let max_bytes =
+        crate::config::values::parse_size(&g.max_bytes).map_err(|_| RunSpecError::BadMemory {
+            field: "egress.max_bytes".into(),
+            value: g.max_bytes.clone(),
+        })?;
+    Ok(EgressSpec {
+        mode: profile.egress.mode,
+        allow,
+        pins: g.hosts.clone(),
+        outbound_network: outbound
+            .strip_prefix("network:")
+            .unwrap_or(outbound)
+            .to_string(),
+        max_connections: g.max_connections,
+        max_bytes,
+        profile: profile.name.clone(),
+    })
+}
+
 /// Builds the RunSpec of one attempt.
 pub fn build_run_spec(inputs: RunSpecInputs<'_>) -> Result<RunSpec, RunSpecError> {
     let RunSpecInputs {
@@ -266,6 +315,7 @@ pub fn build_run_spec(inputs: RunSpecInputs<'_>) -> Result<RunSpec, RunSpecError
         deadline_seconds,
         idle_timeout_seconds,
         network: profile.network.clone(),
+        egress: egress_spec(global, profile, repo)?,
         limits,
         verification: verification_commands(&global.verify, repo, project_verify)?,
         verify_image,
@@ -317,6 +367,7 @@ mod tests {
             image: None,
             identity: None,
             network: NetworkMode::Bridge,
+            egress: Default::default(),
             deadline_seconds: None,
             idle_timeout_seconds: None,
             limits: None,
@@ -406,6 +457,7 @@ mod tests {
                 base_ref: None,
                 verify: None,
                 image: Some("wrong".into()),
+                egress: None,
             },
             RepoConfig {
                 repo: "acme/*".into(),
@@ -418,6 +470,7 @@ mod tests {
                     ..VerifyOverride::default()
                 }),
                 image: Some("acme-toolchain:1".into()),
+                egress: None,
             },
         ];
         let mut p = profile("codex");

@@ -46,6 +46,8 @@ const TMPFS_SIZE: &str = "size=512m";
 pub enum Role {
     Agent,
     Verify,
+    /// An attempt's egress proxy (and, on networks, the attempt's internal network).
+    Egress,
 }
 
 impl Role {
@@ -53,6 +55,7 @@ impl Role {
         match self {
             Role::Agent => "agent",
             Role::Verify => "verify",
+            Role::Egress => "egress",
         }
     }
 }
@@ -373,6 +376,7 @@ mod tests {
             deadline_seconds: 600,
             idle_timeout_seconds: 60,
             network: NetworkMode::Bridge,
+            egress: Default::default(),
             limits: ResourceLimits::default(),
             verification: vec![VerifyCommand {
                 name: "test".into(),

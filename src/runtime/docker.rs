@@ -25,7 +25,8 @@ use futures_util::{StreamExt, TryStreamExt};
 use super::container_spec::{ContainerSpec, LOG_MAX_SIZE, ULIMITS};
 use super::staging::{self, Staged};
 use super::{
-    ContainerInfo, ContainerSummary, LogChunk, RunState, RuntimeError, WorkerRuntime, LABEL_HOME,
+    ContainerInfo, ContainerSummary, EgressEndpoint, EgressPlan, LogChunk, NetworkSummary,
+    RunState, RuntimeError, WorkerRuntime, LABEL_HOME,
 };
 use crate::domain::EventStream;
 
@@ -47,6 +48,10 @@ pub struct DockerRuntime {
     /// Staging directories (credential copies, stdin) of containers created by this
     /// process, by container id; dropped (deleted) when the container is removed.
     staged: Arc<Mutex<HashMap<String, Staged>>>,
+    /// The egress proxy image's tag, once ensured by this process.
+    proxy_image: Arc<tokio::sync::OnceCell<String>>,
+    /// The polyphony binary the proxy image is made of; `None`: `egress::image::proxy_binary`.
+    proxy_binary: Option<std::path::PathBuf>,
 }
 
 impl DockerRuntime {
@@ -63,7 +68,17 @@ impl DockerRuntime {
         DockerRuntime {
             docker,
             staged: Arc::default(),
+            proxy_image: Arc::default(),
+            proxy_binary: None,
         }
+    }
+
+    /// Makes the egress proxy image of `binary` (a test driving the library from another
+    /// executable passes the built `polyphony`).
+    pub fn with_proxy_binary(mut self, binary: impl Into<std::path::PathBuf>) -> Self {
+        self.proxy_binary = Some(binary.into());
+        self.proxy_image = Arc::default();
+        self
     }
 
     fn forget_staged(&self, id: &str) {
@@ -138,13 +153,132 @@ impl DockerRuntime {
             })
     }
 
-    /// Removes a network made by [`Self::create_network`].
-    pub async fn remove_network(&self, name: &str) -> Result<(), RuntimeError> {
+    /// The proxy image for this process's binary, built on first use (`egress::image`).
+    pub async fn proxy_image(&self) -> Result<String, RuntimeError> {
+        self.proxy_image
+            .get_or_try_init(|| async {
+                let binary = match &self.proxy_binary {
+                    Some(b) => b.clone(),
+                    None => crate::egress::image::proxy_binary()?,
+                };
+                crate::egress::image::ensure_proxy_image(&self.docker, &binary).await
+            })
+            .await
+            .cloned()
+    }
+
+    /// Force-removes a network with the containers of this home still attached to it.
+    async fn remove_network_and_members(&self, name: &str) -> Result<(), RuntimeError> {
+        let inspect = match self.docker.inspect_network(name, None).await {
+            Ok(n) => n,
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(engine("inspect network", e)),
+        };
+        for id in inspect.containers.unwrap_or_default().into_keys() {
+            self.remove(&id).await?;
+        }
         match self.docker.remove_network(name).await {
             Ok(()) => Ok(()),
             Err(e) if is_status(&e, 404) => Ok(()),
             Err(e) => Err(engine("remove network", e)),
         }
+    }
+
+    async fn start_proxy(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
+        let image = self.proxy_image().await?;
+        let host_config = HostConfig {
+            network_mode: Some(plan.network.clone()),
+            extra_hosts: Some(plan.resolver_hosts.clone()),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            readonly_rootfs: Some(true),
+            pids_limit: Some(PROXY_PIDS),
+            memory: Some(PROXY_MEMORY),
+            memory_swap: Some(PROXY_MEMORY),
+            nano_cpus: Some(1_000_000_000),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_string()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), "16m".to_string()),
+                    ("max-file".to_string(), "1".to_string()),
+                ])),
+            }),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image),
+            env: Some(vec![format!(
+                "{}={}",
+                crate::egress::proxy::CONFIG_ENV,
+                plan.config_json
+            )]),
+            labels: Some(plan.labels.clone().into_iter().collect()),
+            user: Some("65534:65534".to_string()),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&plan.proxy_name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| engine("create egress proxy", e))?;
+        let id = created.id;
+        let connect = bollard::models::NetworkConnectRequest {
+            container: id.clone(),
+            endpoint_config: None,
+        };
+        self.docker
+            .connect_network(&plan.outbound, connect)
+            .await
+            .map_err(|e| engine("connect the egress proxy to its outbound network", e))?;
+        self.start(&id).await?;
+        // Ready when it says so (it binds before writing `ready`).
+        let ready = tokio::time::timeout(PROXY_READY_TIMEOUT, async {
+            let mut logs = self.logs(&id, None);
+            let mut seen = Vec::new();
+            while let Some(chunk) = logs.next().await {
+                let chunk = chunk?;
+                seen.extend_from_slice(&chunk.bytes);
+                if memchr::memmem::find(&seen, br#""event":"ready""#).is_some() {
+                    return Ok(());
+                }
+            }
+            Err(RuntimeError::Engine {
+                op: "start egress proxy",
+                message: format!(
+                    "the proxy exited before it listened: {}",
+                    String::from_utf8_lossy(&seen).trim()
+                ),
+            })
+        })
+        .await
+        .map_err(|_| RuntimeError::Engine {
+            op: "start egress proxy",
+            message: format!("the proxy did not listen within {PROXY_READY_TIMEOUT:?}"),
+        })?;
+        ready?;
+        let inspect = self
+            .docker
+            .inspect_container(&id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| engine("inspect egress proxy", e))?;
+        let proxy_ip = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(&plan.network))
+            .and_then(|e| e.ip_address)
+            .and_then(|ip| ip.parse().ok())
+            .ok_or_else(|| RuntimeError::Engine {
+                op: "inspect egress proxy",
+                message: format!("the proxy has no address on {}", plan.network),
+            })?;
+        Ok(EgressEndpoint {
+            proxy_id: id,
+            proxy_ip,
+        })
     }
 
     /// The name to create `spec` under: its own, or — when another home's container holds
@@ -268,6 +402,11 @@ impl DockerRuntime {
         })
     }
 }
+
+/// The proxy's own limits: it forwards bytes, nothing more.
+const PROXY_MEMORY: i64 = 256 * 1024 * 1024;
+const PROXY_PIDS: i64 = 64;
+const PROXY_READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl WorkerRuntime for DockerRuntime {
     fn create<'a>(
@@ -446,6 +585,95 @@ impl WorkerRuntime for DockerRuntime {
                 })
                 .collect())
         })
+    }
+
+    fn egress_up<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+    ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
+        Box::pin(async move {
+            // Leftovers of an earlier try of this attempt (a crash): the proxy, then the
+            // network with whatever of this home is still on it.
+            self.remove(&plan.proxy_name).await?;
+            self.remove_network_and_members(&plan.network).await?;
+            let request = bollard::models::NetworkCreateRequest {
+                name: plan.network.clone(),
+                driver: Some("bridge".into()),
+                internal: Some(true),
+                labels: Some(plan.labels.clone().into_iter().collect()),
+                ..Default::default()
+            };
+            let created = self.docker.create_network(request).await;
+            crate::metrics::egress_network(created.is_ok());
+            created.map_err(|e| engine("create egress network", e))?;
+            match self.start_proxy(plan).await {
+                Ok(endpoint) => Ok(endpoint),
+                Err(e) => {
+                    let _ = self.remove(&plan.proxy_name).await;
+                    let _ = self.remove_network_and_members(&plan.network).await;
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn egress_down<'a>(
+        &'a self,
+        proxy: &'a str,
+        network: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            match self.kill(proxy).await {
+                Ok(()) | Err(RuntimeError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            // Exited now, so following the log ends at its last byte.
+            let mut logs = self.logs(proxy, None);
+            while let Some(chunk) = logs.next().await {
+                match chunk {
+                    Ok(c) if c.stream == EventStream::Stdout => out.extend_from_slice(&c.bytes),
+                    Ok(_) => {}
+                    Err(RuntimeError::NotFound(_)) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            drop(logs);
+            self.remove(proxy).await?;
+            self.remove_network_and_members(network).await?;
+            Ok(out)
+        })
+    }
+
+    fn list_networks<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Vec<NetworkSummary>, RuntimeError>> {
+        Box::pin(async move {
+            let filters: HashMap<String, Vec<String>> = HashMap::from([(
+                "label".to_string(),
+                labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            )]);
+            let options = bollard::query_parameters::ListNetworksOptions {
+                filters: Some(filters),
+            };
+            let found = self
+                .docker
+                .list_networks(Some(options))
+                .await
+                .map_err(|e| engine("list networks", e))?;
+            Ok(found
+                .into_iter()
+                .map(|n| NetworkSummary {
+                    name: n.name.unwrap_or_default(),
+                    labels: n.labels.unwrap_or_default().into_iter().collect(),
+                })
+                .collect())
+        })
+    }
+
+    fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move { self.remove_network_and_members(name).await })
     }
 
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>> {

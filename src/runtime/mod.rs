@@ -127,6 +127,39 @@ pub struct ContainerSummary {
     pub labels: BTreeMap<String, String>,
 }
 
+/// One attempt's egress (issue 25): an internal network of its own and the proxy
+/// container that is its only way out, created before the agent's container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressPlan {
+    /// The attempt's internal network (`--internal`: no route out); the agent's only one.
+    pub network: String,
+    /// The network the proxy also joins to reach the outside (Docker's `bridge` by default).
+    pub outbound: String,
+    pub proxy_name: String,
+    /// Home, task, attempt and role `egress`: on the network and the proxy alike.
+    pub labels: BTreeMap<String, String>,
+    /// The proxy's `egress::ProxyConfig` as JSON (no secret in it).
+    pub config_json: String,
+    /// `name:address` lines for the proxy container's own `/etc/hosts`: what its system
+    /// resolver answers (tests inject DNS answers this way; still policy-checked).
+    pub resolver_hosts: Vec<String>,
+}
+
+/// Where an attempt's agent finds its proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressEndpoint {
+    pub proxy_id: String,
+    /// The proxy's address on the attempt's internal network.
+    pub proxy_ip: std::net::IpAddr,
+}
+
+/// A network found by label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkSummary {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// A container backend. Object safe: the orchestrator holds `Arc<dyn WorkerRuntime>`.
 ///
 /// Every method takes a container id or name. `create` replaces a leftover container of
@@ -162,6 +195,48 @@ pub trait WorkerRuntime: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<ContainerSummary>, RuntimeError>>;
 
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>>;
+
+    /// Creates the attempt's internal network and starts its proxy (replacing leftovers of
+    /// this home under the same names); returns once the proxy listens.
+    fn egress_up<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+    ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
+        let _ = plan;
+        Box::pin(async {
+            Err(RuntimeError::Engine {
+                op: "egress",
+                message: "this runtime cannot make networks; use `egress: none`".into(),
+            })
+        })
+    }
+
+    /// Stops the proxy, returns its log (stdout: one JSON event per line), removes it and
+    /// the network. Missing pieces are not an error (an empty log then).
+    fn egress_down<'a>(
+        &'a self,
+        proxy: &'a str,
+        network: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
+        let _ = (proxy, network);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Networks carrying every given `key=value` label.
+    fn list_networks<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Vec<NetworkSummary>, RuntimeError>> {
+        let _ = labels;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Removes a network (first the containers of this home still attached to it).
+    /// Removing a missing network is not an error.
+    fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = name;
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The `polyphony.home` label value: a short hex hash of the canonical home path, so two

@@ -94,6 +94,8 @@ struct Inner {
     containers: Mutex<BTreeMap<String, Fake>>,
     /// Every spec created, in order (agents and checks).
     created: Mutex<Vec<ContainerSpec>>,
+    /// Every egress plan, in order.
+    egress: Mutex<Vec<super::EgressPlan>>,
     next: AtomicU64,
 }
 
@@ -115,6 +117,11 @@ impl ScriptedRuntime {
     /// Every container spec created so far, in order.
     pub fn created(&self) -> Vec<ContainerSpec> {
         lock(&self.inner.created).clone()
+    }
+
+    /// Every egress plan an attempt asked for, in order.
+    pub fn egress_plans(&self) -> Vec<super::EgressPlan> {
+        lock(&self.inner.egress).clone()
     }
 
     /// Containers not removed yet.
@@ -352,6 +359,21 @@ impl WorkerRuntime for ScriptedRuntime {
                     labels: f.spec.labels.clone(),
                 })
                 .collect())
+        })
+    }
+
+    /// No network and no proxy: a scripted agent makes no connections. The plan is kept
+    /// for tests ([`ScriptedRuntime::egress_plans`]).
+    fn egress_up<'a>(
+        &'a self,
+        plan: &'a super::EgressPlan,
+    ) -> BoxFuture<'a, Result<super::EgressEndpoint, RuntimeError>> {
+        Box::pin(async move {
+            lock(&self.inner.egress).push(plan.clone());
+            Ok(super::EgressEndpoint {
+                proxy_id: format!("scripted-{}", plan.proxy_name),
+                proxy_ip: std::net::IpAddr::from([127, 0, 0, 1]),
+            })
         })
     }
 

@@ -90,9 +90,30 @@ pub async fn ensure_test_image(docker: &Docker) -> Result<String, RuntimeError> 
     }
     let started = Instant::now();
     let context = build_context(&busybox)?;
+    build_tagged(docker, &tag, context).await?;
+    let (repo, version) = tag.split_once(':').unwrap_or((TEST_IMAGE_REPO, "latest"));
+    let latest = TagImageOptionsBuilder::default()
+        .repo(repo)
+        .tag("latest")
+        .build();
+    docker
+        .tag_image(&tag, Some(latest))
+        .await
+        .map_err(|e| RuntimeError::Build(format!("tagging {tag} as latest: {e}")))?;
+    tracing::info!(tag = %tag, version, elapsed_ms = started.elapsed().as_millis() as u64, "built the test image");
+    Ok(tag)
+}
+
+/// Builds the image of the tar `context` (its `Dockerfile`) as `tag`, through the engine
+/// API with no registry. Shared with the egress proxy's image (`egress::image`).
+pub(crate) async fn build_tagged(
+    docker: &Docker,
+    tag: &str,
+    context: Vec<u8>,
+) -> Result<(), RuntimeError> {
     let options = BuildImageOptionsBuilder::default()
         .dockerfile("Dockerfile")
-        .t(&tag)
+        .t(tag)
         .rm(true)
         .forcerm(true)
         .build();
@@ -110,17 +131,7 @@ pub async fn ensure_test_image(docker: &Docker) -> Result<String, RuntimeError> 
             log.push_str(&s);
         }
     }
-    let (repo, version) = tag.split_once(':').unwrap_or((TEST_IMAGE_REPO, "latest"));
-    let latest = TagImageOptionsBuilder::default()
-        .repo(repo)
-        .tag("latest")
-        .build();
-    docker
-        .tag_image(&tag, Some(latest))
-        .await
-        .map_err(|e| RuntimeError::Build(format!("tagging {tag} as latest: {e}")))?;
-    tracing::info!(tag = %tag, version, elapsed_ms = started.elapsed().as_millis() as u64, "built the test image");
-    Ok(tag)
+    Ok(())
 }
 
 /// True when `path` is the host busybox this module needs (for `doctor`).

@@ -79,4 +79,23 @@ impl Store {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+
+    /// The `egress` events of one attempt (its refusals and its summary), in order.
+    pub fn egress_events(&self, task_id: &str, attempt: u32) -> Result<Vec<TaskEvent>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, stream, summary, data, at FROM events \
+             WHERE task_id = ?1 AND attempt = ?2 AND kind = 'egress' ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![task_id, attempt], |r| {
+            Ok(TaskEvent {
+                seq: r.get::<_, i64>(0)? as u64,
+                kind: parse_col::<EventKind>(r, 1)?,
+                stream: EventStream::Stdout,
+                summary: r.get(3)?,
+                data: json_col(r, 4)?,
+                at: time_col(r, 5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
 }

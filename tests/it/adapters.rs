@@ -442,6 +442,7 @@ fn spec(agent_type: AgentType, cli: &str) -> RunSpec {
         deadline_seconds: 60,
         idle_timeout_seconds: 30,
         network: NetworkMode::Bridge,
+        egress: Default::default(),
         limits: ResourceLimits::default(),
         verification: vec![],
         verify_image: "img".into(),

@@ -51,6 +51,7 @@ fn spec(task_id: &str, attempt: u32, workspace: PathBuf) -> RunSpec {
         workspace,
         max_turns: Some(10),
         network: NetworkMode::Bridge,
+        egress: Default::default(),
         ..run_spec(task_id, attempt)
     }
 }

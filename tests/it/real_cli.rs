@@ -36,6 +36,15 @@ const API_KEY: &str = "sk-ant-scripted-0123456789abcdef";
 
 static IMAGE: OnceCell<Option<String>> = OnceCell::const_new();
 
+/// The name the CLI reaches the scripted API by (pinned to the test network's gateway in
+/// `egress.hosts`, allowed on the API's port).
+const MODEL_HOST: &str = "model.test";
+
+/// `ANTHROPIC_BASE_URL`: the scripted API by name, reached only through the egress proxy.
+fn model_url(api: &ScriptedAnthropic) -> String {
+    format!("http://{MODEL_HOST}:{}", api.port())
+}
+
 /// The real-CLI image tag, or `None` after printing SKIPPED (a failure under CI).
 async fn image() -> Option<String> {
     IMAGE
@@ -185,6 +194,8 @@ impl Home {
         let path = dir.path().join("home");
         std::fs::create_dir_all(&path).expect("home");
         let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let mut ports = vec![api.port()];
+        ports.extend(setup.fallback.map(ScriptedAnthropic::port));
         let (poll, repos) = match setup.github {
             Some((_, repo)) => ("1s", format!("github:\n  repos: [{repo}]\n")),
             None => ("30s", String::new()),
@@ -192,8 +203,12 @@ impl Home {
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: {poll}\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: {}\n  memory: 1g\n  cpus: 1\n{repos}",
-                setup.idle, network.name, setup.deadline
+                "poll_interval: {poll}\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: {}\n  memory: 1g\n  cpus: 1\n{repos}{}",
+                setup.idle,
+                setup.deadline,
+                // Issue 25: the CLI reaches the scripted API by name, through its
+                // attempt's egress proxy, whose outbound network is this test's.
+                polyphony::demo::egress_yaml(&network.name, network.gateway, MODEL_HOST, &ports),
             ),
         )
         .expect("config.yaml");
@@ -221,13 +236,10 @@ impl Home {
         let github = setup.github.map(|(fake, _)| fake);
         let base = support::home::Home::at(dir, path, github)
             .with_env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
-            .with_env("POLYPHONY_TEST_ANTHROPIC_URL", &api.base_url())
+            .with_env("POLYPHONY_TEST_ANTHROPIC_URL", &model_url(api))
             .with_env(
                 "POLYPHONY_TEST_ANTHROPIC_URL_2",
-                &setup
-                    .fallback
-                    .map(ScriptedAnthropic::base_url)
-                    .unwrap_or_default(),
+                &setup.fallback.map(model_url).unwrap_or_default(),
             )
             .with_run_limit(RUN_LIMIT);
         Home { base, origin }
@@ -320,6 +332,14 @@ async fn real_claude_lands_a_task() {
 
     let out = home.run(&["spawn", "--task", &id]).await;
     home.dump(&id, "lands").await;
+    // Issue 25: the CLI reached the API by name through its attempt's proxy.
+    let status = home.run(&["status", &id]).await;
+    let egress = format!("egress: {MODEL_HOST}:{} ×", api.port());
+    assert!(
+        text(&status.stdout).contains(&egress),
+        "{}",
+        output(&status)
+    );
     let v = home.task(&id).await;
     assert!(
         out.status.success(),

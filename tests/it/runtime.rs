@@ -87,6 +87,7 @@ impl World {
             deadline_seconds: 60,
             idle_timeout_seconds: 30,
             network: NetworkMode::Bridge,
+            egress: Default::default(),
             limits: ResourceLimits::default(),
             verification: vec![],
             verify_image: self.image.clone(),

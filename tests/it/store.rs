@@ -35,6 +35,7 @@ fn spec(task_id: &str, attempt: u32, identity: &str) -> RunSpec {
         identity: identity.into(),
         max_turns: Some(10),
         network: NetworkMode::Bridge,
+        egress: Default::default(),
         ..run_spec(task_id, attempt)
     }
 }

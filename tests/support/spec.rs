@@ -45,6 +45,7 @@ pub fn run_spec(task_id: &str, attempt: u32) -> RunSpec {
         deadline_seconds: 1800,
         idle_timeout_seconds: 300,
         network: NetworkMode::None,
+        egress: Default::default(),
         limits: ResourceLimits::default(),
         verification: vec![],
         verify_image: "polyphony-worker:latest".into(),

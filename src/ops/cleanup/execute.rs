@@ -24,6 +24,8 @@ pub struct Removed<T> {
 pub struct Report {
     pub dry_run: bool,
     pub containers: Vec<Removed<ContainerRemoval>>,
+    /// Egress networks (issue 25).
+    pub networks: Vec<Removed<ContainerRemoval>>,
     pub workspaces: Vec<Removed<WorkspaceRemoval>>,
     pub locks: Vec<Removed<LockRemoval>>,
     pub kept: Vec<Kept>,
@@ -56,6 +58,19 @@ pub async fn execute(
             None => report.errors.push(format!(
                 "container {}: not removed, the Docker engine is unreachable",
                 c.name
+            )),
+        }
+    }
+    for n in plan.networks {
+        match runtime {
+            _ if dry_run => report.networks.push(Removed { item: n, bytes: 0 }),
+            Some(rt) => match rt.remove_network(&n.id).await {
+                Ok(()) => report.networks.push(Removed { item: n, bytes: 0 }),
+                Err(e) => report.errors.push(format!("network {}: {e}", n.name)),
+            },
+            None => report.errors.push(format!(
+                "network {}: not removed, the Docker engine is unreachable",
+                n.name
             )),
         }
     }

@@ -69,6 +69,29 @@ pub async fn container_facts(
         .collect())
 }
 
+/// This home's egress networks (label `polyphony.role=egress`), as container-like facts.
+pub async fn network_facts(
+    runtime: &dyn WorkerRuntime,
+    home_label: &str,
+) -> Result<Vec<ContainerFact>, CleanupError> {
+    let filter = [
+        (LABEL_HOME.to_string(), home_label.to_string()),
+        (crate::runtime::LABEL_ROLE.to_string(), "egress".to_string()),
+    ];
+    let found = runtime.list_networks(&filter).await?;
+    Ok(found
+        .into_iter()
+        .map(|n| ContainerFact {
+            home: n.labels.get(LABEL_HOME).cloned(),
+            task: n.labels.get(LABEL_TASK).cloned(),
+            attempt: n.labels.get(LABEL_ATTEMPT).and_then(|a| a.parse().ok()),
+            running: false,
+            id: n.name.clone(),
+            name: n.name,
+        })
+        .collect())
+}
+
 /// Attempt directories Polyphony made: real directories `{root}/{key}/{n}` (resolved, `n`
 /// a number) whose task directory carries the marker (`workspace::marker`). Nothing else
 /// below the root is ever a removal candidate, so a directory someone else put there

@@ -29,7 +29,7 @@ mod execute;
 mod gather;
 
 pub use execute::{execute, Removed, Report};
-pub use gather::{container_facts, lock_facts, task_facts, workspace_dirs};
+pub use gather::{container_facts, lock_facts, network_facts, task_facts, workspace_dirs};
 
 /// Failures while gathering facts. Removal failures are collected in the [`Report`].
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +110,9 @@ pub struct Facts {
     pub mirror_root: PathBuf,
     pub tasks: Vec<TaskFact>,
     pub containers: Vec<ContainerFact>,
+    /// This home's per-attempt egress networks (issue 25), as container-like facts: `id`
+    /// and `name` are the network's name; kept exactly while their attempt is.
+    pub networks: Vec<ContainerFact>,
     /// Attempt directories `{key}/{n}` Polyphony made (marked task directory), real
     /// directories only: the only unrecorded paths cleanup may remove.
     pub workspace_dirs: Vec<PathBuf>,
@@ -158,6 +161,8 @@ pub struct Kept {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CleanupPlan {
     pub containers: Vec<ContainerRemoval>,
+    /// Egress networks (issue 25), removed after the containers on them.
+    pub networks: Vec<ContainerRemoval>,
     pub workspaces: Vec<WorkspaceRemoval>,
     pub locks: Vec<LockRemoval>,
     pub kept: Vec<Kept>,
@@ -167,7 +172,10 @@ pub struct CleanupPlan {
 #[cfg(test)]
 impl CleanupPlan {
     fn is_empty(&self) -> bool {
-        self.containers.is_empty() && self.workspaces.is_empty() && self.locks.is_empty()
+        self.containers.is_empty()
+            && self.networks.is_empty()
+            && self.workspaces.is_empty()
+            && self.locks.is_empty()
     }
 }
 
@@ -182,7 +190,12 @@ impl CleanupPlan {
 /// Locks: unheld `daemon.lock`; unheld mirror locks when no daemon runs.
 pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
     let mut out = CleanupPlan::default();
-    plan_containers(facts, all, &mut out);
+    let (containers, kept) = plan_owned(facts, &facts.containers, "container", all);
+    out.containers = containers;
+    out.kept.extend(kept);
+    let (networks, kept) = plan_owned(facts, &facts.networks, "network", all);
+    out.networks = networks;
+    out.kept.extend(kept);
     plan_workspaces(facts, all, &mut out);
     for lock in &facts.locks {
         let removable = !lock.held && (lock.kind == LockKind::Daemon || !facts.daemon_running);
@@ -196,12 +209,20 @@ pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
     out
 }
 
-fn plan_containers(facts: &Facts, all: bool, out: &mut CleanupPlan) {
+/// Which of `items` (containers, or networks) to remove: the same ownership rule for both.
+fn plan_owned(
+    facts: &Facts,
+    items: &[ContainerFact],
+    noun: &str,
+    all: bool,
+) -> (Vec<ContainerRemoval>, Vec<Kept>) {
+    let mut removals = Vec::new();
+    let mut kept_items = Vec::new();
     let tasks: BTreeMap<&str, &TaskFact> = facts.tasks.iter().map(|t| (t.id.as_str(), t)).collect();
-    for c in &facts.containers {
+    for c in items {
         if c.home.as_deref() != Some(facts.home_label.as_str()) {
-            out.kept.push(Kept {
-                what: format!("container {}", c.name),
+            kept_items.push(Kept {
+                what: format!("{noun} {}", c.name),
                 why: format!(
                     "labelled for another home ({LABEL_HOME}={})",
                     c.home.as_deref().unwrap_or("<none>")
@@ -251,12 +272,12 @@ fn plan_containers(facts: &Facts, all: bool, out: &mut CleanupPlan) {
             }
         };
         if keep {
-            out.kept.push(Kept {
-                what: format!("container {}", c.name),
+            kept_items.push(Kept {
+                what: format!("{noun} {}", c.name),
                 why,
             });
         } else {
-            out.containers.push(ContainerRemoval {
+            removals.push(ContainerRemoval {
                 id: c.id.clone(),
                 name: c.name.clone(),
                 task: c.task.clone(),
@@ -266,6 +287,7 @@ fn plan_containers(facts: &Facts, all: bool, out: &mut CleanupPlan) {
             });
         }
     }
+    (removals, kept_items)
 }
 
 /// `a` is `b`, or one contains the other.
@@ -387,6 +409,7 @@ mod tests {
             mirror_root: "/mirrors".into(),
             tasks,
             containers,
+            networks: Vec::new(),
             workspace_dirs: Vec::new(),
             locks: Vec::new(),
             daemon_running: daemon,

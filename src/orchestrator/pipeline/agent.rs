@@ -17,6 +17,76 @@ use crate::store::IntentKind;
 
 use super::{AttemptRun, Failure};
 
+/// The attempt's `egress` events (pure): each refusal with the line that would allow
+/// it, then the summary of what was allowed. Seqs are set by the caller.
+pub(crate) fn egress_events(
+    report: &crate::egress::EgressReport,
+    profile: &str,
+    at: chrono::DateTime<Utc>,
+) -> Vec<crate::domain::TaskEvent> {
+    use crate::domain::{EventKind, EventStream, TaskEvent};
+    let mut out = Vec::new();
+    for r in &report.refused {
+        let why = crate::egress::policy::Refusal::from_code(&r.reason);
+        let summary = match &why {
+            Some(why) if !r.host.is_empty() => {
+                crate::egress::policy::suggestion(&r.host, r.port, why, profile)
+            }
+            _ => format!("refused: {} {}", r.reason, r.detail)
+                .trim()
+                .to_string(),
+        };
+        out.push(TaskEvent {
+            seq: 0,
+            kind: EventKind::Egress,
+            stream: EventStream::Stdout,
+            summary,
+            data: serde_json::json!({ "egress": "refused", "host": r.host, "port": r.port, "reason": r.reason, "detail": r.detail }),
+            at,
+        });
+    }
+    if report.allowed.is_empty() && report.refused.is_empty() {
+        return out;
+    }
+    out.push(TaskEvent {
+        seq: 0,
+        kind: EventKind::Egress,
+        stream: EventStream::Stdout,
+        summary: format!("egress: {}", report.summary()),
+        data: serde_json::json!({ "egress": "summary", "allowed": report.allowed, "refused": report.refused.len() }),
+        at,
+    });
+    out
+}
+
+/// A failed attempt whose proxy refused something says so in its reason, with the fix.
+fn explain_refusals(
+    exec: &mut AttemptExecution,
+    report: &crate::egress::EgressReport,
+    profile: &str,
+) {
+    if exec.status == AttemptStatus::Succeeded {
+        return;
+    }
+    let Some(first) = report.refused.iter().find(|r| !r.host.is_empty()) else {
+        return;
+    };
+    let Some(why) = crate::egress::policy::Refusal::from_code(&first.reason) else {
+        return;
+    };
+    let line = crate::egress::policy::suggestion(&first.host, first.port, &why, profile);
+    let more = report.refused.len() - 1;
+    let line = if more > 0 {
+        format!("egress {line} (and {more} more refusal(s))")
+    } else {
+        format!("egress {line}")
+    };
+    exec.reason = Some(match exec.reason.take() {
+        Some(r) => format!("{r}; {line}"),
+        None => line,
+    });
+}
+
 impl AttemptRun<'_> {
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
         self.db()
@@ -47,12 +117,16 @@ impl AttemptRun<'_> {
             handoff: handoff.as_deref(),
         });
         let invocation = adapter.invocation(spec, &prompt);
-        let container = agent_spec(
+        let mut container = agent_spec(
             spec,
             &invocation,
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        // Issue 25: under `allowlist` the agent's only network is the attempt's own
+        // internal one, whose one exit is the attempt's proxy.
+        let egress = crate::egress::plan(spec, &self.orch.home_label);
+        container.network = crate::egress::agent_network(spec, egress.as_ref());
         let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
@@ -87,6 +161,30 @@ impl AttemptRun<'_> {
                     Utc::now(),
                 )
                 .map_err(Failure::crash)?;
+            if let Some(plan) = &egress {
+                let started = std::time::Instant::now();
+                let endpoint = self.orch.runtime.egress_up(plan).await.map_err(|e| {
+                    Failure::new(
+                        AttemptStatus::Crash,
+                        format!(
+                            "the attempt's egress network or proxy failed: {}",
+                            one_line(&e.to_string())
+                        ),
+                    )
+                    .at(Stage::Container)
+                })?;
+                tracing::info!(
+                    task = %self.task.id,
+                    attempt = spec.attempt,
+                    network = %plan.network,
+                    proxy = %endpoint.proxy_ip,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "egress network and proxy up"
+                );
+                for (name, value) in crate::egress::agent_env(endpoint.proxy_ip) {
+                    container = container.env(name, value);
+                }
+            }
         }
         let run = execute::AgentRun {
             runtime: self.orch.runtime.as_ref(),
@@ -102,6 +200,18 @@ impl AttemptRun<'_> {
             Some((id, recorded)) => execute::reattach(run, &id, recorded).await,
         };
         let sink_error = sink.error.take();
+        // The proxy and the network go on every path (success, failure, cancel, deadline,
+        // an engine error); what the proxy logged becomes the attempt's egress events.
+        let report = match &egress {
+            Some(plan) => self.collect_egress(spec, plan).await,
+            None => None,
+        };
+        let exec = exec.map(|mut exec| {
+            if let Some(report) = &report {
+                explain_refusals(&mut exec, report, &spec.egress.profile);
+            }
+            exec
+        });
         if self.state == TaskState::Provisioned && self.task_state_now() == Some(TaskState::Running)
         {
             self.state = TaskState::Running;
@@ -117,6 +227,53 @@ impl AttemptRun<'_> {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
         }
         Ok(exec)
+    }
+
+    /// Stops and removes the attempt's proxy and network, and records what the proxy
+    /// logged: one `egress` event per refusal (with the line to add) and one summary of
+    /// the allowed connections. Best effort: a failure here never fails the attempt.
+    async fn collect_egress(
+        &self,
+        spec: &RunSpec,
+        plan: &crate::runtime::EgressPlan,
+    ) -> Option<crate::egress::EgressReport> {
+        let log = match self
+            .orch
+            .runtime
+            .egress_down(&plan.proxy_name, &plan.network)
+            .await
+        {
+            Ok(log) => log,
+            Err(e) => {
+                tracing::warn!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot remove the attempt's egress proxy; cleanup will");
+                return None;
+            }
+        };
+        let report = crate::egress::EgressReport::from_log(&log);
+        for a in &report.allowed {
+            for _ in 0..a.connections {
+                crate::metrics::egress_connection(true, "");
+            }
+        }
+        for r in &report.refused {
+            crate::metrics::egress_connection(false, &r.reason);
+        }
+        let events = egress_events(&report, &spec.egress.profile, Utc::now());
+        let db = self.db();
+        let next = db.event_count(&self.task.id, spec.attempt).unwrap_or(0);
+        let events: Vec<_> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut e)| {
+                e.seq = next + i as u64;
+                e.summary = self.scrubber.scrub_line(&e.summary).into_owned();
+                e
+            })
+            .collect();
+        if let Err(e) = db.append_events(&self.task.id, spec.attempt, &events) {
+            tracing::warn!(task = %self.task.id, error = %e, "cannot record the egress events");
+        }
+        Some(report)
     }
 
     pub(super) fn task_state_now(&self) -> Option<TaskState> {

@@ -420,6 +420,7 @@ mod tests {
             base_ref: base.map(str::to_string),
             verify: None,
             image: None,
+            egress: None,
         };
         let settings = GithubSettings::from_config(
             &config,

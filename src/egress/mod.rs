@@ -1,0 +1,295 @@
+//! Egress by construction (issue 25): each attempt's agent sits on an internal Docker
+//! network of its own whose one exit is this attempt's proxy, which reaches only the
+//! `host:port` names on the attempt's allowlist.
+//!
+//! - [`policy`] (pure): the allow/refuse decision on a name and on a resolved address.
+//! - [`proxy`] (IO): the `polyphony egress-proxy` server run in the proxy container.
+//! - [`image`] (IO): the proxy's offline image, made of this very binary.
+//! - this module (pure): an attempt's [`EgressPlan`] (names, labels, proxy config), the
+//!   agent's proxy variables, and the [`EgressReport`] read back from the proxy's log.
+//!
+//! The runtime creates and removes the network and the proxy (`WorkerRuntime::egress_up`,
+//! `egress_down`); the orchestrator calls them around the agent's container.
+
+pub mod image;
+pub mod policy;
+pub mod proxy;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+pub use proxy::{EventLog, ProxyConfig, GATEWAY_PORT, PROXY_PORT};
+
+use crate::domain::{EgressMode, NetworkMode, RunSpec};
+use crate::runtime::container_spec::{container_name, Role};
+use crate::runtime::{EgressPlan, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
+
+/// `polyphony-<key>-<attempt>-<home>-net` and `…-egress`: one home's attempt, never
+/// another home's (the home label is in the name).
+pub fn names(task_id: &str, attempt: u32, home_label: &str) -> (String, String) {
+    let base = container_name(task_id, attempt, None);
+    let home = &home_label[..home_label.len().min(8)];
+    (
+        format!("{base}-{home}-net"),
+        format!("{base}-{home}-egress"),
+    )
+}
+
+/// The attempt's network and proxy when its egress is `allowlist`; `None` otherwise.
+pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
+    if run.egress.mode != EgressMode::Allowlist {
+        return None;
+    }
+    let (network, proxy_name) = names(&run.task_id, run.attempt, home_label);
+    let labels = BTreeMap::from([
+        (LABEL_TASK.to_string(), run.task_id.clone()),
+        (LABEL_ATTEMPT.to_string(), run.attempt.to_string()),
+        (LABEL_HOME.to_string(), home_label.to_string()),
+        (LABEL_ROLE.to_string(), Role::Egress.as_str().to_string()),
+    ]);
+    let config = ProxyConfig {
+        allow: run.egress.allow.clone(),
+        // Checked at config load; an address that does not parse is left out.
+        pins: run
+            .egress
+            .pins
+            .iter()
+            .filter_map(|(name, ip)| Some((name.clone(), ip.trim().parse::<IpAddr>().ok()?)))
+            .collect(),
+        max_connections: run.egress.max_connections,
+        max_bytes: run.egress.max_bytes,
+        ..ProxyConfig::default()
+    };
+    Some(EgressPlan {
+        network,
+        outbound: run.egress.outbound_network.clone(),
+        proxy_name,
+        labels,
+        config_json: serde_json::to_string(&config).unwrap_or_default(),
+        resolver_hosts: Vec::new(),
+    })
+}
+
+/// The agent container's network for its egress mode: the attempt's internal network
+/// (allowlist), none, or the profile's own (open).
+pub fn agent_network(run: &RunSpec, plan: Option<&EgressPlan>) -> NetworkMode {
+    match (run.egress.mode, plan) {
+        (EgressMode::Allowlist, Some(plan)) => NetworkMode::Named(plan.network.clone()),
+        (EgressMode::Allowlist | EgressMode::None, _) => NetworkMode::None,
+        (EgressMode::Open, _) => run.network.clone(),
+    }
+}
+
+/// The proxy variables an agent gets (both spellings: tools read one or the other).
+/// `NO_PROXY` keeps loopback and the proxy's own address direct (a gateway there).
+pub fn agent_env(proxy_ip: IpAddr) -> Vec<(String, String)> {
+    let url = format!("http://{proxy_ip}:{PROXY_PORT}");
+    let no_proxy = format!("localhost,127.0.0.1,::1,{proxy_ip}");
+    let mut out = Vec::new();
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        out.push((name.to_string(), url.clone()));
+    }
+    out.push(("NO_PROXY".to_string(), no_proxy.clone()));
+    out.push(("no_proxy".to_string(), no_proxy));
+    out
+}
+
+/// Connections to one `host:port` an attempt made, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllowedHost {
+    pub host: String,
+    pub port: u16,
+    pub connections: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+/// One refused request, as the proxy logged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    pub host: String,
+    pub port: u16,
+    /// The refusal code (`policy::Refusal::as_str`).
+    pub reason: String,
+    pub detail: String,
+}
+
+/// What an attempt's proxy log says: allowed hosts summed, refusals in order, and the
+/// gateway's own lines (issue 26) passed on untouched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressReport {
+    pub allowed: Vec<AllowedHost>,
+    pub refused: Vec<Refused>,
+    /// Lines whose `event` starts with `gateway`.
+    #[serde(skip)]
+    pub gateway: Vec<serde_json::Value>,
+}
+
+impl EgressReport {
+    /// Reads the proxy's stdout (pure): one JSON object per line; other lines are skipped.
+    pub fn from_log(log: &[u8]) -> EgressReport {
+        let mut report = EgressReport::default();
+        for line in log.split(|b| *b == b'\n') {
+            let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            let event = value.get("event").and_then(|e| e.as_str()).unwrap_or("");
+            let host = value
+                .get("host")
+                .and_then(|h| h.as_str())
+                .unwrap_or("")
+                .to_string();
+            let port = value.get("port").and_then(|p| p.as_u64()).unwrap_or(0) as u16;
+            let num = |k: &str| value.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+            match event {
+                "allowed" | "closed" => {
+                    let entry = match report
+                        .allowed
+                        .iter_mut()
+                        .find(|a| a.host == host && a.port == port)
+                    {
+                        Some(e) => e,
+                        None => {
+                            report.allowed.push(AllowedHost {
+                                host: host.clone(),
+                                port,
+                                ..AllowedHost::default()
+                            });
+                            report.allowed.last_mut().expect("just pushed")
+                        }
+                    };
+                    if event == "allowed" {
+                        entry.connections += 1;
+                    } else {
+                        entry.bytes_up += num("bytes_up");
+                        entry.bytes_down += num("bytes_down");
+                    }
+                }
+                "refused" => report.refused.push(Refused {
+                    host,
+                    port,
+                    reason: value
+                        .get("reason")
+                        .and_then(|r| r.as_str())
+                        .unwrap_or("")
+                        .to_string(),
+                    detail: value
+                        .get("detail")
+                        .and_then(|r| r.as_str())
+                        .unwrap_or("")
+                        .to_string(),
+                }),
+                e if e.starts_with("gateway") => report.gateway.push(value),
+                _ => {}
+            }
+        }
+        report
+    }
+
+    /// The one-line summary `status TASK` shows: `egress: api.anthropic.com:443 ×3
+    /// (12.0 KiB); refused 1: evil.example:443`.
+    pub fn summary(&self) -> String {
+        let allowed: Vec<String> = self
+            .allowed
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}:{} ×{} ({} up, {} down)",
+                    a.host,
+                    a.port,
+                    a.connections,
+                    bytes(a.bytes_up),
+                    bytes(a.bytes_down)
+                )
+            })
+            .collect();
+        let mut out = if allowed.is_empty() {
+            "no connections".to_string()
+        } else {
+            allowed.join(", ")
+        };
+        if !self.refused.is_empty() {
+            let mut targets: Vec<String> = Vec::new();
+            for r in &self.refused {
+                let t = if r.host.is_empty() {
+                    r.reason.clone()
+                } else {
+                    format!("{}:{}", r.host, r.port)
+                };
+                if !targets.contains(&t) {
+                    targets.push(t);
+                }
+            }
+            out.push_str(&format!(
+                "; refused {}: {}",
+                self.refused.len(),
+                targets.join(", ")
+            ));
+        }
+        out
+    }
+}
+
+fn bytes(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} B")
+    } else if n < 1024 * 1024 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_sums_allowed_hosts_and_keeps_refusals_in_order() {
+        let log = br#"{"event":"ready","listen":"0.0.0.0:3128"}
+{"event":"allowed","host":"api.anthropic.com","port":443,"addr":"1.2.3.4:443"}
+{"event":"closed","host":"api.anthropic.com","port":443,"bytes_up":100,"bytes_down":2048}
+{"event":"allowed","host":"api.anthropic.com","port":443,"addr":"1.2.3.4:443"}
+{"event":"closed","host":"api.anthropic.com","port":443,"bytes_up":50,"bytes_down":0}
+{"event":"refused","host":"evil.example","port":443,"reason":"not_allowed","detail":""}
+not json at all
+{"event":"gateway","tokens":5}
+{"event":"refused","host":"10.0.0.1","port":80,"reason":"ip_literal","detail":""}
+"#;
+        let r = EgressReport::from_log(log);
+        assert_eq!(
+            r.allowed,
+            vec![AllowedHost {
+                host: "api.anthropic.com".into(),
+                port: 443,
+                connections: 2,
+                bytes_up: 150,
+                bytes_down: 2048
+            }]
+        );
+        assert_eq!(r.refused.len(), 2);
+        assert_eq!(r.refused[0].host, "evil.example");
+        assert_eq!(r.gateway.len(), 1);
+        assert_eq!(
+            r.summary(),
+            "api.anthropic.com:443 ×2 (150 B up, 2.0 KiB down); refused 2: evil.example:443, 10.0.0.1:80"
+        );
+        assert_eq!(EgressReport::from_log(b"").summary(), "no connections");
+    }
+
+    #[test]
+    fn names_carry_the_home_and_proxy_variables_both_spellings() {
+        let (net, proxy) = names("local-3", 2, "0123456789abcdef");
+        assert_eq!(net, "polyphony-local-3-2-01234567-net");
+        assert_eq!(proxy, "polyphony-local-3-2-01234567-egress");
+        let env = agent_env("172.30.0.2".parse().unwrap());
+        assert!(env.contains(&("HTTPS_PROXY".into(), "http://172.30.0.2:3128".into())));
+        assert!(env.contains(&("http_proxy".into(), "http://172.30.0.2:3128".into())));
+        assert!(env.contains(&(
+            "NO_PROXY".into(),
+            "localhost,127.0.0.1,::1,172.30.0.2".into()
+        )));
+    }
+}
