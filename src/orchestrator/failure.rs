@@ -13,7 +13,8 @@
 //! nothing else. Unknown messages are transient: a wrong "transient" costs a few retries, a
 //! wrong "permanent" strands a task that would have passed.
 
-use crate::domain::AttemptStatus;
+use crate::agents::{self, FailureKind};
+use crate::domain::{AgentType, AttemptStatus};
 
 /// Where in the attempt the failure happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub enum Cause {
     NotARepository,
     /// The agent's CLI is not logged in, or the model API refused its key (401).
     AgentAuth,
+    /// The agent profile names a model (or endpoint) the model API does not serve (404
+    /// model not found): every attempt fails the same way until the profile is fixed.
+    AgentModel,
     Config,
     SecretInDiff,
 }
@@ -63,14 +67,16 @@ impl Class {
     }
 }
 
-/// Classifies one failure. `agent` is the CLI that ran (for the login fix), `repo` the
-/// task's repository (named in the fix).
+/// Classifies one failure. `agent` is the agent profile that ran (for the fix), `repo` the
+/// task's repository (named in the fix), `agent_kind` what the agent adapter read from the
+/// CLI's own structured output (it decides over any text).
 pub fn classify(
     stage: Stage,
     status: AttemptStatus,
     message: &str,
     agent: &str,
     repo: &str,
+    agent_kind: Option<FailureKind>,
 ) -> Class {
     // Not failures of the work: the retry policy has its own edges for them.
     if matches!(
@@ -86,6 +92,14 @@ pub fn classify(
     let lower = message.to_ascii_lowercase();
     let has = |needle: &str| lower.contains(needle);
     let permanent = |cause: Cause, fix: String| Class::Permanent { cause, fix };
+    if stage == Stage::Agent {
+        match agent_kind {
+            Some(FailureKind::Auth) => return permanent(Cause::AgentAuth, login_fix(agent)),
+            Some(FailureKind::Model) => return permanent(Cause::AgentModel, model_fix(agent)),
+            Some(FailureKind::Transient) => return Class::Transient,
+            Some(FailureKind::Quota) | None => {}
+        }
+    }
     // A network or engine hiccup can mention a missing thing on the way ("could not
     // resolve host ... repository"): it stays transient whatever else the text says.
     if is_transient_text(&lower) {
@@ -138,14 +152,7 @@ pub fn classify(
     }
     // Only the agent's own output speaks for its login: a 401 elsewhere is another token's.
     if stage == Stage::Agent && is_auth_text(&lower) {
-        return permanent(
-            Cause::AgentAuth,
-            format!(
-                "run `{} login` on the host (or set the API key the identity names), check \
-                 with `polyphony doctor`, then `polyphony retry TASK`",
-                cli_of(agent)
-            ),
-        );
+        return permanent(Cause::AgentAuth, login_fix(agent));
     }
     if matches!(stage, Stage::Verify | Stage::Unknown) && has("secret") && has("diff") {
         return permanent(
@@ -243,19 +250,31 @@ fn missing_image(message: &str) -> Option<String> {
     (!image.is_empty()).then_some(image)
 }
 
-/// The command that logs an agent's CLI in.
-fn cli_of(agent: &str) -> &str {
+/// The fix for a refused login: the CLI's own login hint (its descriptor).
+fn login_fix(agent: &str) -> String {
+    format!(
+        "{}, check with `polyphony doctor`, then `polyphony retry TASK`",
+        agents::descriptor(cli_of(agent)).login_hint
+    )
+}
+
+/// The fix for a model the API does not serve: the profile to change.
+fn model_fix(agent: &str) -> String {
+    let profile = if agent.is_empty() { "?" } else { agent };
+    format!(
+        "agent profile `{profile}` (agents.yaml) names a model or endpoint the model API does not \
+         serve: fix its `model` (or the identity's base URL), check with `polyphony doctor`, then \
+         `polyphony retry TASK`"
+    )
+}
+
+/// The CLI an agent profile runs, by its name (profiles are usually named after it).
+fn cli_of(agent: &str) -> AgentType {
     let lower = agent.to_ascii_lowercase();
-    for cli in ["claude", "codex", "kimi", "gemini"] {
-        if lower.contains(cli) {
-            return cli;
-        }
-    }
-    if agent.is_empty() {
-        "claude"
-    } else {
-        agent
-    }
+    AgentType::ALL
+        .into_iter()
+        .find(|t| lower.contains(agents::descriptor(*t).command))
+        .unwrap_or(AgentType::Claude)
 }
 
 /// The one-line reason a permanent failure is recorded and reported with.
@@ -270,7 +289,7 @@ mod tests {
     use Stage::*;
 
     fn cause(stage: Stage, status: AttemptStatus, message: &str) -> Option<Cause> {
-        match classify(stage, status, message, "claude", "/srv/repo.git") {
+        match classify(stage, status, message, "claude", "/srv/repo.git", None) {
             Class::Transient => None,
             Class::Permanent { cause, fix } => {
                 assert!(!fix.is_empty());
@@ -344,6 +363,7 @@ mod tests {
             "image `worker:1` is missing from the engine: build it",
             "claude",
             "r",
+            None,
         ) else {
             panic!("permanent")
         };
@@ -357,10 +377,71 @@ mod tests {
             "agent codex-fast ended failed: 401 Unauthorized",
             "codex-fast",
             "r",
+            None,
         ) else {
             panic!("permanent")
         };
         assert!(fix.starts_with("run `codex login` on the host"), "{fix}");
+    }
+
+    #[test]
+    fn model_kind_is_permanent_and_names_the_profile() {
+        let Class::Permanent { cause, fix } = classify(
+            Agent,
+            Failed,
+            "agent codex-fast ended failed: unexpected status 404 Not Found: The model `gpt-9` does not exist",
+            "codex-fast",
+            "r",
+            Some(FailureKind::Model),
+        ) else {
+            panic!("permanent")
+        };
+        assert_eq!(cause, Cause::AgentModel);
+        assert!(fix.contains("agent profile `codex-fast`"), "{fix}");
+        assert!(fix.contains("`model`"), "{fix}");
+    }
+
+    #[test]
+    fn agent_kind_decides_over_text() {
+        // The adapter read a 401 from the CLI's structured lines: auth, whatever the words.
+        let auth = classify(
+            Agent,
+            Failed,
+            "agent codex ended failed: stopped",
+            "codex",
+            "r",
+            Some(FailureKind::Auth),
+        );
+        assert!(
+            matches!(
+                auth,
+                Class::Permanent {
+                    cause: Cause::AgentAuth,
+                    ..
+                }
+            ),
+            "{auth:?}"
+        );
+        // A transient kind stays transient even if the text mentions a login.
+        let t = classify(
+            Agent,
+            Failed,
+            "agent claude ended failed: 500 while not logged in",
+            "claude",
+            "r",
+            Some(FailureKind::Transient),
+        );
+        assert_eq!(t, Class::Transient);
+        // Kinds only count from the agent stage.
+        let v = classify(
+            Verify,
+            Failed,
+            "verification failed",
+            "claude",
+            "r",
+            Some(FailureKind::Auth),
+        );
+        assert_eq!(v, Class::Transient);
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl AttemptRun<'_> {
             &reason,
             &self.agent,
             &self.task.repo,
+            failure.agent_kind,
         );
         if let Class::Permanent { fix, .. } = &class {
             let fix = fix.replace("retry TASK", &format!("retry {}", self.task.id));

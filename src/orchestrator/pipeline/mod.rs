@@ -106,6 +106,8 @@ struct Failure {
     wait_until: Option<DateTime<Utc>>,
     /// Where it happened, for [`failure::classify`].
     stage: Stage,
+    /// What the agent adapter read from the CLI's own output (auth, model, quota, ...).
+    agent_kind: Option<crate::agents::FailureKind>,
 }
 
 impl Failure {
@@ -116,6 +118,7 @@ impl Failure {
             evidence: Vec::new(),
             wait_until: None,
             stage: Stage::Unknown,
+            agent_kind: None,
         }
     }
 
@@ -283,6 +286,15 @@ impl<'a> AttemptRun<'a> {
             };
             let mut failure = Failure::new(exec.status, reason).at(Stage::Agent);
             failure.evidence = vec![gate];
+            failure.agent_kind = exec.outcome.failure_kind.or_else(|| {
+                let text = result.reason.as_deref().unwrap_or("");
+                crate::agents::descriptor(
+                    self.spec
+                        .as_ref()
+                        .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
+                )
+                .kind_of_text(text)
+            });
             return Err(failure);
         }
         self.move_to(
@@ -344,6 +356,7 @@ impl From<verify::Refusal> for Failure {
             wait_until: None,
             // A secret in the diff is classified permanent from the reason's text.
             stage: Stage::Verify,
+            agent_kind: None,
         }
     }
 }
