@@ -249,20 +249,20 @@ pub fn prime(agents: &[&str], identities: &[&str]) {
             agent: agent.to_string(),
         };
         for status in AttemptStatus::ALL {
-            m.attempts.get_or_create(&AttemptLabels {
+            let _ = m.attempts.get_or_create(&AttemptLabels {
                 agent: agent.to_string(),
                 outcome: status.as_str().to_string(),
             });
         }
-        m.attempt_duration.get_or_create(&agent_labels);
-        m.quota_hits.get_or_create(&agent_labels);
+        let _ = m.attempt_duration.get_or_create(&agent_labels);
+        let _ = m.quota_hits.get_or_create(&agent_labels);
         for &identity in identities {
-            m.cost.get_or_create(&SpendLabels {
+            let _ = m.cost.get_or_create(&SpendLabels {
                 identity: identity.to_string(),
                 agent: agent.to_string(),
             });
             for kind in ["input", "output", "cached_input"] {
-                m.tokens.get_or_create(&TokenLabels {
+                let _ = m.tokens.get_or_create(&TokenLabels {
                     identity: identity.to_string(),
                     agent: agent.to_string(),
                     kind: kind.to_string(),
@@ -271,11 +271,11 @@ pub fn prime(agents: &[&str], identities: &[&str]) {
         }
     }
     for result in ["started", "failed"] {
-        m.containers.get_or_create(&ContainerLabels {
+        let _ = m.containers.get_or_create(&ContainerLabels {
             result: result.to_string(),
         });
     }
-    m.github_requests.get_or_create(&GithubLabels {
+    let _ = m.github_requests.get_or_create(&GithubLabels {
         method: "GET".to_string(),
         status: "200".to_string(),
     });
