@@ -183,7 +183,7 @@ impl Follower<'_> {
         if self.pending.is_empty() {
             return;
         }
-        match self.sink.record(&self.pending) {
+        match self.sink.record(&self.pending, &self.outcome) {
             Ok(()) => {
                 self.recorded += self.pending.len() as u64;
                 self.pending.clear();
