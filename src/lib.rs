@@ -29,6 +29,7 @@ pub mod domain;
 pub mod egress;
 pub mod error;
 pub mod failpoint;
+pub mod gateway;
 pub mod home;
 pub mod http;
 pub mod identity;
