@@ -51,7 +51,7 @@ pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
     std::fs::write(
         home.join("config.yaml"),
         format!(
-            "# Written by `polyphony demo`.\npoll_interval: 30s\nmax_concurrent_agents: 4\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
+            "# Written by `polyphony demo`.\npoll_interval: 30s\nmax_concurrent_agents: 4\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\n# The offline fake agents reach nothing: no network at all.\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
         ),
     )?;
     std::fs::write(

@@ -63,7 +63,7 @@ impl Home {
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: {}\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n  deadline: {}\n  memory: 512m\n  cpus: 1\n{repos}",
+                "poll_interval: {}\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: {}\n  memory: 512m\n  cpus: 1\n{repos}",
                 conf.poll, conf.max_concurrent, conf.deadline
             ),
         )

@@ -59,7 +59,7 @@ impl Home {
         std::fs::write(
             path.join("config.yaml"),
             format!(
-                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\nquota_default_cooldown: 10m\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{extra}"
+                "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\nquota_default_cooldown: 10m\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{extra}"
             ),
         )
         .expect("config.yaml");
