@@ -493,11 +493,11 @@ impl CommitStream {
             write!(w, "blob\nmark :{}\n", i + 1).map_err(io)?;
             if t.is_link() {
                 let target = worktree::content(t)?;
-                write!(w, "data {}\n", target.len()).map_err(io)?;
+                writeln!(w, "data {}", target.len()).map_err(io)?;
                 w.write_all(&target).map_err(io)?;
             } else {
                 let (file, len) = worktree::open_regular(&t.abs)?;
-                write!(w, "data {len}\n").map_err(io)?;
+                writeln!(w, "data {len}").map_err(io)?;
                 let copied = std::io::copy(&mut file.take(len), w).map_err(io)?;
                 if copied != len {
                     return Err(WorkspaceError::InvalidInput {

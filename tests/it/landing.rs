@@ -297,7 +297,7 @@ async fn a_file_listed_in_info_exclude_is_committed_and_judged() {
         &["diff", "--name-only", &origin.main_sha(), tip],
     );
     assert_eq!(
-        changed, ".fix.sh\ncalc.sh",
+        changed, ".fix.sh\nPOLYPHONY_FAKE.md\ncalc.sh",
         "the excluded fix is in the commit"
     );
     assert!(git(&origin.path, &["show", &format!("{tip}:.fix.sh")]).contains("$1 + $2"));
