@@ -49,7 +49,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 pub use attempts::AttemptRecord;
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
-pub use health::{damage_in, damaged, DatabaseDamaged};
+pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use tasks::TransitionRecord;
