@@ -31,7 +31,7 @@ fn polyphony(home: &Path) -> Command {
     cmd
 }
 
-fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
+pub(crate) fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
     ServerSettings {
         home: db.parent().unwrap().to_path_buf(),
         db,
@@ -40,30 +40,32 @@ fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSe
         token_for_reads,
         slots: 4,
         identities: vec![("personal".into(), Some(5.0))],
+        hosts: http::HostPolicy::loopback(),
+        streams: http::StreamLimits::default(),
     }
 }
 
 /// Serves `settings` on a free loopback port until the test ends.
-async fn start(settings: ServerSettings) -> SocketAddr {
+pub(crate) async fn start(settings: ServerSettings) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(http::serve(listener, settings, std::future::pending()));
     addr
 }
 
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: hyper::HeaderMap,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 }
 
-async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -89,7 +91,7 @@ async fn request(
     }
 }
 
-async fn get(addr: SocketAddr, path: &str) -> Answer {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Answer {
     request(addr, "GET", path, &[], "").await
 }
 
@@ -295,7 +297,11 @@ fn a_non_loopback_address_without_a_token_refuses_to_start() {
 }
 
 /// Reads SSE frames from `path` until an `end` event or `max` events.
-async fn sse(addr: SocketAddr, path: &str, last_id: Option<&str>) -> Vec<(String, String, String)> {
+pub(crate) async fn sse(
+    addr: SocketAddr,
+    path: &str,
+    last_id: Option<&str>,
+) -> Vec<(String, String, String)> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = hyper::Request::get(format!("http://{addr}{path}"));
     if let Some(id) = last_id {
@@ -636,4 +642,254 @@ async fn post_tasks_enqueues_with_the_cli_checks_and_retry_brings_back_a_blocked
     let detail = get(addr, "/api/v1/tasks/local-1.2").await.json();
     assert_eq!(detail["task"]["state"], "DISCOVERED");
     assert_eq!(detail["retry_of"], "local-1");
+}
+
+/// Issue 29: a fresh daemon that never talked to GitHub exposes every documented metric
+/// (zero series, docs/metrics.md) but no GitHub rate-limit gauge, whose 0 would fire the
+/// low-rate-limit alert forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_daemon_exposes_every_documented_metric_but_no_rate_limit() {
+    if support::docker::engine().await.is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    polyphony(&home).arg("init").assert().success();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut daemon = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+        .env("POLYPHONY_HOME", &home)
+        .env_remove("POLYPHONY_HTTP_TOKEN")
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .args(["daemon", "--listen", &addr.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let text = loop {
+        let up = tokio::net::TcpStream::connect(addr).await.is_ok();
+        if up {
+            break get(addr, "/metrics").await.body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not listen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid exposition text");
+    let documented: Vec<String> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|n| n.starts_with("polyphony_"))
+        .map(str::to_string)
+        .collect();
+    assert!(documented.len() >= 12, "{documented:?}");
+    for name in &documented {
+        let present = scrape.samples.iter().any(|s| &s.metric == name);
+        if name == "polyphony_github_rate_limit_remaining" {
+            assert!(!present, "no GitHub answer yet, no gauge:\n{text}");
+        } else {
+            assert!(present, "{name} has no series on a fresh daemon:\n{text}");
+        }
+    }
+}
+
+/// Issue 29: docs/api.md's health example gives the schema version a new store has (it
+/// said 2 while the store was at 6).
+#[tokio::test]
+async fn the_documented_health_answer_is_the_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    Store::open(&db).unwrap();
+    let addr = start(settings(db, None, false)).await;
+    let health = get(addr, "/api/v1/health").await.json();
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).unwrap();
+    let documented = format!(
+        "{{\"schema_version\":{},\"status\":\"ok\",\"version\":\"{}\"}}",
+        health["schema_version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        docs.contains(&documented),
+        "docs/api.md should show {documented} (the health answer is {health})"
+    );
+}
+
+/// Issue 24: every route, the fallback included, refuses a foreign `Host` (DNS
+/// rebinding) with 421 `{error, fix}`; framework errors (404, 405, 413) are JSON; a bad
+/// query parameter is named; the `Bearer` scheme is case-insensitive.
+#[tokio::test]
+async fn foreign_hosts_are_refused_and_every_error_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Fix it", &[event(0, "hello")]);
+    let addr = start(settings(db.clone(), Some("s3cret-token"), false)).await;
+    let auth = ("authorization", "Bearer s3cret-token");
+    for (method, path) in [
+        ("GET", "/api/v1/tasks"),
+        ("GET", "/api/v1/tasks/local-1"),
+        ("GET", "/api/v1/tasks/local-1/events"),
+        ("GET", "/api/v1/health"),
+        ("GET", "/"),
+        ("GET", "/metrics"),
+        ("GET", "/no/such/route"),
+        ("POST", "/api/v1/tasks"),
+    ] {
+        for host in [
+            "rebound.example",
+            "rebound.example:8787",
+            "127.0.0.1.evil.example",
+        ] {
+            let a = request(addr, method, path, &[("host", host), auth], "{}").await;
+            assert_eq!(a.status, 421, "{method} {path} Host {host}: {}", a.body);
+            let v = a.json();
+            assert!(v["error"].as_str().unwrap().contains(host), "{v}");
+            assert!(v["fix"].as_str().unwrap().contains("allowed_hosts"), "{v}");
+        }
+    }
+    for host in ["localhost", "127.0.0.1", "[::1]:1"] {
+        let a = request(addr, "GET", "/api/v1/health", &[("host", host)], "").await;
+        assert_eq!(a.status, 200, "Host {host}: {}", a.body);
+    }
+
+    let unknown = get(addr, "/api/v1/nope").await;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("/api/v1/nope"));
+    assert!(unknown.json()["fix"].is_string());
+    let wrong_method = request(addr, "DELETE", "/api/v1/tasks", &[auth], "").await;
+    assert_eq!(wrong_method.status, 405);
+    assert!(
+        wrong_method.json()["fix"].is_string(),
+        "{}",
+        wrong_method.body
+    );
+
+    for (path, named) in [
+        ("/api/v1/tasks?bogus=1", "bogus"),
+        ("/api/v1/tasks?limit=lots", "limit"),
+        ("/api/v1/tasks?offset=-1", "offset"),
+        ("/api/v1/tasks/local-1/events?atempt=1", "atempt"),
+        ("/api/v1/tasks/local-1/events?attempt=x", "attempt"),
+    ] {
+        let a = get(addr, path).await;
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+        let error = a.json()["error"].as_str().unwrap().to_string();
+        assert!(error.contains(named), "{path}: {error}");
+    }
+
+    let huge = format!(
+        r#"{{"repo":"/srv/x","title":"t","body":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    let too_big = request(addr, "POST", "/api/v1/tasks", &[auth], &huge).await;
+    assert_eq!(too_big.status, 413, "{}", too_big.body);
+    assert!(too_big.json()["fix"]
+        .as_str()
+        .unwrap()
+        .contains("max_body_bytes"));
+
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let closed = start(settings(db, Some("s3cret-token"), true)).await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let header = format!("{scheme} s3cret-token");
+        let a = request(
+            closed,
+            "GET",
+            "/api/v1/tasks",
+            &[("authorization", &header)],
+            "",
+        )
+        .await;
+        assert_eq!(a.status, 200, "{scheme}: {}", a.body);
+    }
+}
+
+/// Issue 24: event streams are capped per client and in total (429 with `Retry-After`
+/// and `{error, fix}`), and a closed stream gives its place back.
+#[tokio::test]
+async fn event_streams_are_capped_and_places_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Live", &[event(0, "working")]);
+    let mut s = settings(db, None, false);
+    s.streams = http::StreamLimits {
+        total: 3,
+        per_client: 2,
+    };
+    let addr = start(s).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let open = |client: Client<_, Full<Bytes>>| async move {
+        let req = hyper::Request::get(format!("http://{addr}/api/v1/tasks/local-1/events"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        client.request(req).await.unwrap()
+    };
+    let first = open(client.clone()).await;
+    let second = open(client.clone()).await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = open(client.clone()).await;
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "5");
+    let body = third.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_streams_per_client"),
+        "{v}"
+    );
+    assert!(v["fix"].is_string());
+    // Both open streams get the stored event from the one shared reader.
+    let mut got = Vec::new();
+    for res in [first, second] {
+        let mut body = res.into_body();
+        let mut text = String::new();
+        while !text.contains("working") {
+            let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+                .await
+                .expect("the event in time")
+                .expect("a frame")
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+        got.push(body);
+    }
+    drop(got.pop());
+    let started = std::time::Instant::now();
+    loop {
+        let res = open(client.clone()).await;
+        if res.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "a closed stream's place never came back"
+        );
+        tokio::time::sleep(support::wait::POLL).await;
+    }
 }

@@ -112,13 +112,15 @@ impl Follower<'_> {
                 json!({"raw": text, "cut": true, "bytes": total}),
             ),
             (EventStream::Stdout, None) => {
-                let c = self.adapter.classify(&text);
-                if self.final_seen {
-                    // Only the CLI's first report counts (see `AgentAdapter::is_final`).
+                // The same fold as `polyphony replay`: only the CLI's first report counts.
+                let (c, folded) = crate::agents::fold(
+                    self.adapter,
+                    &mut self.outcome,
+                    &mut self.final_seen,
+                    &text,
+                );
+                if !folded {
                     self.lines_after_result += 1;
-                } else {
-                    self.adapter.observe(&mut self.outcome, &c);
-                    self.final_seen = self.adapter.is_final(&c);
                 }
                 if self.outcome.api_retry.is_none() {
                     self.progress += 1;
@@ -135,6 +137,12 @@ impl Follower<'_> {
                 )
             }
         };
+        // What the line decodes to is scrubbed again: a value the adapter pieced together
+        // (a summary of several blocks, a re-serialised `data`) never reaches the store
+        // in a spelling the raw line did not show.
+        let summary = self.scrub_decoded(&summary);
+        let mut data = data;
+        scrub_strings(&mut data, &|s| self.scrub_decoded(s));
         if seq < self.skip {
             return;
         }
@@ -157,6 +165,14 @@ impl Follower<'_> {
         });
     }
 
+    /// One decoded string scrubbed (a value split by a decoded line break too).
+    fn scrub_decoded(&self, text: &str) -> String {
+        match self.scrub.scrubber() {
+            Some(s) => s.scrub_line(text).into_owned(),
+            None => self.scrub.scrub_text(text),
+        }
+    }
+
     fn flush(&mut self) {
         for f in [&mut self.stdout_file, &mut self.stderr_file]
             .into_iter()
@@ -167,7 +183,7 @@ impl Follower<'_> {
         if self.pending.is_empty() {
             return;
         }
-        match self.sink.record(&self.pending) {
+        match self.sink.record(&self.pending, &self.outcome) {
             Ok(()) => {
                 self.recorded += self.pending.len() as u64;
                 self.pending.clear();
@@ -178,6 +194,30 @@ impl Follower<'_> {
                 self.sink_error = Some(e);
             }
         }
+    }
+}
+
+/// Every string of `value` (object keys included) passed through `scrub`.
+fn scrub_strings(value: &mut serde_json::Value, scrub: &dyn Fn(&str) -> String) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => {
+            let clean = scrub(s);
+            if clean != *s {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_strings(v, scrub)),
+        Value::Object(map) => {
+            let dirty: Vec<String> = map.keys().filter(|k| scrub(k) != **k).cloned().collect();
+            for key in dirty {
+                if let Some(v) = map.remove(&key) {
+                    map.insert(scrub(&key), v);
+                }
+            }
+            map.values_mut().for_each(|v| scrub_strings(v, scrub));
+        }
+        _ => {}
     }
 }
 

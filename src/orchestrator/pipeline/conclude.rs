@@ -43,13 +43,7 @@ impl AttemptRun<'_> {
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the
         // transitions and the report at the source.
-        let class = failure::classify(
-            failure.stage,
-            failure.status,
-            &reason,
-            &self.agent,
-            &self.task.repo,
-        );
+        let class = failure::classify(&failure.kind, failure.status, &self.agent, &self.task.repo);
         if let Class::Permanent { fix, .. } = &class {
             let fix = fix.replace("retry TASK", &format!("retry {}", self.task.id));
             reason = failure::permanent_reason(&reason, &fix);
@@ -60,19 +54,8 @@ impl AttemptRun<'_> {
             // The agent never ended (the container failed to start, the run was cut short):
             // the attempt's result is the failure alone.
             let mut result = self.result.take().unwrap_or_else(|| RunResult {
-                task_id: self.task.id.clone(),
-                attempt: self.attempt,
-                agent: self.agent.clone(),
-                status: failure.status,
-                turns: 0,
                 duration_seconds: self.started.elapsed().as_secs_f64(),
-                cost_usd: None,
-                tokens: Default::default(),
-                exit_code: None,
-                final_message: None,
-                reason: None,
-                events: 0,
-                artifacts: Vec::new(),
+                ..RunResult::new(&self.task.id, self.attempt, &self.agent, failure.status)
             });
             result.status = failure.status;
             result.reason = Some(reason.clone());
@@ -201,6 +184,7 @@ impl AttemptRun<'_> {
                     reason: block_reason.clone(),
                     // A follow-up's block is the shepherd's to hand over, not the issue's.
                     report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    released: false,
                 };
                 (
                     AttemptEnd::Blocked {
@@ -253,13 +237,22 @@ impl AttemptRun<'_> {
         if intents::report_blocked(self.orch, &self.task, &blocked).await {
             // From now on the ready label on the issue can only be a person's: re-labelling
             // brings the task back as a new generation (`orchestrator::generation`).
-            let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
-            let _ = self.db().complete_intent(
-                &self.task.id,
-                IntentKind::Block,
-                self.task.attempts,
-                Utc::now(),
-            );
+            // A write that fails leaves the Block intent pending: the next start reports
+            // again (idempotent at the source) and records it then (`intents::finish`).
+            let recorded = self
+                .db()
+                .mark_block_reported(&self.task.id, Utc::now())
+                .and_then(|()| {
+                    self.db().complete_intent(
+                        &self.task.id,
+                        IntentKind::Block,
+                        self.task.attempts,
+                        Utc::now(),
+                    )
+                });
+            if let Err(e) = recorded {
+                tracing::warn!(task = %self.task.id, error = %e, "the blocked report is posted but cannot be recorded; the next start records it");
+            }
         }
     }
 }

@@ -42,7 +42,7 @@ use crate::domain::{
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::Workspace;
 
-use super::failure::Stage;
+use super::failure::FailureKind;
 use super::shepherd::followup::FollowUpRun;
 use super::verify::{self, one_line};
 use super::{proof, quota, Orchestrator, Progress};
@@ -104,8 +104,8 @@ struct Failure {
     /// Not a failure of the work: wait until then without counting an attempt (cost
     /// ceiling reached).
     wait_until: Option<DateTime<Utc>>,
-    /// Where it happened, for [`failure::classify`].
-    stage: Stage,
+    /// What failed, as its layer typed it: [`super::failure::classify`] decides from it.
+    kind: FailureKind,
 }
 
 impl Failure {
@@ -115,18 +115,44 @@ impl Failure {
             reason: reason.into(),
             evidence: Vec::new(),
             wait_until: None,
-            stage: Stage::Unknown,
+            kind: FailureKind::Other,
         }
     }
 
-    fn at(mut self, stage: Stage) -> Failure {
-        self.stage = stage;
+    fn of_kind(mut self, kind: FailureKind) -> Failure {
+        self.kind = kind;
         self
     }
 
+    /// A crash of our own with no bearing on a retry ([`FailureKind::Other`]).
     fn crash(err: impl std::fmt::Display) -> Failure {
         Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
     }
+
+    /// A crash caused by a typed error, its kind taken from the error.
+    fn caused<E>(err: E) -> Failure
+    where
+        E: std::fmt::Display,
+        for<'e> FailureKind: From<&'e E>,
+    {
+        let kind = FailureKind::from(&err);
+        Failure::crash(err).of_kind(kind)
+    }
+
+    /// Says what was being done: "{what}: {reason}".
+    fn during(mut self, what: &str) -> Failure {
+        self.reason = format!("{what}: {}", self.reason);
+        self
+    }
+}
+
+/// What the agent's stage hands to verification: the attempt's workspace, its RunSpec, the
+/// agent's result and the gate over it (issue 30: stages pass values, not optional fields).
+struct Ran {
+    ws: Workspace,
+    spec: RunSpec,
+    result: RunResult,
+    gate: CheckEvidence,
 }
 
 struct AttemptRun<'a> {
@@ -215,7 +241,7 @@ impl<'a> AttemptRun<'a> {
         let moved = self
             .db()
             .transition(&self.task.id, self.state, to, &reason, Utc::now());
-        self.task = moved.map_err(Failure::crash)?;
+        self.task = moved?;
         self.state = to;
         self.opts.progress.state(&self.task.id, to, &reason);
         Ok(())
@@ -251,9 +277,7 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let spec = self.build_spec(&decision, &ws).await?;
-        self.db()
-            .start_attempt(&spec, Utc::now())
-            .map_err(Failure::crash)?;
+        self.db().start_attempt(&spec, Utc::now())?;
         self.spec = Some(spec.clone());
         self.move_to(
             TaskState::Provisioned,
@@ -265,23 +289,37 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let exec = self.run_agent(&spec, None).await?;
-        self.after_run(exec).await
+        self.after_run(ws, spec, exec).await
     }
 
-    async fn after_run(&mut self, exec: AttemptExecution) -> Result<AttemptEnd, Failure> {
-        let result = self.run_result(&exec);
+    async fn after_run(
+        &mut self,
+        ws: Workspace,
+        spec: RunSpec,
+        exec: AttemptExecution,
+    ) -> Result<AttemptEnd, Failure> {
+        let result = self.run_result(&spec, &exec);
         let gate = proof::result_gate(exec.status, result.reason.as_deref());
         self.result = Some(result.clone());
         self.record_attempt(std::slice::from_ref(&gate))?;
         if exec.status == AttemptStatus::Quota {
-            self.record_quota(&exec, &result)?;
+            self.record_quota(&spec, &exec, &result)?;
         }
         if exec.status != AttemptStatus::Succeeded {
             let reason = match &result.reason {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
-            let mut failure = Failure::new(exec.status, reason).at(Stage::Agent);
+            // The agent CLI's own words are the only text read (foreign text, issue 30).
+            // What the adapter read from the CLI's structured lines decides (issue 28).
+            let kind = FailureKind::of_agent(
+                exec.outcome.failure_kind,
+                self.spec
+                    .as_ref()
+                    .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
+                result.reason.as_deref().unwrap_or(""),
+            );
+            let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
             return Err(failure);
         }
@@ -297,15 +335,23 @@ impl<'a> AttemptRun<'a> {
                     .unwrap_or_default()
             ),
         )?;
-        self.verify_and_land(gate).await
+        self.verify_and_land(Ran {
+            ws,
+            spec,
+            result,
+            gate,
+        })
+        .await
     }
 
     /// Issue 14: the limit this attempt met holds for every task using its agent and
     /// identity.
-    fn record_quota(&self, exec: &AttemptExecution, result: &RunResult) -> Result<(), Failure> {
-        let Some(spec) = &self.spec else {
-            return Ok(());
-        };
+    fn record_quota(
+        &self,
+        spec: &RunSpec,
+        exec: &AttemptExecution,
+        result: &RunResult,
+    ) -> Result<(), Failure> {
         quota::record_hit(
             &self.db(),
             &self.orch.config.quota_settings(),
@@ -342,17 +388,29 @@ impl From<verify::Refusal> for Failure {
             reason: r.reason,
             evidence: r.evidence,
             wait_until: None,
-            // A secret in the diff is classified permanent from the reason's text.
-            stage: Stage::Verify,
+            kind: r.kind,
         }
     }
 }
 
-impl From<crate::store::StoreError> for Failure {
-    fn from(e: crate::store::StoreError) -> Failure {
-        Failure::crash(e)
-    }
+macro_rules! typed_failures {
+    ($($error:ty),* $(,)?) => {$(
+        impl From<$error> for Failure {
+            fn from(e: $error) -> Failure {
+                Failure::caused(e)
+            }
+        }
+    )*};
 }
+
+typed_failures!(
+    crate::store::StoreError,
+    crate::workspace::WorkspaceError,
+    crate::runtime::RuntimeError,
+    crate::sources::SourceError,
+    crate::identity::IdentityError,
+    crate::routing::run_spec::RunSpecError,
+);
 
 /// The reason an outcome is printed with.
 pub fn describe(end: &AttemptEnd) -> String {
