@@ -77,6 +77,7 @@ pub fn classify(
         status,
         AttemptStatus::Quota
             | AttemptStatus::Cancelled
+            | AttemptStatus::Budget
             | AttemptStatus::Timeout
             | AttemptStatus::Stalled
             | AttemptStatus::Succeeded
