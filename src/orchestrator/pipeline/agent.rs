@@ -167,7 +167,7 @@ impl AttemptRun<'_> {
             },
         )
         .await
-        .map_err(|e| Failure::crash(e).at(Stage::Container))?;
+        .map_err(Failure::crash)?;
         Ok(gw)
     }
 
