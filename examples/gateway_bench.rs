@@ -144,9 +144,14 @@ async fn main() {
     );
     let up = big_stream(mib).await;
     let gw2 = start_gateway(format!("http://{up}")).await;
-    let (t_direct, b_direct) =
-        one(&client, &format!("http://{up}/v1/messages"), "k", &body).await;
-    let (t_via, b_via) = one(&client, &format!("{}/v1/messages", gw2.base_url()), gw2.placeholder(), &body).await;
+    let (t_direct, b_direct) = one(&client, &format!("http://{up}/v1/messages"), "k", &body).await;
+    let (t_via, b_via) = one(
+        &client,
+        &format!("{}/v1/messages", gw2.base_url()),
+        gw2.placeholder(),
+        &body,
+    )
+    .await;
     assert_eq!(b_direct, b_via);
     let rate = |b: usize, t: Duration| b as f64 / (1024.0 * 1024.0) / t.as_secs_f64();
     println!(

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::execute;
-use super::failure::FailureKind;
+use super::failure::{self, FailureKind};
 use crate::agents::scrub::Scrubber;
 use crate::config::VerifySettings;
 use crate::domain::{AttemptStatus, CheckEvidence, RunSpec};
@@ -378,14 +378,24 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
     let secret = evidence
         .iter()
         .any(|e| !e.passed && e.name == proof::SECRETS_GATE);
+    let missing = evidence.iter().find(|e| {
+        !e.passed
+            && !e.command.is_empty()
+            && failure::check_command_missing(&e.command, e.exit_code, &e.output_tail)
+    });
+    let kind = match (secret, missing) {
+        (true, _) => FailureKind::SecretInDiff,
+        (false, Some(e)) => FailureKind::CheckCommandMissing {
+            check: e.name.clone(),
+            command: e.command.clone(),
+        },
+        (false, None) => FailureKind::Other,
+    };
     Refusal {
         status: AttemptStatus::Failed,
         reason: format!("verification failed: {}", failed.join("; ")),
         evidence,
-        kind: match secret {
-            true => FailureKind::SecretInDiff,
-            false => FailureKind::Other,
-        },
+        kind,
     }
 }
 

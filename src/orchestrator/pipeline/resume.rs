@@ -7,7 +7,7 @@ use crate::orchestrator::proof;
 use crate::orchestrator::sink::short_id;
 use crate::store::AttemptRecord;
 
-use super::{AttemptEnd, AttemptRun, Failure};
+use super::{AttemptEnd, AttemptRun, Failure, Ran};
 
 /// Resumes of one attempt after restarts before it is given up (issue 11: an attempt that
 /// hangs the daemon must not hang every restart too).
@@ -23,12 +23,12 @@ impl AttemptRun<'_> {
             .workspace_of(&self.task.id, record.attempt)
             .ok()
             .flatten();
-        self.ws = ws;
-        if self.ws.is_none() {
+        self.ws = ws.clone();
+        let Some(ws) = ws else {
             return Err(Failure::crash(
                 "the attempt's workspace record is missing; starting over",
             ));
-        }
+        };
         let chain = self.db().chain_of(&self.task.id).ok().flatten();
         self.chain = chain.unwrap_or_else(|| vec![spec.agent.clone()]);
         self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
@@ -75,16 +75,12 @@ impl AttemptRun<'_> {
                     ),
                 );
                 let exec = self.run_agent(&spec, Some((container, recorded))).await?;
-                self.after_run(exec).await
+                self.after_run(ws, spec, exec).await
             }
             TaskState::Verifying => {
                 let status = record.status.unwrap_or(AttemptStatus::Succeeded);
                 let gate = proof::result_gate(status, record.reason.as_deref());
-                self.result = Some(RunResult {
-                    task_id: self.task.id.clone(),
-                    attempt: record.attempt,
-                    agent: record.agent.clone(),
-                    status,
+                let result = RunResult {
                     turns: record.turns.unwrap_or(0),
                     duration_seconds: record.duration_seconds.unwrap_or(0.0),
                     cost_usd: record.cost_usd,
@@ -92,15 +88,21 @@ impl AttemptRun<'_> {
                     exit_code: record.exit_code,
                     final_message: record.final_message.clone(),
                     reason: record.reason.clone(),
-                    events: 0,
-                    artifacts: Vec::new(),
-                });
+                    ..RunResult::new(&self.task.id, record.attempt, &record.agent, status)
+                };
+                self.result = Some(result.clone());
                 self.opts.progress.state(
                     &self.task.id,
                     TaskState::Verifying,
                     "verification restarted after a restart",
                 );
-                self.verify_and_land(gate).await
+                self.verify_and_land(Ran {
+                    ws,
+                    spec,
+                    result,
+                    gate,
+                })
+                .await
             }
             other => Err(Failure::crash(format!("cannot resume a task in {other}"))),
         }
