@@ -132,6 +132,7 @@ impl From<&WorkspaceError> for FailureKind {
             | WorkspaceError::InvalidInput { .. }
             | WorkspaceError::AlreadyExists { .. }
             | WorkspaceError::OutsideRoot { .. }
+            | WorkspaceError::TooManyChanges { .. }
             | WorkspaceError::GitUnavailable { .. }
             | WorkspaceError::Io { .. } => FailureKind::Other,
         }
