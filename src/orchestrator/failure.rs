@@ -132,6 +132,7 @@ impl From<&WorkspaceError> for FailureKind {
             | WorkspaceError::InvalidInput { .. }
             | WorkspaceError::AlreadyExists { .. }
             | WorkspaceError::OutsideRoot { .. }
+            | WorkspaceError::TooManyChanges { .. }
             | WorkspaceError::GitUnavailable { .. }
             | WorkspaceError::Io { .. } => FailureKind::Other,
         }
@@ -239,6 +240,7 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         status,
         AttemptStatus::Quota
             | AttemptStatus::Cancelled
+            | AttemptStatus::Budget
             | AttemptStatus::Timeout
             | AttemptStatus::Stalled
             | AttemptStatus::Succeeded
