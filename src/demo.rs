@@ -200,7 +200,7 @@ pub fn write_real_home(
     std::fs::write(
         home.join("config.yaml"),
         format!(
-            "# Written by `polyphony demo --real-claude`.\npoll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            "# Written by `polyphony demo --real-claude`.\npoll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  deadline: 3m\n  memory: 1g\n  cpus: 1\n# The scripted API is reached by name through each attempt's egress proxy.\ngateway:\n  enabled: false\n{}",
             egress_yaml(network, model.0, SCRIPTED_MODEL_HOST, model.1)
         ),
     )?;

@@ -56,6 +56,8 @@ pub struct GlobalConfig {
     pub shepherd: super::shepherd::ShepherdConfig,
     /// Where agents may connect (issue 25): the default mode and what every profile allows.
     pub egress: EgressConfig,
+    /// The model-API gateway (issue 26): real credentials stay out of the container.
+    pub gateway: GatewayConfig,
 }
 
 impl Default for GlobalConfig {
@@ -82,6 +84,28 @@ impl Default for GlobalConfig {
             http: HttpConfig::default(),
             shepherd: super::shepherd::ShepherdConfig::default(),
             egress: EgressConfig::default(),
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
+
+/// `gateway:` in config.yaml (issue 26, src/gateway/).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Route each protected CLI's model API through a per-attempt gateway holding the real
+    /// key (`false`: the key goes into the container's environment, as before).
+    pub enabled: bool,
+    /// Model id (or id prefix) -> prices in USD per million tokens (`input`, `output`,
+    /// optional `cache_write`, `cache_read`), laid over the shipped defaults.
+    pub prices: BTreeMap<String, crate::gateway::Price>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            enabled: true,
+            prices: BTreeMap::new(),
         }
     }
 }
@@ -332,6 +356,9 @@ pub struct VerifyConfig {
     /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
     /// runs a configured program on checkout).
     pub allow_attribute_filters: bool,
+    /// Most files one attempt may add, change or delete (issue 23): past it the attempt
+    /// is refused before its files are read, naming the count and this setting.
+    pub max_changed_files: usize,
 }
 
 impl Default for VerifyConfig {
@@ -347,6 +374,7 @@ impl Default for VerifyConfig {
             protect_check_scripts: false,
             allow_submodules: false,
             allow_attribute_filters: false,
+            max_changed_files: crate::workspace::DEFAULT_MAX_CHANGED_FILES,
         }
     }
 }

@@ -743,3 +743,75 @@ async fn secrets_behind_json_escapes_never_reach_the_store_logs_or_the_api() {
         }
     }
 }
+
+/// Issue 29: a check command the check image does not have (`sh` says "not found", exit
+/// 127) is a configuration failure naming the command and `verify.image`: BLOCKED after
+/// one attempt, not retried three times.
+#[tokio::test]
+async fn a_check_command_missing_from_the_image_blocks_at_once_naming_it() {
+    let w = World::new();
+    // The base branch's .polyphony.yaml names a test command no image has.
+    let work = w._dir.path().join("edit");
+    git(
+        w._dir.path(),
+        &["clone", "-q", w.origin.to_str().unwrap(), "edit"],
+    );
+    std::fs::write(
+        work.join(".polyphony.yaml"),
+        "test: polyphony-no-such-tool -m pytest\n",
+    )
+    .unwrap();
+    git(&work, &["commit", "-qam", "checks need a tool"]);
+    git(&work, &["push", "-q", "origin", "HEAD"]);
+    w.runtime.push(claude_fixes());
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Blocked { reason } = end else {
+        panic!("not blocked at once: {end:?}")
+    };
+    assert!(
+        reason.contains("polyphony-no-such-tool -m pytest"),
+        "{reason}"
+    );
+    assert!(reason.contains("verify.image"), "{reason}");
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Blocked);
+    assert_eq!(store.attempts(&id).expect("attempts").len(), 1);
+    assert!(w.origin_branch("polyphony/local-1-a1").is_none());
+}
+
+/// Issue 24: a forged result line reporting $1000 counts for no more than what is left
+/// of the identity's daily ceiling, so the identity's spend never passes its ceiling.
+#[tokio::test]
+async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
+    let w = World::with(|home| {
+        let path = home.join("identities.yaml");
+        let text = std::fs::read_to_string(&path).expect("identities.yaml");
+        let text = text.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 0.05\n",
+        );
+        std::fs::write(&path, text).expect("write");
+    });
+    let mut script = claude_fixes();
+    let result = script.stdout.pop().expect("a result line");
+    let mut forged: serde_json::Value = serde_json::from_str(&result).expect("json");
+    forged["total_cost_usd"] = serde_json::json!(1000.0);
+    script.stdout.push(forged.to_string());
+    w.runtime.push(script);
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    assert!(w.attempt(&orch, &store, &id).await.is_landed());
+    let attempts = store.attempts(&id).expect("attempts");
+    let cost = attempts[0].cost_usd.expect("a cost");
+    assert!((cost - 0.05).abs() < 1e-9, "counted {cost}");
+    let day = polyphony::identity_policy::utc_day_start(Utc::now());
+    let spent = store.cost_spent_since("demo", day).expect("spent");
+    assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
+}

@@ -93,6 +93,26 @@ enum Follow {
 }
 
 impl AttemptRun<'_> {
+    /// The most this attempt's reported cost may count for (issue 24): the attempt's cap,
+    /// and no more than what is left of its identity's daily ceiling, so a forged result
+    /// line cannot put the identity past its ceiling (until a gateway meters the cost).
+    fn cost_room(&self, spec: &RunSpec, cap: f64) -> f64 {
+        let Some(ceiling) = self
+            .orch
+            .config
+            .identity(&spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day)
+        else {
+            return cap;
+        };
+        let day_start = crate::identity_policy::utc_day_start((self.orch.clock)());
+        // Unreadable: the cap alone (the ceiling check at the next attempt still holds).
+        let Ok(spent) = self.db().cost_spent_since(&spec.identity, day_start) else {
+            return cap;
+        };
+        crate::agents::cost_room(cap, ceiling, spent)
+    }
+
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
         self.db()
             .attempts(&self.task.id)
@@ -128,17 +148,39 @@ impl AttemptRun<'_> {
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        // Issue 26: the model API goes through a gateway holding the real credential; the
+        // container gets a placeholder. (A re-attached attempt has none: see gateway.rs.)
+        let gateway = match reattach {
+            Some(_) => None,
+            None => self.start_gateway(spec).await?,
+        };
+        if let Some(gw) = &gateway {
+            gw.apply(&mut container);
+        }
         // Issue 25: under `allowlist` the agent's only network is the attempt's own
-        // internal one, whose one exit is the attempt's proxy.
-        let egress = crate::egress::plan(spec, &self.orch.home_label);
-        container.network = crate::egress::agent_network(spec, egress.as_ref());
+        // internal one, whose one exit is the attempt's proxy. The model-API gateway still
+        // runs in the daemon on the host (issue 26), which that network cannot reach: an
+        // attempt behind the gateway keeps the profile's network until the gateway moves
+        // into the proxy (docs/SECURITY.md "Egress").
+        let egress = match &gateway {
+            None => crate::egress::plan(spec, &self.orch.home_label),
+            Some(_) => {
+                if spec.egress.mode == crate::domain::EgressMode::Allowlist {
+                    tracing::warn!(task = %self.task.id, "egress allowlist not applied: this attempt's model API goes through the in-daemon gateway");
+                }
+                None
+            }
+        };
+        if gateway.is_none() {
+            container.network = crate::egress::agent_network(spec, egress.as_ref());
+        }
         let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
             idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
             max_output_bytes: config.max_output_bytes(),
             max_workspace_bytes: Some(config.max_workspace_bytes()),
-            max_cost_usd: config.max_cost_usd_per_attempt(),
+            max_cost_usd: self.cost_room(spec, config.max_cost_usd_per_attempt()),
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
@@ -220,6 +262,22 @@ impl AttemptRun<'_> {
             }
             exec
         });
+        let exec = match (exec, &gateway) {
+            (Ok(mut exec), Some(gw)) => {
+                let events = gw.fold(&mut exec);
+                if let Err(e) = self
+                    .db()
+                    .append_events(&self.task.id, spec.attempt, &events)
+                {
+                    tracing::warn!(task = %self.task.id, error = %e, "cannot store the model-API gateway's request events");
+                }
+                exec.next_seq += events.len() as u64;
+                exec.events += events.len() as u64;
+                Ok(exec)
+            }
+            (exec, _) => exec,
+        };
+        drop(gateway);
         let exec = exec.map_err(|e| Failure::from(e).during("the container failed"))?;
         if let Some(err) = &exec.sink_error {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
@@ -272,6 +330,43 @@ impl AttemptRun<'_> {
             tracing::warn!(task = %self.task.id, error = %e, "cannot record the egress events");
         }
         Some(report)
+    }
+
+    /// The attempt's model-API gateway, when its CLI's credential can go through one.
+    async fn start_gateway(
+        &mut self,
+        spec: &RunSpec,
+    ) -> Result<Option<crate::orchestrator::gateway::AttemptGateway>, Failure> {
+        let config = self.orch.config.clone();
+        let ceiling = config
+            .identities()
+            .iter()
+            .find(|i| i.name == spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day);
+        let daily_left_usd = match ceiling {
+            Some(ceiling) => {
+                let day = crate::identity_policy::utc_day_start((self.orch.clock)());
+                let spent = self
+                    .db()
+                    .cost_spent_since(&spec.identity, day)
+                    .map_err(Failure::crash)?;
+                Some(ceiling - spent)
+            }
+            None => None,
+        };
+        let gw = crate::orchestrator::gateway::start(
+            spec,
+            crate::orchestrator::gateway::GatewayInputs {
+                config: &config,
+                runtime: self.orch.runtime.as_ref(),
+                env: &self.orch.env,
+                clock: &self.orch.clock,
+                daily_left_usd,
+            },
+        )
+        .await
+        .map_err(Failure::crash)?;
+        Ok(gw)
     }
 
     /// The container exists (not started yet): its id is recorded for recovery and the task
