@@ -25,6 +25,8 @@ pub(crate) struct StoreSink<'a> {
     pub mark_running: bool,
     /// Error of the state change or container record, if one failed.
     pub error: Option<String>,
+    /// The output breadcrumb is up (issue 24): the next stored batch takes it down.
+    pub handling: bool,
 }
 
 impl StoreSink<'_> {
@@ -40,6 +42,13 @@ impl EventSink for StoreSink<'_> {
         self.db()
             .append_events(&self.task_id, self.attempt, events)
             .map_err(|e| e.to_string())?;
+        if self.handling && !events.is_empty() {
+            // Progress: the window is over and the attempt's strikes go.
+            if let Err(e) = self.db().clear_handling(&self.task_id, self.attempt) {
+                tracing::warn!(task = %self.task_id, error = %e, "cannot clear the output breadcrumb");
+            }
+            self.handling = false;
+        }
         let mut last = "";
         for event in events.iter().filter(|e| e.stream == EventStream::Stdout) {
             let classified = Classified {
@@ -60,6 +69,19 @@ impl EventSink for StoreSink<'_> {
             last,
         );
         Ok(())
+    }
+
+    fn handling(&mut self) {
+        let crumb = super::restarts::breadcrumb(super::restarts::WINDOW_OUTPUT);
+        let raised = self
+            .db()
+            .raise_handling(&self.task_id, self.attempt, &crumb, Utc::now());
+        match raised {
+            Ok(()) => self.handling = true,
+            Err(e) => {
+                tracing::warn!(task = %self.task_id, error = %e, "cannot raise the output breadcrumb")
+            }
+        }
     }
 
     fn container_created(&mut self, container_id: &str) {

@@ -74,6 +74,7 @@ impl AttemptRun<'_> {
             live: AgentOutcome::default(),
             mark_running: reattach.is_none(),
             error: None,
+            handling: false,
         };
         if reattach.is_none() {
             // Before `docker create`: a kill before the id is recorded leaves a container

@@ -8,7 +8,7 @@ use chrono::Utc;
 
 use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
 use crate::orchestrator::verify::one_line;
-use crate::orchestrator::{land, proof, verify};
+use crate::orchestrator::{land, proof, restarts, verify};
 use crate::store::IntentKind;
 use crate::workspace;
 use crate::workspace::{Author, Workspace};
@@ -119,6 +119,13 @@ impl AttemptRun<'_> {
             self.attempt,
             spec.agent
         );
+        // Issue 24: reading the agent's working tree is handling its output; a daemon that
+        // dies here, again and again, strikes the attempt (see `restarts`).
+        let crumb = restarts::breadcrumb(restarts::WINDOW_COMMIT);
+        self.db()
+            .raise_handling(&self.task.id, self.attempt, &crumb, Utc::now())
+            .map_err(Failure::crash)?;
+        crate::failpoint::hit("commit-tree");
         let commit =
             verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
         if let Some(sha) = &commit.sha {
@@ -126,6 +133,9 @@ impl AttemptRun<'_> {
                 .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
                 .map_err(Failure::crash)?;
         }
+        self.db()
+            .clear_handling(&self.task.id, self.attempt)
+            .map_err(Failure::crash)?;
         Ok(commit.sha)
     }
 
@@ -185,7 +195,7 @@ impl AttemptRun<'_> {
         }
     }
 
-    async fn land(
+    pub(super) async fn land(
         &mut self,
         sha: String,
         evidence: Vec<CheckEvidence>,
@@ -194,14 +204,16 @@ impl AttemptRun<'_> {
             .ws
             .clone()
             .ok_or_else(|| Failure::crash("no workspace"))?;
-        // Push, PR, comment and labels are redone idempotently by the resumed verification
-        // until LANDED completes this intent (issue 19).
+        // Push, PR, comment and labels are redone idempotently by the resumed attempt
+        // until LANDED completes this intent (issue 19). The evidence is kept with it: a
+        // restart lands this verified sha without verifying again, before anything else
+        // (issue 24).
         self.db()
             .record_intent(
                 &self.task.id,
                 IntentKind::Land,
                 self.attempt,
-                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
+                &serde_json::json!({ "sha": sha, "branch": ws.branch, "evidence": evidence }),
                 Utc::now(),
             )
             .map_err(Failure::crash)?;
