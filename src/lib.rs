@@ -28,6 +28,7 @@ pub mod demo;
 pub mod domain;
 pub mod error;
 pub mod failpoint;
+pub mod gateway;
 pub mod home;
 pub mod http;
 pub mod identity;

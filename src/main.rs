@@ -4,11 +4,25 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use polyphony::cli::{self, Cli, Outcome};
 
+/// `polyphony --version`: the crate version and the commit it was built from (build.rs).
+fn version() -> &'static str {
+    let commit = env!("POLYPHONY_COMMIT");
+    if commit.is_empty() {
+        env!("CARGO_PKG_VERSION")
+    } else {
+        Box::leak(format!("{} (commit {commit})", env!("CARGO_PKG_VERSION")).into_boxed_str())
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command()
+        .version(version())
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
@@ -19,7 +33,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    cli::init_logging(cli.global.verbose, cli.global.log_format);
+    cli::init_logging(cli.global.verbose, cli.global.quiet, cli.global.log_format);
     stop_quietly_on_closed_stdout(&cli.command);
     match cli::run(cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

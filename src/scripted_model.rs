@@ -61,6 +61,9 @@ struct ServerState {
     script: Box<Script>,
     turns: usize,
     requests: Vec<String>,
+    /// The credential each request presented (`x-api-key` or the bearer token), for tests
+    /// that prove which key reached the API.
+    credentials: Vec<String>,
 }
 
 pub struct ScriptedAnthropic {
@@ -95,6 +98,7 @@ impl ScriptedAnthropic {
             script: Box::new(script),
             turns: 0,
             requests: Vec::new(),
+            credentials: Vec::new(),
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -127,6 +131,12 @@ impl ScriptedAnthropic {
         self.lock().requests.clone()
     }
 
+    /// The credential every request so far presented (`x-api-key`, else the bearer
+    /// token; empty when none).
+    pub fn credentials(&self) -> Vec<String> {
+        self.lock().credentials.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, ServerState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -144,13 +154,25 @@ async fn handle(
     State(state): State<Arc<Mutex<ServerState>>>,
     method: Method,
     uri: Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let path = uri.path().to_string();
+    let credential = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+        })
+        .unwrap_or("")
+        .to_string();
     let reply = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         s.requests.push(format!("{method} {path}"));
+        s.credentials.push(credential);
         if path != "/v1/messages" || method != Method::POST {
             None
         } else {

@@ -255,9 +255,13 @@ impl Scrubber {
         if line.contains('\n') {
             return Cow::Owned(self.scrub_text(line));
         }
-        match self.scrub(line) {
+        let known = match self.scrub(line) {
             Cow::Borrowed(b) => scrub_known_patterns(b),
             Cow::Owned(o) => Cow::Owned(scrub_known_patterns(&o).into_owned()),
+        };
+        match known {
+            Cow::Borrowed(b) => mask_decoded(self.matcher.as_ref(), b),
+            Cow::Owned(o) => Cow::Owned(mask_decoded(self.matcher.as_ref(), &o).into_owned()),
         }
     }
 
@@ -304,6 +308,15 @@ impl Scrubber {
         if let Some(found) = m.find(text) {
             let form = self.forms[found.pattern().as_usize()];
             return Some((found.range(), hit(form, false)));
+        }
+        // After decoding: `\u0073k…` or a value split by an escaped `\n` in one line.
+        if let Some(view) = EscapeView::of(text) {
+            if let Some(found) = m.find(&view.text) {
+                let raw = view.raw_range(found.range());
+                let spelled = &text[raw.clone()];
+                let split = spelled.contains("\\n") || spelled.contains("\\r");
+                return Some((raw, hit(SecretForm::JsonEscaped, split)));
+            }
         }
         let (joined, origin) = join_lines(text);
         let found = m.find(&joined)?;
@@ -430,7 +443,7 @@ impl<T> StreamScrub<T> {
         let Some(m) = &s.matcher else {
             return held
                 .into_iter()
-                .map(|(l, t)| (scrub_known_patterns(&l).into_owned(), t))
+                .map(|(l, t)| (scrub_after_decoding(None, &l), t))
                 .collect();
         };
         // Join the bodies (a trailing \r is kept aside), find matches in the join, and
@@ -468,7 +481,7 @@ impl<T> StreamScrub<T> {
                 if line.ends_with('\r') {
                     out.push('\r');
                 }
-                (scrub_known_patterns(&out).into_owned(), tag)
+                (scrub_after_decoding(Some(m), &out), tag)
             })
             .collect()
     }
@@ -491,6 +504,135 @@ static TOKEN_SHAPES: LazyLock<Regex> = LazyLock::new(|| {
     )
     .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
+
+/// Known token shapes, then whatever hides behind escapes: what every released line ends with.
+fn scrub_after_decoding(m: Option<&AhoCorasick>, line: &str) -> String {
+    let shapes = scrub_known_patterns(line);
+    mask_decoded(m, &shapes).into_owned()
+}
+
+/// A line as a JSON decoder reads it: string escapes (`\"`, `\\`, `\/`, `\b`, `\f`, `\t`,
+/// `\uXXXX` with surrogate pairs) decoded, escaped line breaks (`\n`, `\r`) dropped so the
+/// halves of a value split by one meet, and for each byte of the view the raw bytes it came
+/// from. Whatever the line decodes to is what an adapter stores and `logs` shows, so that is
+/// what is matched (issue 24: `\u0073k-ant-…` reached the store as the plain key).
+struct EscapeView {
+    text: String,
+    /// `origin[i]`: the raw byte range view byte `i` came from.
+    origin: Vec<(usize, usize)>,
+}
+
+impl EscapeView {
+    /// `None` when `line` holds no backslash (the view would be the line itself).
+    fn of(line: &str) -> Option<EscapeView> {
+        if !line.contains('\\') {
+            return None;
+        }
+        let bytes = line.as_bytes();
+        let mut text = String::with_capacity(line.len());
+        let mut origin = Vec::with_capacity(line.len());
+        let mut push = |c: char, from: usize, to: usize, text: &mut String| {
+            text.push(c);
+            origin.extend(std::iter::repeat_n((from, to), c.len_utf8()));
+        };
+        let hex4 = |at: usize| -> Option<u32> {
+            let digits = line.get(at..at + 4)?;
+            if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            u32::from_str_radix(digits, 16).ok()
+        };
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] != b'\\' || i + 1 >= bytes.len() {
+                let c = line[i..].chars().next().unwrap_or('\u{fffd}');
+                push(c, i, i + c.len_utf8(), &mut text);
+                i += c.len_utf8();
+                continue;
+            }
+            let simple = match bytes[i + 1] {
+                b'"' => Some(Some('"')),
+                b'\\' => Some(Some('\\')),
+                b'/' => Some(Some('/')),
+                b'b' => Some(Some('\u{8}')),
+                b'f' => Some(Some('\u{c}')),
+                b't' => Some(Some('\t')),
+                b'n' | b'r' => Some(None),
+                _ => None,
+            };
+            if let Some(decoded) = simple {
+                if let Some(c) = decoded {
+                    push(c, i, i + 2, &mut text);
+                }
+                i += 2;
+                continue;
+            }
+            if bytes[i + 1] == b'u' {
+                if let Some(unit) = hex4(i + 2) {
+                    let mut end = i + 6;
+                    let mut code = unit;
+                    if (0xD800..0xDC00).contains(&unit) && line.get(end..end + 2) == Some("\\u") {
+                        if let Some(low) = hex4(end + 2).filter(|l| (0xDC00..0xE000).contains(l)) {
+                            code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                            end += 6;
+                        }
+                    }
+                    match char::from_u32(code) {
+                        Some('\n' | '\r') => {}
+                        Some(c) => push(c, i, end, &mut text),
+                        None => push('\u{fffd}', i, end, &mut text),
+                    }
+                    i = end;
+                    continue;
+                }
+            }
+            push('\\', i, i + 1, &mut text);
+            i += 1;
+        }
+        Some(EscapeView { text, origin })
+    }
+
+    /// The raw byte range view range `r` (non-empty) came from.
+    fn raw_range(&self, r: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        self.origin[r.start].0..self.origin[r.end - 1].1
+    }
+}
+
+/// `line` with every known value and token shape that its decoded form shows masked in the
+/// raw spelling (the escapes that spelled it become [`MASK`]; the line stays valid JSON).
+fn mask_decoded<'a>(m: Option<&AhoCorasick>, line: &'a str) -> Cow<'a, str> {
+    let Some(view) = EscapeView::of(line) else {
+        return Cow::Borrowed(line);
+    };
+    let mut masks: Vec<std::ops::Range<usize>> = Vec::new();
+    if let Some(m) = m {
+        masks.extend(
+            m.find_iter(&view.text)
+                .map(|hit| view.raw_range(hit.range())),
+        );
+    }
+    masks.extend(
+        TOKEN_SHAPES
+            .find_iter(&view.text)
+            .map(|hit| view.raw_range(hit.range())),
+    );
+    if masks.is_empty() {
+        return Cow::Borrowed(line);
+    }
+    masks.sort_by_key(|r| r.start);
+    let mut out = String::with_capacity(line.len());
+    let mut at = 0;
+    for mask in masks {
+        if mask.end <= at {
+            continue;
+        }
+        out.push_str(&line[at..mask.start.max(at)]);
+        out.push_str(MASK);
+        at = mask.end;
+    }
+    out.push_str(&line[at..]);
+    Cow::Owned(out)
+}
 
 /// `line` with obvious API-token shapes masked.
 pub fn scrub_known_patterns(line: &str) -> Cow<'_, str> {
@@ -723,6 +865,55 @@ mod tests {
             "sk-short is fine; task-sk-1 too",
         );
         check(&[], "git push ghp is a word", "git push ghp is a word");
+    }
+
+    /// Issue 24: what a line decodes to is what is matched, and the escapes are masked.
+    #[test]
+    fn values_behind_json_escapes_are_masked_and_detected() {
+        let key = "pk-Zq8rXy0123456789";
+        let escaped: String = key
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let line = format!(r#"{{"text":"key {escaped} end"}}"#);
+        check(&[key], &line, r#"{"text":"key *** end"}"#);
+        // Split by an escaped line break inside one JSON string.
+        check(
+            &[key],
+            r#"{"text":"split pk-Zq8rXy01\n23456789 end"}"#,
+            r#"{"text":"split *** end"}"#,
+        );
+        // A token shape nobody told us about, behind one escape; a surrogate pair too.
+        check(
+            &[],
+            r#"{"t":"\u0073k-ant-api03-abcdefghijklmnop_QR"}"#,
+            r#"{"t":"***"}"#,
+        );
+        check(
+            &[],
+            r#"{"t":"\ud83d\ude00 ok \\u0073"}"#,
+            r#"{"t":"\ud83d\ude00 ok \\u0073"}"#,
+        );
+        let s = Scrubber::new([key]);
+        let masked = s.scrub_line(&line);
+        let decoded: serde_json::Value = serde_json::from_str(&masked).expect("still JSON");
+        assert_eq!(decoded["text"], "key *** end");
+        let hit = s
+            .find_secret_hit(&format!("x = \"{escaped}\"\n"))
+            .expect("detected");
+        assert_eq!(
+            (hit.form, hit.line, hit.split),
+            (SecretForm::JsonEscaped, 1, false)
+        );
+        let hit = s
+            .find_secret_hit("a\nb = \"pk-Zq8rXy01\\n23456789\"")
+            .expect("detected when split by an escape");
+        assert_eq!((hit.line, hit.split), (2, true));
+        // Stream scrubbing applies the same view.
+        assert_eq!(
+            s.scrub_text(&format!("one\n{line}")),
+            "one\n{\"text\":\"key *** end\"}"
+        );
     }
 
     #[test]

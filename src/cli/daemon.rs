@@ -1,7 +1,7 @@
 //! `polyphony daemon`: the supervisor loop in the foreground (logs on stderr).
 //!
-//! SIGTERM/SIGINT: stop claiming; without `--drain` running attempts are stopped cleanly
-//! at once (retried on the next start); with `--drain` they finish, and a second signal
+//! SIGTERM/SIGINT: stop claiming; without `--drain` leave at once, running attempts left
+//! running for the next start to re-attach; with `--drain` they finish, and a second signal
 //! stops them.
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::{print_json, Context, Outcome, UsageError};
 use crate::config::Config;
 use crate::orchestrator::daemon::{self, DaemonOptions};
-use crate::orchestrator::progress::{LineProgress, LogProgress};
+use crate::orchestrator::progress::{LineProgress, LogProgress, QuietProgress};
 use crate::orchestrator::{Orchestrator, Progress};
 
 #[derive(Debug, clap::Args)]
@@ -36,6 +36,7 @@ pub struct Args {
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
     let log_json = ctx.log_json;
+    let quiet = ctx.quiet;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     // Checked before anything starts: a bad address or a missing token is exit 2.
     let listen = args
@@ -59,7 +60,9 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
                     .await
                     .map_err(|e| UsageError::new(e.to_string(), "see docs/api.md"))?;
                 let bound = listener.local_addr().unwrap_or(addr);
-                eprintln!("serving the dashboard and API on http://{bound}/");
+                if !quiet {
+                    eprintln!("serving the dashboard and API on http://{bound}/");
+                }
                 tracing::info!(%bound, "http server listening");
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(crate::http::serve(listener, settings, async move {
@@ -77,7 +80,9 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             exit_when_idle: args.exit_when_idle,
         };
         // A person reads one line per state change; a log collector gets JSON events.
-        let progress: Arc<dyn Progress> = if log_json {
+        let progress: Arc<dyn Progress> = if quiet {
+            Arc::new(QuietProgress)
+        } else if log_json {
             Arc::new(LogProgress)
         } else {
             Arc::new(LineProgress::new())
@@ -95,11 +100,19 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
                 "landed": summary.landed,
                 "blocked": summary.blocked,
                 "resumed": summary.resumed,
+                "left_running": summary.left_running,
             }))?;
         } else {
             eprintln!(
-                "daemon stopped: {} attempt(s) started, {} resumed, {} landed, {} blocked",
-                summary.attempts, summary.resumed, summary.landed, summary.blocked
+                "daemon stopped: {} attempt(s) started, {} resumed, {} landed, {} blocked{}",
+                summary.attempts,
+                summary.resumed,
+                summary.landed,
+                summary.blocked,
+                match summary.left_running {
+                    0 => String::new(),
+                    n => format!("; {n} left running for the next start to re-attach"),
+                }
             );
         }
         Ok(Outcome::Success)

@@ -10,12 +10,14 @@
 
 mod backup;
 mod cleanup;
+mod completions;
 mod config;
 mod daemon;
 mod demo;
 mod demo_real;
 mod doctor;
 mod enqueue;
+mod help;
 mod init;
 mod logs;
 pub mod replay;
@@ -32,7 +34,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Polyphony turns labelled GitHub issues and locally queued tasks into verified pull
 /// requests, one coding agent per container.
 #[derive(Debug, Parser)]
-#[command(name = "polyphony", version, about, propagate_version = true)]
+#[command(
+    name = "polyphony",
+    version,
+    about,
+    propagate_version = true,
+    after_long_help = help::TOP
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -52,6 +60,9 @@ pub struct GlobalArgs {
     /// Polyphony home (default: $POLYPHONY_HOME, else ~/.polyphony).
     #[arg(long, value_name = "PATH", global = true)]
     pub home: Option<PathBuf>,
+    /// Print only errors and the result: no progress lines, no warnings.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,37 +74,57 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Write the commented config templates into the home (never overwrites without --force).
+    #[command(after_long_help = help::INIT)]
     Init(init::Args),
     /// Inspect the configuration.
+    #[command(after_long_help = help::CONFIG)]
     Config(config::Args),
     /// Add a task to the local queue.
+    #[command(after_long_help = help::ENQUEUE)]
     Enqueue(enqueue::Args),
     /// Show tasks, or one task with its transitions and attempts.
+    #[command(after_long_help = help::STATUS)]
     Status(status::Args),
     /// Show how a task routes: complexity score with evidence, the matched rule, and why
     /// each earlier rule did not match.
+    #[command(after_long_help = help::ROUTE)]
     Route(route::RouteArgs),
     /// Parse a saved agent transcript and print its events summary and outcome.
+    #[command(after_long_help = help::REPLAY)]
     Replay(replay::ReplayArgs),
     /// Take one task through the whole pipeline in the foreground (exit 0 when it lands).
+    #[command(after_long_help = help::SPAWN)]
     Spawn(spawn::Args),
     /// Bring a BLOCKED task back once its cause is fixed, as a new generation linked to
     /// the old one (--blocked: every BLOCKED task).
+    #[command(after_long_help = help::RETRY)]
     Retry(retry::Args),
     /// Run the supervisor: poll sources, dispatch attempts, recover after a crash.
+    #[command(after_long_help = help::DAEMON)]
     Daemon(daemon::Args),
     /// Build the offline test image, make a sample repository and run four tasks through
     /// the daemon: one lands, one lands on a repair retry, one on a fallback agent, one
     /// ends BLOCKED.
+    #[command(after_long_help = help::DEMO)]
     Demo(demo::Args),
     /// Print an attempt's transcript: assistant text, tool calls, results (--follow tails it).
+    #[command(after_long_help = help::LOGS)]
     Logs(logs::Args),
     /// Check the engine, images, git, config, credentials and GitHub token; say how to fix.
+    #[command(after_long_help = help::DOCTOR)]
     Doctor(doctor::Args),
     /// Remove this home's leftover containers, finished workspaces and stale locks.
+    #[command(after_long_help = help::CLEANUP)]
     Cleanup(cleanup::Args),
     /// Write a consistent copy of the queue database, safe while the daemon runs.
+    #[command(after_long_help = help::BACKUP)]
     Backup(backup::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_long_help = help::COMPLETIONS)]
+    Completions(completions::Args),
+    /// Print the manual page (roff): `polyphony man | man -l -`.
+    #[command(after_long_help = help::MAN)]
+    Man(completions::ManArgs),
 }
 
 /// How a verb ended when it did not fail.
@@ -113,6 +144,8 @@ pub struct Context {
     /// Logs are JSON lines (`--log-format json`): long-running verbs then report progress
     /// through the log instead of human lines.
     pub log_json: bool,
+    /// `--quiet`: verbs print only errors and their result (no progress lines).
+    pub quiet: bool,
 }
 
 pub use crate::error::UsageError;
@@ -124,6 +157,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let ctx = Context {
         home,
         log_json: cli.global.log_format == LogFormat::Json,
+        quiet: cli.global.quiet,
     };
     let db = crate::config::db_path(&ctx.home);
     let result = match cli.command {
@@ -141,6 +175,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Doctor(args) => doctor::run(args, &ctx),
         Command::Cleanup(args) => cleanup::run(args, &ctx),
         Command::Backup(args) => backup::run(args, &ctx),
+        Command::Completions(args) => completions::run(args, &ctx),
+        Command::Man(args) => completions::man(args, &ctx),
     };
     // A damaged queue.db is reported the same way by every verb: the file and how to
     // recover (issue 12), never as whatever query happened to meet it.
@@ -172,10 +208,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
-/// Sets up tracing on stderr. `-v` flags win over RUST_LOG; with neither, warnings only.
-pub fn init_logging(verbose: u8, format: LogFormat) {
+/// Sets up tracing on stderr. `-v` flags win over RUST_LOG; with neither, warnings only;
+/// `--quiet`, errors only.
+pub fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = match verbose {
+        0 if quiet => EnvFilter::new("error"),
         0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         1 => EnvFilter::new("info"),
         2 => EnvFilter::new("debug"),

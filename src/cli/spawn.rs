@@ -14,7 +14,7 @@ use crate::domain::Task;
 use crate::home::DaemonLock;
 use crate::orchestrator::drive::{drive, NotDriven};
 use crate::orchestrator::pipeline::{describe, AttemptEnd, RunOptions};
-use crate::orchestrator::progress::TerminalProgress;
+use crate::orchestrator::progress::{QuietProgress, TerminalProgress};
 use crate::orchestrator::Orchestrator;
 use crate::sources::github::IssueRef;
 use crate::store::Store;
@@ -42,10 +42,10 @@ pub struct Args {
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(spawn(args, config))
+    runtime.block_on(spawn(args, config, ctx.quiet))
 }
 
-async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
+async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcome> {
     let home = config.home().to_path_buf();
     crate::private::create_dir(&home)?;
     // spawn and a daemon on one home would both drive the same tasks.
@@ -77,7 +77,11 @@ async fn spawn(args: Args, config: Config) -> anyhow::Result<Outcome> {
         }
     });
     let opts = RunOptions {
-        progress: Arc::new(TerminalProgress::new()),
+        progress: if quiet {
+            Arc::new(QuietProgress)
+        } else {
+            Arc::new(TerminalProgress::new())
+        },
         cancel: cancel_rx.clone(),
         cancel_means_retry: false,
     };

@@ -6,9 +6,13 @@
 //! GitHub every `poll_interval`, wakes at once when `enqueue` pokes `daemon.sock`, sleeps
 //! until the next retry is due, and runs up to `max_concurrent_agents` attempts.
 //!
-//! Shutdown: the first signal stops claiming; without `--drain` running attempts are
-//! stopped cleanly at once (containers killed, tasks scheduled to retry on the next
-//! start), with `--drain` they finish and a second signal stops them.
+//! Shutdown (issue 29: a restart loses nothing): the first signal stops claiming. Without
+//! `--drain` the daemon then leaves at once and its running attempts keep running: their
+//! containers stay, nothing is recorded as ended, and the next start re-attaches them
+//! exactly as it does after a `kill -9` (every side effect is an intent recorded first, so
+//! leaving between any two awaits is safe). With `--drain` running attempts finish first,
+//! and a second signal stops them (containers killed, tasks scheduled to retry). Killing
+//! one attempt is `polyphony cancel`'s job, not a restart's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +48,8 @@ pub struct DaemonSummary {
     pub landed: u64,
     pub blocked: u64,
     pub resumed: u64,
+    /// Attempts left running for the next start to re-attach (a signal without `--drain`).
+    pub left_running: u64,
 }
 
 /// The socket `enqueue` pokes to wake the daemon.
@@ -135,11 +141,17 @@ pub async fn run(
                 if opts.drain {
                     "; running attempts finish (signal again to stop them)"
                 } else {
-                    "; stopping running attempts"
+                    "; running attempts keep running and the next start re-attaches them"
                 }
             );
+            if !opts.drain {
+                // Leave between two awaits, as a kill -9 would anywhere: the containers
+                // run on and the next start's reconcile picks each attempt up.
+                summary.left_running += attempts.len() as u64;
+                attempts.abort_all();
+            }
         }
-        if stopping && (!opts.drain || signal_count >= 2) {
+        if stopping && opts.drain && signal_count >= 2 {
             let _ = cancel_tx.send(true);
         }
         if stopping && attempts.is_empty() {
@@ -248,6 +260,9 @@ fn record_end(
         }
         Ok((task, Err(e))) => {
             tracing::error!(task = %task, error = %format!("{e:#}"), "attempt error")
+        }
+        Err(e) if e.is_cancelled() => {
+            tracing::info!("attempt left running: the next start re-attaches it")
         }
         Err(e) => tracing::error!(error = %e, "attempt task panicked"),
     }

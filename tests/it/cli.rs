@@ -651,3 +651,140 @@ fn ten_concurrent_retries_report_only_the_one_that_happened() {
         .count();
     assert_eq!(generations, 2, "one new generation");
 }
+
+/// Issue 29: `polyphony completions bash` is a script bash accepts.
+#[test]
+fn completions_are_valid_shell() {
+    let home = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = polyphony(home.path())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains("enqueue"), "{shell} completes the verbs");
+    }
+    let out = polyphony(home.path())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("polyphony.bash");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "bash -n: {check:?}");
+    polyphony(home.path())
+        .args(["completions", "tcsh"])
+        .assert()
+        .code(2);
+}
+
+/// Issue 29: the man page renders with `man -l`, with a section per verb and its examples.
+#[test]
+fn man_page_renders() {
+    let home = tempfile::tempdir().unwrap();
+    let out = polyphony(home.path()).arg("man").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("polyphony.1");
+    std::fs::write(&page, &out.stdout).unwrap();
+    if std::process::Command::new("man")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: man_page_renders needs `man` (Debian's man-db) to render the page");
+        return;
+    }
+    let rendered = std::process::Command::new("man")
+        .arg("-l")
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .env("PAGER", "cat")
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "man -l: {rendered:?}");
+    let text = String::from_utf8_lossy(&rendered.stdout);
+    for verb in ["POLYPHONY SPAWN", "POLYPHONY ENQUEUE", "POLYPHONY DAEMON"] {
+        assert!(text.contains(verb), "{verb} in\n{text}");
+    }
+    assert!(text.contains("EXIT STATUS"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&rendered.stderr).trim().is_empty(),
+        "man warns: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+}
+
+/// Issue 29: every verb's `--help` ends with EXAMPLES (naming the verb) and EXIT STATUS.
+#[test]
+fn every_verb_help_has_examples_and_exit_status() {
+    use clap::CommandFactory as _;
+    let home = tempfile::tempdir().unwrap();
+    let cmd = polyphony::cli::Cli::command();
+    let verbs: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    assert!(verbs.len() >= 14, "{verbs:?}");
+    for verb in verbs {
+        let out = polyphony(home.path())
+            .args([verb.as_str(), "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{verb} --help: {out:?}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        let examples = help
+            .split("EXAMPLES:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{verb} --help has no EXAMPLES:\n{help}"));
+        assert!(
+            examples.contains(&format!("polyphony {verb}")),
+            "{verb}'s examples run {verb}:\n{help}"
+        );
+        assert!(help.contains("EXIT STATUS:"), "{verb}:\n{help}");
+    }
+}
+
+/// Issue 29: `--version` names the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    let home = tempfile::tempdir().unwrap();
+    let out = polyphony(home.path()).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert!(version.starts_with("polyphony 0."), "{version}");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    match head {
+        Some(head) => {
+            let head = String::from_utf8(head.stdout).unwrap();
+            assert!(
+                version.contains(&format!("(commit {})", head.trim())),
+                "{version} names HEAD {head}"
+            );
+        }
+        None => eprintln!("SKIPPED: the commit check needs the source to be a git checkout"),
+    }
+}
+
+/// Issue 29: `--quiet` and `--verbose` contradict each other: a usage error.
+#[test]
+fn quiet_and_verbose_conflict() {
+    let home = tempfile::tempdir().unwrap();
+    polyphony(home.path())
+        .args(["--quiet", "-v", "status"])
+        .assert()
+        .code(2);
+}

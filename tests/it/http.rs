@@ -31,7 +31,7 @@ fn polyphony(home: &Path) -> Command {
     cmd
 }
 
-fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
+pub(crate) fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
     ServerSettings {
         home: db.parent().unwrap().to_path_buf(),
         db,
@@ -44,26 +44,26 @@ fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSe
 }
 
 /// Serves `settings` on a free loopback port until the test ends.
-async fn start(settings: ServerSettings) -> SocketAddr {
+pub(crate) async fn start(settings: ServerSettings) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(http::serve(listener, settings, std::future::pending()));
     addr
 }
 
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: hyper::HeaderMap,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 }
 
-async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -89,7 +89,7 @@ async fn request(
     }
 }
 
-async fn get(addr: SocketAddr, path: &str) -> Answer {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Answer {
     request(addr, "GET", path, &[], "").await
 }
 
@@ -295,7 +295,11 @@ fn a_non_loopback_address_without_a_token_refuses_to_start() {
 }
 
 /// Reads SSE frames from `path` until an `end` event or `max` events.
-async fn sse(addr: SocketAddr, path: &str, last_id: Option<&str>) -> Vec<(String, String, String)> {
+pub(crate) async fn sse(
+    addr: SocketAddr,
+    path: &str,
+    last_id: Option<&str>,
+) -> Vec<(String, String, String)> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = hyper::Request::get(format!("http://{addr}{path}"));
     if let Some(id) = last_id {

@@ -79,11 +79,22 @@ impl World {
     }
 
     fn orchestrator(&self) -> Orchestrator {
+        self.orchestrator_with_env(&[])
+    }
+
+    /// An orchestrator whose host environment holds `vars` (an identity's api_keys).
+    fn orchestrator_with_env(&self, vars: &[(&str, &str)]) -> Orchestrator {
         let config = Config::load(&self.home).expect("the home's config");
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Orchestrator::with_runtime(
             config,
             Arc::new(self.runtime.clone()),
-            Arc::new(|_: &str| None),
+            Arc::new(move |name: &str| {
+                vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            }),
         )
         .expect("an orchestrator")
     }
@@ -642,4 +653,93 @@ async fn spawn_waits_for_the_earliest_reset_when_every_agent_is_out_and_counts_n
     let agents: Vec<&str> = attempts.iter().map(|a| a.agent.as_str()).collect();
     assert_eq!(agents, vec!["claude", "codex", "claude"]);
     assert_eq!(store.quota_wait(&id).expect("quota wait"), None);
+}
+
+/// Issue 24: secrets are scrubbed in what a line decodes to, not only in its raw spelling.
+/// An agent prints a token shape behind a `\u0073` escape, its identity's API key fully
+/// `\u`-escaped, and the same key split by a JSON `\n` inside one string. None of the
+/// decoded values (nor the halves) may reach queue.db, `logs`, `logs --json` or the API.
+#[tokio::test]
+async fn secrets_behind_json_escapes_never_reach_the_store_logs_or_the_api() {
+    let key = "pk-it-Zq8rXy0123456789abcdefWvU";
+    let shaped = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv";
+    let w = World::with(|home| {
+        let path = home.join("identities.yaml");
+        let text = std::fs::read_to_string(&path).expect("identities.yaml");
+        let text = text.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    api_keys:\n      FAKE_API_KEY: POLY_IT_LEAKED_KEY\n",
+        );
+        std::fs::write(&path, text).expect("write");
+    });
+    let escaped: String = key
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let (a, b) = key.split_at(key.len() / 2);
+    let says = |text: &str| {
+        format!(
+            r#"{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{text}"}}],"id":"msg_leak","model":"claude-opus-5-5","role":"assistant","type":"message"}},"session_id":"s"}}"#
+        )
+    };
+    let mut script = claude_fixes();
+    let result = script.stdout.pop().expect("a result line");
+    script
+        .stdout
+        .push(says(&format!("token \\u0073{}", &shaped[1..])));
+    script.stdout.push(says(&format!("key {escaped} end")));
+    script.stdout.push(says(&format!("split {a}\\n{b} end")));
+    script.stdout.push(result);
+    w.runtime.push(script);
+    let orch = w.orchestrator_with_env(&[("POLY_IT_LEAKED_KEY", key)]);
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    assert!(w.attempt(&orch, &store, &id).await.is_landed());
+
+    let db = orch.db_path();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for name in ["queue.db", "queue.db-wal"] {
+        if let Ok(bytes) = std::fs::read(db.with_file_name(name)) {
+            seen.push((name.into(), String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    for args in [
+        vec!["logs", &id],
+        vec!["logs", &id, "--raw"],
+        vec!["logs", &id, "--json"],
+    ] {
+        let out = assert_cmd::Command::cargo_bin("polyphony")
+            .expect("the binary")
+            .env("POLYPHONY_HOME", &w.home)
+            .env("NO_COLOR", "1")
+            .args(&args)
+            .output()
+            .expect("logs");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        seen.push((
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ));
+    }
+    let addr = crate::http::start(crate::http::settings(db.clone(), None, false)).await;
+    let path = format!(
+        "/api/v1/tasks/{}/events",
+        polyphony::http::encode_segment(&id)
+    );
+    let events = crate::http::sse(addr, &path, None).await;
+    assert!(events.len() > 4, "{events:?}");
+    seen.push(("the API's events".into(), format!("{events:?}")));
+    let logs = &seen
+        .iter()
+        .find(|(n, _)| n.ends_with("--json"))
+        .expect("logs --json")
+        .1;
+    assert!(logs.contains("token ***"), "{logs}");
+    assert!(logs.contains("key *** end"), "{logs}");
+    assert!(logs.contains("split *** end"), "{logs}");
+    for (name, text) in &seen {
+        for secret in [key, shaped, a, b, &shaped[1..]] {
+            assert!(!text.contains(secret), "{name} holds a secret:\n{text}");
+        }
+    }
 }

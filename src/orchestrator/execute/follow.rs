@@ -146,6 +146,12 @@ impl Follower<'_> {
                 )
             }
         };
+        // What the line decodes to is scrubbed again: a value the adapter pieced together
+        // (a summary of several blocks, a re-serialised `data`) never reaches the store
+        // in a spelling the raw line did not show.
+        let summary = self.scrub_decoded(&summary);
+        let mut data = data;
+        scrub_strings(&mut data, &|s| self.scrub_decoded(s));
         if seq < self.skip {
             return;
         }
@@ -166,6 +172,14 @@ impl Follower<'_> {
             data,
             at: Utc::now(),
         });
+    }
+
+    /// One decoded string scrubbed (a value split by a decoded line break too).
+    fn scrub_decoded(&self, text: &str) -> String {
+        match self.scrub.scrubber() {
+            Some(s) => s.scrub_line(text).into_owned(),
+            None => self.scrub.scrub_text(text),
+        }
     }
 
     fn flush(&mut self) {
@@ -189,6 +203,30 @@ impl Follower<'_> {
                 self.sink_error = Some(e);
             }
         }
+    }
+}
+
+/// Every string of `value` (object keys included) passed through `scrub`.
+fn scrub_strings(value: &mut serde_json::Value, scrub: &dyn Fn(&str) -> String) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => {
+            let clean = scrub(s);
+            if clean != *s {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_strings(v, scrub)),
+        Value::Object(map) => {
+            let dirty: Vec<String> = map.keys().filter(|k| scrub(k) != **k).cloned().collect();
+            for key in dirty {
+                if let Some(v) = map.remove(&key) {
+                    map.insert(scrub(&key), v);
+                }
+            }
+            map.values_mut().for_each(|v| scrub_strings(v, scrub));
+        }
+        _ => {}
     }
 }
 
