@@ -4,7 +4,7 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status ingest clone spawn daemon http (default: all of them)
+#   SECTION: queue status ingest clone spawn daemon http sse (default: all of them)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
@@ -14,7 +14,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status ingest clone spawn daemon http"
+ALL="queue status ingest clone spawn daemon http sse"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -79,6 +79,16 @@ section_http() {
   "$harness" http
 }
 
+section_sse() {
+  echo "Issue 24. 300 Server-Sent-Events streams on ten live attempts: one shared reader per"
+  echo "attempt, streams capped in total and per client."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS)bench/run.sh sse\` (examples/bench/sse.rs)"
+  echo
+  "$harness" sse
+}
+
 section_ingest() {
   echo "Issue 8 item 5. \`polyphony replay FILE --agent A\` streams a saved transcript through the"
   echo "agent's adapter (the same classify/observe path the daemon uses on live output)."
@@ -132,6 +142,7 @@ heading() {
     spawn) echo "Spawn overhead" ;;
     daemon) echo "Daemon memory" ;;
     http) echo "HTTP API and dashboard" ;;
+    sse) echo "Event streams under load" ;;
   esac
 }
 

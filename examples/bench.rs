@@ -15,6 +15,8 @@
 //! - `spawn`, `daemon`: real attempts on the Docker engine (examples/bench/attempts.rs).
 //! - `http`: the daemon's API, metrics and dashboard at `BENCH_STATUS_TASKS` tasks, and
 //!   its memory with 50 SSE clients (examples/bench/http.rs).
+//! - `sse`: `/api/v1/health` latency and daemon CPU with 300 event streams, and what the
+//!   default stream caps admit (examples/bench/sse.rs).
 //!
 //! Adding a section is one more function returning its Markdown and one arm in `main`,
 //! plus one line in bench/run.sh.
@@ -40,6 +42,8 @@ use rusqlite::{Connection, TransactionBehavior};
 mod attempts;
 #[path = "bench/http.rs"]
 mod http;
+#[path = "bench/sse.rs"]
+mod sse;
 
 fn main() -> anyhow::Result<()> {
     let section = std::env::args().nth(1).unwrap_or_default();
@@ -51,10 +55,11 @@ fn main() -> anyhow::Result<()> {
         "spawn" => attempts::spawn(&cfg)?,
         "daemon" => attempts::daemon(&cfg)?,
         "http" => http::http(&cfg)?,
+        "sse" => sse::sse(&cfg)?,
         "claim-worker" => return claim_worker(),
         other => {
             bail!(
-                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon or http)"
+                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon, http or sse)"
             )
         }
     };

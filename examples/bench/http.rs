@@ -53,7 +53,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn spec(task_id: &str) -> RunSpec {
+pub fn spec(task_id: &str) -> RunSpec {
     RunSpec {
         task_id: task_id.into(),
         attempt: 1,

@@ -117,7 +117,17 @@ pub struct HttpConfig {
     pub token_env: String,
     /// Whether read-only requests on a loopback address need the token too.
     pub token_for_reads: bool,
+    /// Host names requests may carry besides the loopback names and the listen address
+    /// (DNS rebinding: a foreign `Host` is refused with 421), e.g. a reverse proxy's name.
+    pub allowed_hosts: Vec<String>,
+    /// Event streams (SSE) open at once, over all clients.
+    pub max_streams: u32,
+    /// Event streams one client address may hold open at once.
+    pub max_streams_per_client: u32,
 }
+
+/// Bounds on the `http.max_streams*` settings.
+pub const MAX_STREAMS_LIMIT: u32 = 10_000;
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -125,6 +135,9 @@ impl Default for HttpConfig {
             listen: None,
             token_env: "POLYPHONY_HTTP_TOKEN".into(),
             token_for_reads: false,
+            allowed_hosts: Vec::new(),
+            max_streams: 128,
+            max_streams_per_client: 16,
         }
     }
 }

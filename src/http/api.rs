@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -36,11 +36,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, error: &str, fix: &'static str) -> ApiError {
-        ApiError {
-            status,
-            error: error.to_string(),
-            fix,
-        }
+        ApiError::owned(status, error.to_string(), fix)
+    }
+
+    pub fn owned(status: StatusCode, error: String, fix: &'static str) -> ApiError {
+        ApiError { status, error, fix }
     }
 }
 
@@ -52,6 +52,21 @@ impl IntoResponse for ApiError {
         )
             .into_response()
     }
+}
+
+/// A query string as `T`, or the `error` naming the parameter that is wrong (an unknown
+/// one, or the one whose value does not parse).
+pub fn parse_query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> Result<T, String> {
+    let raw = raw.unwrap_or("");
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path.is_empty() {
+            format!("bad query parameter: {}", e.inner())
+        } else {
+            format!("bad query parameter `{path}`: {}", e.inner())
+        }
+    })
 }
 
 fn store_failure(e: impl std::fmt::Display) -> ApiError {
@@ -157,16 +172,17 @@ impl From<StoreError> for Stop {
     }
 }
 
-pub async fn list_tasks(
-    State(s): State<Shared>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Ok(Query(q)) = query else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            "unknown or malformed query parameter",
-            "use state, source, agent, limit and offset (e.g. ?state=RUNNING&limit=50)",
-        );
+pub async fn list_tasks(State(s): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    let q: ListQuery = match parse_query(raw.as_deref()) {
+        Ok(q) => q,
+        Err(error) => {
+            return ApiError::owned(
+                StatusCode::BAD_REQUEST,
+                error,
+                "use state, source, agent, limit and offset (e.g. ?state=RUNNING&limit=50)",
+            )
+            .into_response()
+        }
     };
     let filter = match filter_of(&q) {
         Ok(f) => f,

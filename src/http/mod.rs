@@ -15,6 +15,10 @@
 mod api;
 mod dashboard;
 mod events;
+mod guard;
+
+pub use events::StreamLimits;
+pub use guard::HostPolicy;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,6 +65,23 @@ pub struct ServerSettings {
     pub slots: u32,
     /// Each identity's name and daily cost ceiling, for `/state`.
     pub identities: Vec<(String, Option<f64>)>,
+    /// The `Host` names served (loopback, the listen address, `http.allowed_hosts`).
+    pub hosts: HostPolicy,
+    /// How many event streams may be open (`http.max_streams*`).
+    pub streams: StreamLimits,
+}
+
+/// What every handler sees: the settings and the event-stream hub shared by all streams.
+pub struct AppState {
+    pub settings: ServerSettings,
+    hub: events::Hub,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = ServerSettings;
+    fn deref(&self) -> &ServerSettings {
+        &self.settings
+    }
 }
 
 impl std::fmt::Debug for ServerSettings {
@@ -108,6 +129,11 @@ pub fn settings(
             .iter()
             .map(|i| (i.name.clone(), i.cost_ceiling_usd_per_day))
             .collect(),
+        hosts: HostPolicy::new(Some(addr), &config.global().http.allowed_hosts),
+        streams: StreamLimits {
+            total: config.global().http.max_streams,
+            per_client: config.global().http.max_streams_per_client,
+        },
     };
     Ok((addr, settings))
 }
@@ -126,14 +152,18 @@ pub async fn serve(
     settings: ServerSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(settings))
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        router(settings).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
 
 /// The routes, for [`serve`] and for tests.
 pub fn router(settings: ServerSettings) -> Router {
-    let state = Arc::new(settings);
+    let hub = events::Hub::new(settings.streams);
+    let state = Arc::new(AppState { settings, hub });
     Router::new()
         .route("/", get(dashboard::queue_page))
         .route("/tasks/{id}", get(dashboard::task_page))
@@ -144,11 +174,23 @@ pub fn router(settings: ServerSettings) -> Router {
         .route("/api/v1/tasks/{id}", get(api::show_task))
         .route("/api/v1/tasks/{id}/retry", post(api::retry))
         .route("/api/v1/tasks/{id}/events", get(events::stream))
+        .fallback(guard::unknown_route)
+        // A task body may be `max_body_bytes`; the JSON around it gets some room.
+        .layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(state.body_limit.saturating_add(64 * 1024)).unwrap_or(usize::MAX),
+        ))
+        // Layers run outside-in from the last one: JSON errors wrap everything, the host
+        // check comes before auth, and both before any route (the fallback included).
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_host,
+        ))
+        .layer(middleware::from_fn(guard::json_errors))
         .with_state(state)
 }
 
-type Shared = Arc<ServerSettings>;
+type Shared = Arc<AppState>;
 
 /// Whether a request may proceed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,8 +230,7 @@ async fn authorize(State(state): State<Shared>, request: Request, next: Next) ->
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(guard::bearer_token);
     match access(
         request.method(),
         presented,

@@ -8,31 +8,173 @@
 //! the diff) fails the same way however often it runs: the task is BLOCKED at once with the
 //! cause and the fix, and comes back with `polyphony retry` once a person fixed it.
 //!
-//! Pure: [`classify`] reads the stage the failure happened in, the attempt status and the
-//! failure's message (our own typed errors' texts, git's stderr, the agent CLI's error) and
-//! nothing else. Unknown messages are transient: a wrong "transient" costs a few retries, a
-//! wrong "permanent" strands a task that would have passed.
+//! Typed (issue 30): every failure carries a [`FailureKind`], built by `From` impls from the
+//! layer's own error (workspace, runtime, source, config, store); [`classify`] matches
+//! kinds and never reads our own messages, so rewording one changes no decision. Text is
+//! read only where it is foreign: git's stderr ([`FailureKind::of_git`]), the Docker
+//! engine's message ([`FailureKind::of_engine`]) and the agent CLI's output
+//! ([`FailureKind::of_agent_output`]), each table-tested on recorded samples. An unknown
+//! text is transient: a wrong "transient" costs a few retries, a wrong "permanent" strands
+//! a task that would have passed.
 
 use crate::domain::AttemptStatus;
+use crate::runtime::RuntimeError;
+use crate::sources::{ClaimError, SourceError};
+use crate::store::StoreError;
+use crate::workspace::WorkspaceError;
 
-/// Where in the attempt the failure happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Not recorded where the failure was made; only the message decides.
-    Unknown,
-    /// Mirror fetch and clone of the task's repository.
-    Workspace,
-    /// Resolving the configuration for the attempt: agent profile, identity, the base
-    /// branch's `.polyphony.yaml`.
+/// What failed, as the layer that failed typed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Our own error with no bearing on a retry (a store write, a join, an unexpected
+    /// state): transient.
+    Other,
+    /// A hiccup that passes by itself: the network, the engine unreachable, a 5xx.
+    Transient,
+    /// The image is missing from the engine.
+    ImageMissing { image: String },
+    /// The task's base branch, tag or commit is not in its repository.
+    BaseRefGone,
+    /// The task's repository is not a git repository.
+    NotARepository,
+    /// The task's repository is gone or unreadable.
+    RepositoryGone,
+    /// The task's source refused our credentials (401, 403).
+    SourceRefused,
+    /// The agent's CLI is not logged in, or the model API refused its key.
+    AgentAuth,
+    /// A configuration error: agent profile, identity, `.polyphony.yaml`, a host variable.
     Config,
-    /// Claiming the task at its source (GitHub).
-    Source,
-    /// Creating and running the agent's container.
-    Container,
-    /// The agent ran and ended without success.
-    Agent,
-    /// Commit, gates and the project's checks.
-    Verify,
+    /// The agent's diff carries a known secret.
+    SecretInDiff,
+}
+
+impl FailureKind {
+    /// Reads git's stderr (foreign text: a fetch, clone, push or read).
+    pub fn of_git(stderr: &str) -> FailureKind {
+        let lower = stderr.to_ascii_lowercase();
+        let has = |needle: &str| lower.contains(needle);
+        if is_transient_text(&lower) {
+            // A network hiccup can mention a missing thing on the way ("could not resolve
+            // host ... repository"): it stays transient whatever else the text says.
+            FailureKind::Transient
+        } else if has("not a git repository") || has("does not appear to be a git repository") {
+            FailureKind::NotARepository
+        } else if has("repository not found")
+            || (has("repository") && has("not found"))
+            || has("does not exist")
+            || has("no such file or directory")
+        {
+            FailureKind::RepositoryGone
+        } else {
+            FailureKind::Other
+        }
+    }
+
+    /// Reads the Docker engine's message (foreign text).
+    pub fn of_engine(message: &str) -> FailureKind {
+        let lower = message.to_ascii_lowercase();
+        if let Some(image) = no_such_image(message) {
+            FailureKind::ImageMissing { image }
+        } else if is_transient_text(&lower) {
+            FailureKind::Transient
+        } else {
+            FailureKind::Other
+        }
+    }
+
+    /// Reads the agent CLI's own output (its final error or result text). Only the agent's
+    /// words speak for its login: a 401 elsewhere is another token's.
+    pub fn of_agent_output(output: &str) -> FailureKind {
+        let lower = output.to_ascii_lowercase();
+        if is_transient_text(&lower) {
+            FailureKind::Transient
+        } else if is_auth_text(&lower) {
+            FailureKind::AgentAuth
+        } else {
+            FailureKind::Other
+        }
+    }
+}
+
+impl From<&WorkspaceError> for FailureKind {
+    fn from(e: &WorkspaceError) -> FailureKind {
+        match e {
+            WorkspaceError::BaseRefNotFound { .. } => FailureKind::BaseRefGone,
+            WorkspaceError::Git { stderr, .. } => FailureKind::of_git(stderr),
+            WorkspaceError::PushRejected { reason, .. } => FailureKind::of_git(reason),
+            WorkspaceError::Read { reason, .. } => FailureKind::of_git(reason),
+            // `resolve_upstream`: neither a URL nor an existing local path.
+            WorkspaceError::InvalidInput {
+                what: "repository", ..
+            } => FailureKind::RepositoryGone,
+            WorkspaceError::InvalidTaskId { .. }
+            | WorkspaceError::InvalidInput { .. }
+            | WorkspaceError::AlreadyExists { .. }
+            | WorkspaceError::OutsideRoot { .. }
+            | WorkspaceError::GitUnavailable { .. }
+            | WorkspaceError::Io { .. } => FailureKind::Other,
+        }
+    }
+}
+
+impl From<&RuntimeError> for FailureKind {
+    fn from(e: &RuntimeError) -> FailureKind {
+        match e {
+            RuntimeError::Connect(_) => FailureKind::Transient,
+            RuntimeError::ImageMissing { image, .. } => FailureKind::ImageMissing {
+                image: image.clone(),
+            },
+            RuntimeError::MissingHostEnv { .. } => FailureKind::Config,
+            RuntimeError::Engine { message, .. } => FailureKind::of_engine(message),
+            RuntimeError::PermissionDenied { .. }
+            | RuntimeError::NotFound(_)
+            | RuntimeError::NameTakenByOtherHome { .. }
+            | RuntimeError::Build(_)
+            | RuntimeError::Io(_) => FailureKind::Other,
+        }
+    }
+}
+
+impl From<&SourceError> for FailureKind {
+    fn from(e: &SourceError) -> FailureKind {
+        if e.refused_credentials() {
+            FailureKind::SourceRefused
+        } else if e.is_transient() {
+            FailureKind::Transient
+        } else {
+            FailureKind::Other
+        }
+    }
+}
+
+impl From<&ClaimError> for FailureKind {
+    fn from(e: &ClaimError) -> FailureKind {
+        match e {
+            ClaimError::Source(e) => e.into(),
+            ClaimError::NoLongerReady { .. } => FailureKind::Other,
+        }
+    }
+}
+
+impl From<&StoreError> for FailureKind {
+    fn from(_: &StoreError) -> FailureKind {
+        // A busy or failing database passes or damages the home (`store::damaged`, which
+        // the pipeline checks before anything else); it says nothing about the task.
+        FailureKind::Other
+    }
+}
+
+impl From<&crate::identity::IdentityError> for FailureKind {
+    fn from(_: &crate::identity::IdentityError) -> FailureKind {
+        FailureKind::Config
+    }
+}
+
+impl From<&crate::routing::run_spec::RunSpecError> for FailureKind {
+    fn from(_: &crate::routing::run_spec::RunSpecError) -> FailureKind {
+        FailureKind::Config
+    }
 }
 
 /// Why a permanent failure is permanent.
@@ -63,15 +205,9 @@ impl Class {
     }
 }
 
-/// Classifies one failure. `agent` is the CLI that ran (for the login fix), `repo` the
-/// task's repository (named in the fix).
-pub fn classify(
-    stage: Stage,
-    status: AttemptStatus,
-    message: &str,
-    agent: &str,
-    repo: &str,
-) -> Class {
+/// Classifies one failure from its kind and the attempt's status. `agent` is the CLI that
+/// ran (for the login fix), `repo` the task's repository (named in the fix).
+pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &str) -> Class {
     // Not failures of the work: the retry policy has its own edges for them.
     if matches!(
         status,
@@ -83,90 +219,64 @@ pub fn classify(
     ) {
         return Class::Transient;
     }
-    let lower = message.to_ascii_lowercase();
-    let has = |needle: &str| lower.contains(needle);
     let permanent = |cause: Cause, fix: String| Class::Permanent { cause, fix };
-    // A network or engine hiccup can mention a missing thing on the way ("could not
-    // resolve host ... repository"): it stays transient whatever else the text says.
-    if is_transient_text(&lower) {
-        return Class::Transient;
-    }
-    if let Some(image) = missing_image(message) {
-        let fix = format!(
-            "build the image: `docker build -t {image} images/worker` (or `docker pull {image}`), \
-             or point `container.image` (or the agent's `image`) at an image the engine has; \
-             then `polyphony retry TASK`"
-        );
-        return permanent(Cause::ImageMissing { image }, fix);
-    }
-    if has("base ref") && has("not found") {
-        return permanent(
+    match kind {
+        FailureKind::Other | FailureKind::Transient => Class::Transient,
+        FailureKind::ImageMissing { image } => permanent(
+            Cause::ImageMissing {
+                image: image.clone(),
+            },
+            format!(
+                "build the image: `docker build -t {image} images/worker` (or `docker pull {image}`), \
+                 or point `container.image` (or the agent's `image`) at an image the engine has; \
+                 then `polyphony retry TASK`"
+            ),
+        ),
+        FailureKind::BaseRefGone => permanent(
             Cause::BaseRefGone,
             format!(
                 "push the base branch to {repo} or fix the task's `base_ref` (config.yaml \
                  `repos`); then `polyphony retry TASK`"
             ),
-        );
-    }
-    if has("not a git repository") || has("does not appear to be a git repository") {
-        return permanent(
+        ),
+        FailureKind::NotARepository => permanent(
             Cause::NotARepository,
             format!("{repo} is not a git repository: enqueue the task again on a repository"),
-        );
-    }
-    if stage == Stage::Workspace
-        && (has("repository not found")
-            || (has("repository") && has("not found"))
-            || has("does not exist")
-            || has("no such file or directory"))
-    {
-        return permanent(
+        ),
+        FailureKind::RepositoryGone => permanent(
             Cause::RepositoryGone,
             format!(
                 "{repo} is gone or unreadable: restore it (or give the token access), then \
                  `polyphony retry TASK`"
             ),
-        );
-    }
-    if stage == Stage::Source && (has("rejected the token") || has("403 forbidden")) {
-        return permanent(
+        ),
+        FailureKind::SourceRefused => permanent(
             Cause::Config,
             "GitHub refused the token: export a valid token with `repo` scope (see \
              `polyphony doctor`), then `polyphony retry TASK`"
                 .to_string(),
-        );
-    }
-    // Only the agent's own output speaks for its login: a 401 elsewhere is another token's.
-    if stage == Stage::Agent && is_auth_text(&lower) {
-        return permanent(
+        ),
+        FailureKind::AgentAuth => permanent(
             Cause::AgentAuth,
             format!(
                 "run `{} login` on the host (or set the API key the identity names), check \
                  with `polyphony doctor`, then `polyphony retry TASK`",
                 cli_of(agent)
             ),
-        );
-    }
-    if matches!(stage, Stage::Verify | Stage::Unknown) && has("secret") && has("diff") {
-        return permanent(
+        ),
+        FailureKind::SecretInDiff => permanent(
             Cause::SecretInDiff,
             "the agent's diff carries a secret: rotate it if it is real, remove it from the \
              repository or the issue text, then `polyphony retry TASK`"
                 .to_string(),
-        );
-    }
-    if stage == Stage::Config
-        || (has("host variable") && has("is not set"))
-        || has("is not in agents.yaml")
-    {
-        return permanent(
+        ),
+        FailureKind::Config => permanent(
             Cause::Config,
             "fix the configuration the message names (`polyphony config check`), then \
              `polyphony retry TASK`"
                 .to_string(),
-        );
+        ),
     }
-    Class::Transient
 }
 
 /// Texts of failures that pass by themselves: the network, the engine, a 5xx.
@@ -224,16 +334,8 @@ fn has_code(lower: &str, code: &str) -> bool {
     })
 }
 
-/// The image named by our `ImageMissing` error or Docker's "No such image: X".
-fn missing_image(message: &str) -> Option<String> {
-    if let Some(start) = message.find("image `") {
-        let rest = &message[start + "image `".len()..];
-        if let Some(end) = rest.find('`') {
-            if rest[end..].contains("is missing") {
-                return Some(rest[..end].to_string());
-            }
-        }
-    }
+/// The image Docker names in "No such image: X".
+fn no_such_image(message: &str) -> Option<String> {
     let lower = message.to_ascii_lowercase();
     let start = lower.find("no such image: ")? + "no such image: ".len();
     let image: String = message[start..]
@@ -265,99 +367,308 @@ pub fn permanent_reason(reason: &str, fix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use AttemptStatus::*;
-    use Stage::*;
+    use std::collections::BTreeSet;
 
-    fn cause(stage: Stage, status: AttemptStatus, message: &str) -> Option<Cause> {
-        match classify(stage, status, message, "claude", "/srv/repo.git") {
-            Class::Transient => None,
-            Class::Permanent { cause, fix } => {
-                assert!(!fix.is_empty());
-                Some(cause)
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::orchestrator::retry::{self, FailedAttempt, Next, RetryPolicy};
+    use AttemptStatus::*;
+
+    /// Every kind, so a new one cannot skip [`each_kind_decides_the_retry`].
+    fn every_kind() -> Vec<FailureKind> {
+        let all = vec![
+            FailureKind::Other,
+            FailureKind::Transient,
+            FailureKind::ImageMissing {
+                image: "w:1".into(),
+            },
+            FailureKind::BaseRefGone,
+            FailureKind::NotARepository,
+            FailureKind::RepositoryGone,
+            FailureKind::SourceRefused,
+            FailureKind::AgentAuth,
+            FailureKind::Config,
+            FailureKind::SecretInDiff,
+        ];
+        for kind in &all {
+            // Exhaustive: adding a kind fails to compile until it is listed above.
+            match kind {
+                FailureKind::Other
+                | FailureKind::Transient
+                | FailureKind::ImageMissing { .. }
+                | FailureKind::BaseRefGone
+                | FailureKind::NotARepository
+                | FailureKind::RepositoryGone
+                | FailureKind::SourceRefused
+                | FailureKind::AgentAuth
+                | FailureKind::Config
+                | FailureKind::SecretInDiff => {}
+            }
+        }
+        all
+    }
+
+    /// The retry decision for a first failure of `kind` with `status`, the message made up
+    /// (the decision must not depend on it).
+    fn decide(kind: &FailureKind, status: AttemptStatus, message: &str) -> Next {
+        let class = classify(kind, status, "claude", "/srv/repo.git");
+        let chain = vec!["claude".to_string()];
+        let mut exhausted = BTreeSet::new();
+        if retry::exhausts_agent(status, &class) {
+            exhausted.insert("claude".to_string());
+        }
+        let now = chrono::Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap();
+        retry::after_failure(
+            &RetryPolicy::default(),
+            &FailedAttempt {
+                status,
+                reason: message,
+                class: &class,
+                wait_until: None,
+                cancel_means_retry: false,
+                failures: 0,
+                chain: &chain,
+                exhausted: &exhausted,
+            },
+            now,
+        )
+    }
+
+    #[test]
+    fn each_kind_decides_the_retry() {
+        for kind in every_kind() {
+            let permanent = !matches!(kind, FailureKind::Other | FailureKind::Transient);
+            for status in [Crash, Failed] {
+                // Two wordings of the same failure: the decision is the kind's alone.
+                let a = decide(&kind, status, "one wording");
+                let b = decide(
+                    &kind,
+                    status,
+                    "a wholly different text: 401 not found secret",
+                );
+                let strip = |n: Next| match n {
+                    Next::Block { failures, .. } => format!("block {failures}"),
+                    Next::Retry { failures, .. } => format!("retry {failures}"),
+                    other => format!("{other:?}"),
+                };
+                assert_eq!(strip(a.clone()), strip(b), "{kind:?} {status}");
+                match (&kind, a) {
+                    // One agent in the chain: a refused login blocks at once.
+                    (_, Next::Block { failures: 1, .. }) if permanent => {}
+                    (_, Next::Retry { failures: 1, .. }) if !permanent => {}
+                    (kind, next) => panic!("{kind:?} {status}: {next:?}"),
+                }
+            }
+            // A timeout, stall, quota or cancel is never permanent, whatever the kind.
+            for status in [Timeout, Stalled, Quota, Cancelled] {
+                assert_eq!(
+                    classify(&kind, status, "claude", "r"),
+                    Class::Transient,
+                    "{kind:?} {status}"
+                );
             }
         }
     }
 
     #[test]
-    fn the_table() {
-        let image = || Cause::ImageMissing {
-            image: "polyphony-missing:nope".into(),
-        };
-        let cases: &[(Stage, AttemptStatus, &str, Option<Cause>)] = &[
-            // Permanent.
-            (Container, Crash, "the container failed: image `polyphony-missing:nope` is missing from the engine: build it first (see images/) or fix `container.image`", Some(image())),
-            (Unknown, Crash, "cannot run check `test`: Docker engine error during create: No such image: polyphony-missing:nope", Some(image())),
-            (Workspace, Crash, "cannot prepare the workspace: base ref \"release\" not found in /srv/repo.git: name an existing branch, tag or commit", Some(Cause::BaseRefGone)),
-            (Workspace, Crash, "cannot prepare the workspace: git fetch failed (exit Some(128)): fatal: '/srv/gone.git' does not appear to be a git repository", Some(Cause::NotARepository)),
-            (Workspace, Crash, "cannot prepare the workspace: git clone failed (exit Some(128)): fatal: not a git repository (or any of the parent directories): .git", Some(Cause::NotARepository)),
-            (Workspace, Crash, "cannot prepare the workspace: git fetch failed (exit Some(128)): remote: Repository not found.", Some(Cause::RepositoryGone)),
-            (Workspace, Crash, "cannot prepare the workspace: git clone failed: fatal: repository 'https://github.com/o/r.git/' not found", Some(Cause::RepositoryGone)),
-            (Workspace, Crash, "cannot prepare the workspace: path /srv/repo.git does not exist", Some(Cause::RepositoryGone)),
-            (Agent, Failed, "agent claude ended failed: Invalid API key · Please run /login", Some(Cause::AgentAuth)),
-            (Agent, Failed, "agent claude ended failed: API Error: 401 {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\"}}", Some(Cause::AgentAuth)),
-            (Agent, Crash, "agent codex ended crash: unexpected status 401 Unauthorized", Some(Cause::AgentAuth)),
-            (Agent, Failed, "agent kimi ended failed: Not logged in", Some(Cause::AgentAuth)),
-            (Config, Crash, "identity `work` is not in identities.yaml", Some(Cause::Config)),
-            (Config, Crash, "verify: unknown field `tset` (in the base branch)", Some(Cause::Config)),
-            (Container, Crash, "the container failed: host variable `ANTHROPIC_API_KEY` (for container variable `ANTHROPIC_API_KEY`) is not set; export it or fix the identity's api_keys", Some(Cause::Config)),
-            (Unknown, Crash, "agent `ghost` is not in agents.yaml", Some(Cause::Config)),
-            (Verify, Failed, "the diff carries a secret (AWS access key) in config.py", Some(Cause::SecretInDiff)),
-            // Transient.
-            (Workspace, Crash, "cannot prepare the workspace: git fetch failed: fatal: unable to access 'https://github.com/o/r.git/': Could not resolve host: github.com", None),
-            (Workspace, Crash, "cannot prepare the workspace: git fetch: The requested URL returned error: 502", None),
-            (Workspace, Crash, "cannot prepare the workspace: early EOF, repository not found in pack", None),
-            (Container, Crash, "the container failed: cannot reach the Docker engine (connection refused); is it running and is DOCKER_HOST right?", None),
-            (Container, Crash, "the container failed: Docker engine error during start: container is restarting", None),
-            (Agent, Failed, "agent claude ended failed: API Error: 529 Overloaded", None),
-            (Agent, Failed, "agent claude ended failed: API Error: 500 Internal server error", None),
-            (Agent, Crash, "agent claude ended crash: exit code 137", None),
-            (Agent, Failed, "agent claude ended failed: error at line 4011: expected `;`", None),
-            (Verify, Failed, "verification failed: test exited 1", None),
-            (Verify, Failed, "verification failed: diff: the agent changed no file", None),
-            (Unknown, Crash, "cannot record the run: database is locked", None),
-            (Agent, Timeout, "agent claude ended timeout: not logged in", None),
-            (Agent, Stalled, "no output for 60s", None),
-            (Agent, Quota, "Claude AI usage limit reached|1767225600", None),
-            (Agent, Cancelled, "cancelled", None),
-            // Auth words only count from the agent; a workspace 401 is the token's.
-            (Workspace, Crash, "cannot prepare the workspace: remote: Repository not found. (401 Unauthorized)", Some(Cause::RepositoryGone)),
-            (Verify, Failed, "verification failed: test: HTTP 401 in fixture", None),
-            (Unknown, Crash, "cannot record the run: 401 unauthorized", None),
-            (Source, Crash, "cannot claim o/r#1 at GitHub: GitHub rejected the token from $GITHUB_TOKEN (401 Unauthorized at https://api.github.com): it is missing, expired or revoked", Some(Cause::Config)),
-            (Source, Crash, "cannot claim o/r#1 at GitHub: GitHub answered 502 Bad Gateway while reading issue o/r#1 (after 3 tries)", None),
-        ];
-        for (stage, status, message, want) in cases {
-            assert_eq!(
-                &cause(*stage, *status, message),
-                want,
-                "{stage:?} {status} {message:?}"
-            );
+    fn a_refused_login_falls_back_to_the_next_agent() {
+        let class = classify(&FailureKind::AgentAuth, Failed, "claude", "r");
+        let chain = vec!["claude".to_string(), "codex".to_string()];
+        let exhausted = BTreeSet::from(["claude".to_string()]);
+        let now = chrono::Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap();
+        let next = retry::after_failure(
+            &RetryPolicy::default(),
+            &FailedAttempt {
+                status: Failed,
+                reason: "x",
+                class: &class,
+                wait_until: None,
+                cancel_means_retry: false,
+                failures: 0,
+                chain: &chain,
+                exhausted: &exhausted,
+            },
+            now,
+        );
+        assert_eq!(
+            next,
+            Next::Fallback {
+                next_agent: "codex".into(),
+                failures: 0
+            }
+        );
+    }
+
+    fn check(read: fn(&str) -> FailureKind, cases: &[(&str, FailureKind)]) {
+        for (text, want) in cases {
+            assert_eq!(&read(text), want, "{text:?}");
         }
+    }
+
+    /// git's stderr as git 2.43 prints it (recorded on this machine and from GitHub).
+    #[test]
+    fn git_stderr() {
+        use FailureKind::*;
+        check(FailureKind::of_git, &[
+            ("fatal: '/srv/gone.git' does not appear to be a git repository\nfatal: Could not read from remote repository.\n\nPlease make sure you have the correct access rights\nand the repository exists.", NotARepository),
+            ("fatal: not a git repository (or any of the parent directories): .git", NotARepository),
+            ("fatal: repository '/srv/gone.git' does not exist", RepositoryGone),
+            ("remote: Repository not found.\nfatal: repository 'https://github.com/o/r.git/' not found", RepositoryGone),
+            ("remote: Repository not found. (401 Unauthorized)", RepositoryGone),
+            ("fatal: unable to access 'https://github.com/o/r.git/': Could not resolve host: github.com", Transient),
+            ("fatal: unable to access 'https://github.com/o/r.git/': The requested URL returned error: 502", Transient),
+            ("error: RPC failed; curl 56 Recv failure: Connection reset by peer\nfatal: early EOF", Transient),
+            ("fatal: early EOF, repository not found in pack", Transient),
+            ("fatal: the remote end hung up unexpectedly", Transient),
+            ("ssh: connect to host github.com port 22: Connection timed out", Transient),
+            (" ! [rejected]        b -> b (non-fast-forward)", Other),
+            ("fatal: couldn't find remote ref refs/heads/nope", Other),
+        ]);
+    }
+
+    /// The Docker engine's messages (bollard's `DockerResponseServerError` texts).
+    #[test]
+    fn engine_messages() {
+        use FailureKind::*;
+        check(FailureKind::of_engine, &[
+            ("No such image: polyphony-missing:nope", ImageMissing { image: "polyphony-missing:nope".into() }),
+            ("pull access denied for nope, repository does not exist or may require 'docker login' (No such image: nope:latest)", ImageMissing { image: "nope:latest".into() }),
+            ("container is restarting, wait until the container is running", Other),
+            ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running? (connection refused)", Transient),
+            ("error from registry: 503 Service Unavailable", Transient),
+        ]);
+    }
+
+    /// The agent CLIs' own failure lines: Claude Code's result text, Codex's error event,
+    /// Kimi's and Gemini's messages.
+    #[test]
+    fn agent_output() {
+        use FailureKind::*;
+        check(FailureKind::of_agent_output, &[
+            ("Invalid API key · Please run /login", AgentAuth),
+            ("API Error: 401 {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"invalid x-api-key\"}}", AgentAuth),
+            ("OAuth token has expired. Please obtain a new token or refresh your existing token.", AgentAuth),
+            ("unexpected status 401 Unauthorized: Missing bearer or basic authentication in header", AgentAuth),
+            ("Not logged in", AgentAuth),
+            ("API key not valid. Please pass a valid API key.", AgentAuth),
+            ("API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}", Transient),
+            ("API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", Transient),
+            ("stream error: stream disconnected before completion: error sending request: connection reset", Transient),
+            ("exit code 137", Other),
+            ("error at line 4011: expected `;`", Other),
+            ("", Other),
+        ]);
+    }
+
+    #[test]
+    fn typed_errors_make_kinds() {
+        use crate::sources::github::GithubError;
+        let kind = |e: &WorkspaceError| FailureKind::from(e);
+        assert_eq!(
+            kind(&WorkspaceError::BaseRefNotFound {
+                repo: "r".into(),
+                base_ref: "release".into()
+            }),
+            FailureKind::BaseRefGone
+        );
+        assert_eq!(
+            kind(&WorkspaceError::Git {
+                op: "fetch".into(),
+                code: Some(128),
+                stderr: "fatal: '/srv/x' does not appear to be a git repository".into()
+            }),
+            FailureKind::NotARepository
+        );
+        assert_eq!(
+            kind(&WorkspaceError::InvalidInput {
+                what: "repository",
+                value: "/srv/gone".into(),
+                reason: "not a URL and not an existing local path (No such file or directory (os error 2))".into()
+            }),
+            FailureKind::RepositoryGone
+        );
+        assert_eq!(
+            kind(&WorkspaceError::InvalidInput {
+                what: "branch",
+                value: "-x".into(),
+                reason: "repository not found".into()
+            }),
+            FailureKind::Other
+        );
+        let runtime = |e: &RuntimeError| FailureKind::from(e);
+        assert_eq!(
+            runtime(&RuntimeError::ImageMissing {
+                image: "w:1".into(),
+                hint: "build it".into()
+            }),
+            FailureKind::ImageMissing {
+                image: "w:1".into()
+            }
+        );
+        assert_eq!(
+            runtime(&RuntimeError::MissingHostEnv {
+                name: "K".into(),
+                host_var: "K".into()
+            }),
+            FailureKind::Config
+        );
+        assert_eq!(
+            runtime(&RuntimeError::Connect("refused".into())),
+            FailureKind::Transient
+        );
+        assert_eq!(
+            runtime(&RuntimeError::Engine {
+                op: "create",
+                message: "No such image: w:2".into()
+            }),
+            FailureKind::ImageMissing {
+                image: "w:2".into()
+            }
+        );
+        let source = |e: GithubError| FailureKind::from(&SourceError::Github(e));
+        assert_eq!(
+            source(GithubError::Unauthorized {
+                token_var: "GITHUB_TOKEN".into(),
+                api_url: "https://api.github.com".into()
+            }),
+            FailureKind::SourceRefused
+        );
+        assert_eq!(
+            source(GithubError::Server {
+                what: "reading".into(),
+                status: 502,
+                attempts: 3
+            }),
+            FailureKind::Transient
+        );
+        assert_eq!(
+            FailureKind::from(&StoreError::NotFound("t".into())),
+            FailureKind::Other
+        );
+        assert_eq!(
+            FailureKind::from(&crate::routing::run_spec::RunSpecError::Zero {
+                field: "timeout".into()
+            }),
+            FailureKind::Config
+        );
     }
 
     #[test]
     fn the_fix_names_the_image_and_the_login() {
-        let Class::Permanent { fix, .. } = classify(
-            Container,
-            Crash,
-            "image `worker:1` is missing from the engine: build it",
-            "claude",
-            "r",
-        ) else {
+        let image = FailureKind::ImageMissing {
+            image: "worker:1".into(),
+        };
+        let Class::Permanent { fix, .. } = classify(&image, Crash, "claude", "r") else {
             panic!("permanent")
         };
         assert!(
             fix.starts_with("build the image: `docker build -t worker:1"),
             "{fix}"
         );
-        let Class::Permanent { fix, .. } = classify(
-            Agent,
-            Failed,
-            "agent codex-fast ended failed: 401 Unauthorized",
-            "codex-fast",
-            "r",
-        ) else {
+        let Class::Permanent { fix, .. } =
+            classify(&FailureKind::AgentAuth, Failed, "codex-fast", "r")
+        else {
             panic!("permanent")
         };
         assert!(fix.starts_with("run `codex login` on the host"), "{fix}");

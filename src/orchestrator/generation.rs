@@ -60,11 +60,7 @@ pub async fn retry(
     if newest.source == SourceKind::Github {
         // A task released to another Polyphony instance (pipeline `claim_at_source`) is
         // that instance's issue: labelling it ready here would take it back.
-        let released = store
-            .transitions(&newest.id)?
-            .last()
-            .is_some_and(|t| t.to == TaskState::Blocked && t.reason.starts_with("released:"));
-        if released {
+        if store.released_at(&newest.id)?.is_some() {
             return Ok(Err(NotRetryable(format!(
                 "{} was released to another Polyphony instance, which owns {}",
                 newest.id, newest.source_ref
@@ -271,9 +267,25 @@ mod tests {
 
         store.insert_task(&issue("o/r#2", t0)).unwrap();
         store.claim("o/r#2", t0).unwrap().unwrap();
+        // Released is data on the settlement, whatever the reason's words (issue 30).
+        let released = crate::store::Settlement {
+            failures: 0,
+            next_attempt_at: None,
+            block: Some(crate::store::BlockSettlement {
+                reason: "another instance has it".into(),
+                report: false,
+                released: true,
+            }),
+        };
+        store
+            .settle_failure("o/r#2", TaskState::Claimed, "x", &released, t0)
+            .unwrap();
+        // A block whose reason happens to start with "released:" is not a release.
+        store.insert_task(&issue("o/r#4", t0)).unwrap();
+        store.claim("o/r#4", t0).unwrap().unwrap();
         store
             .transition(
-                "o/r#2",
+                "o/r#4",
                 TaskState::Claimed,
                 TaskState::Failed,
                 "released: x",
@@ -282,13 +294,18 @@ mod tests {
             .unwrap();
         store
             .transition(
-                "o/r#2",
+                "o/r#4",
                 TaskState::Failed,
                 TaskState::Blocked,
                 "released: x",
                 t0,
             )
             .unwrap();
+        let not_released = retry(&store, Err("no token"), "o/r#4", t0).await.unwrap();
+        assert!(not_released
+            .unwrap_err()
+            .0
+            .contains("needs GitHub: no token"));
         let refused = retry(&store, Err("no token"), "o/r#2", t0).await.unwrap();
         assert!(refused
             .unwrap_err()

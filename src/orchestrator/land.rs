@@ -14,6 +14,7 @@ use crate::sources::github::GithubSource;
 use crate::sources::Landed;
 use crate::workspace::{Workspace, WorkspaceError, WorkspaceManager};
 
+use super::failure::FailureKind;
 use super::verify::{one_line, Refusal};
 
 /// What the land stage needs: the verified commit and where it goes.
@@ -80,7 +81,9 @@ pub async fn push(
     tokio::task::spawn_blocking(move || push_blocking(&workspaces, &ws, &sha, &fallback, token))
         .await
         .map_err(Refusal::crash)?
-        .map_err(|e| Refusal::failed(format!("cannot push {branch}: {}", one_line(&e))))
+        .map_err(|(e, kind)| {
+            Refusal::failed(format!("cannot push {branch}: {}", one_line(&e))).of_kind(kind)
+        })
 }
 
 fn push_blocking(
@@ -89,7 +92,7 @@ fn push_blocking(
     sha: &str,
     fallback: &str,
     token: Option<String>,
-) -> Result<String, String> {
+) -> Result<String, (String, FailureKind)> {
     let token = token.as_deref();
     // A leased push (a rebased follow-up) done before a kill is not redone: the lease names
     // the old head, which the remote no longer holds.
@@ -104,24 +107,32 @@ fn push_blocking(
         Err(WorkspaceError::PushRejected { reason, .. }) if is_name_taken(&reason) => {
             workspaces
                 .push_commit(ws, sha, fallback, token)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| typed(&e))?;
             fallback.to_string()
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(typed(&e)),
         Ok(()) => ws.branch.clone(),
     };
-    let remote = workspaces
-        .remote_sha(ws, &branch, token)
-        .map_err(|e| format!("cannot read {branch} back from the remote: {e}"))?;
+    let remote = workspaces.remote_sha(ws, &branch, token).map_err(|e| {
+        (
+            format!("cannot read {branch} back from the remote: {e}"),
+            FailureKind::from(&e),
+        )
+    })?;
+    let other = |reason: String| Err((reason, FailureKind::Other));
     match remote {
         Some(r) if r == sha => Ok(branch),
-        Some(r) => Err(format!(
+        Some(r) => other(format!(
             "the remote's {branch} is {r}, not the verified commit {sha}"
         )),
-        None => Err(format!(
+        None => other(format!(
             "the remote has no {branch} after the push of {sha}"
         )),
     }
+}
+
+fn typed(e: &WorkspaceError) -> (String, FailureKind) {
+    (e.to_string(), FailureKind::from(e))
 }
 
 /// Whether a push rejection means the branch name exists upstream with other history.
@@ -169,6 +180,7 @@ pub async fn open_pull_request(
                 AttemptStatus::Failed,
                 format!("cannot open the pull request: {}", one_line(&e.to_string())),
             )
+            .of_kind(FailureKind::from(&e))
             .with_evidence(landed.evidence.clone())
         })
 }

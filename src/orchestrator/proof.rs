@@ -191,11 +191,14 @@ pub fn size_gate(changes: &[TreeChange], max_bytes: u64) -> CheckEvidence {
 }
 
 /// The secret gate: `found` names the secret whose value appears in the landing commit.
+/// The name of the secrets gate's evidence.
+pub const SECRETS_GATE: &str = "secrets";
+
 pub fn secret_gate(found: Option<(&str, &str)>) -> CheckEvidence {
     match found {
-        None => gate("secrets", true, "no known secret in the diff"),
+        None => gate(SECRETS_GATE, true, "no known secret in the diff"),
         Some((name, path)) => gate(
-            "secrets",
+            SECRETS_GATE,
             false,
             format!("the value of {name} appears in {path} in the diff; refusing to land it"),
         ),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::execute;
+use super::failure::FailureKind;
 use crate::agents::scrub::Scrubber;
 use crate::config::VerifySettings;
 use crate::domain::{AttemptStatus, CheckEvidence, RunSpec};
@@ -30,6 +31,8 @@ pub struct Refusal {
     pub status: AttemptStatus,
     pub reason: String,
     pub evidence: Vec<CheckEvidence>,
+    /// What failed, for `failure::classify`.
+    pub kind: FailureKind,
 }
 
 impl Refusal {
@@ -38,7 +41,13 @@ impl Refusal {
             status,
             reason: reason.into(),
             evidence: Vec::new(),
+            kind: FailureKind::Other,
         }
+    }
+
+    pub fn of_kind(mut self, kind: FailureKind) -> Refusal {
+        self.kind = kind;
+        self
     }
 
     pub fn crash(err: impl std::fmt::Display) -> Refusal {
@@ -95,11 +104,15 @@ pub async fn commit(
     tokio::task::spawn_blocking(move || workspaces.commit_once(&ws, &author, &message))
         .await
         .map_err(Refusal::crash)?
-        .map_err(|e| match e {
-            crate::workspace::WorkspaceError::InvalidInput { .. } => {
-                Refusal::failed(format!("cannot commit the agent's work: {e}"))
+        .map_err(|e| {
+            let kind = FailureKind::from(&e);
+            match e {
+                crate::workspace::WorkspaceError::InvalidInput { .. } => {
+                    Refusal::failed(format!("cannot commit the agent's work: {e}"))
+                }
+                e => Refusal::crash(format!("cannot commit the agent's work: {e}")),
             }
-            e => Refusal::crash(format!("cannot commit the agent's work: {e}")),
+            .of_kind(kind)
         })
 }
 
@@ -113,8 +126,9 @@ pub struct GateRules {
 }
 
 /// The gates over commit `sha` in order: diff, protected paths, submodules, attributes,
-/// file size, secrets. A failed secrets gate's reason says "secret … diff", which
-/// `failure::classify` reads as permanent (BLOCKED at once, no retry).
+/// file size, secrets. A failed secrets gate makes the refusal
+/// [`FailureKind::SecretInDiff`], which `failure::classify` decides is permanent (BLOCKED at
+/// once, no retry).
 pub async fn gates(
     workspaces: Arc<WorkspaceManager>,
     ws: Workspace,
@@ -212,7 +226,7 @@ pub enum ChecksStopped {
     /// A check failed or timed out: the evidence so far, the failed check last.
     Failed(Vec<CheckEvidence>),
     /// The checkout or the engine failed (not the agent's fault).
-    Crashed(String),
+    Crashed(String, FailureKind),
     Cancelled,
 }
 
@@ -240,12 +254,17 @@ pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksS
                     run.scrub,
                 )
                 .await
-                .map_err(|e| format!("cannot run check `{}`: {e}", check.name))
+                .map_err(|e| {
+                    (
+                        format!("cannot run check `{}`: {e}", check.name),
+                        FailureKind::from(&e),
+                    )
+                })
             }
             Err(e) => Err(e),
         };
         remove_dir(&run.workspaces, &dir).await;
-        let r = outcome.map_err(ChecksStopped::Crashed)?;
+        let r = outcome.map_err(|(reason, kind)| ChecksStopped::Crashed(reason, kind))?;
         let passed = !r.timed_out && r.exit_code == Some(0);
         let mut tail = r.output_tail;
         if r.timed_out {
@@ -272,7 +291,10 @@ pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksS
     Ok(evidence)
 }
 
-async fn prepare_check_dir(run: &CheckRun<'_>, dir: &std::path::Path) -> Result<(), String> {
+async fn prepare_check_dir(
+    run: &CheckRun<'_>,
+    dir: &std::path::Path,
+) -> Result<(), (String, FailureKind)> {
     // A leftover of a run the daemon did not finish: never reused.
     remove_dir(&run.workspaces, dir).await;
     let workspaces = run.workspaces.clone();
@@ -282,8 +304,13 @@ async fn prepare_check_dir(run: &CheckRun<'_>, dir: &std::path::Path) -> Result<
     let dest = dir.to_path_buf();
     tokio::task::spawn_blocking(move || workspaces.checkout(&ws, &sha, &dest, owner))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot check out the commit for the checks: {e}"))
+        .map_err(|e| (e.to_string(), FailureKind::Other))?
+        .map_err(|e| {
+            (
+                format!("cannot check out the commit for the checks: {e}"),
+                FailureKind::from(&e),
+            )
+        })
 }
 
 async fn remove_dir(workspaces: &Arc<WorkspaceManager>, dir: &std::path::Path) {
@@ -329,7 +356,7 @@ pub async fn prove(
             evidence.extend(failed);
             Err(verification_failure(evidence))
         }
-        Err(ChecksStopped::Crashed(reason)) => Err(Refusal::crash(reason)),
+        Err(ChecksStopped::Crashed(reason, kind)) => Err(Refusal::crash(reason).of_kind(kind)),
         Err(ChecksStopped::Cancelled) => Err(Refusal::new(
             AttemptStatus::Cancelled,
             "cancelled during verification",
@@ -348,10 +375,17 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
             _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
         })
         .collect();
+    let secret = evidence
+        .iter()
+        .any(|e| !e.passed && e.name == proof::SECRETS_GATE);
     Refusal {
         status: AttemptStatus::Failed,
         reason: format!("verification failed: {}", failed.join("; ")),
         evidence,
+        kind: match secret {
+            true => FailureKind::SecretInDiff,
+            false => FailureKind::Other,
+        },
     }
 }
 

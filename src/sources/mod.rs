@@ -128,6 +128,28 @@ impl SourceError {
             SourceError::WrongTask { .. } | SourceError::Other(_) => false,
         }
     }
+
+    /// `true` when the source refused our credentials (401, 403): retrying with the same
+    /// token fails the same way.
+    pub fn refused_credentials(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Github(GithubError::Unauthorized { .. } | GithubError::Forbidden { .. })
+        )
+    }
+
+    /// `true` for failures that pass by themselves: the source unreachable, a 5xx, a rate
+    /// limit that resets later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Github(
+                GithubError::Server { .. }
+                    | GithubError::Transport { .. }
+                    | GithubError::RateLimited { .. }
+            )
+        )
+    }
 }
 
 /// Why a claim did not happen.

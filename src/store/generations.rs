@@ -43,6 +43,10 @@ fn block_reported_key(id: &str) -> String {
     format!("block_reported:{id}")
 }
 
+pub(super) fn released_key(id: &str) -> String {
+    format!("released:{id}")
+}
+
 impl Store {
     /// Inserts `next` (made by `domain::generation::next`) as the retry of `old_id`, if
     /// `old_id` is BLOCKED and was not retried yet.
@@ -116,6 +120,15 @@ impl Store {
     /// label removed by us).
     pub fn mark_block_reported(&self, id: &str, now: DateTime<Utc>) -> Result<()> {
         self.kv_set(&block_reported_key(id), &ts(now), now)
+    }
+
+    /// When the task was BLOCKED as released to another Polyphony instance
+    /// ([`super::BlockSettlement::released`]), if it was.
+    pub fn released_at(&self, id: &str) -> Result<Option<DateTime<Utc>>> {
+        Ok(self
+            .kv_get(&released_key(id))?
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)))
     }
 
     /// When [`Store::mark_block_reported`] was called for the task, if it was.

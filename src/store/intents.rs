@@ -81,6 +81,10 @@ pub struct BlockSettlement {
     pub reason: String,
     /// Record a pending [`IntentKind::Block`] (the task's source wants a report).
     pub report: bool,
+    /// The task was released to another Polyphony instance that owns it at the source
+    /// (issue 30: recorded as data, read by [`Store::released_at`], never parsed from the
+    /// reason).
+    pub released: bool,
 }
 
 impl Store {
@@ -251,6 +255,13 @@ impl Store {
                     &block.reason,
                     now,
                 )?;
+                if block.released {
+                    tx.execute(
+                        "INSERT INTO kv (key, value, updated_at) VALUES (?1, ?2, ?2) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                        params![super::generations::released_key(task_id), ts(now)],
+                    )?;
+                }
                 if block.report {
                     let attempt: u32 = tx.query_row(
                         "SELECT attempts FROM tasks WHERE id = ?1",

@@ -596,6 +596,7 @@ fn ten_concurrent_retries_report_only_the_one_that_happened() {
             block: Some(BlockSettlement {
                 reason: "out of attempts".into(),
                 report: false,
+                released: false,
             }),
         };
         let t = store

@@ -133,6 +133,8 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
         token_for_reads: false,
         slots: 2,
         identities: vec![],
+        hosts: http::HostPolicy::loopback(),
+        streams: http::StreamLimits::default(),
     })
     .layer(middleware::from_fn(move |req: Request, next: Next| {
         let seen = seen.clone();

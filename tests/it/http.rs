@@ -40,6 +40,8 @@ pub(crate) fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) 
         token_for_reads,
         slots: 4,
         identities: vec![("personal".into(), Some(5.0))],
+        hosts: http::HostPolicy::loopback(),
+        streams: http::StreamLimits::default(),
     }
 }
 
@@ -640,4 +642,169 @@ async fn post_tasks_enqueues_with_the_cli_checks_and_retry_brings_back_a_blocked
     let detail = get(addr, "/api/v1/tasks/local-1.2").await.json();
     assert_eq!(detail["task"]["state"], "DISCOVERED");
     assert_eq!(detail["retry_of"], "local-1");
+}
+
+/// Issue 24: every route, the fallback included, refuses a foreign `Host` (DNS
+/// rebinding) with 421 `{error, fix}`; framework errors (404, 405, 413) are JSON; a bad
+/// query parameter is named; the `Bearer` scheme is case-insensitive.
+#[tokio::test]
+async fn foreign_hosts_are_refused_and_every_error_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Fix it", &[event(0, "hello")]);
+    let addr = start(settings(db.clone(), Some("s3cret-token"), false)).await;
+    let auth = ("authorization", "Bearer s3cret-token");
+    for (method, path) in [
+        ("GET", "/api/v1/tasks"),
+        ("GET", "/api/v1/tasks/local-1"),
+        ("GET", "/api/v1/tasks/local-1/events"),
+        ("GET", "/api/v1/health"),
+        ("GET", "/"),
+        ("GET", "/metrics"),
+        ("GET", "/no/such/route"),
+        ("POST", "/api/v1/tasks"),
+    ] {
+        for host in [
+            "rebound.example",
+            "rebound.example:8787",
+            "127.0.0.1.evil.example",
+        ] {
+            let a = request(addr, method, path, &[("host", host), auth], "{}").await;
+            assert_eq!(a.status, 421, "{method} {path} Host {host}: {}", a.body);
+            let v = a.json();
+            assert!(v["error"].as_str().unwrap().contains(host), "{v}");
+            assert!(v["fix"].as_str().unwrap().contains("allowed_hosts"), "{v}");
+        }
+    }
+    for host in ["localhost", "127.0.0.1", "[::1]:1"] {
+        let a = request(addr, "GET", "/api/v1/health", &[("host", host)], "").await;
+        assert_eq!(a.status, 200, "Host {host}: {}", a.body);
+    }
+
+    let unknown = get(addr, "/api/v1/nope").await;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("/api/v1/nope"));
+    assert!(unknown.json()["fix"].is_string());
+    let wrong_method = request(addr, "DELETE", "/api/v1/tasks", &[auth], "").await;
+    assert_eq!(wrong_method.status, 405);
+    assert!(
+        wrong_method.json()["fix"].is_string(),
+        "{}",
+        wrong_method.body
+    );
+
+    for (path, named) in [
+        ("/api/v1/tasks?bogus=1", "bogus"),
+        ("/api/v1/tasks?limit=lots", "limit"),
+        ("/api/v1/tasks?offset=-1", "offset"),
+        ("/api/v1/tasks/local-1/events?atempt=1", "atempt"),
+        ("/api/v1/tasks/local-1/events?attempt=x", "attempt"),
+    ] {
+        let a = get(addr, path).await;
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+        let error = a.json()["error"].as_str().unwrap().to_string();
+        assert!(error.contains(named), "{path}: {error}");
+    }
+
+    let huge = format!(
+        r#"{{"repo":"/srv/x","title":"t","body":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    let too_big = request(addr, "POST", "/api/v1/tasks", &[auth], &huge).await;
+    assert_eq!(too_big.status, 413, "{}", too_big.body);
+    assert!(too_big.json()["fix"]
+        .as_str()
+        .unwrap()
+        .contains("max_body_bytes"));
+
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let closed = start(settings(db, Some("s3cret-token"), true)).await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let header = format!("{scheme} s3cret-token");
+        let a = request(
+            closed,
+            "GET",
+            "/api/v1/tasks",
+            &[("authorization", &header)],
+            "",
+        )
+        .await;
+        assert_eq!(a.status, 200, "{scheme}: {}", a.body);
+    }
+}
+
+/// Issue 24: event streams are capped per client and in total (429 with `Retry-After`
+/// and `{error, fix}`), and a closed stream gives its place back.
+#[tokio::test]
+async fn event_streams_are_capped_and_places_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Live", &[event(0, "working")]);
+    let mut s = settings(db, None, false);
+    s.streams = http::StreamLimits {
+        total: 3,
+        per_client: 2,
+    };
+    let addr = start(s).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let open = |client: Client<_, Full<Bytes>>| async move {
+        let req = hyper::Request::get(format!("http://{addr}/api/v1/tasks/local-1/events"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        client.request(req).await.unwrap()
+    };
+    let first = open(client.clone()).await;
+    let second = open(client.clone()).await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = open(client.clone()).await;
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "5");
+    let body = third.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_streams_per_client"),
+        "{v}"
+    );
+    assert!(v["fix"].is_string());
+    // Both open streams get the stored event from the one shared reader.
+    let mut got = Vec::new();
+    for res in [first, second] {
+        let mut body = res.into_body();
+        let mut text = String::new();
+        while !text.contains("working") {
+            let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+                .await
+                .expect("the event in time")
+                .expect("a frame")
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+        got.push(body);
+    }
+    drop(got.pop());
+    let started = std::time::Instant::now();
+    loop {
+        let res = open(client.clone()).await;
+        if res.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "a closed stream's place never came back"
+        );
+        tokio::time::sleep(support::wait::POLL).await;
+    }
 }

@@ -24,7 +24,6 @@ use support::docker::test_image as image;
 use support::fake_github::{FakeGithub, NewIssue};
 use support::git::git;
 use support::home::{output, text, Home};
-use support::wait::wait_until;
 
 const RUN_LIMIT: Duration = Duration::from_secs(240);
 /// The secret the leaking agent's identity carries (never stored anywhere).

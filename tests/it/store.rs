@@ -643,6 +643,7 @@ fn settling_a_failure_writes_state_retry_time_and_block_together() {
         block: Some(BlockSettlement {
             reason: "out of attempts".into(),
             report: true,
+            released: false,
         }),
     };
     let t = store
@@ -670,11 +671,15 @@ fn settling_a_failure_writes_state_retry_time_and_block_together() {
         block: Some(BlockSettlement {
             reason: "released".into(),
             report: false,
+            released: true,
         }),
     };
+    assert_eq!(store.released_at("local-3").unwrap(), None);
     let t = store
         .settle_failure("local-3", Failed, "released", &quiet, t0())
         .unwrap();
     assert_eq!(t.state, Blocked);
+    assert_eq!(store.released_at("local-3").unwrap(), Some(t0()));
+    assert_eq!(store.released_at("local-2").unwrap(), None);
     assert_eq!(store.pending_intents().unwrap().len(), 1);
 }

@@ -6,12 +6,10 @@ use chrono::Utc;
 
 use crate::agents::prompt::PromptContext;
 use crate::agents::{adapter_for, AgentOutcome};
-use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
+use crate::domain::{CheckEvidence, RunResult, RunSpec, TaskState};
 use crate::orchestrator::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
-use crate::orchestrator::failure::Stage;
 use crate::orchestrator::quota;
 use crate::orchestrator::sink::StoreSink;
-use crate::orchestrator::verify::one_line;
 use crate::runtime::container_spec::agent_spec;
 use crate::store::IntentKind;
 
@@ -79,15 +77,13 @@ impl AttemptRun<'_> {
         if reattach.is_none() {
             // Before `docker create`: a kill before the id is recorded leaves a container
             // the next start finds by its labels and removes (issue 19).
-            self.db()
-                .record_intent(
-                    &self.task.id,
-                    IntentKind::Container,
-                    spec.attempt,
-                    &serde_json::json!({ "name": container.name }),
-                    Utc::now(),
-                )
-                .map_err(Failure::crash)?;
+            self.db().record_intent(
+                &self.task.id,
+                IntentKind::Container,
+                spec.attempt,
+                &serde_json::json!({ "name": container.name }),
+                Utc::now(),
+            )?;
         }
         let run = execute::AgentRun {
             runtime: self.orch.runtime.as_ref(),
@@ -107,13 +103,7 @@ impl AttemptRun<'_> {
         {
             self.state = TaskState::Running;
         }
-        let exec = exec.map_err(|e| {
-            Failure::new(
-                AttemptStatus::Crash,
-                format!("the container failed: {}", one_line(&e.to_string())),
-            )
-            .at(Stage::Container)
-        })?;
+        let exec = exec.map_err(|e| Failure::from(e).during("the container failed"))?;
         if let Some(err) = sink_error.or(exec.sink_error.clone()) {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
         }

@@ -3,7 +3,7 @@
 use chrono::Utc;
 
 use crate::domain::{AttemptStatus, SourceKind, TaskState};
-use crate::orchestrator::failure::Stage;
+use crate::orchestrator::failure::FailureKind;
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{BlockSettlement, IntentKind, Settlement};
 
@@ -75,6 +75,7 @@ impl AttemptRun<'_> {
                     block: Some(BlockSettlement {
                         reason: reason.clone(),
                         report: false,
+                        released: true,
                     }),
                 };
                 let settled = self
@@ -93,7 +94,7 @@ impl AttemptRun<'_> {
                 AttemptStatus::Crash,
                 format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
             )
-            .at(Stage::Source)),
+            .of_kind(FailureKind::from(&e))),
         }
     }
 }

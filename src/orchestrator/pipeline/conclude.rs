@@ -43,13 +43,7 @@ impl AttemptRun<'_> {
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the
         // transitions and the report at the source.
-        let class = failure::classify(
-            failure.stage,
-            failure.status,
-            &reason,
-            &self.agent,
-            &self.task.repo,
-        );
+        let class = failure::classify(&failure.kind, failure.status, &self.agent, &self.task.repo);
         if let Class::Permanent { fix, .. } = &class {
             let fix = fix.replace("retry TASK", &format!("retry {}", self.task.id));
             reason = failure::permanent_reason(&reason, &fix);
@@ -142,6 +136,7 @@ impl AttemptRun<'_> {
                 let block = BlockSettlement {
                     reason: block_reason.clone(),
                     report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    released: false,
                 };
                 return Ok((
                     AttemptEnd::Blocked {
@@ -236,6 +231,7 @@ impl AttemptRun<'_> {
                     reason: block_reason.clone(),
                     // A follow-up's block is the shepherd's to hand over, not the issue's.
                     report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    released: false,
                 };
                 (
                     AttemptEnd::Blocked {

@@ -42,7 +42,7 @@ use crate::domain::{
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::Workspace;
 
-use super::failure::Stage;
+use super::failure::FailureKind;
 use super::shepherd::followup::FollowUpRun;
 use super::verify::{self, one_line};
 use super::{proof, quota, Orchestrator, Progress};
@@ -104,8 +104,8 @@ struct Failure {
     /// Not a failure of the work: wait until then without counting an attempt (cost
     /// ceiling reached).
     wait_until: Option<DateTime<Utc>>,
-    /// Where it happened, for [`failure::classify`].
-    stage: Stage,
+    /// What failed, as its layer typed it: [`super::failure::classify`] decides from it.
+    kind: FailureKind,
     /// Not the agent's doing (issue 24): the attempt was interrupted and given up (restarts
     /// it caused, a lost lease). The next attempt runs at once; no failure is counted.
     interrupted: bool,
@@ -118,7 +118,7 @@ impl Failure {
             reason: reason.into(),
             evidence: Vec::new(),
             wait_until: None,
-            stage: Stage::Unknown,
+            kind: FailureKind::Other,
             interrupted: false,
         }
     }
@@ -130,13 +130,30 @@ impl Failure {
         }
     }
 
-    fn at(mut self, stage: Stage) -> Failure {
-        self.stage = stage;
+    fn of_kind(mut self, kind: FailureKind) -> Failure {
+        self.kind = kind;
         self
     }
 
+    /// A crash of our own with no bearing on a retry ([`FailureKind::Other`]).
     fn crash(err: impl std::fmt::Display) -> Failure {
         Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
+    }
+
+    /// A crash caused by a typed error, its kind taken from the error.
+    fn caused<E>(err: E) -> Failure
+    where
+        E: std::fmt::Display,
+        for<'e> FailureKind: From<&'e E>,
+    {
+        let kind = FailureKind::from(&err);
+        Failure::crash(err).of_kind(kind)
+    }
+
+    /// Says what was being done: "{what}: {reason}".
+    fn during(mut self, what: &str) -> Failure {
+        self.reason = format!("{what}: {}", self.reason);
+        self
     }
 }
 
@@ -244,7 +261,7 @@ impl<'a> AttemptRun<'a> {
         let moved = self
             .db()
             .transition(&self.task.id, self.state, to, &reason, Utc::now());
-        self.task = moved.map_err(Failure::crash)?;
+        self.task = moved?;
         self.state = to;
         self.opts.progress.state(&self.task.id, to, &reason);
         Ok(())
@@ -280,9 +297,7 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let spec = self.build_spec(&decision, &ws).await?;
-        self.db()
-            .start_attempt(&spec, Utc::now())
-            .map_err(Failure::crash)?;
+        self.db().start_attempt(&spec, Utc::now())?;
         self.spec = Some(spec.clone());
         self.move_to(
             TaskState::Provisioned,
@@ -312,7 +327,9 @@ impl<'a> AttemptRun<'a> {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
-            let mut failure = Failure::new(exec.status, reason).at(Stage::Agent);
+            // The agent CLI's own words are the only text read (foreign text, issue 30).
+            let kind = FailureKind::of_agent_output(result.reason.as_deref().unwrap_or(""));
+            let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
             return Err(failure);
         }
@@ -373,18 +390,30 @@ impl From<verify::Refusal> for Failure {
             reason: r.reason,
             evidence: r.evidence,
             wait_until: None,
-            // A secret in the diff is classified permanent from the reason's text.
-            stage: Stage::Verify,
+            kind: r.kind,
             interrupted: false,
         }
     }
 }
 
-impl From<crate::store::StoreError> for Failure {
-    fn from(e: crate::store::StoreError) -> Failure {
-        Failure::crash(e)
-    }
+macro_rules! typed_failures {
+    ($($error:ty),* $(,)?) => {$(
+        impl From<$error> for Failure {
+            fn from(e: $error) -> Failure {
+                Failure::caused(e)
+            }
+        }
+    )*};
 }
+
+typed_failures!(
+    crate::store::StoreError,
+    crate::workspace::WorkspaceError,
+    crate::runtime::RuntimeError,
+    crate::sources::SourceError,
+    crate::identity::IdentityError,
+    crate::routing::run_spec::RunSpecError,
+);
 
 /// The reason an outcome is printed with.
 pub fn describe(end: &AttemptEnd) -> String {

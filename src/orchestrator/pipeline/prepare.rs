@@ -9,9 +9,8 @@ use crate::agents::scrub::Scrubber;
 use crate::config::shepherd::ConflictMode;
 use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
 use crate::orchestrator::facts::gather_facts;
-use crate::orchestrator::failure::Stage;
+use crate::orchestrator::failure::FailureKind;
 use crate::orchestrator::quota;
-use crate::orchestrator::verify::one_line;
 use crate::routing::{build_run_spec, RunSpecInputs};
 use crate::workspace::{PrepareRequest, Workspace};
 use crate::{identity, identity_policy, routing, workspace};
@@ -20,7 +19,7 @@ use super::{AttemptRun, Failure};
 
 impl AttemptRun<'_> {
     pub(super) async fn prepare_workspace(&mut self) -> Result<Workspace, Failure> {
-        let key = workspace::task_key(&self.task.id).map_err(Failure::crash)?;
+        let key = workspace::task_key(&self.task.id)?;
         let branch = match &self.followup {
             Some(run) => run.branch().to_string(),
             None => workspace::branch_name(
@@ -46,7 +45,7 @@ impl AttemptRun<'_> {
                 .map(String::from)
         });
         let owner = match &self.orch.config.default_limits().user {
-            Some(user) => Some(workspace::parse_owner(user).map_err(Failure::crash)?),
+            Some(user) => Some(workspace::parse_owner(user)?),
             None => None,
         };
         let req = PrepareRequest {
@@ -68,11 +67,7 @@ impl AttemptRun<'_> {
             .workspace_root()
             .join(&key)
             .join(self.attempt.to_string());
-        let recorded = self
-            .db()
-            .attempt(&self.task.id, self.attempt)
-            .map_err(Failure::crash)?
-            .is_some();
+        let recorded = self.db().attempt(&self.task.id, self.attempt)?.is_some();
         let ws = tokio::task::spawn_blocking(move || {
             if !recorded && leftover.exists() {
                 tracing::info!(path = %leftover.display(), "removing the workspace of an interrupted attempt");
@@ -102,13 +97,7 @@ impl AttemptRun<'_> {
         })
             .await
             .map_err(Failure::crash)?
-            .map_err(|e| {
-                Failure::new(
-                    AttemptStatus::Crash,
-                    format!("cannot prepare the workspace: {}", one_line(&e.to_string())),
-                )
-                .at(Stage::Workspace)
-            })?;
+            .map_err(|e| Failure::from(e).during("cannot prepare the workspace"))?;
         let _ = self
             .db()
             .note_workspace(&self.task.id, self.attempt, &ws, Utc::now());
@@ -148,7 +137,7 @@ impl AttemptRun<'_> {
             // No attempt can pass while the text stays this long: a configuration-class
             // failure, so the task is BLOCKED at once with the reason.
             routing::ContextFit::TooLarge { reason } => {
-                return Err(Failure::new(AttemptStatus::Failed, reason).at(Stage::Config))
+                return Err(Failure::new(AttemptStatus::Failed, reason).of_kind(FailureKind::Config))
             }
         };
         self.chain = decision.chain().into_iter().map(String::from).collect();
@@ -196,7 +185,7 @@ impl AttemptRun<'_> {
         let config = &self.orch.config;
         let profile = config.agent(&self.agent).ok_or_else(|| {
             Failure::crash(format!("agent `{}` is not in agents.yaml", self.agent))
-                .at(Stage::Config)
+                .of_kind(FailureKind::Config)
         })?;
         let without = identity_policy::runs_without_identity(
             config.identities().len(),
@@ -218,10 +207,8 @@ impl AttemptRun<'_> {
                 profile,
                 config.global().default_identity.as_deref(),
                 config.identities(),
-            )
-            .map_err(|e| Failure::crash(e).at(Stage::Config))?;
-            identity::broker(ident, profile.agent_type)
-                .map_err(|e| Failure::crash(e).at(Stage::Config))?
+            )?;
+            identity::broker(ident, profile.agent_type)?
         };
         // A login directory that does not exist on this host cannot be mounted (Docker
         // refuses the bind); run without it and say so: the agent then reports its own
@@ -241,10 +228,7 @@ impl AttemptRun<'_> {
         if let Some(ceiling) = brokered.cost_ceiling_usd_per_day {
             let now = (self.orch.clock)();
             let day_start = identity_policy::utc_day_start(now);
-            let spent = self
-                .db()
-                .cost_spent_since(&brokered.identity, day_start)
-                .map_err(Failure::crash)?;
+            let spent = self.db().cost_spent_since(&brokered.identity, day_start)?;
             if identity_policy::over_ceiling(spent, ceiling) {
                 let largest = self
                     .db()
@@ -277,11 +261,11 @@ impl AttemptRun<'_> {
         })
         .await
         .map_err(Failure::crash)?
-        .map_err(|e| Failure::crash(format!("cannot read .polyphony.yaml at the base: {e}")))?;
+        .map_err(|e| Failure::from(e).during("cannot read .polyphony.yaml at the base"))?;
         let project = match text {
             Some(text) => Some(
                 routing::run_spec::verification_from_polyphony_yaml(&text).map_err(|e| {
-                    Failure::crash(format!("{e} (in the base branch)")).at(Stage::Config)
+                    Failure::crash(format!("{e} (in the base branch)")).of_kind(FailureKind::Config)
                 })?,
             ),
             None => None,
@@ -311,7 +295,7 @@ impl AttemptRun<'_> {
             }
             spec
         })
-        .map_err(Failure::crash)
+        .map_err(Failure::from)
     }
 
     /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
