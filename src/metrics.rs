@@ -61,6 +61,10 @@ pub struct ContainerLabels {
     pub result: String,
 }
 
+/// The label set of a series with no labels, for a gauge that may be absent.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GithubLabels {
     pub method: String,
@@ -86,7 +90,10 @@ pub struct Metrics {
     quota_hits: Family<AgentLabels, Counter>,
     containers: Family<ContainerLabels, Counter>,
     github_requests: Family<GithubLabels, Counter>,
-    github_rate_limit_remaining: Gauge,
+    /// Absent until GitHub answered: a daemon that never talked to GitHub has no rate
+    /// limit to report, and a 0 would fire every low-rate-limit alert (issue 29). One
+    /// series with no labels, made on the first answer.
+    github_rate_limit_remaining: Family<NoLabels, Gauge>,
     store_write: Histogram,
 }
 
@@ -104,7 +111,7 @@ impl Metrics {
             quota_hits: Family::default(),
             containers: Family::default(),
             github_requests: Family::default(),
-            github_rate_limit_remaining: Gauge::default(),
+            github_rate_limit_remaining: Family::default(),
             // 100 µs … about 3 s.
             store_write: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
             registry: Registry::default(),
@@ -229,6 +236,51 @@ pub fn attempt_finished(
     }
 }
 
+/// Makes every documented series exist from the start, at zero (issue 29: a fresh daemon
+/// exposed 5 of the 12 documented metrics, so `rate()` and alerts saw nothing until the
+/// first attempt): attempts by every outcome, durations, quota hits, cost and tokens for
+/// each configured agent and identity, containers by result, and GitHub requests. Label
+/// values come from configuration only. The GitHub rate-limit gauge stays absent until
+/// GitHub answers.
+pub fn prime(agents: &[&str], identities: &[&str]) {
+    let m = get();
+    for &agent in agents {
+        let agent_labels = AgentLabels {
+            agent: agent.to_string(),
+        };
+        for status in AttemptStatus::ALL {
+            let _ = m.attempts.get_or_create(&AttemptLabels {
+                agent: agent.to_string(),
+                outcome: status.as_str().to_string(),
+            });
+        }
+        let _ = m.attempt_duration.get_or_create(&agent_labels);
+        let _ = m.quota_hits.get_or_create(&agent_labels);
+        for &identity in identities {
+            let _ = m.cost.get_or_create(&SpendLabels {
+                identity: identity.to_string(),
+                agent: agent.to_string(),
+            });
+            for kind in ["input", "output", "cached_input"] {
+                let _ = m.tokens.get_or_create(&TokenLabels {
+                    identity: identity.to_string(),
+                    agent: agent.to_string(),
+                    kind: kind.to_string(),
+                });
+            }
+        }
+    }
+    for result in ["started", "failed"] {
+        let _ = m.containers.get_or_create(&ContainerLabels {
+            result: result.to_string(),
+        });
+    }
+    let _ = m.github_requests.get_or_create(&GithubLabels {
+        method: "GET".to_string(),
+        status: "200".to_string(),
+    });
+}
+
 /// A task was claimed for its first attempt after waiting `waited` in the queue.
 pub fn first_claim(waited: Duration) {
     get().queue_wait.observe(waited.as_secs_f64());
@@ -255,7 +307,9 @@ pub fn github_request(method: &str, status: Option<u16>, remaining: Option<i64>)
         })
         .inc();
     if let Some(r) = remaining {
-        m.github_rate_limit_remaining.set(r);
+        m.github_rate_limit_remaining
+            .get_or_create(&NoLabels::default())
+            .set(r);
     }
 }
 
@@ -320,5 +374,48 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+
+    /// Issue 29: after `prime`, every documented metric has a series; the GitHub
+    /// rate-limit gauge has none until GitHub answered.
+    #[test]
+    fn primed_metrics_list_every_documented_series_at_zero() {
+        prime(&["prime-agent"], &["prime-id"]);
+        let text = render(&BTreeMap::new());
+        let docs = include_str!("../docs/metrics.md");
+        let documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `polyphony_"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        assert!(documented.len() >= 12, "{documented:?}");
+        for name in documented {
+            let name = format!("polyphony_{name}");
+            let has_series = text.lines().any(|l| {
+                !l.starts_with('#')
+                    && (l.starts_with(&format!("{name} "))
+                        || l.starts_with(&format!("{name}{{"))
+                        || l.starts_with(&format!("{name}_bucket"))
+                        || l.starts_with(&format!("{name}_count")))
+            });
+            if name == "polyphony_github_rate_limit_remaining" {
+                continue;
+            }
+            assert!(has_series, "{name} has no series:\n{text}");
+        }
+        assert!(
+            text.contains("polyphony_attempts_total{agent=\"prime-agent\",outcome=\"quota\"} 0")
+        );
+    }
+
+    #[test]
+    fn the_rate_limit_gauge_is_a_plain_series_once_github_answered() {
+        github_request("GET", Some(200), Some(4321));
+        let text = render(&BTreeMap::new());
+        assert!(
+            text.lines()
+                .any(|l| l == "polyphony_github_rate_limit_remaining 4321"),
+            "{text}"
+        );
     }
 }

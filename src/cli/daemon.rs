@@ -35,6 +35,16 @@ pub struct Args {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
+    // Every documented series exists from the first scrape (docs/metrics.md).
+    {
+        let agents: Vec<&str> = config.agents().iter().map(|a| a.name.as_str()).collect();
+        let identities: Vec<&str> = config
+            .identities()
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect();
+        crate::metrics::prime(&agents, &identities);
+    }
     let log_json = ctx.log_json;
     let quiet = ctx.quiet;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

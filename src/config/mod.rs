@@ -393,24 +393,14 @@ pub fn db_path(home: &Path) -> PathBuf {
     home.join("queue.db")
 }
 
-/// The stream format an adapter parses for each agent type.
+/// The stream format an adapter parses for each agent type (its descriptor).
 pub fn default_event_protocol(t: AgentType) -> &'static str {
-    match t {
-        AgentType::Claude => "claude-stream-json",
-        AgentType::Codex => "codex-exec-json",
-        AgentType::Kimi => "kimi-stream-json",
-        AgentType::Gemini => "gemini-stream-json",
-    }
+    crate::agents::descriptor(t).event_protocol
 }
 
-/// Context window of each CLI's default model.
+/// Context window of each CLI's default model (its descriptor).
 pub fn default_context_window(t: AgentType) -> u64 {
-    match t {
-        AgentType::Claude => 200_000,
-        AgentType::Codex => 272_000,
-        AgentType::Kimi => 256_000,
-        AgentType::Gemini => 1_048_576,
-    }
+    crate::agents::descriptor(t).default_context_window
 }
 
 #[cfg(test)]

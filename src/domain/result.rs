@@ -110,3 +110,31 @@ pub struct RunResult {
     /// Paths the attempt produced (transcript, …).
     pub artifacts: Vec<String>,
 }
+
+impl RunResult {
+    /// The one constructor: an attempt's result with nothing measured yet (no turns, cost,
+    /// tokens, exit code, message, events or artifacts). Callers set what they measured
+    /// with struct update syntax.
+    pub fn new(
+        task_id: impl Into<String>,
+        attempt: u32,
+        agent: impl Into<String>,
+        status: AttemptStatus,
+    ) -> RunResult {
+        RunResult {
+            task_id: task_id.into(),
+            attempt,
+            agent: agent.into(),
+            status,
+            turns: 0,
+            duration_seconds: 0.0,
+            cost_usd: None,
+            tokens: TokenUsage::default(),
+            exit_code: None,
+            final_message: None,
+            reason: None,
+            events: 0,
+            artifacts: Vec::new(),
+        }
+    }
+}

@@ -450,19 +450,10 @@ fn interrupt(
     // running forever and cleanup keeps its workspace as live.
     if let Some(r) = record.filter(|r| r.status.is_none()) {
         let result = RunResult {
-            task_id: task.id.clone(),
-            attempt: r.attempt,
-            agent: r.agent.clone(),
-            status: AttemptStatus::Crash,
-            turns: 0,
             duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
-            cost_usd: None,
-            tokens: Default::default(),
-            exit_code: None,
-            final_message: None,
             reason: Some(format!("{reason}; its container was gone")),
             events: store.event_count(&task.id, r.attempt)?,
-            artifacts: Vec::new(),
+            ..RunResult::new(&task.id, r.attempt, &r.agent, AttemptStatus::Crash)
         };
         let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
         store.finish_attempt(&result, &[gate], now)?;

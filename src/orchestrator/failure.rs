@@ -17,7 +17,8 @@
 //! text is transient: a wrong "transient" costs a few retries, a wrong "permanent" strands
 //! a task that would have passed.
 
-use crate::domain::AttemptStatus;
+use crate::agents::{self, FailureKind as AgentKind};
+use crate::domain::{AgentType, AttemptStatus};
 use crate::runtime::RuntimeError;
 use crate::sources::{ClaimError, SourceError};
 use crate::store::StoreError;
@@ -43,6 +44,9 @@ pub enum FailureKind {
     SourceRefused,
     /// The agent's CLI is not logged in, or the model API refused its key.
     AgentAuth,
+    /// The agent profile names a model (or endpoint) the model API does not serve (a 404
+    /// "model not found"): every attempt fails the same way until the profile is fixed.
+    AgentModel,
     /// A configuration error: agent profile, identity, `.polyphony.yaml`, a host variable.
     Config,
     /// The agent's diff carries a known secret.
@@ -80,6 +84,18 @@ impl FailureKind {
             FailureKind::Transient
         } else {
             FailureKind::Other
+        }
+    }
+
+    /// What the agent adapter read from the CLI's structured lines
+    /// (`AgentOutcome::failure_kind`, issue 28) decides; without one, the CLI's own failure
+    /// words in its descriptor, then the shared table of [`FailureKind::of_agent_output`].
+    pub fn of_agent(read: Option<AgentKind>, agent_type: AgentType, output: &str) -> FailureKind {
+        match read.or_else(|| agents::descriptor(agent_type).kind_of_text(output)) {
+            Some(AgentKind::Auth) => FailureKind::AgentAuth,
+            Some(AgentKind::Model) => FailureKind::AgentModel,
+            Some(AgentKind::Transient) => FailureKind::Transient,
+            Some(AgentKind::Quota) | None => FailureKind::of_agent_output(output),
         }
     }
 
@@ -188,6 +204,8 @@ pub enum Cause {
     NotARepository,
     /// The agent's CLI is not logged in, or the model API refused its key (401).
     AgentAuth,
+    /// The agent profile's model (or endpoint) is not served (404 model not found).
+    AgentModel,
     Config,
     SecretInDiff,
 }
@@ -259,9 +277,17 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         FailureKind::AgentAuth => permanent(
             Cause::AgentAuth,
             format!(
-                "run `{} login` on the host (or set the API key the identity names), check \
-                 with `polyphony doctor`, then `polyphony retry TASK`",
-                cli_of(agent)
+                "{}, check with `polyphony doctor`, then `polyphony retry TASK`",
+                agents::descriptor(cli_of(agent)).login_hint
+            ),
+        ),
+        FailureKind::AgentModel => permanent(
+            Cause::AgentModel,
+            format!(
+                "agent profile `{}` (agents.yaml) names a model or endpoint the model API does \
+                 not serve: fix its `model` (or the identity's base URL), check with `polyphony \
+                 doctor`, then `polyphony retry TASK`",
+                if agent.is_empty() { "?" } else { agent }
             ),
         ),
         FailureKind::SecretInDiff => permanent(
@@ -345,19 +371,13 @@ fn no_such_image(message: &str) -> Option<String> {
     (!image.is_empty()).then_some(image)
 }
 
-/// The command that logs an agent's CLI in.
-fn cli_of(agent: &str) -> &str {
+/// The CLI an agent profile runs, by its name (profiles are usually named after it).
+fn cli_of(agent: &str) -> AgentType {
     let lower = agent.to_ascii_lowercase();
-    for cli in ["claude", "codex", "kimi", "gemini"] {
-        if lower.contains(cli) {
-            return cli;
-        }
-    }
-    if agent.is_empty() {
-        "claude"
-    } else {
-        agent
-    }
+    AgentType::ALL
+        .into_iter()
+        .find(|t| lower.contains(agents::descriptor(*t).command))
+        .unwrap_or(AgentType::Claude)
 }
 
 /// The one-line reason a permanent failure is recorded and reported with.
@@ -388,6 +408,7 @@ mod tests {
             FailureKind::RepositoryGone,
             FailureKind::SourceRefused,
             FailureKind::AgentAuth,
+            FailureKind::AgentModel,
             FailureKind::Config,
             FailureKind::SecretInDiff,
         ];
@@ -402,6 +423,7 @@ mod tests {
                 | FailureKind::RepositoryGone
                 | FailureKind::SourceRefused
                 | FailureKind::AgentAuth
+                | FailureKind::AgentModel
                 | FailureKind::Config
                 | FailureKind::SecretInDiff => {}
             }
@@ -672,6 +694,48 @@ mod tests {
             panic!("permanent")
         };
         assert!(fix.starts_with("run `codex login` on the host"), "{fix}");
+        let Class::Permanent { cause, fix } =
+            classify(&FailureKind::AgentModel, Failed, "codex-fast", "r")
+        else {
+            panic!("permanent")
+        };
+        assert_eq!(cause, Cause::AgentModel);
+        assert!(fix.contains("agent profile `codex-fast`"), "{fix}");
+    }
+
+    #[test]
+    fn the_adapter_reading_decides_the_agent_kind() {
+        use crate::agents::FailureKind as K;
+        // Structured readings win over any words.
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Model), AgentType::Codex, "stopped"),
+            FailureKind::AgentModel
+        );
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Auth), AgentType::Codex, "stopped"),
+            FailureKind::AgentAuth
+        );
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Transient), AgentType::Claude, "not logged in"),
+            FailureKind::Transient
+        );
+        // Without one, the CLI's own words (its descriptor), then the shared table.
+        assert_eq!(
+            FailureKind::of_agent(
+                None,
+                AgentType::Claude,
+                "There's an issue with the selected model (x). It may not exist"
+            ),
+            FailureKind::AgentModel
+        );
+        assert_eq!(
+            FailureKind::of_agent(None, AgentType::Kimi, "Error code: 401 - invalid"),
+            FailureKind::AgentAuth
+        );
+        assert_eq!(
+            FailureKind::of_agent(None, AgentType::Codex, "fixed the parser (exit code 1)"),
+            FailureKind::Other
+        );
     }
 
     #[test]

@@ -208,7 +208,7 @@ pub fn exhausts_agent(status: AttemptStatus, class: &Class) -> bool {
         || matches!(
             class,
             Class::Permanent {
-                cause: Cause::AgentAuth,
+                cause: Cause::AgentAuth | Cause::AgentModel,
                 ..
             }
         )

@@ -644,6 +644,91 @@ async fn post_tasks_enqueues_with_the_cli_checks_and_retry_brings_back_a_blocked
     assert_eq!(detail["retry_of"], "local-1");
 }
 
+/// Issue 29: a fresh daemon that never talked to GitHub exposes every documented metric
+/// (zero series, docs/metrics.md) but no GitHub rate-limit gauge, whose 0 would fire the
+/// low-rate-limit alert forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_daemon_exposes_every_documented_metric_but_no_rate_limit() {
+    if support::docker::engine().await.is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    polyphony(&home).arg("init").assert().success();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut daemon = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+        .env("POLYPHONY_HOME", &home)
+        .env_remove("POLYPHONY_HTTP_TOKEN")
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .args(["daemon", "--listen", &addr.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let text = loop {
+        let up = tokio::net::TcpStream::connect(addr).await.is_ok();
+        if up {
+            break get(addr, "/metrics").await.body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not listen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid exposition text");
+    let documented: Vec<String> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|n| n.starts_with("polyphony_"))
+        .map(str::to_string)
+        .collect();
+    assert!(documented.len() >= 12, "{documented:?}");
+    for name in &documented {
+        let present = scrape.samples.iter().any(|s| &s.metric == name);
+        if name == "polyphony_github_rate_limit_remaining" {
+            assert!(!present, "no GitHub answer yet, no gauge:\n{text}");
+        } else {
+            assert!(present, "{name} has no series on a fresh daemon:\n{text}");
+        }
+    }
+}
+
+/// Issue 29: docs/api.md's health example gives the schema version a new store has (it
+/// said 2 while the store was at 6).
+#[tokio::test]
+async fn the_documented_health_answer_is_the_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    Store::open(&db).unwrap();
+    let addr = start(settings(db, None, false)).await;
+    let health = get(addr, "/api/v1/health").await.json();
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).unwrap();
+    let documented = format!(
+        "{{\"schema_version\":{},\"status\":\"ok\",\"version\":\"{}\"}}",
+        health["schema_version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        docs.contains(&documented),
+        "docs/api.md should show {documented} (the health answer is {health})"
+    );
+}
+
 /// Issue 24: every route, the fallback included, refuses a foreign `Host` (DNS
 /// rebinding) with 421 `{error, fix}`; framework errors (404, 405, 413) are JSON; a bad
 /// query parameter is named; the `Bearer` scheme is case-insensitive.

@@ -105,6 +105,7 @@ pub struct AgentRun<'a> {
 }
 
 /// Runs one attempt: create `spec` (replacing a leftover), start, follow, collect, remove.
+/// The sink is told the container's id before it starts.
 ///
 /// Errors are for the container never getting going (image missing, engine down) or the
 /// engine vanishing mid-run; in the latter case the container is left for `reattach`.
@@ -112,24 +113,43 @@ pub async fn run_attempt(
     run: AgentRun<'_>,
     spec: &ContainerSpec,
 ) -> Result<AttemptExecution, RuntimeError> {
-    let rt = run.runtime;
-    let spec = &with_deadline(spec, run.limits.deadline);
-    let id = rt.create(spec).await?;
+    let id = create(run.runtime, spec, run.limits.deadline).await?;
     run.sink.container_created(&id);
+    start_created(run, spec, &id).await
+}
+
+/// Creates the attempt's container from `spec`, labelled with its deadline, without
+/// starting it: the caller records the id (and moves the task) before [`start_created`].
+pub async fn create(
+    rt: &dyn WorkerRuntime,
+    spec: &ContainerSpec,
+    deadline: Duration,
+) -> Result<String, RuntimeError> {
+    rt.create(&with_deadline(spec, deadline)).await
+}
+
+/// Starts the container [`create`] made from `spec`, follows it, collects and removes it.
+/// A start that fails removes the container.
+pub async fn start_created(
+    run: AgentRun<'_>,
+    spec: &ContainerSpec,
+    id: &str,
+) -> Result<AttemptExecution, RuntimeError> {
+    let rt = run.runtime;
     let started = Instant::now();
-    if let Err(e) = rt.start(&id).await {
-        let _ = rt.remove(&id).await;
+    if let Err(e) = rt.start(id).await {
+        let _ = rt.remove(id).await;
         return Err(e);
     }
     let followed = Followed {
-        id: &id,
+        id,
         started,
         deadline_at: tokio::time::Instant::from_std(started) + run.limits.deadline,
         skip: 0,
         workspace: workspace_of(spec),
     };
     let result = follow_and_collect(run, followed).await;
-    discard_on_error(rt, &id, result).await
+    discard_on_error(rt, id, result).await
 }
 
 /// `spec` labelled with its deadline, so the watchdog can enforce it even when nobody

@@ -2,12 +2,15 @@
 //! stores it.
 
 use crate::agents::scrub::Scrubber;
+use crate::agents::AgentOutcome;
 use crate::domain::TaskEvent;
 
 /// Where events go as they arrive (the store's batched insert, in production).
 pub trait EventSink: Send {
-    /// Stores a batch. On error the same events are offered again at the next flush.
-    fn record(&mut self, events: &[TaskEvent]) -> Result<(), String>;
+    /// Stores a batch. `live` is the outcome folded so far from every stdout line (the
+    /// follower folds once; a sink never folds again). On error the same events are
+    /// offered again at the next flush.
+    fn record(&mut self, events: &[TaskEvent], live: &AgentOutcome) -> Result<(), String>;
 
     /// Called once the container exists, before it starts, so the caller can persist the
     /// id for recovery.
@@ -28,7 +31,7 @@ pub struct VecSink {
 }
 
 impl EventSink for VecSink {
-    fn record(&mut self, events: &[TaskEvent]) -> Result<(), String> {
+    fn record(&mut self, events: &[TaskEvent], _live: &AgentOutcome) -> Result<(), String> {
         self.events.extend_from_slice(events);
         self.batches += 1;
         Ok(())

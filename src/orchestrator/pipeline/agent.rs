@@ -4,16 +4,23 @@ use std::time::Duration;
 
 use chrono::Utc;
 
+use crate::agents::adapter_for;
 use crate::agents::prompt::PromptContext;
-use crate::agents::{adapter_for, AgentOutcome};
 use crate::domain::{CheckEvidence, RunResult, RunSpec, TaskState};
 use crate::orchestrator::execute::{self, AttemptExecution, RunLimits, TranscriptPaths};
 use crate::orchestrator::quota;
-use crate::orchestrator::sink::StoreSink;
+use crate::orchestrator::sink::{short_id, StoreSink};
 use crate::runtime::container_spec::agent_spec;
 use crate::store::IntentKind;
 
 use super::{AttemptRun, Failure};
+
+/// How the agent's container is followed: started fresh, or re-attached after a restart
+/// (its id and the events already stored).
+enum Follow {
+    Start(String),
+    Reattach(String, u64),
+}
 
 impl AttemptRun<'_> {
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
@@ -62,31 +69,36 @@ impl AttemptRun<'_> {
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
         let scrub: execute::Scrub<'_> = scrubber.as_ref();
+        let rt = self.orch.runtime.as_ref();
+        let follow = match reattach {
+            None => {
+                // Before `docker create`: a kill before the id is recorded leaves a container
+                // the next start finds by its labels and removes (issue 19).
+                self.db().record_intent(
+                    &self.task.id,
+                    IntentKind::Container,
+                    spec.attempt,
+                    &serde_json::json!({ "name": container.name }),
+                    Utc::now(),
+                )?;
+                let id = execute::create(rt, &container, limits.deadline)
+                    .await
+                    .map_err(|e| Failure::from(e).during("the container failed"))?;
+                self.container_created(&id).await?;
+                Follow::Start(id)
+            }
+            Some((id, recorded)) => Follow::Reattach(id, recorded),
+        };
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
             attempt: spec.attempt,
             agent: spec.agent.clone(),
-            adapter: adapter.as_ref(),
             progress: self.opts.progress.clone(),
-            live: AgentOutcome::default(),
-            mark_running: reattach.is_none(),
-            error: None,
             handling: false,
         };
-        if reattach.is_none() {
-            // Before `docker create`: a kill before the id is recorded leaves a container
-            // the next start finds by its labels and removes (issue 19).
-            self.db().record_intent(
-                &self.task.id,
-                IntentKind::Container,
-                spec.attempt,
-                &serde_json::json!({ "name": container.name }),
-                Utc::now(),
-            )?;
-        }
         let run = execute::AgentRun {
-            runtime: self.orch.runtime.as_ref(),
+            runtime: rt,
             adapter: adapter.as_ref(),
             sink: &mut sink,
             limits,
@@ -94,37 +106,39 @@ impl AttemptRun<'_> {
             scrub,
             cancel: self.opts.cancel.clone(),
         };
-        let exec = match reattach {
-            None => execute::run_attempt(run, &container).await,
-            Some((id, recorded)) => execute::reattach(run, &id, recorded).await,
+        let exec = match follow {
+            Follow::Start(id) => execute::start_created(run, &container, &id).await,
+            Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
         };
-        let sink_error = sink.error.take();
-        if self.state == TaskState::Provisioned && self.task_state_now() == Some(TaskState::Running)
-        {
-            self.state = TaskState::Running;
-        }
         let exec = exec.map_err(|e| Failure::from(e).during("the container failed"))?;
-        if let Some(err) = sink_error.or(exec.sink_error.clone()) {
+        if let Some(err) = &exec.sink_error {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
         }
         Ok(exec)
     }
 
-    pub(super) fn task_state_now(&self) -> Option<TaskState> {
-        self.db()
-            .get_task(&self.task.id)
-            .ok()
-            .flatten()
-            .map(|t| t.state)
+    /// The container exists (not started yet): its id is recorded for recovery and the task
+    /// moves PROVISIONED -> RUNNING. On failure the container is removed.
+    async fn container_created(&mut self, id: &str) -> Result<(), Failure> {
+        crate::failpoint::hit("container-created");
+        let set = self.db().set_container(&self.task.id, self.attempt, id);
+        let recorded = match set {
+            Ok(()) => self.move_to(
+                TaskState::Running,
+                &format!("container {} started", short_id(id)),
+            ),
+            Err(e) => Err(Failure::from(e).during(&format!("cannot record container {id}"))),
+        };
+        if recorded.is_err() {
+            if let Err(e) = self.orch.runtime.remove(id).await {
+                tracing::warn!(container = id, error = %e, "cannot remove the container after a failed record; the watchdog will");
+            }
+        }
+        recorded
     }
 
-    pub(super) fn run_result(&self, exec: &AttemptExecution) -> RunResult {
-        let spec = self.spec.as_ref();
+    pub(super) fn run_result(&self, spec: &RunSpec, exec: &AttemptExecution) -> RunResult {
         RunResult {
-            task_id: self.task.id.clone(),
-            attempt: self.attempt,
-            agent: spec.map(|s| s.agent.clone()).unwrap_or_default(),
-            status: exec.status,
             turns: exec.outcome.turns,
             duration_seconds: exec.duration.as_secs_f64(),
             cost_usd: exec.outcome.cost_usd,
@@ -154,6 +168,7 @@ impl AttemptRun<'_> {
                     .display()
                     .to_string(),
             ],
+            ..RunResult::new(&self.task.id, self.attempt, &spec.agent, exec.status)
         }
     }
 }

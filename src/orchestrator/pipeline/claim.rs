@@ -54,12 +54,12 @@ impl AttemptRun<'_> {
                 self.task.title = claimed.title;
                 self.task.body = claimed.body;
                 if let Some(id) = claimed.comment_id {
-                    let _ = self.db().record_comment(
+                    self.db().record_comment(
                         &self.task.id,
                         &format!("claim-{}", self.attempt),
                         id,
                         Utc::now(),
-                    );
+                    )?;
                 }
                 Ok(None)
             }

@@ -54,19 +54,8 @@ impl AttemptRun<'_> {
             // The agent never ended (the container failed to start, the run was cut short):
             // the attempt's result is the failure alone.
             let mut result = self.result.take().unwrap_or_else(|| RunResult {
-                task_id: self.task.id.clone(),
-                attempt: self.attempt,
-                agent: self.agent.clone(),
-                status: failure.status,
-                turns: 0,
                 duration_seconds: self.started.elapsed().as_secs_f64(),
-                cost_usd: None,
-                tokens: Default::default(),
-                exit_code: None,
-                final_message: None,
-                reason: None,
-                events: 0,
-                artifacts: Vec::new(),
+                ..RunResult::new(&self.task.id, self.attempt, &self.agent, failure.status)
             });
             result.status = failure.status;
             result.reason = Some(reason.clone());
@@ -284,13 +273,22 @@ impl AttemptRun<'_> {
         if intents::report_blocked(self.orch, &self.task, &blocked).await {
             // From now on the ready label on the issue can only be a person's: re-labelling
             // brings the task back as a new generation (`orchestrator::generation`).
-            let _ = self.db().mark_block_reported(&self.task.id, Utc::now());
-            let _ = self.db().complete_intent(
-                &self.task.id,
-                IntentKind::Block,
-                self.task.attempts,
-                Utc::now(),
-            );
+            // A write that fails leaves the Block intent pending: the next start reports
+            // again (idempotent at the source) and records it then (`intents::finish`).
+            let recorded = self
+                .db()
+                .mark_block_reported(&self.task.id, Utc::now())
+                .and_then(|()| {
+                    self.db().complete_intent(
+                        &self.task.id,
+                        IntentKind::Block,
+                        self.task.attempts,
+                        Utc::now(),
+                    )
+                });
+            if let Err(e) = recorded {
+                tracing::warn!(task = %self.task.id, error = %e, "the blocked report is posted but cannot be recorded; the next start records it");
+            }
         }
     }
 }

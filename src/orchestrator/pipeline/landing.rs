@@ -13,32 +13,20 @@ use crate::store::IntentKind;
 use crate::workspace;
 use crate::workspace::{Author, Workspace};
 
-use super::{AttemptEnd, AttemptRun, Failure};
+use super::{AttemptEnd, AttemptRun, Failure, Ran};
 
 impl AttemptRun<'_> {
     /// Proof of work then landing (spec §10, issue 11): one commit, its sha recorded; the
     /// gates and each check judge that sha only, and only that sha is pushed.
-    pub(super) async fn verify_and_land(
-        &mut self,
-        gate: CheckEvidence,
-    ) -> Result<AttemptEnd, Failure> {
-        let (sha, evidence) = self.verify(gate).await?;
-        self.land(sha, evidence).await
+    pub(super) async fn verify_and_land(&mut self, ran: Ran) -> Result<AttemptEnd, Failure> {
+        let (sha, evidence) = self.verify(&ran).await?;
+        self.land(&ran, sha, evidence).await
     }
 
-    async fn verify(
-        &mut self,
-        gate: CheckEvidence,
-    ) -> Result<(String, Vec<CheckEvidence>), Failure> {
-        let ws = self
-            .ws
-            .clone()
-            .ok_or_else(|| Failure::crash("no workspace"))?;
-        let spec = self
-            .spec
-            .clone()
-            .ok_or_else(|| Failure::crash("no run spec"))?;
-        let Some(sha) = self.landing_commit(&ws, &spec).await? else {
+    async fn verify(&mut self, ran: &Ran) -> Result<(String, Vec<CheckEvidence>), Failure> {
+        let Ran { ws, spec, gate, .. } = ran;
+        let gate = gate.clone();
+        let Some(sha) = self.landing_commit(ws, spec).await? else {
             let evidence = vec![gate, proof::diff_gate(&[])];
             return Err(verify::verification_failure(evidence).into());
         };
@@ -77,9 +65,9 @@ impl AttemptRun<'_> {
         let checks = verify::CheckRun {
             runtime: self.orch.runtime.as_ref(),
             workspaces: self.orch.workspaces.clone(),
-            ws: &ws,
+            ws,
             sha: &sha,
-            spec: &spec,
+            spec,
             home_label: &self.orch.home_label,
             default_user: &self.orch.default_user,
             owner,
@@ -159,7 +147,7 @@ impl AttemptRun<'_> {
     /// a GitHub task's new pull request is recorded for watching.
     async fn after_push(
         &self,
-        ws: &Workspace,
+        ran: &Ran,
         sha: &str,
         branch: &str,
         pr_url: Option<&str>,
@@ -168,10 +156,7 @@ impl AttemptRun<'_> {
         match (&self.followup, pr_url) {
             (Some(run), _) => {
                 let github = self.orch.github().map_err(Failure::crash)?;
-                let summary = self
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.final_message.as_deref());
+                let summary = ran.result.final_message.as_deref();
                 followup::post_replies(github, &self.store, &self.task.id, run, sha, summary)
                     .await
                     .map_err(|e| {
@@ -186,7 +171,7 @@ impl AttemptRun<'_> {
                 &self.task,
                 url,
                 branch,
-                &ws.base_ref,
+                &ran.ws.base_ref,
                 sha,
                 Utc::now(),
             )
@@ -197,13 +182,11 @@ impl AttemptRun<'_> {
 
     pub(super) async fn land(
         &mut self,
+        ran: &Ran,
         sha: String,
         evidence: Vec<CheckEvidence>,
     ) -> Result<AttemptEnd, Failure> {
-        let ws = self
-            .ws
-            .clone()
-            .ok_or_else(|| Failure::crash("no workspace"))?;
+        let ws = &ran.ws;
         // Push, PR, comment and labels are redone idempotently by the resumed attempt
         // until LANDED completes this intent (issue 19). The evidence is kept with it: a
         // restart lands this verified sha without verifying again, before anything else
@@ -226,7 +209,7 @@ impl AttemptRun<'_> {
         };
         let destination = land::land(land::Landing {
             workspaces: self.orch.workspaces.clone(),
-            ws: &ws,
+            ws,
             sha: &sha,
             // The attempt's branch name may already exist upstream with unrelated history
             // (a reset home, another instance): push under a name of this home's instead of
@@ -245,12 +228,12 @@ impl AttemptRun<'_> {
             github,
             task: &self.task,
             attempt: self.attempt,
-            result: self.result.as_ref(),
+            result: Some(&ran.result),
             evidence: &evidence,
         })
         .await?;
         let land::Destination { branch, pr_url } = destination;
-        self.after_push(&ws, &sha, &branch, pr_url.as_deref())
+        self.after_push(ran, &sha, &branch, pr_url.as_deref())
             .await?;
         self.record_attempt(&evidence)?;
         self.db()

@@ -157,6 +157,15 @@ impl Failure {
     }
 }
 
+/// What the agent's stage hands to verification: the attempt's workspace, its RunSpec, the
+/// agent's result and the gate over it (issue 30: stages pass values, not optional fields).
+struct Ran {
+    ws: Workspace,
+    spec: RunSpec,
+    result: RunResult,
+    gate: CheckEvidence,
+}
+
 struct AttemptRun<'a> {
     orch: &'a Orchestrator,
     /// Behind a mutex so the attempt future is `Send` (a `Connection` is not `Sync`); never
@@ -309,18 +318,23 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let exec = self.run_agent(&spec, None).await?;
-        self.after_run(exec).await
+        self.after_run(ws, spec, exec).await
     }
 
-    async fn after_run(&mut self, exec: AttemptExecution) -> Result<AttemptEnd, Failure> {
-        let result = self.run_result(&exec);
+    async fn after_run(
+        &mut self,
+        ws: Workspace,
+        spec: RunSpec,
+        exec: AttemptExecution,
+    ) -> Result<AttemptEnd, Failure> {
+        let result = self.run_result(&spec, &exec);
         let gate = proof::result_gate(exec.status, result.reason.as_deref());
         self.result = Some(result.clone());
         self.record_attempt(std::slice::from_ref(&gate))?;
         // The agent's output is all handled: progress (issue 24).
         self.db().clear_handling(&self.task.id, self.attempt)?;
         if exec.status == AttemptStatus::Quota {
-            self.record_quota(&exec, &result)?;
+            self.record_quota(&spec, &exec, &result)?;
         }
         if exec.status != AttemptStatus::Succeeded {
             let reason = match &result.reason {
@@ -328,7 +342,14 @@ impl<'a> AttemptRun<'a> {
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
             // The agent CLI's own words are the only text read (foreign text, issue 30).
-            let kind = FailureKind::of_agent_output(result.reason.as_deref().unwrap_or(""));
+            // What the adapter read from the CLI's structured lines decides (issue 28).
+            let kind = FailureKind::of_agent(
+                exec.outcome.failure_kind,
+                self.spec
+                    .as_ref()
+                    .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
+                result.reason.as_deref().unwrap_or(""),
+            );
             let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
             return Err(failure);
@@ -345,15 +366,23 @@ impl<'a> AttemptRun<'a> {
                     .unwrap_or_default()
             ),
         )?;
-        self.verify_and_land(gate).await
+        self.verify_and_land(Ran {
+            ws,
+            spec,
+            result,
+            gate,
+        })
+        .await
     }
 
     /// Issue 14: the limit this attempt met holds for every task using its agent and
     /// identity.
-    fn record_quota(&self, exec: &AttemptExecution, result: &RunResult) -> Result<(), Failure> {
-        let Some(spec) = &self.spec else {
-            return Ok(());
-        };
+    fn record_quota(
+        &self,
+        spec: &RunSpec,
+        exec: &AttemptExecution,
+        result: &RunResult,
+    ) -> Result<(), Failure> {
         quota::record_hit(
             &self.db(),
             &self.orch.config.quota_settings(),

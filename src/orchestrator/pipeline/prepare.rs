@@ -98,9 +98,9 @@ impl AttemptRun<'_> {
             .await
             .map_err(Failure::crash)?
             .map_err(|e| Failure::from(e).during("cannot prepare the workspace"))?;
-        let _ = self
-            .db()
-            .note_workspace(&self.task.id, self.attempt, &ws, Utc::now());
+        // A resumed attempt finds its workspace by this record.
+        self.db()
+            .note_workspace(&self.task.id, self.attempt, &ws, Utc::now())?;
         Ok(ws)
     }
 
@@ -115,13 +115,13 @@ impl AttemptRun<'_> {
                 .await
                 .map_err(Failure::crash)?;
         routing::facts::enrich_task(&mut self.task, &facts);
-        let _ = self.db().set_task_facts(
+        self.db().set_task_facts(
             &self.task.id,
             self.task.task_type,
             self.task.scope,
             self.task.risk,
             self.task.context_tokens,
-        );
+        )?;
         let input = routing::route_input(&self.task, &facts, &score);
         let decision = self.orch.router.route(&input);
         // Issue 12: a prompt larger than the agent's context window cannot succeed.
@@ -141,7 +141,8 @@ impl AttemptRun<'_> {
             }
         };
         self.chain = decision.chain().into_iter().map(String::from).collect();
-        let _ = self.db().note_chain(&self.task.id, &self.chain, Utc::now());
+        self.db()
+            .note_chain(&self.task.id, &self.chain, Utc::now())?;
         // Issue 14: an agent out of quota under the identity it would use is skipped at
         // once; with the whole chain out the task waits for the earliest reset.
         let now = (self.orch.clock)();

@@ -11,12 +11,13 @@ use crate::orchestrator::proof;
 use crate::orchestrator::restarts::{self, Verdict};
 use crate::orchestrator::sink::short_id;
 use crate::store::{AttemptRecord, IntentKind};
+use crate::workspace::Workspace;
 
-use super::{AttemptEnd, AttemptRun, Failure};
+use super::{AttemptEnd, AttemptRun, Failure, Ran};
 
 impl AttemptRun<'_> {
     /// Loads what the attempt noted for itself (its workspace, chain, RunSpec).
-    fn load(&mut self, record: &AttemptRecord) -> Result<RunSpec, Failure> {
+    fn load(&mut self, record: &AttemptRecord) -> Result<(Workspace, RunSpec), Failure> {
         self.attempt = record.attempt;
         let spec = record.spec().map_err(Failure::crash)?;
         self.agent = spec.agent.clone();
@@ -25,17 +26,17 @@ impl AttemptRun<'_> {
             .workspace_of(&self.task.id, record.attempt)
             .ok()
             .flatten();
-        self.ws = ws;
-        if self.ws.is_none() {
+        self.ws = ws.clone();
+        let Some(ws) = ws else {
             return Err(Failure::crash(
                 "the attempt's workspace record is missing; starting over",
             ));
-        }
+        };
         let chain = self.db().chain_of(&self.task.id).ok().flatten();
         self.chain = chain.unwrap_or_else(|| vec![spec.agent.clone()]);
         self.scrub_secrets_of(&spec.env_overlay, &spec.volume_mounts);
         self.spec = Some(spec.clone());
-        Ok(spec)
+        Ok((ws, spec))
     }
 
     /// The attempt's verified landing a restart (or a lost lease) interrupted: its pending
@@ -58,12 +59,15 @@ impl AttemptRun<'_> {
     async fn finish_landing(
         &mut self,
         record: &AttemptRecord,
+        ws: &Workspace,
+        spec: &RunSpec,
     ) -> Option<Result<AttemptEnd, Failure>> {
         if self.state != TaskState::Verifying {
             return None;
         }
         let (sha, evidence) = self.pending_landing()?;
-        self.result = Some(result_of(record));
+        let result = result_of(record);
+        self.result = Some(result.clone());
         self.opts.progress.state(
             &self.task.id,
             TaskState::Verifying,
@@ -72,7 +76,14 @@ impl AttemptRun<'_> {
                 &sha[..sha.len().min(10)]
             ),
         );
-        Some(self.land(sha, evidence).await)
+        let status = record.status.unwrap_or(AttemptStatus::Succeeded);
+        let ran = Ran {
+            ws: ws.clone(),
+            spec: spec.clone(),
+            result,
+            gate: proof::result_gate(status, record.reason.as_deref()),
+        };
+        Some(self.land(&ran, sha, evidence).await)
     }
 
     /// An attempt that will not go on (given up after restarts it caused, or whose lease
@@ -84,8 +95,8 @@ impl AttemptRun<'_> {
         record: AttemptRecord,
         why: String,
     ) -> Result<AttemptEnd, Failure> {
-        self.load(&record)?;
-        if let Some(end) = self.finish_landing(&record).await {
+        let (ws, spec) = self.load(&record)?;
+        if let Some(end) = self.finish_landing(&record, &ws, &spec).await {
             return end;
         }
         if let Some(id) = &record.container_id {
@@ -96,10 +107,10 @@ impl AttemptRun<'_> {
     }
 
     pub(super) async fn resumed(&mut self, record: AttemptRecord) -> Result<AttemptEnd, Failure> {
-        let spec = self.load(&record)?;
+        let (ws, spec) = self.load(&record)?;
         // Issue 24: what the attempt had started at the source is finished before anything
         // else, and before any give-up.
-        if let Some(end) = self.finish_landing(&record).await {
+        if let Some(end) = self.finish_landing(&record, &ws, &spec).await {
             return end;
         }
         // Only a restart the attempt itself could have caused counts (see `restarts`).
@@ -156,18 +167,25 @@ impl AttemptRun<'_> {
                     ),
                 );
                 let exec = self.run_agent(&spec, Some((container, recorded))).await?;
-                self.after_run(exec).await
+                self.after_run(ws, spec, exec).await
             }
             TaskState::Verifying => {
                 let status = record.status.unwrap_or(AttemptStatus::Succeeded);
                 let gate = proof::result_gate(status, record.reason.as_deref());
-                self.result = Some(result_of(&record));
+                let result = result_of(&record);
+                self.result = Some(result.clone());
                 self.opts.progress.state(
                     &self.task.id,
                     TaskState::Verifying,
                     "verification restarted after a restart",
                 );
-                self.verify_and_land(gate).await
+                self.verify_and_land(Ran {
+                    ws,
+                    spec,
+                    result,
+                    gate,
+                })
+                .await
             }
             other => Err(Failure::crash(format!("cannot resume a task in {other}"))),
         }
@@ -176,11 +194,8 @@ impl AttemptRun<'_> {
 
 /// The agent's result as the attempt recorded it when the agent ended.
 fn result_of(record: &AttemptRecord) -> RunResult {
+    let status = record.status.unwrap_or(AttemptStatus::Succeeded);
     RunResult {
-        task_id: record.task_id.clone(),
-        attempt: record.attempt,
-        agent: record.agent.clone(),
-        status: record.status.unwrap_or(AttemptStatus::Succeeded),
         turns: record.turns.unwrap_or(0),
         duration_seconds: record.duration_seconds.unwrap_or(0.0),
         cost_usd: record.cost_usd,
@@ -188,7 +203,6 @@ fn result_of(record: &AttemptRecord) -> RunResult {
         exit_code: record.exit_code,
         final_message: record.final_message.clone(),
         reason: record.reason.clone(),
-        events: 0,
-        artifacts: Vec::new(),
+        ..RunResult::new(&record.task_id, record.attempt, &record.agent, status)
     }
 }
