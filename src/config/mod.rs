@@ -71,6 +71,8 @@ pub struct VerifySettings {
     pub protect_check_scripts: bool,
     pub allow_submodules: bool,
     pub allow_attribute_filters: bool,
+    /// `verify.max_changed_files`.
+    pub max_changed_files: usize,
 }
 
 impl VerifySettings {
@@ -294,6 +296,7 @@ impl Config {
             protect_check_scripts: g.protect_check_scripts,
             allow_submodules: g.allow_submodules,
             allow_attribute_filters: g.allow_attribute_filters,
+            max_changed_files: g.max_changed_files,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {

@@ -264,6 +264,9 @@ pub struct VerifyConfig {
     /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
     /// runs a configured program on checkout).
     pub allow_attribute_filters: bool,
+    /// Most files one attempt may add, change or delete (issue 23): past it the attempt
+    /// is refused before its files are read, naming the count and this setting.
+    pub max_changed_files: usize,
 }
 
 impl Default for VerifyConfig {
@@ -279,6 +282,7 @@ impl Default for VerifyConfig {
             protect_check_scripts: false,
             allow_submodules: false,
             allow_attribute_filters: false,
+            max_changed_files: crate::workspace::DEFAULT_MAX_CHANGED_FILES,
         }
     }
 }

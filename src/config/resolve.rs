@@ -169,6 +169,15 @@ pub(super) fn resolve_global(
             "write a size with a unit, like 512k or 10m",
         )
     })?;
+    if g.verify.max_changed_files == 0 {
+        return Err(doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("verify"), Key("max_changed_files")],
+            None,
+            "`verify.max_changed_files` is 0, which refuses every attempt".to_string(),
+            "write the most files one attempt may change, like 50000",
+        ));
+    }
     let prompt_template = g
         .prompt_template
         .as_deref()
