@@ -259,7 +259,10 @@ pub fn resolve<'a>(
 
 /// The container path an agent type's login directory is staged at.
 pub fn staging_path(agent_type: AgentType) -> String {
-    format!("{AUTH_STAGING_ROOT}/{}", agent_type.default_auth_path())
+    format!(
+        "{AUTH_STAGING_ROOT}/{}",
+        crate::agents::descriptor(agent_type).auth_dir
+    )
 }
 
 /// The files each CLI authenticates with, relative to its login directory (the identity's
@@ -275,21 +278,13 @@ pub fn staging_path(agent_type: AgentType) -> String {
 /// History, sessions, logs and projects are never staged unless the identity lists the
 /// agent type under `whole_directory`.
 pub fn credential_files(agent_type: AgentType) -> &'static [&'static str] {
-    match agent_type {
-        AgentType::Claude => &[".credentials.json"],
-        AgentType::Codex => &["auth.json", "config.toml"],
-        AgentType::Kimi => &["config.toml", "credentials/kimi-code.json", "device_id"],
-        AgentType::Gemini => &["oauth_creds.json", "settings.json", "google_accounts.json"],
-    }
+    crate::agents::descriptor(agent_type).credential_files
 }
 
 /// Files next to the login directory, as (suffix appended to the directory's path, name
-/// in HOME): Claude Code keeps `~/.claude.json` beside `~/.claude`.
+/// in HOME): Claude Code keeps `~/.claude.json` beside `~/.claude` (the descriptor's).
 pub fn sibling_files(agent_type: AgentType) -> &'static [(&'static str, &'static str)] {
-    match agent_type {
-        AgentType::Claude => &[(".json", ".claude.json")],
-        _ => &[],
-    }
+    crate::agents::descriptor(agent_type).sibling_files
 }
 
 /// Read-only mounts for the agent being run: only its own login, and of that only the

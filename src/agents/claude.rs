@@ -19,7 +19,8 @@ use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
     unknown_object, SUMMARY_CHARS,
 };
-use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
+use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::{quota, AgentAdapter, AgentOutcome, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
 /// Prompts at least this long go through stdin instead of argv (ARG_MAX is shared with env).
@@ -27,9 +28,62 @@ pub const STDIN_PROMPT_BYTES: usize = 100 * 1024;
 
 pub struct ClaudeAdapter;
 
+/// Claude Code's descriptor.
+pub static SPEC: AgentSpec = AgentSpec {
+    agent_type: AgentType::Claude,
+    command: "claude",
+    event_protocol: "claude-stream-json",
+    invocation:
+        "claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions",
+    default_context_window: 200_000,
+    auth_dir: ".claude",
+    // OAuth tokens on Linux; the account state `~/.claude.json` sits BESIDE the directory.
+    credential_files: &[".credentials.json"],
+    sibling_files: &[(".json", ".claude.json")],
+    api_key_env: &[
+        "ANTHROPIC_API_KEY",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "ANTHROPIC_AUTH_TOKEN",
+    ],
+    base_url: BaseUrl::Env("ANTHROPIC_BASE_URL"),
+    api_hosts: &[
+        "api.anthropic.com",
+        "console.anthropic.com",
+        "platform.claude.com",
+    ],
+    version_args: &["--version"],
+    tested_versions: Some(((2, 1, 59), (2, 1, 332))),
+    login_hint: "run `claude` and `/login` on the host (or set the API key the identity names)",
+    failure_text: FailureText {
+        // Claude Code 2.1.332 with no login: "Not logged in · Please run /login".
+        auth: &[
+            "not logged in",
+            "please run /login",
+            "invalid api key",
+            "invalid x-api-key",
+            "authentication_error",
+            "authentication_failed",
+            "oauth token has expired",
+        ],
+        quota: &[
+            "usage limit reached",
+            "rate_limit_error",
+            "credit balance is too low",
+        ],
+        // Claude Code 2.1.332 on a 404 `not_found_error`: "There's an issue with the
+        // selected model (X). It may not exist or you may not have access to it."
+        model: &[
+            "issue with the selected model",
+            "model_not_found",
+            "not_found_error",
+        ],
+        transient: &["overloaded", "api_error", "internal server error"],
+    },
+};
+
 impl AgentAdapter for ClaudeAdapter {
-    fn agent_type(&self) -> AgentType {
-        AgentType::Claude
+    fn spec(&self) -> &'static AgentSpec {
+        &SPEC
     }
 
     fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation {
@@ -289,8 +343,12 @@ fn observe_assistant(outcome: &mut AgentOutcome, data: &Value) {
         let label = err.as_str().unwrap_or("");
         if label.contains("rate_limit") || label.contains("billing") {
             outcome.quota = Some(quota::hit(&text).keeping_reset_of(outcome.quota.as_ref()));
+            outcome.failure_kind = Some(FailureKind::Quota);
         } else if let Some(q) = quota::banner(&text) {
             outcome.quota = Some(q.keeping_reset_of(outcome.quota.as_ref()));
+            outcome.failure_kind = Some(FailureKind::Quota);
+        } else {
+            outcome.failure_kind = Some(kind_of_label(label, &text));
         }
         return;
     }
@@ -301,6 +359,24 @@ fn observe_assistant(outcome: &mut AgentOutcome, data: &Value) {
     let Some(message) = data.get("message") else {
         return;
     };
+    // Tool calls: every `tool_use` block once (by its id), whichever line carries it.
+    for block in message
+        .get("content")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+    {
+        if matches!(str_of(block, "type"), Some("tool_use" | "server_tool_use")) {
+            let fresh = match str_of(block, "id") {
+                Some(id) => {
+                    outcome.tool_ids.len() < 100_000 && outcome.tool_ids.insert(id.to_string())
+                }
+                None => true,
+            };
+            if fresh {
+                outcome.tool_calls = outcome.tool_calls.saturating_add(1);
+            }
+        }
+    }
     // Each API call is one message id, repeated on every content-block line.
     let id = str_of(message, "id").map(String::from);
     if id.is_some() && id == outcome.last_message_id {
@@ -327,7 +403,7 @@ fn observe_api_retry(outcome: &mut AgentOutcome, data: &Value) {
         error: one_line(&error, 80),
     };
     if matches!(status, Some(401 | 403)) || error == "authentication_failed" {
-        outcome.failure_kind = Some(super::FailureKind::Auth);
+        outcome.failure_kind = Some(FailureKind::Auth);
         outcome.hopeless = true;
         outcome.error = Some(format!(
             "authentication failed: the model API answered {} ({}); the CLI retries it {} times, so the attempt was stopped at once",
@@ -335,19 +411,59 @@ fn observe_api_retry(outcome: &mut AgentOutcome, data: &Value) {
             retry.error,
             retry.max_retries
         ));
+    } else if status == Some(404) || error == "model_not_found" {
+        outcome.failure_kind = Some(FailureKind::Model);
+        outcome.hopeless = true;
+        outcome.error = Some(format!(
+            "the model API answered {} ({}): the profile's model does not exist for this key; the attempt was stopped at once",
+            status.map_or_else(|| "an error".to_string(), |s| s.to_string()),
+            retry.error
+        ));
     } else {
         outcome.failure_kind = Some(kind_of_status(status));
     }
     outcome.api_retry = Some(retry);
 }
 
-/// The kind of failure an HTTP status from the model API means.
-fn kind_of_status(status: Option<u64>) -> super::FailureKind {
-    match status {
-        Some(401 | 403) => super::FailureKind::Auth,
-        Some(429) => super::FailureKind::Quota,
-        _ => super::FailureKind::Transient,
+/// The kind of failure an HTTP status from the model API means (404: the model does not
+/// exist for this key, which no retry fixes).
+fn kind_of_status(status: Option<u64>) -> FailureKind {
+    status
+        .and_then(FailureKind::of_status)
+        .unwrap_or(FailureKind::Transient)
+}
+
+/// The synthetic assistant message's `error` label (Claude Code 2.1.332:
+/// `authentication_failed` when not logged in, `model_not_found` on a 404, `rate_limit`,
+/// `billing_error`, `server_error`, `unknown`), else the words of its text.
+fn kind_of_label(label: &str, text: &str) -> FailureKind {
+    match label {
+        "authentication_failed" => FailureKind::Auth,
+        "model_not_found" => FailureKind::Model,
+        "rate_limit" | "billing_error" => FailureKind::Quota,
+        _ => SPEC.kind_of_text(text).unwrap_or(FailureKind::Transient),
     }
+}
+
+/// Tokens from `modelUsage` (per model, camelCase), summed: after a `/compact` Claude
+/// Code reports an all-zero `usage` on the result while `modelUsage` still holds the run's.
+fn model_usage_of(m: &Value) -> TokenUsage {
+    let Some(models) = m.as_object() else {
+        return TokenUsage::default();
+    };
+    models.values().fold(TokenUsage::default(), |acc, u| {
+        let cache_read = u64_of(u, "cacheReadInputTokens");
+        add(
+            acc,
+            TokenUsage {
+                input: u64_of(u, "inputTokens")
+                    + u64_of(u, "cacheCreationInputTokens")
+                    + cache_read,
+                output: u64_of(u, "outputTokens"),
+                cached_input: cache_read,
+            },
+        )
+    })
 }
 
 fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
@@ -367,6 +483,11 @@ fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
     if let Some(u) = data.get("usage").filter(|u| u.is_object()) {
         outcome.tokens = usage_of(u);
     }
+    if outcome.tokens == TokenUsage::default() {
+        if let Some(m) = data.get("modelUsage") {
+            outcome.tokens = model_usage_of(m);
+        }
+    }
     if !text.is_empty() {
         outcome.final_message = Some(text.to_string());
     }
@@ -380,7 +501,7 @@ fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
         outcome.succeeded = false;
         outcome.error = Some(one_line(text, 500));
         outcome.quota = Some(q.keeping_reset_of(outcome.quota.as_ref()));
-        outcome.failure_kind = Some(super::FailureKind::Quota);
+        outcome.failure_kind = Some(FailureKind::Quota);
         return;
     }
     if subtype == "success" && !is_error {
@@ -391,9 +512,12 @@ fn observe_result(outcome: &mut AgentOutcome, data: &Value) {
         return;
     }
     outcome.succeeded = false;
-    // Claude Code 2.1 names the failed API call on the result line.
+    // Claude Code 2.1 names the failed API call on the result line; without one, the
+    // synthetic message's label (already read) or the result's words.
     if let Some(status) = data.get("api_error_status").and_then(Value::as_u64) {
         outcome.failure_kind = Some(kind_of_status(Some(status)));
+    } else if outcome.failure_kind.is_none() {
+        outcome.failure_kind = SPEC.kind_of_text(text);
     }
     let mut err = if text.is_empty() {
         error_text(data)

@@ -16,21 +16,79 @@
 //!
 //! Architecture Invariant: pure; never touches disk, clock, network or Docker.
 
+use regex::Regex;
 use serde_json::{Map, Value};
+use std::sync::LazyLock;
 
 use super::claude::use_stdin;
 use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
     unknown_object, value_text,
 };
-use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
+use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::{quota, AgentAdapter, AgentOutcome, ApiRetry, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
 pub struct CodexAdapter;
 
+/// Codex CLI's descriptor.
+pub static SPEC: AgentSpec = AgentSpec {
+    agent_type: AgentType::Codex,
+    command: "codex",
+    event_protocol: "codex-exec-json",
+    invocation: "codex exec --json --dangerously-bypass-approvals-and-sandbox PROMPT",
+    default_context_window: 272_000,
+    auth_dir: ".codex",
+    // ChatGPT login or API key, and the providers/model settings.
+    credential_files: &["auth.json", "config.toml"],
+    sibling_files: &[],
+    api_key_env: &["OPENAI_API_KEY", "CODEX_API_KEY"],
+    base_url: BaseUrl::CodexProvider,
+    api_hosts: &["api.openai.com", "chatgpt.com", "auth.openai.com"],
+    version_args: &["--version"],
+    tested_versions: Some(((0, 147, 0), (0, 147, 0))),
+    login_hint: "run `codex login` on the host (or set the API key the identity names)",
+    // codex-rs `CodexErr` display texts, as `codex exec --json` 0.147.0 prints them in
+    // `error` and `turn.failed`.
+    failure_text: FailureText {
+        auth: &[
+            "incorrect api key",
+            "invalid_api_key",
+            "missing environment variable",
+            "could not be refreshed",
+            "log out and sign in again",
+            "not logged in",
+        ],
+        quota: &[
+            "you've hit your usage limit",
+            "you\u{2019}ve hit your usage limit",
+            "quota exceeded. check your plan",
+            "insufficient_quota",
+            "to use codex with your chatgpt plan, upgrade",
+            "usage_limit_reached",
+            "last status: 429",
+        ],
+        model: &[
+            "model_not_found",
+            "does not exist or you do not have access",
+            "is not supported when using codex",
+            "unsupported model",
+        ],
+        transient: &[
+            "currently experiencing high demand",
+            "stream disconnected before completion",
+            "selected model is at capacity",
+            "connection failed",
+            "error while reading the server response",
+            "request timed out",
+            "idle timeout waiting for sse",
+        ],
+    },
+};
+
 impl AgentAdapter for CodexAdapter {
-    fn agent_type(&self) -> AgentType {
-        AgentType::Codex
+    fn spec(&self) -> &'static AgentSpec {
+        &SPEC
     }
 
     fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation {
@@ -75,12 +133,24 @@ impl AgentAdapter for CodexAdapter {
 
     fn observe(&self, outcome: &mut AgentOutcome, event: &Classified) {
         let data = &event.data;
-        match str_of(data, "type") {
+        let ty = str_of(data, "type");
+        if ty == Some("error") {
+            let msg = str_of(data, "message").unwrap_or("");
+            if let Some(retry) = reconnecting(msg) {
+                observe_reconnect(outcome, retry);
+                return;
+            }
+        }
+        // Anything else means the CLI got past the failing request.
+        outcome.api_retry = None;
+        match ty {
             Some("turn.completed") => {
                 outcome.completed = true;
                 outcome.succeeded = true;
                 outcome.turns += 1;
                 outcome.quota = None;
+                outcome.failure_kind = None;
+                outcome.hopeless = false;
                 if let Some(u) = data.get("usage").filter(|u| u.is_object()) {
                     outcome.tokens = TokenUsage {
                         input: u64_of(u, "input_tokens"),
@@ -94,22 +164,21 @@ impl AgentAdapter for CodexAdapter {
                 outcome.succeeded = false;
                 outcome.turns += 1;
                 let msg = turn_failed_text(data);
-                if let Some(q) = quota::in_error(&msg) {
-                    outcome.quota = Some(q);
-                }
+                observe_error_text(outcome, &msg);
                 // A bare turn.failed after a limit `error` keeps that limit.
-                outcome.error = Some(one_line(&msg, 500));
+                if !msg.is_empty() || outcome.error.is_none() {
+                    outcome.error = Some(one_line(&msg, 500));
+                }
             }
             Some("error") => {
                 let msg = str_of(data, "message").unwrap_or("").to_string();
-                if let Some(q) = quota::in_error(&msg) {
-                    outcome.quota = Some(q);
-                }
+                observe_error_text(outcome, &msg);
                 outcome.error = Some(one_line(&msg, 500));
             }
-            Some("item.completed") => {
+            Some("item.started" | "item.updated" | "item.completed") => {
                 let item = data.get("item").unwrap_or(&Value::Null);
-                if item_type(item) == Some("agent_message") {
+                count_tool_call(outcome, item);
+                if ty == Some("item.completed") && item_type(item) == Some("agent_message") {
                     let text = item_text(item);
                     if !text.is_empty() {
                         outcome.final_message = Some(text);
@@ -119,6 +188,123 @@ impl AgentAdapter for CodexAdapter {
             _ => {}
         }
     }
+}
+
+/// Tool items: a shell command, a patch, an MCP call, a web search. Codex 0.14x reports a
+/// command as `item.started` then `item.completed`, but a patch or a search often only as
+/// `item.completed`; each item id is counted once.
+fn count_tool_call(outcome: &mut AgentOutcome, item: &Value) {
+    let tool = matches!(
+        item_type(item),
+        Some(
+            "command_execution"
+                | "file_change"
+                | "mcp_tool_call"
+                | "web_search"
+                | "collab_tool_call"
+        )
+    );
+    if !tool {
+        return;
+    }
+    match str_of(item, "id") {
+        Some(id) => {
+            if outcome.tool_ids.len() < 100_000 && outcome.tool_ids.insert(id.to_string()) {
+                outcome.tool_calls = outcome.tool_calls.saturating_add(1);
+            }
+        }
+        None => outcome.tool_calls = outcome.tool_calls.saturating_add(1),
+    }
+}
+
+/// `Reconnecting... 2/5 (unexpected status 401 Unauthorized: …)`: Codex retries a failed
+/// request (its `stream_max_retries`, 5 by default) and says so in a top-level `error`.
+struct Reconnect<'a> {
+    attempt: u64,
+    max: u64,
+    cause: &'a str,
+}
+
+fn reconnecting(msg: &str) -> Option<Reconnect<'_>> {
+    let c = RECONNECTING.captures(msg)?;
+    Some(Reconnect {
+        attempt: c[1].parse().ok()?,
+        max: c[2].parse().ok()?,
+        cause: c.get(3).map_or("", |m| m.as_str()),
+    })
+}
+
+static RECONNECTING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*Reconnecting\.\.\.\s*(\d+)/(\d+)\s*(?:\((.*)\))?\s*$")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+});
+
+/// A retry is not a failure yet, unless its cause never heals (a refused key, a model the
+/// endpoint does not serve): then the run is hopeless at the first retry instead of after
+/// all of them.
+fn observe_reconnect(outcome: &mut AgentOutcome, r: Reconnect<'_>) {
+    let (kind, status) = kind_of_text(r.cause);
+    outcome.api_retry = Some(ApiRetry {
+        attempt: r.attempt,
+        max_retries: r.max,
+        status,
+        error: one_line(r.cause, 80),
+    });
+    match kind {
+        Some(k @ (FailureKind::Auth | FailureKind::Model)) => {
+            outcome.failure_kind = Some(k);
+            outcome.hopeless = true;
+            let what = if k == FailureKind::Auth {
+                "authentication failed"
+            } else {
+                "the model or endpoint cannot serve this run"
+            };
+            outcome.error = Some(one_line(
+                &format!(
+                    "{what}: {}; the CLI retries it {} times, so the attempt was stopped at once",
+                    r.cause, r.max
+                ),
+                500,
+            ));
+        }
+        Some(k) => outcome.failure_kind = Some(k),
+        None => outcome.failure_kind = Some(FailureKind::Transient),
+    }
+}
+
+/// An error Codex reported for the turn: its kind, and a usage limit when it is one.
+fn observe_error_text(outcome: &mut AgentOutcome, msg: &str) {
+    let (kind, _) = kind_of_text(msg);
+    if kind == Some(FailureKind::Quota) {
+        outcome.quota = Some(quota::hit(msg));
+    } else if let Some(q) = quota::in_error(msg).filter(|_| kind.is_none()) {
+        outcome.quota = Some(q);
+    }
+    if outcome.quota.is_some() && kind.is_none() {
+        outcome.failure_kind = Some(FailureKind::Quota);
+    } else if let Some(k) = kind {
+        outcome.failure_kind = Some(k);
+    }
+}
+
+/// `unexpected status 401 Unauthorized: …` (UnexpectedResponseError) and
+/// `exceeded retry limit, last status: 429 …` (RetryLimitReachedError).
+static STATUS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:unexpected status|last status:?)\s+(\d{3})\b")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+});
+
+/// The kind of a Codex error message (codex-rs `CodexErr` display texts), and the HTTP
+/// status it names. Only ever applied to Codex's own `error` / `turn.failed` texts.
+pub fn kind_of_text(msg: &str) -> (Option<FailureKind>, Option<u64>) {
+    let status = STATUS.captures(msg).and_then(|c| c[1].parse::<u64>().ok());
+    let by_text = SPEC.kind_of_text(msg);
+    // A usage-limit text is a limit whatever status it carries; else the status decides.
+    let kind = match by_text {
+        Some(FailureKind::Quota) => by_text,
+        _ => status.and_then(FailureKind::of_status).or(by_text),
+    };
+    (kind, status)
 }
 
 fn turn_failed_text(data: &Value) -> String {

@@ -20,17 +20,52 @@ use super::common::{
     event, one_line, parse_object, str_of, tool_summary, u64_of, unknown, unknown_object,
     value_text,
 };
+use super::spec::{AgentSpec, BaseUrl, FailureText};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
 pub struct GeminiAdapter;
 
+/// Gemini CLI's descriptor.
+pub static SPEC: AgentSpec = AgentSpec {
+    agent_type: AgentType::Gemini,
+    command: "gemini",
+    event_protocol: "gemini-stream-json",
+    invocation: "gemini -p PROMPT --output-format stream-json --yolo",
+    default_context_window: 1_048_576,
+    auth_dir: ".gemini",
+    // OAuth tokens, the selected auth type and the active account.
+    credential_files: &["oauth_creds.json", "settings.json", "google_accounts.json"],
+    sibling_files: &[],
+    api_key_env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+    base_url: BaseUrl::Env("GOOGLE_GEMINI_BASE_URL"),
+    api_hosts: &[
+        "generativelanguage.googleapis.com",
+        "cloudcode-pa.googleapis.com",
+        "oauth2.googleapis.com",
+    ],
+    version_args: &["--version"],
+    tested_versions: Some(((0, 31, 0), (0, 31, u64::MAX))),
+    login_hint: "run `gemini` and log in on the host (or set the API key the identity names)",
+    failure_text: FailureText {
+        auth: &[
+            "api key not valid",
+            "unauthenticated",
+            "permission_denied",
+            "login required",
+        ],
+        quota: &["resource_exhausted", "quota exceeded", "terminalquotaerror"],
+        model: &["model_not_found", "is not found for api version"],
+        transient: &["internal error", "unavailable", "deadline_exceeded"],
+    },
+};
+
 /// Marks, in `AgentOutcome::last_message_id`, that the previous event was assistant text.
 const IN_ASSISTANT: &str = "gemini:assistant";
 
 impl AgentAdapter for GeminiAdapter {
-    fn agent_type(&self) -> AgentType {
-        AgentType::Gemini
+    fn spec(&self) -> &'static AgentSpec {
+        &SPEC
     }
 
     fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation {
@@ -89,6 +124,7 @@ impl AgentAdapter for GeminiAdapter {
                 }
                 outcome.last_message_id = Some(IN_ASSISTANT.to_string());
             }
+            Some("tool_use") => outcome.tool_calls = outcome.tool_calls.saturating_add(1),
             Some("error") => {
                 let msg = str_of(data, "message").unwrap_or("");
                 if str_of(data, "severity") != Some("warning") {
@@ -123,6 +159,9 @@ impl AgentAdapter for GeminiAdapter {
                         || quota::in_error(&text).is_some()
                     {
                         outcome.quota = Some(quota::hit(if msg.is_empty() { &text } else { &msg }));
+                        outcome.failure_kind = Some(super::FailureKind::Quota);
+                    } else {
+                        outcome.failure_kind = SPEC.kind_of_text(&text);
                     }
                     if !msg.is_empty() {
                         outcome.error = Some(one_line(&msg, 500));

@@ -21,8 +21,10 @@ use std::sync::LazyLock;
 
 use super::claude::use_stdin;
 use super::common::{
-    content_text, event, one_line, parse_object, str_of, tool_summary, unknown, unknown_object,
+    content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
+    unknown_object,
 };
+use super::spec::{AgentSpec, BaseUrl, FailureText};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec};
 
@@ -36,9 +38,49 @@ static CLI_ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
 
 pub struct KimiAdapter;
 
+/// Kimi Code CLI's descriptor.
+pub static SPEC: AgentSpec = AgentSpec {
+    agent_type: AgentType::Kimi,
+    command: "kimi",
+    event_protocol: "kimi-stream-json",
+    invocation: "kimi --print --output-format=stream-json -p PROMPT",
+    default_context_window: 256_000,
+    auth_dir: ".kimi",
+    // Providers and their keys, the OAuth token and the device id its OAuth flow is bound to.
+    credential_files: &["config.toml", "credentials/kimi-code.json", "device_id"],
+    sibling_files: &[],
+    api_key_env: &["KIMI_API_KEY", "MOONSHOT_API_KEY"],
+    base_url: BaseUrl::Env("KIMI_BASE_URL"),
+    api_hosts: &["api.moonshot.ai", "api.moonshot.cn", "api.kimi.com"],
+    version_args: &["--version"],
+    tested_versions: None,
+    login_hint: "run `kimi` and `/login` on the host (or set the API key the identity names)",
+    // kimi-cli's print mode: `Error code: NNN - {…}` from the provider, `LLM not set`.
+    failure_text: FailureText {
+        auth: &[
+            "error code: 401",
+            "error code: 403",
+            "invalid_authentication",
+            "not logged in",
+        ],
+        quota: &[
+            "error code: 429",
+            "exceeded_current_quota",
+            "rate_limit_reached",
+        ],
+        model: &[
+            "error code: 404",
+            "llm not set",
+            "llm not supported",
+            "model_not_found",
+        ],
+        transient: &["error code: 5", "connection error", "request timed out"],
+    },
+};
+
 impl AgentAdapter for KimiAdapter {
-    fn agent_type(&self) -> AgentType {
-        AgentType::Kimi
+    fn spec(&self) -> &'static AgentSpec {
+        &SPEC
     }
 
     fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation {
@@ -93,15 +135,28 @@ impl AgentAdapter for KimiAdapter {
             outcome.completed = true;
             outcome.succeeded = false;
             outcome.error = Some(one_line(text, 500));
+            outcome.failure_kind = SPEC.kind_of_text(text);
             if let Some(q) = quota::in_error(text) {
                 outcome.quota = Some(q);
+                outcome.failure_kind = Some(super::FailureKind::Quota);
             }
+            return;
+        }
+        if str_of(data, "type") == Some("usage.record") {
+            observe_usage_record(outcome, data);
             return;
         }
         if str_of(data, "role") != Some("assistant") {
             return;
         }
         outcome.turns += 1;
+        let calls = data
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        outcome.tool_calls = outcome
+            .tool_calls
+            .saturating_add(u32::try_from(calls).unwrap_or(u32::MAX));
         let text = content_text(data.get("content").unwrap_or(&Value::Null));
         if !text.trim().is_empty() {
             outcome.final_message = Some(text);
@@ -116,7 +171,41 @@ impl AgentAdapter for KimiAdapter {
     }
 }
 
+/// `{"type":"usage.record","model":…,"usageScope":"turn","usage":{"inputOther":…,"output":…,
+/// "inputCacheRead":…,"inputCacheCreation":…}}`: one LLM step's tokens (Kimi Code's wire
+/// record, also on stdout in some releases). Steps add up; a `session`-scoped record is a
+/// running total of the same tokens and is not added again.
+fn observe_usage_record(outcome: &mut AgentOutcome, data: &Value) {
+    if str_of(data, "usageScope").is_some_and(|s| s != "turn") {
+        return;
+    }
+    let Some(u) = data.get("usage").filter(|u| u.is_object()) else {
+        return;
+    };
+    let cache_read = u64_of(u, "inputCacheRead");
+    let t = &mut outcome.tokens;
+    t.input = t
+        .input
+        .saturating_add(u64_of(u, "inputOther"))
+        .saturating_add(u64_of(u, "inputCacheCreation"))
+        .saturating_add(cache_read);
+    t.cached_input = t.cached_input.saturating_add(cache_read);
+    t.output = t.output.saturating_add(u64_of(u, "output"));
+}
+
 fn classify_object(map: Map<String, Value>) -> Classified {
+    if map.get("type").and_then(Value::as_str) == Some("usage.record") {
+        let u = map.get("usage").cloned().unwrap_or(Value::Null);
+        let summary = format!(
+            "usage: {} in ({} cached), {} out",
+            u64_of(&u, "inputOther")
+                + u64_of(&u, "inputCacheRead")
+                + u64_of(&u, "inputCacheCreation"),
+            u64_of(&u, "inputCacheRead"),
+            u64_of(&u, "output")
+        );
+        return event(EventKind::Usage, summary, map);
+    }
     let role = map.get("role").and_then(Value::as_str).unwrap_or("");
     match role {
         "assistant" => {

@@ -21,10 +21,12 @@ pub mod prompt;
 pub mod quota;
 pub mod replay;
 pub mod scrub;
+pub mod spec;
 
 pub use common::MAX_LINE_BYTES;
+pub use spec::{AgentSpec, BaseUrl, FailureText};
 
-/// The adapter for one CLI family.
+/// The adapter for one CLI family: the one place that lists the CLIs.
 pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
     match t {
         AgentType::Claude => Box::new(claude::ClaudeAdapter),
@@ -32,6 +34,11 @@ pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
         AgentType::Kimi => Box::new(kimi::KimiAdapter),
         AgentType::Gemini => Box::new(gemini::GeminiAdapter),
     }
+}
+
+/// The descriptor of one CLI family (its adapter's [`AgentAdapter::spec`]).
+pub fn descriptor(t: AgentType) -> &'static AgentSpec {
+    adapter_for(t).spec()
 }
 
 /// Built by the adapters, run by `runtime` (a domain value so `runtime` needs no `agents`).
@@ -87,6 +94,32 @@ pub enum FailureKind {
     Quota,
     /// The model API failed (5xx, 529 overloaded): may pass later.
     Transient,
+    /// The model or the provider configuration can never work (404 model not found, an
+    /// unknown model, a wrong endpoint): permanent, not retried; the agent profile's
+    /// `model` (or base URL) must be fixed.
+    Model,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Auth => "auth",
+            FailureKind::Quota => "quota",
+            FailureKind::Transient => "transient",
+            FailureKind::Model => "model",
+        }
+    }
+
+    /// The kind an HTTP status from the model API means, when it means one.
+    pub fn of_status(status: u64) -> Option<FailureKind> {
+        match status {
+            401 | 403 => Some(FailureKind::Auth),
+            404 => Some(FailureKind::Model),
+            429 => Some(FailureKind::Quota),
+            408 | 409 | 425 | 500..=599 => Some(FailureKind::Transient),
+            _ => None,
+        }
+    }
 }
 
 /// A failed model API call the CLI is retrying (Claude Code's `system`/`api_retry` lines).
@@ -114,9 +147,13 @@ pub struct AgentOutcome {
     pub tokens: TokenUsage,
     pub cost_usd: Option<f64>,
     pub final_message: Option<String>,
+    /// Tool calls the agent made (shell commands, file edits, MCP and web calls), each
+    /// counted once however many lines report it.
+    #[serde(default)]
+    pub tool_calls: u32,
     /// The error the CLI reported, if any.
     pub error: Option<String>,
-    /// Auth, quota or transient, when the CLI said which.
+    /// Auth, quota, transient or model, when the CLI said which.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,
     /// Set while the CLI is retrying a failed model API call; any other line clears it.
@@ -132,11 +169,19 @@ pub struct AgentOutcome {
     /// message split over several lines is counted once). Not part of the outcome.
     #[serde(skip)]
     pub last_message_id: Option<String>,
+    /// Adapter bookkeeping (Codex): ids of tool items already counted in `tool_calls`.
+    #[serde(skip)]
+    pub tool_ids: std::collections::BTreeSet<String>,
 }
 
 /// One coding-agent CLI.
 pub trait AgentAdapter: Send + Sync {
-    fn agent_type(&self) -> AgentType;
+    fn agent_type(&self) -> AgentType {
+        self.spec().agent_type
+    }
+
+    /// The CLI's static facts: command, login files, endpoints, failure words.
+    fn spec(&self) -> &'static AgentSpec;
 
     /// The argv (and stdin) that runs the CLI headless on `prompt` for this attempt.
     fn invocation(&self, spec: &RunSpec, prompt: &str) -> Invocation;
@@ -155,6 +200,26 @@ pub trait AgentAdapter: Send + Sync {
     fn is_final(&self, _event: &Classified) -> bool {
         false
     }
+}
+
+/// Folds one stdout line into the outcome: classifies it and, unless the CLI's final report
+/// was already seen, observes it (see [`AgentAdapter::is_final`]). The live runtime and
+/// `polyphony replay` both go through exactly this, so what `replay FILE --json` concludes
+/// from a recording is what the daemon concludes from the same lines. Returns the event and
+/// whether it was folded.
+pub fn fold(
+    adapter: &dyn AgentAdapter,
+    outcome: &mut AgentOutcome,
+    final_seen: &mut bool,
+    line: &str,
+) -> (Classified, bool) {
+    let event = adapter.classify(line);
+    if *final_seen {
+        return (event, false);
+    }
+    adapter.observe(outcome, &event);
+    *final_seen = adapter.is_final(&event);
+    (event, true)
 }
 
 /// The default per-attempt cost maximum in dollars (`container.max_cost_usd_per_attempt`).
@@ -213,6 +278,38 @@ mod tests {
             clamp(Some(1e6), f64::NAN),
             (Some(DEFAULT_MAX_COST_USD), true)
         );
+    }
+
+    #[test]
+    fn every_cli_has_one_descriptor() {
+        for t in AgentType::ALL {
+            let d = descriptor(t);
+            assert_eq!(d.agent_type, t);
+            assert_eq!(adapter_for(t).agent_type(), t);
+            assert!(!d.command.is_empty() && !d.auth_dir.is_empty(), "{t}");
+            assert!(!d.credential_files.is_empty(), "{t}");
+            assert!(
+                !d.api_hosts.is_empty(),
+                "{t}: the egress allowlist needs its hosts"
+            );
+            assert!(!d.api_key_env.is_empty(), "{t}");
+            assert!(d.login_hint.contains(d.command), "{t}");
+        }
+        let codex = descriptor(AgentType::Codex);
+        assert_eq!(
+            codex.kind_of_text("You've hit your usage limit. Upgrade to Pro"),
+            Some(FailureKind::Quota)
+        );
+        assert_eq!(
+            descriptor(AgentType::Claude).kind_of_text("Not logged in · Please run /login"),
+            Some(FailureKind::Auth)
+        );
+        assert_eq!(
+            descriptor(AgentType::Claude)
+                .kind_of_text("There's an issue with the selected model (x). It may not exist"),
+            Some(FailureKind::Model)
+        );
+        assert_eq!(codex.kind_of_text("fixed the parser"), None);
     }
 
     #[test]

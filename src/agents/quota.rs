@@ -12,6 +12,7 @@
 //! input or tool output: an agent writing "rate limit" in code is not out of quota.
 
 use chrono::{DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono_tz::Tz;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
@@ -121,6 +122,10 @@ pub enum ResetHint {
         /// `(month, day, year)`; the year is absent when the message gave none.
         date: Option<(u32, u32, Option<i32>)>,
         time: NaiveTime,
+        /// The IANA zone the message named (Claude Code: `resets 1pm
+        /// (America/Mexico_City)`); absent: the CLI machine's own offset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        zone: Option<Tz>,
     },
 }
 
@@ -245,8 +250,17 @@ pub fn reset_hint(text: &str) -> Option<ResetHint> {
         )),
         _ => None,
     };
-    Some(ResetHint::Local { date, time })
+    let zone = ZONE
+        .captures(&text[c.get(0)?.end()..])
+        .and_then(|z| z[1].parse::<Tz>().ok());
+    Some(ResetHint::Local { date, time, zone })
 }
+
+/// The zone right after a wall-clock time: ` (America/Mexico_City)`, ` (UTC)`.
+static ZONE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*\(\s*([A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,2})\s*\)")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+});
 
 /// Places `hint` in time. `seen`: when the message was read; `local`: the UTC offset of the
 /// machine the CLI ran on (its wall-clock times are in that zone). A time without a date is
@@ -264,34 +278,50 @@ pub fn reset_instant(
             let seconds = i64::try_from(millis.div_ceil(1000)).ok()?;
             seen.checked_add_signed(Duration::try_seconds(seconds)?)
         }
-        ResetHint::Local { date, time } => {
-            let seen_local = seen.with_timezone(&local);
-            let at = |d: NaiveDate| {
-                local
-                    .from_local_datetime(&d.and_time(time))
-                    .single()
-                    .map(|t| t.with_timezone(&Utc))
-            };
-            match date {
-                None => {
-                    let today = at(seen_local.date_naive())?;
-                    if today > seen {
-                        Some(today)
-                    } else {
-                        at(seen_local.date_naive().succ_opt()?)
-                    }
-                }
-                Some((month, day, Some(year))) => at(NaiveDate::from_ymd_opt(year, month, day)?),
-                Some((month, day, None)) => {
-                    // The year that puts it nearest to `seen` (Dec 31st seen on Jan 1st is
-                    // last year's; Jan 1st seen on Dec 31st is next year's).
-                    let year = seen_local.year();
-                    [year - 1, year, year + 1]
-                        .into_iter()
-                        .filter_map(|y| at(NaiveDate::from_ymd_opt(y, month, day)?))
-                        .min_by_key(|t| (*t - seen).num_seconds().abs())
-                }
+        ResetHint::Local {
+            date,
+            time,
+            zone: Some(zone),
+        } => local_instant(date, time, &zone, seen),
+        ResetHint::Local {
+            date,
+            time,
+            zone: None,
+        } => local_instant(date, time, &local, seen),
+    }
+}
+
+/// A wall-clock time (and as much of a date as given) in `zone`, placed near `seen`.
+fn local_instant<Z: TimeZone>(
+    date: Option<(u32, u32, Option<i32>)>,
+    time: NaiveTime,
+    zone: &Z,
+    seen: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let seen_local = seen.with_timezone(zone);
+    let at = |d: NaiveDate| {
+        zone.from_local_datetime(&d.and_time(time))
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+    };
+    match date {
+        None => {
+            let today = at(seen_local.date_naive())?;
+            if today > seen {
+                Some(today)
+            } else {
+                at(seen_local.date_naive().succ_opt()?)
             }
+        }
+        Some((month, day, Some(year))) => at(NaiveDate::from_ymd_opt(year, month, day)?),
+        Some((month, day, None)) => {
+            // The year that puts it nearest to `seen` (Dec 31st seen on Jan 1st is
+            // last year's; Jan 1st seen on Dec 31st is next year's).
+            let year = seen_local.year();
+            [year - 1, year, year + 1]
+                .into_iter()
+                .filter_map(|y| at(NaiveDate::from_ymd_opt(y, month, day)?))
+                .min_by_key(|t| (*t - seen).num_seconds().abs())
         }
     }
 }
@@ -658,5 +688,36 @@ mod tests {
             Some("3:28 PM".into())
         );
         assert_eq!(r("limit"), None);
+    }
+
+    #[test]
+    fn a_named_zone_is_kept_and_used() {
+        let hint = reset_hint("You've hit your limit · resets 1pm (America/Mexico_City)");
+        let Some(ResetHint::Local { zone, time, date }) = hint else {
+            panic!("{hint:?}")
+        };
+        assert_eq!(zone, Some(chrono_tz::America::Mexico_City));
+        assert_eq!(time, NaiveTime::from_hms_opt(13, 0, 0).unwrap_or_default());
+        assert_eq!(date, None);
+        // An unknown name is no zone (the machine's offset applies), never an error.
+        let Some(ResetHint::Local { zone, .. }) = reset_hint("resets 5am (Mars/Olympus)") else {
+            panic!("hint")
+        };
+        assert_eq!(zone, None);
+        // DST: 1pm in Mexico City is UTC-6 all year (no DST since 2022); New York in July is -4.
+        let seen = Utc
+            .with_ymd_and_hms(2026, 7, 1, 12, 0, 0)
+            .single()
+            .unwrap_or_default();
+        let ny =
+            reset_hint("resets 3pm (America/New_York)").unwrap_or(ResetHint::After { millis: 0 });
+        assert_eq!(
+            reset_instant(
+                &ny,
+                seen,
+                FixedOffset::east_opt(0).unwrap_or_else(|| unreachable!())
+            ),
+            Utc.with_ymd_and_hms(2026, 7, 1, 19, 0, 0).single()
+        );
     }
 }

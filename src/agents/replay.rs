@@ -65,6 +65,9 @@ pub struct ReplaySummary {
     pub counts: Vec<(EventKind, u64)>,
     pub status: ReplayStatus,
     pub outcome: AgentOutcome,
+    /// Lines after the CLI's final report: classified and counted, never folded into the
+    /// outcome (as in the live runtime).
+    pub lines_after_final: u64,
 }
 
 fn counts_as_map<S: serde::Serializer>(
@@ -94,6 +97,8 @@ pub fn replay<R: BufRead>(mut reader: R, adapter: &dyn AgentAdapter) -> io::Resu
     let mut line: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut overflow = false;
     let mut line_len = 0usize;
+    let mut final_seen = false;
+    let mut after_final = 0u64;
 
     let mut handle = |line: &[u8], cut: bool, len: usize, outcome: &mut AgentOutcome| {
         let text: Cow<'_, str> = String::from_utf8_lossy(line);
@@ -108,13 +113,16 @@ pub fn replay<R: BufRead>(mut reader: R, adapter: &dyn AgentAdapter) -> io::Resu
             ev.data["truncated"] = serde_json::Value::Bool(true);
             ev
         } else {
-            adapter.classify(&text)
+            let (event, folded) = super::fold(adapter, outcome, &mut final_seen, &text);
+            if !folded {
+                after_final += 1;
+            }
+            event
         };
         summary_lines += 1;
         if let Some(i) = EventKind::ALL.iter().position(|k| *k == event.kind) {
             counts[i] += 1;
         }
-        adapter.observe(outcome, &event);
     };
 
     loop {
@@ -160,6 +168,7 @@ pub fn replay<R: BufRead>(mut reader: R, adapter: &dyn AgentAdapter) -> io::Resu
         counts: EventKind::ALL.iter().copied().zip(counts).collect(),
         status: status_of(&outcome),
         outcome,
+        lines_after_final: after_final,
     })
 }
 

@@ -71,6 +71,8 @@ pub struct VerifySettings {
     pub protect_check_scripts: bool,
     pub allow_submodules: bool,
     pub allow_attribute_filters: bool,
+    /// `verify.max_changed_files`.
+    pub max_changed_files: usize,
 }
 
 impl VerifySettings {
@@ -239,6 +241,16 @@ impl Config {
         self.resolved.max_workspace_bytes
     }
 
+    /// `gateway:` (issue 26).
+    pub fn gateway(&self) -> &model::GatewayConfig {
+        &self.global.gateway
+    }
+
+    /// The model price table: shipped defaults under `gateway.prices`.
+    pub fn prices(&self) -> crate::gateway::PriceTable {
+        crate::gateway::PriceTable::with_overrides(&self.global.gateway.prices)
+    }
+
     /// `container.max_cost_usd_per_attempt`.
     pub fn max_cost_usd_per_attempt(&self) -> f64 {
         self.global.container.max_cost_usd_per_attempt
@@ -294,6 +306,7 @@ impl Config {
             protect_check_scripts: g.protect_check_scripts,
             allow_submodules: g.allow_submodules,
             allow_attribute_filters: g.allow_attribute_filters,
+            max_changed_files: g.max_changed_files,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {
@@ -393,24 +406,14 @@ pub fn db_path(home: &Path) -> PathBuf {
     home.join("queue.db")
 }
 
-/// The stream format an adapter parses for each agent type.
+/// The stream format an adapter parses for each agent type (its descriptor).
 pub fn default_event_protocol(t: AgentType) -> &'static str {
-    match t {
-        AgentType::Claude => "claude-stream-json",
-        AgentType::Codex => "codex-exec-json",
-        AgentType::Kimi => "kimi-stream-json",
-        AgentType::Gemini => "gemini-stream-json",
-    }
+    crate::agents::descriptor(t).event_protocol
 }
 
-/// Context window of each CLI's default model.
+/// Context window of each CLI's default model (its descriptor).
 pub fn default_context_window(t: AgentType) -> u64 {
-    match t {
-        AgentType::Claude => 200_000,
-        AgentType::Codex => 272_000,
-        AgentType::Kimi => 256_000,
-        AgentType::Gemini => 1_048_576,
-    }
+    crate::agents::descriptor(t).default_context_window
 }
 
 #[cfg(test)]

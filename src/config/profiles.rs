@@ -292,7 +292,7 @@ pub(super) fn build_agents(
             cli_command: a
                 .cli_command
                 .clone()
-                .unwrap_or_else(|| agent_type.default_command().to_string()),
+                .unwrap_or_else(|| crate::agents::descriptor(agent_type).command.to_string()),
             context_window_tokens: a
                 .context_window_tokens
                 .unwrap_or_else(|| default_context_window(agent_type)),
@@ -301,7 +301,7 @@ pub(super) fn build_agents(
             auth_path: a
                 .auth_path
                 .clone()
-                .unwrap_or_else(|| agent_type.default_auth_path().to_string()),
+                .unwrap_or_else(|| crate::agents::descriptor(agent_type).auth_dir.to_string()),
             model: a.model.clone(),
             max_turns: a.max_turns,
             image: a.image.clone(),

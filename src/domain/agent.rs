@@ -30,21 +30,6 @@ impl AgentType {
             AgentType::Gemini => "gemini",
         }
     }
-
-    /// The executable the CLI installs as.
-    pub fn default_command(self) -> &'static str {
-        self.as_str()
-    }
-
-    /// Where the CLI keeps its login below `$HOME`.
-    pub fn default_auth_path(self) -> &'static str {
-        match self {
-            AgentType::Claude => ".claude",
-            AgentType::Codex => ".codex",
-            AgentType::Kimi => ".kimi",
-            AgentType::Gemini => ".gemini",
-        }
-    }
 }
 
 impl fmt::Display for AgentType {

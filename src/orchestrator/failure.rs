@@ -17,7 +17,8 @@
 //! text is transient: a wrong "transient" costs a few retries, a wrong "permanent" strands
 //! a task that would have passed.
 
-use crate::domain::AttemptStatus;
+use crate::agents::{self, FailureKind as AgentKind};
+use crate::domain::{AgentType, AttemptStatus};
 use crate::runtime::RuntimeError;
 use crate::sources::{ClaimError, SourceError};
 use crate::store::StoreError;
@@ -43,10 +44,17 @@ pub enum FailureKind {
     SourceRefused,
     /// The agent's CLI is not logged in, or the model API refused its key.
     AgentAuth,
+    /// The agent profile names a model (or endpoint) the model API does not serve (a 404
+    /// "model not found"): every attempt fails the same way until the profile is fixed.
+    AgentModel,
     /// A configuration error: agent profile, identity, `.polyphony.yaml`, a host variable.
     Config,
     /// The agent's diff carries a known secret.
     SecretInDiff,
+    /// A check's command is not in the check image: the shell said "not found" (exit
+    /// 127) or "permission denied" (126) for the command itself (issue 29: three attempts
+    /// and 35 s spent on `python3: not found`). No agent can fix the image.
+    CheckCommandMissing { check: String, command: String },
 }
 
 impl FailureKind {
@@ -83,6 +91,18 @@ impl FailureKind {
         }
     }
 
+    /// What the agent adapter read from the CLI's structured lines
+    /// (`AgentOutcome::failure_kind`, issue 28) decides; without one, the CLI's own failure
+    /// words in its descriptor, then the shared table of [`FailureKind::of_agent_output`].
+    pub fn of_agent(read: Option<AgentKind>, agent_type: AgentType, output: &str) -> FailureKind {
+        match read.or_else(|| agents::descriptor(agent_type).kind_of_text(output)) {
+            Some(AgentKind::Auth) => FailureKind::AgentAuth,
+            Some(AgentKind::Model) => FailureKind::AgentModel,
+            Some(AgentKind::Transient) => FailureKind::Transient,
+            Some(AgentKind::Quota) | None => FailureKind::of_agent_output(output),
+        }
+    }
+
     /// Reads the agent CLI's own output (its final error or result text). Only the agent's
     /// words speak for its login: a 401 elsewhere is another token's.
     pub fn of_agent_output(output: &str) -> FailureKind {
@@ -112,6 +132,7 @@ impl From<&WorkspaceError> for FailureKind {
             | WorkspaceError::InvalidInput { .. }
             | WorkspaceError::AlreadyExists { .. }
             | WorkspaceError::OutsideRoot { .. }
+            | WorkspaceError::TooManyChanges { .. }
             | WorkspaceError::GitUnavailable { .. }
             | WorkspaceError::Io { .. } => FailureKind::Other,
         }
@@ -188,8 +209,14 @@ pub enum Cause {
     NotARepository,
     /// The agent's CLI is not logged in, or the model API refused its key (401).
     AgentAuth,
+    /// The agent profile's model (or endpoint) is not served (404 model not found).
+    AgentModel,
     Config,
     SecretInDiff,
+    /// A check command the check image does not have.
+    CheckCommandMissing {
+        check: String,
+    },
 }
 
 /// The verdict on one failure.
@@ -213,6 +240,7 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         status,
         AttemptStatus::Quota
             | AttemptStatus::Cancelled
+            | AttemptStatus::Budget
             | AttemptStatus::Timeout
             | AttemptStatus::Stalled
             | AttemptStatus::Succeeded
@@ -259,9 +287,17 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         FailureKind::AgentAuth => permanent(
             Cause::AgentAuth,
             format!(
-                "run `{} login` on the host (or set the API key the identity names), check \
-                 with `polyphony doctor`, then `polyphony retry TASK`",
-                cli_of(agent)
+                "{}, check with `polyphony doctor`, then `polyphony retry TASK`",
+                agents::descriptor(cli_of(agent)).login_hint
+            ),
+        ),
+        FailureKind::AgentModel => permanent(
+            Cause::AgentModel,
+            format!(
+                "agent profile `{}` (agents.yaml) names a model or endpoint the model API does \
+                 not serve: fix its `model` (or the identity's base URL), check with `polyphony \
+                 doctor`, then `polyphony retry TASK`",
+                if agent.is_empty() { "?" } else { agent }
             ),
         ),
         FailureKind::SecretInDiff => permanent(
@@ -270,6 +306,17 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
              repository or the issue text, then `polyphony retry TASK`"
                 .to_string(),
         ),
+        FailureKind::CheckCommandMissing { check, command } => permanent(
+            Cause::CheckCommandMissing {
+                check: check.clone(),
+            },
+            format!(
+                "the check image cannot run `{command}` (verify.{check}): install it in the \
+                 image `verify.image` names (the agent's image when unset), or change \
+                 `verify.{check}` in config.yaml (or the base branch's .polyphony.yaml); \
+                 then `polyphony retry TASK`"
+            ),
+        ),
         FailureKind::Config => permanent(
             Cause::Config,
             "fix the configuration the message names (`polyphony config check`), then \
@@ -277,6 +324,30 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
                 .to_string(),
         ),
     }
+}
+
+/// Whether a check's exit and output say its command is missing from the check image:
+/// exit 127 (not found) or 126 (not executable) with the shell (or the engine) naming the
+/// command's own program, not something the command ran (a test script of the repository
+/// that calls a missing tool is the agent's to fix). Foreign text: the shell's words.
+pub fn check_command_missing(command: &str, exit_code: Option<i64>, output: &str) -> bool {
+    if !matches!(exit_code, Some(126 | 127)) {
+        return false;
+    }
+    let Some(program) = command.split_whitespace().find(|w| !w.contains('=')) else {
+        return false;
+    };
+    let lower = output.to_ascii_lowercase();
+    let program = program.to_ascii_lowercase();
+    [
+        format!("{program}: not found"),
+        format!("{program}: command not found"),
+        format!("{program}: permission denied"),
+        format!("\"{program}\": executable file not found"),
+        format!("can't open '{program}'"),
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle.as_str()))
 }
 
 /// Texts of failures that pass by themselves: the network, the engine, a 5xx.
@@ -345,19 +416,13 @@ fn no_such_image(message: &str) -> Option<String> {
     (!image.is_empty()).then_some(image)
 }
 
-/// The command that logs an agent's CLI in.
-fn cli_of(agent: &str) -> &str {
+/// The CLI an agent profile runs, by its name (profiles are usually named after it).
+fn cli_of(agent: &str) -> AgentType {
     let lower = agent.to_ascii_lowercase();
-    for cli in ["claude", "codex", "kimi", "gemini"] {
-        if lower.contains(cli) {
-            return cli;
-        }
-    }
-    if agent.is_empty() {
-        "claude"
-    } else {
-        agent
-    }
+    AgentType::ALL
+        .into_iter()
+        .find(|t| lower.contains(agents::descriptor(*t).command))
+        .unwrap_or(AgentType::Claude)
 }
 
 /// The one-line reason a permanent failure is recorded and reported with.
@@ -388,8 +453,13 @@ mod tests {
             FailureKind::RepositoryGone,
             FailureKind::SourceRefused,
             FailureKind::AgentAuth,
+            FailureKind::AgentModel,
             FailureKind::Config,
             FailureKind::SecretInDiff,
+            FailureKind::CheckCommandMissing {
+                check: "test".into(),
+                command: "python3 -m pytest".into(),
+            },
         ];
         for kind in &all {
             // Exhaustive: adding a kind fails to compile until it is listed above.
@@ -402,8 +472,10 @@ mod tests {
                 | FailureKind::RepositoryGone
                 | FailureKind::SourceRefused
                 | FailureKind::AgentAuth
+                | FailureKind::AgentModel
                 | FailureKind::Config
-                | FailureKind::SecretInDiff => {}
+                | FailureKind::SecretInDiff
+                | FailureKind::CheckCommandMissing { .. } => {}
             }
         }
         all
@@ -672,6 +744,48 @@ mod tests {
             panic!("permanent")
         };
         assert!(fix.starts_with("run `codex login` on the host"), "{fix}");
+        let Class::Permanent { cause, fix } =
+            classify(&FailureKind::AgentModel, Failed, "codex-fast", "r")
+        else {
+            panic!("permanent")
+        };
+        assert_eq!(cause, Cause::AgentModel);
+        assert!(fix.contains("agent profile `codex-fast`"), "{fix}");
+    }
+
+    #[test]
+    fn the_adapter_reading_decides_the_agent_kind() {
+        use crate::agents::FailureKind as K;
+        // Structured readings win over any words.
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Model), AgentType::Codex, "stopped"),
+            FailureKind::AgentModel
+        );
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Auth), AgentType::Codex, "stopped"),
+            FailureKind::AgentAuth
+        );
+        assert_eq!(
+            FailureKind::of_agent(Some(K::Transient), AgentType::Claude, "not logged in"),
+            FailureKind::Transient
+        );
+        // Without one, the CLI's own words (its descriptor), then the shared table.
+        assert_eq!(
+            FailureKind::of_agent(
+                None,
+                AgentType::Claude,
+                "There's an issue with the selected model (x). It may not exist"
+            ),
+            FailureKind::AgentModel
+        );
+        assert_eq!(
+            FailureKind::of_agent(None, AgentType::Kimi, "Error code: 401 - invalid"),
+            FailureKind::AgentAuth
+        );
+        assert_eq!(
+            FailureKind::of_agent(None, AgentType::Codex, "fixed the parser (exit code 1)"),
+            FailureKind::Other
+        );
     }
 
     #[test]
@@ -680,5 +794,66 @@ mod tests {
         assert!(has_code("(401)", "401"));
         assert!(!has_code("line 4011", "401"));
         assert!(!has_code("a401b", "401"));
+    }
+
+    /// Issue 29: the shells' own words for a check command missing from the check image
+    /// (busybox sh, dash, bash, the engine), and what is not that.
+    #[test]
+    fn a_missing_check_command_is_read_from_the_shells_words() {
+        let cases: &[(&str, Option<i64>, &str, bool)] = &[
+            (
+                "python3 -m pytest",
+                Some(127),
+                "sh: python3: not found",
+                true,
+            ),
+            (
+                "python3 -m pytest",
+                Some(127),
+                "sh: 1: python3: not found",
+                true,
+            ),
+            (
+                "cargo test",
+                Some(127),
+                "bash: line 1: cargo: command not found",
+                true,
+            ),
+            ("./ci.sh", Some(126), "sh: ./ci.sh: Permission denied", true),
+            ("CI=1 make test", Some(127), "sh: make: not found", true),
+            (
+                "npm test",
+                Some(127),
+                "exec: \"npm\": executable file not found in $PATH",
+                true,
+            ),
+            // The command ran and something it called is missing: the agent's to fix.
+            (
+                "sh test.sh",
+                Some(127),
+                "test.sh: line 3: jq: not found",
+                false,
+            ),
+            // Not 126/127: a failing test that prints "not found".
+            ("sh test.sh", Some(1), "sh: sh: not found", false),
+            ("python3 -m pytest", None, "sh: python3: not found", false),
+        ];
+        for (command, code, output, missing) in cases {
+            assert_eq!(
+                check_command_missing(command, *code, output),
+                *missing,
+                "{command} {code:?} {output}"
+            );
+        }
+        let class = classify(
+            &FailureKind::CheckCommandMissing {
+                check: "test".into(),
+                command: "python3 -m pytest".into(),
+            },
+            AttemptStatus::Failed,
+            "claude",
+            "/r",
+        );
+        assert!(class.is_permanent(), "{class:?}");
     }
 }

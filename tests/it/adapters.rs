@@ -194,14 +194,20 @@ fn codex_usage_limit() {
 
 #[test]
 fn codex_transient_429_then_success_and_cumulative_usage() {
-    // The second turn.completed carries the thread's running total: it replaces, never adds.
+    // `codex exec` reports once: a second turn.completed after the report is not folded,
+    // in replay as in the daemon (`agents::fold`), so it neither adds nor replaces.
+    let s = fixture(
+        AgentType::Codex,
+        "reconnect_then_success_constructed.ndjson",
+    );
+    assert_eq!(s.lines_after_final, 1);
     check(
         AgentType::Codex,
         "reconnect_then_success_constructed.ndjson",
         Want {
             status: ReplayStatus::Succeeded,
-            turns: 2,
-            tokens: tokens(30001, 24448, 200),
+            turns: 1,
+            tokens: tokens(24763, 24448, 122),
             cost: None,
             final_message: Some(
                 "Added retry on 429 Too Many Requests: usage limit reached errors now back off.",
@@ -642,4 +648,180 @@ fn claude_2_1_332_real_500_retries_are_transient_and_not_hopeless() {
         (Some(500), "server_error")
     );
     assert_eq!(s.count(EventKind::System), 7);
+}
+
+// ------------------------------------------------ every fixture and its recorded outcome
+
+/// The fields of `replay FILE --agent X --json` a fixture's `.expected.json` pins.
+fn expected_view(s: &ReplaySummary) -> serde_json::Value {
+    let o = &s.outcome;
+    serde_json::json!({
+        "status": s.status,
+        "turns": o.turns,
+        "tokens": o.tokens,
+        "cost_usd": o.cost_usd,
+        "failure_kind": o.failure_kind,
+        "tool_calls": o.tool_calls,
+        "quota": o.quota.is_some(),
+        "reset": o.quota.as_ref().and_then(|q| q.reset),
+        "hopeless": o.hopeless,
+    })
+}
+
+#[test]
+fn every_fixture_replays_to_its_expected_outcome() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut checked = 0;
+    for agent in AgentType::ALL {
+        let dir = root.join(agent.as_str());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "ndjson"))
+            .collect();
+        names.sort();
+        for path in names {
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_string();
+            let want_path = path.with_extension("expected.json");
+            let want: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&want_path).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: every fixture needs its expected outcome: {e}",
+                        want_path.display()
+                    )
+                }))
+                .unwrap_or_else(|e| panic!("{}: {e}", want_path.display()));
+            let s = fixture(agent, &name);
+            assert_eq!(expected_view(&s), want, "{agent}/{name}");
+            checked += 1;
+        }
+    }
+    // PROVENANCE.md says where each fixture came from.
+    let provenance = std::fs::read_to_string(root.join("PROVENANCE.md")).unwrap_or_default();
+    for agent in AgentType::ALL {
+        for e in std::fs::read_dir(root.join(agent.as_str()))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.ends_with(".ndjson") {
+                // A numbered series (`…_repair_1`, `…_repair_2`) may share one row.
+                let stem = name.trim_end_matches(".ndjson");
+                let series = stem.trim_end_matches(|c: char| c.is_ascii_digit());
+                assert!(
+                    provenance.contains(stem) || provenance.contains(series),
+                    "{agent}/{name} is not in tests/fixtures/PROVENANCE.md"
+                );
+            }
+        }
+    }
+    assert!(checked >= 28, "only {checked} fixtures checked");
+}
+
+/// The failure kinds read from what the real CLIs printed (recorded here; PROVENANCE.md).
+#[test]
+fn failure_kinds_on_real_recordings() {
+    let cases: &[(AgentType, &str, ReplayStatus, Option<FailureKind>)] = &[
+        (
+            AgentType::Codex,
+            "real_0.147.0_host_usage_limit.ndjson",
+            ReplayStatus::Quota,
+            Some(FailureKind::Quota),
+        ),
+        (
+            AgentType::Codex,
+            "real_0.147.0_host_401.ndjson",
+            ReplayStatus::Failed,
+            Some(FailureKind::Auth),
+        ),
+        (
+            AgentType::Codex,
+            "real_0.147.0_host_404_model.ndjson",
+            ReplayStatus::Failed,
+            Some(FailureKind::Model),
+        ),
+        (
+            AgentType::Codex,
+            "real_0.147.0_host_unknown_model_warning.ndjson",
+            ReplayStatus::Succeeded,
+            None,
+        ),
+        (
+            AgentType::Claude,
+            "real_2.1.332_not_logged_in.ndjson",
+            ReplayStatus::Failed,
+            Some(FailureKind::Auth),
+        ),
+        (
+            AgentType::Claude,
+            "real_2.1.332_model_404.ndjson",
+            ReplayStatus::Failed,
+            Some(FailureKind::Model),
+        ),
+        (
+            AgentType::Claude,
+            "real_2.1.332_quota_1.ndjson",
+            ReplayStatus::Quota,
+            Some(FailureKind::Quota),
+        ),
+        (
+            AgentType::Claude,
+            "real_2.1.332_auth_1.ndjson",
+            ReplayStatus::Failed,
+            Some(FailureKind::Auth),
+        ),
+    ];
+    for (agent, name, status, kind) in cases {
+        let s = fixture(*agent, name);
+        assert_eq!(
+            (s.status, s.outcome.failure_kind),
+            (*status, *kind),
+            "{agent}/{name}"
+        );
+    }
+    // Codex retries a refused key 5 times (7 s): the first `Reconnecting` already makes the
+    // run hopeless, so the runtime stops it there.
+    let mut outcome = AgentOutcome::default();
+    let a = adapter_for(AgentType::Codex);
+    a.observe(&mut outcome, &a.classify(r#"{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided: sk-test., url: http://h/v1/responses)"}"#));
+    assert!(outcome.hopeless);
+    assert_eq!(outcome.failure_kind, Some(FailureKind::Auth));
+    assert_eq!(
+        outcome
+            .api_retry
+            .as_ref()
+            .map(|r| (r.attempt, r.max_retries, r.status)),
+        Some((1, 5, Some(401)))
+    );
+    // A 5xx retry is transient and not hopeless.
+    let mut outcome = AgentOutcome::default();
+    a.observe(&mut outcome, &a.classify(r#"{"type":"error","message":"Reconnecting... 2/5 (We're currently experiencing high demand, which may cause temporary errors.)"}"#));
+    assert!(!outcome.hopeless);
+    assert_eq!(outcome.failure_kind, Some(FailureKind::Transient));
+}
+
+#[test]
+fn a_named_zone_in_a_reset_is_kept() {
+    use chrono::TimeZone;
+    let s = fixture(AgentType::Claude, "reset_named_zone_constructed.ndjson");
+    let q = s.outcome.quota.expect("quota");
+    // Seen at 17:30 UTC = 11:30 in Mexico City (UTC-6): 1pm there is 19:00 UTC, whatever
+    // offset the machine that ran the CLI had.
+    let seen = chrono::Utc
+        .with_ymd_and_hms(2026, 12, 1, 17, 30, 0)
+        .unwrap();
+    let far = chrono::FixedOffset::east_opt(9 * 3600).unwrap();
+    let at = polyphony::agents::quota::hit_reset(&q, seen, far).expect("instant");
+    assert_eq!(
+        at,
+        chrono::Utc.with_ymd_and_hms(2026, 12, 1, 19, 0, 0).unwrap()
+    );
 }

@@ -73,7 +73,7 @@ impl World {
             attempt,
             agent: agent.as_str().into(),
             agent_type: agent,
-            cli_command: agent.default_command().into(),
+            cli_command: polyphony::agents::descriptor(agent).command.into(),
             fallback: vec![],
             identity: "test".into(),
             workspace: self.workspace(&format!("{name}-{}-{attempt}", agent.as_str())),

@@ -257,13 +257,6 @@ pub fn daemon_check(running: bool, pid: Option<&str>) -> Check {
 /// `(major, minor, patch)`.
 pub type Version = (u64, u64, u64);
 
-/// The real CLI versions the adapters were run or recorded against (docs/agents.md), as
-/// inclusive `(major, minor, patch)` ranges. Only Claude Code runs for real here.
-pub const TESTED_VERSIONS: [(AgentType, Version, Version); 2] = [
-    (AgentType::Claude, (2, 1, 59), (2, 1, 332)),
-    (AgentType::Gemini, (0, 31, 0), (0, 31, u64::MAX)),
-];
-
 /// `probe`: `Ok((exit code, output))` of `CLI --version` in `image`, or why it could not run.
 pub fn cli_version_check(
     image: &str,
@@ -274,7 +267,7 @@ pub fn cli_version_check(
     let name = format!("{agent} CLI in {image}");
     let install = format!(
         "put the {agent} CLI on PATH as `{cli}` in {image} (images/worker/Dockerfile; \
-         images/real/build.sh has the real Claude Code offline), set the profile's \
+         images/real/build.sh has the real Claude Code and Codex offline), set the profile's \
          `cli_command`, or route no task to {agent}"
     );
     let (code, output) = match probe {
@@ -311,13 +304,13 @@ pub fn cli_version_check(
         );
     };
     let shown = format!("{}.{}.{}", version.0, version.1, version.2);
-    match TESTED_VERSIONS.iter().find(|(a, _, _)| *a == agent) {
-        Some((_, low, high)) if (low..=high).contains(&&version) => {
-            Check::pass(name, format!("{shown} (tested range {} to {})", show(*low), show(*high)))
+    match crate::agents::descriptor(agent).tested_versions {
+        Some((low, high)) if (low..=high).contains(&version) => {
+            Check::pass(name, format!("{shown} (tested range {} to {})", show(low), show(high)))
         }
-        Some((_, low, high)) => Check::warn(
+        Some((low, high)) => Check::warn(
             name,
-            format!("{shown} is outside the tested range ({} to {}): its stream format may differ", show(*low), show(*high)),
+            format!("{shown} is outside the tested range ({} to {}): its stream format may differ", show(low), show(high)),
             "try one attempt and `polyphony replay --agent AGENT` its transcript, or pin a tested version in the image",
         ),
         None => Check::pass(

@@ -195,7 +195,13 @@ mod tests {
             ok("1.0.3 (Claude Code)"),
         );
         assert_eq!(c.level, Level::Warn, "{c:?}");
+        // Codex 0.147.0 runs for real in images/real (its descriptor's tested range).
+        let c = cli_version_check("r:1", AgentType::Codex, "codex", ok("codex-cli 0.147.0"));
+        assert_eq!(c.level, Level::Pass, "{c:?}");
+        assert!(c.detail.contains("tested range"), "{c:?}");
         let c = cli_version_check("r:1", AgentType::Codex, "codex", ok("codex-cli 0.98.0"));
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        let c = cli_version_check("r:1", AgentType::Kimi, "kimi", ok("kimi, version 0.40.0"));
         assert_eq!(c.level, Level::Pass, "{c:?}");
         assert!(c.detail.contains("never run for real"), "{c:?}");
         let c = cli_version_check(

@@ -113,13 +113,15 @@ impl Follower<'_> {
                 json!({"raw": text, "cut": true, "bytes": total}),
             ),
             (EventStream::Stdout, None) => {
-                let c = self.adapter.classify(&text);
-                if self.final_seen {
-                    // Only the CLI's first report counts (see `AgentAdapter::is_final`).
+                // The same fold as `polyphony replay`: only the CLI's first report counts.
+                let (c, folded) = crate::agents::fold(
+                    self.adapter,
+                    &mut self.outcome,
+                    &mut self.final_seen,
+                    &text,
+                );
+                if !folded {
                     self.lines_after_result += 1;
-                } else {
-                    self.adapter.observe(&mut self.outcome, &c);
-                    self.final_seen = self.adapter.is_final(&c);
                 }
                 if self.outcome.api_retry.is_none() {
                     self.progress += 1;

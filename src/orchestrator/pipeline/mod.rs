@@ -311,9 +311,21 @@ impl<'a> AttemptRun<'a> {
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
             // The agent CLI's own words are the only text read (foreign text, issue 30).
-            let kind = FailureKind::of_agent_output(result.reason.as_deref().unwrap_or(""));
+            // What the adapter read from the CLI's structured lines decides (issue 28).
+            let kind = FailureKind::of_agent(
+                exec.outcome.failure_kind,
+                self.spec
+                    .as_ref()
+                    .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
+                result.reason.as_deref().unwrap_or(""),
+            );
             let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
+            if exec.status == AttemptStatus::Budget {
+                // Issue 26: not a failure of the work; the task waits for the budget's reset.
+                failure.wait_until =
+                    Some(crate::orchestrator::gateway::next_day((self.orch.clock)()));
+            }
             return Err(failure);
         }
         self.move_to(
