@@ -4,8 +4,6 @@
 //! verification. [`AttemptRun::interrupted`] ends an attempt that will not go on without
 //! counting a failure, after finishing what it started at the source.
 
-use chrono::Utc;
-
 use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
 use crate::orchestrator::proof;
 use crate::orchestrator::restarts::{self, Verdict};
@@ -122,7 +120,7 @@ impl AttemptRun<'_> {
             Verdict::Resume { strikes: now } => {
                 if now != strikes {
                     self.db()
-                        .set_strikes(&self.task.id, record.attempt, now, Utc::now())
+                        .set_strikes(&self.task.id, record.attempt, now, self.orch.now())
                         .map_err(Failure::crash)?;
                     tracing::warn!(task = %self.task.id, attempt = record.attempt, strikes = now,
                         "the daemon died while handling this attempt's output; resuming it");
