@@ -71,6 +71,8 @@ pub struct VerifySettings {
     pub protect_check_scripts: bool,
     pub allow_submodules: bool,
     pub allow_attribute_filters: bool,
+    /// `verify.max_changed_files`.
+    pub max_changed_files: usize,
 }
 
 impl VerifySettings {
@@ -239,6 +241,16 @@ impl Config {
         self.resolved.max_workspace_bytes
     }
 
+    /// `gateway:` (issue 26).
+    pub fn gateway(&self) -> &model::GatewayConfig {
+        &self.global.gateway
+    }
+
+    /// The model price table: shipped defaults under `gateway.prices`.
+    pub fn prices(&self) -> crate::gateway::PriceTable {
+        crate::gateway::PriceTable::with_overrides(&self.global.gateway.prices)
+    }
+
     /// `container.max_cost_usd_per_attempt`.
     pub fn max_cost_usd_per_attempt(&self) -> f64 {
         self.global.container.max_cost_usd_per_attempt
@@ -294,6 +306,7 @@ impl Config {
             protect_check_scripts: g.protect_check_scripts,
             allow_submodules: g.allow_submodules,
             allow_attribute_filters: g.allow_attribute_filters,
+            max_changed_files: g.max_changed_files,
         };
         if let Some(i) = self.repo_index(repo) {
             if let Some(o) = &self.global.repos[i].verify {

@@ -54,6 +54,8 @@ pub struct GlobalConfig {
     pub http: HttpConfig,
     /// Keeping landed pull requests moving (issue 15).
     pub shepherd: super::shepherd::ShepherdConfig,
+    /// The model-API gateway (issue 26): real credentials stay out of the container.
+    pub gateway: GatewayConfig,
 }
 
 impl Default for GlobalConfig {
@@ -79,6 +81,28 @@ impl Default for GlobalConfig {
             allow_unsafe: false,
             http: HttpConfig::default(),
             shepherd: super::shepherd::ShepherdConfig::default(),
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
+
+/// `gateway:` in config.yaml (issue 26, src/gateway/).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Route each protected CLI's model API through a per-attempt gateway holding the real
+    /// key (`false`: the key goes into the container's environment, as before).
+    pub enabled: bool,
+    /// Model id (or id prefix) -> prices in USD per million tokens (`input`, `output`,
+    /// optional `cache_write`, `cache_read`), laid over the shipped defaults.
+    pub prices: BTreeMap<String, crate::gateway::Price>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            enabled: true,
+            prices: BTreeMap::new(),
         }
     }
 }
@@ -264,6 +288,9 @@ pub struct VerifyConfig {
     /// Let the agent add `filter=` lines to `.gitattributes`; refused by default (a filter
     /// runs a configured program on checkout).
     pub allow_attribute_filters: bool,
+    /// Most files one attempt may add, change or delete (issue 23): past it the attempt
+    /// is refused before its files are read, naming the count and this setting.
+    pub max_changed_files: usize,
 }
 
 impl Default for VerifyConfig {
@@ -279,6 +306,7 @@ impl Default for VerifyConfig {
             protect_check_scripts: false,
             allow_submodules: false,
             allow_attribute_filters: false,
+            max_changed_files: crate::workspace::DEFAULT_MAX_CHANGED_FILES,
         }
     }
 }

@@ -169,6 +169,15 @@ pub(super) fn resolve_global(
             "write a size with a unit, like 512k or 10m",
         )
     })?;
+    if g.verify.max_changed_files == 0 {
+        return Err(doc.error(
+            ConfigErrorKind::InvalidValue,
+            &[Key("verify"), Key("max_changed_files")],
+            None,
+            "`verify.max_changed_files` is 0, which refuses every attempt".to_string(),
+            "write the most files one attempt may change, like 50000",
+        ));
+    }
     let prompt_template = g
         .prompt_template
         .as_deref()
@@ -216,6 +225,17 @@ pub(super) fn resolve_global(
             format!("`container.max_cost_usd_per_attempt` is {max_cost}, not a positive number of dollars"),
             "set it to the most one attempt may cost, e.g. 100",
         ));
+    }
+    for (model, price) in &g.gateway.prices {
+        if !price.is_valid() {
+            return Err(doc.error(
+                ConfigErrorKind::InvalidValue,
+                &[Key("gateway"), Key("prices"), Key(model)],
+                None,
+                format!("`gateway.prices.{model}` has a price that is negative or not a number"),
+                "give input, output (and optionally cache_write, cache_read) as USD per million tokens, e.g. {input: 3, output: 15}",
+            ));
+        }
     }
 
     let positive = |ok: bool, path: &[Seg<'_>], field: &str, fix: &str| {

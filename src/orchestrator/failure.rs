@@ -51,6 +51,10 @@ pub enum FailureKind {
     Config,
     /// The agent's diff carries a known secret.
     SecretInDiff,
+    /// A check's command is not in the check image: the shell said "not found" (exit
+    /// 127) or "permission denied" (126) for the command itself (issue 29: three attempts
+    /// and 35 s spent on `python3: not found`). No agent can fix the image.
+    CheckCommandMissing { check: String, command: String },
 }
 
 impl FailureKind {
@@ -128,6 +132,7 @@ impl From<&WorkspaceError> for FailureKind {
             | WorkspaceError::InvalidInput { .. }
             | WorkspaceError::AlreadyExists { .. }
             | WorkspaceError::OutsideRoot { .. }
+            | WorkspaceError::TooManyChanges { .. }
             | WorkspaceError::GitUnavailable { .. }
             | WorkspaceError::Io { .. } => FailureKind::Other,
         }
@@ -208,6 +213,10 @@ pub enum Cause {
     AgentModel,
     Config,
     SecretInDiff,
+    /// A check command the check image does not have.
+    CheckCommandMissing {
+        check: String,
+    },
 }
 
 /// The verdict on one failure.
@@ -231,6 +240,7 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         status,
         AttemptStatus::Quota
             | AttemptStatus::Cancelled
+            | AttemptStatus::Budget
             | AttemptStatus::Timeout
             | AttemptStatus::Stalled
             | AttemptStatus::Succeeded
@@ -296,6 +306,17 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
              repository or the issue text, then `polyphony retry TASK`"
                 .to_string(),
         ),
+        FailureKind::CheckCommandMissing { check, command } => permanent(
+            Cause::CheckCommandMissing {
+                check: check.clone(),
+            },
+            format!(
+                "the check image cannot run `{command}` (verify.{check}): install it in the \
+                 image `verify.image` names (the agent's image when unset), or change \
+                 `verify.{check}` in config.yaml (or the base branch's .polyphony.yaml); \
+                 then `polyphony retry TASK`"
+            ),
+        ),
         FailureKind::Config => permanent(
             Cause::Config,
             "fix the configuration the message names (`polyphony config check`), then \
@@ -303,6 +324,30 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
                 .to_string(),
         ),
     }
+}
+
+/// Whether a check's exit and output say its command is missing from the check image:
+/// exit 127 (not found) or 126 (not executable) with the shell (or the engine) naming the
+/// command's own program, not something the command ran (a test script of the repository
+/// that calls a missing tool is the agent's to fix). Foreign text: the shell's words.
+pub fn check_command_missing(command: &str, exit_code: Option<i64>, output: &str) -> bool {
+    if !matches!(exit_code, Some(126 | 127)) {
+        return false;
+    }
+    let Some(program) = command.split_whitespace().find(|w| !w.contains('=')) else {
+        return false;
+    };
+    let lower = output.to_ascii_lowercase();
+    let program = program.to_ascii_lowercase();
+    [
+        format!("{program}: not found"),
+        format!("{program}: command not found"),
+        format!("{program}: permission denied"),
+        format!("\"{program}\": executable file not found"),
+        format!("can't open '{program}'"),
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle.as_str()))
 }
 
 /// Texts of failures that pass by themselves: the network, the engine, a 5xx.
@@ -411,6 +456,10 @@ mod tests {
             FailureKind::AgentModel,
             FailureKind::Config,
             FailureKind::SecretInDiff,
+            FailureKind::CheckCommandMissing {
+                check: "test".into(),
+                command: "python3 -m pytest".into(),
+            },
         ];
         for kind in &all {
             // Exhaustive: adding a kind fails to compile until it is listed above.
@@ -425,7 +474,8 @@ mod tests {
                 | FailureKind::AgentAuth
                 | FailureKind::AgentModel
                 | FailureKind::Config
-                | FailureKind::SecretInDiff => {}
+                | FailureKind::SecretInDiff
+                | FailureKind::CheckCommandMissing { .. } => {}
             }
         }
         all
@@ -744,5 +794,66 @@ mod tests {
         assert!(has_code("(401)", "401"));
         assert!(!has_code("line 4011", "401"));
         assert!(!has_code("a401b", "401"));
+    }
+
+    /// Issue 29: the shells' own words for a check command missing from the check image
+    /// (busybox sh, dash, bash, the engine), and what is not that.
+    #[test]
+    fn a_missing_check_command_is_read_from_the_shells_words() {
+        let cases: &[(&str, Option<i64>, &str, bool)] = &[
+            (
+                "python3 -m pytest",
+                Some(127),
+                "sh: python3: not found",
+                true,
+            ),
+            (
+                "python3 -m pytest",
+                Some(127),
+                "sh: 1: python3: not found",
+                true,
+            ),
+            (
+                "cargo test",
+                Some(127),
+                "bash: line 1: cargo: command not found",
+                true,
+            ),
+            ("./ci.sh", Some(126), "sh: ./ci.sh: Permission denied", true),
+            ("CI=1 make test", Some(127), "sh: make: not found", true),
+            (
+                "npm test",
+                Some(127),
+                "exec: \"npm\": executable file not found in $PATH",
+                true,
+            ),
+            // The command ran and something it called is missing: the agent's to fix.
+            (
+                "sh test.sh",
+                Some(127),
+                "test.sh: line 3: jq: not found",
+                false,
+            ),
+            // Not 126/127: a failing test that prints "not found".
+            ("sh test.sh", Some(1), "sh: sh: not found", false),
+            ("python3 -m pytest", None, "sh: python3: not found", false),
+        ];
+        for (command, code, output, missing) in cases {
+            assert_eq!(
+                check_command_missing(command, *code, output),
+                *missing,
+                "{command} {code:?} {output}"
+            );
+        }
+        let class = classify(
+            &FailureKind::CheckCommandMissing {
+                check: "test".into(),
+                command: "python3 -m pytest".into(),
+            },
+            AttemptStatus::Failed,
+            "claude",
+            "/r",
+        );
+        assert!(class.is_permanent(), "{class:?}");
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::execute;
-use super::failure::FailureKind;
+use super::failure::{self, FailureKind};
 use crate::agents::scrub::Scrubber;
 use crate::config::VerifySettings;
 use crate::domain::{AttemptStatus, CheckEvidence, RunSpec};
@@ -83,6 +83,15 @@ impl NamedSecrets {
         }
     }
 
+    /// `text` with every known secret's value masked (for paths shown in evidence).
+    pub fn mask(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (_, s) in &self.secrets {
+            out = s.scrub_line(&out).into_owned();
+        }
+        out
+    }
+
     /// The name of the first secret whose value occurs in `text`.
     pub fn find(&self, text: &str) -> Option<&str> {
         self.secrets
@@ -100,20 +109,24 @@ pub async fn commit(
     ws: Workspace,
     author: Author,
     message: String,
+    max_changed_files: usize,
 ) -> Result<CommitOutcome, Refusal> {
-    tokio::task::spawn_blocking(move || workspaces.commit_once(&ws, &author, &message))
-        .await
-        .map_err(Refusal::crash)?
-        .map_err(|e| {
-            let kind = FailureKind::from(&e);
-            match e {
-                crate::workspace::WorkspaceError::InvalidInput { .. } => {
-                    Refusal::failed(format!("cannot commit the agent's work: {e}"))
-                }
-                e => Refusal::crash(format!("cannot commit the agent's work: {e}")),
+    tokio::task::spawn_blocking(move || {
+        workspaces.commit_once(&ws, &author, &message, max_changed_files)
+    })
+    .await
+    .map_err(Refusal::crash)?
+    .map_err(|e| {
+        let kind = FailureKind::from(&e);
+        match e {
+            crate::workspace::WorkspaceError::InvalidInput { .. }
+            | crate::workspace::WorkspaceError::TooManyChanges { .. } => {
+                Refusal::failed(format!("cannot commit the agent's work: {e}"))
             }
-            .of_kind(kind)
-        })
+            e => Refusal::crash(format!("cannot commit the agent's work: {e}")),
+        }
+        .of_kind(kind)
+    })
 }
 
 /// What the gates judge besides the commit.
@@ -159,35 +172,64 @@ fn gates_blocking(
     }
     let protected = ProtectedPaths::new(&globs)
         .map_err(|e| Refusal::crash(format!("verify.protected_paths: {e}")))?;
-    let read = |c: &TreeChange| {
-        workspaces
-            .blob(ws, &c.new_oid)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .map_err(|e| Refusal::crash(format!("cannot read {} at {sha}: {e}", c.path)))
+    // Names first (issue 23): a file or directory named after a secret lands the secret as
+    // surely as a file holding it. Every path shown in evidence is masked then.
+    let named = changes.iter().find_map(|c| {
+        rules
+            .secrets
+            .find(&c.path)
+            .map(|name| (name.to_string(), c))
+    });
+    let masked = |p: &str| rules.secrets.mask(p);
+    let in_a_name = named.is_some();
+    let shown: Vec<String> = match in_a_name {
+        true => paths.iter().map(|p| masked(p)).collect(),
+        false => paths.clone(),
     };
+    // One batched read for every blob the gates look into: the `.gitattributes` files and
+    // each file small enough for the secret scan.
+    let wanted: Vec<&TreeChange> = changes
+        .iter()
+        .filter(|c| {
+            c.has_blob()
+                && (proof::is_attributes_file(&c.path)
+                    || c.size.is_some_and(|s| s <= settings.max_file_bytes))
+        })
+        .collect();
     let mut attributes = Vec::new();
-    for c in changes
-        .iter()
-        .filter(|c| c.has_blob() && proof::is_attributes_file(&c.path))
-    {
-        attributes.push((c.path.clone(), read(c)?));
-    }
-    let mut found = None;
-    for c in changes
-        .iter()
-        .filter(|c| c.has_blob() && c.size.is_some_and(|s| s <= settings.max_file_bytes))
-    {
-        if let Some(name) = rules.secrets.find(&read(c)?) {
-            found = Some((name.to_string(), c.path.clone()));
-            break;
-        }
-    }
+    let mut found = named.map(|(name, c)| (name, format!("the name {}", masked(&c.path))));
+    let oids = wanted.iter().map(|c| c.new_oid.clone()).collect();
+    workspaces
+        .read_blobs(ws, oids, &mut |i, bytes| {
+            let c = wanted[i];
+            let text = String::from_utf8_lossy(bytes);
+            if proof::is_attributes_file(&c.path) {
+                attributes.push((masked(&c.path), text.clone().into_owned()));
+            }
+            if found.is_none() && c.size.is_some_and(|s| s <= settings.max_file_bytes) {
+                if let Some(name) = rules.secrets.find(&text) {
+                    found = Some((name.to_string(), masked(&c.path)));
+                }
+            }
+            true
+        })
+        .map_err(|e| Refusal::crash(format!("cannot read the blobs of {sha}: {e}")))?;
+    let sized: Vec<TreeChange> = match in_a_name {
+        true => changes
+            .iter()
+            .map(|c| TreeChange {
+                path: masked(&c.path),
+                ..c.clone()
+            })
+            .collect(),
+        false => changes.clone(),
+    };
     Ok(vec![
-        proof::diff_gate(&paths),
-        proof::protected_gate(&protected, &paths),
-        proof::submodule_gate(&changes, settings.allow_submodules),
+        proof::diff_gate(&shown),
+        proof::protected_gate(&protected, &shown),
+        proof::submodule_gate(&sized, settings.allow_submodules),
         proof::attributes_gate(&attributes, settings.allow_attribute_filters),
-        proof::size_gate(&changes, settings.max_file_bytes),
+        proof::size_gate(&sized, settings.max_file_bytes),
         proof::secret_gate(found.as_ref().map(|(n, p)| (n.as_str(), p.as_str()))),
     ])
 }
@@ -378,14 +420,24 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
     let secret = evidence
         .iter()
         .any(|e| !e.passed && e.name == proof::SECRETS_GATE);
+    let missing = evidence.iter().find(|e| {
+        !e.passed
+            && !e.command.is_empty()
+            && failure::check_command_missing(&e.command, e.exit_code, &e.output_tail)
+    });
+    let kind = match (secret, missing) {
+        (true, _) => FailureKind::SecretInDiff,
+        (false, Some(e)) => FailureKind::CheckCommandMissing {
+            check: e.name.clone(),
+            command: e.command.clone(),
+        },
+        (false, None) => FailureKind::Other,
+    };
     Refusal {
         status: AttemptStatus::Failed,
         reason: format!("verification failed: {}", failed.join("; ")),
         evidence,
-        kind: match secret {
-            true => FailureKind::SecretInDiff,
-            false => FailureKind::Other,
-        },
+        kind,
     }
 }
 

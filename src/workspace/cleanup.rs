@@ -36,7 +36,13 @@ impl WorkspaceManager {
         if resolved == root || !resolved.starts_with(&root) {
             return Err(outside());
         }
-        let freed = disk_usage(&resolved);
+        let mut freed = disk_usage(&resolved);
+        // The orchestrator's own repository beside an attempt (issue 23) goes with it.
+        let own = super::own::own_repo_beside(&resolved);
+        if std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_dir()) {
+            freed += disk_usage(&own);
+            std::fs::remove_dir_all(&own).map_err(io_err("remove", &own))?;
+        }
         if let Err(e) = std::fs::remove_dir_all(&resolved) {
             // The container user may have left read-only directories: open them up and retry.
             if e.kind() != std::io::ErrorKind::PermissionDenied {

@@ -92,6 +92,7 @@ impl WorkspaceManager {
             Err(e) => {
                 // The directory is ours (we just made it): leave nothing half-built behind.
                 let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(super::own::own_repo_beside(&dir));
                 Err(e)
             }
         }
@@ -170,7 +171,7 @@ impl WorkspaceManager {
             chown_recursive(dir, uid, gid)?;
         }
         tracing::info!(path = %dir.display(), branch = %req.branch, base = %base_sha, used_mirror, "workspace prepared");
-        Ok(Workspace {
+        let ws = Workspace {
             path: dir.to_path_buf(),
             branch: req.branch.clone(),
             base_ref,
@@ -181,7 +182,20 @@ impl WorkspaceManager {
             mirror_objects,
             merge_parents: Vec::new(),
             lease: None,
-        })
+        };
+        // The orchestrator's own repository of the attempt (issue 23), made now, before any
+        // agent ran: borrowing the mirror's objects, or the clone's while it is still ours.
+        let borrowed = match used_mirror {
+            true => Some(
+                mirror
+                    .join("objects")
+                    .canonicalize()
+                    .map_err(io_err("resolve mirror objects", &mirror))?,
+            ),
+            false => None,
+        };
+        super::own::create(&ws, borrowed.as_deref())?;
+        Ok(ws)
     }
 
     /// Creates `{root}/{key}/{attempt}` (the last component with a plain `mkdir`), refusing

@@ -101,6 +101,8 @@ const SAFE_CONFIG: &[&str] = &[
     "commit.gpgSign=false",
     "tag.gpgSign=false",
     "advice.detachedHead=false",
+    "core.useReplaceRefs=false",
+    "core.untrackedCache=false",
 ];
 
 /// One git invocation under construction.
@@ -121,7 +123,17 @@ impl<'a> Git<'a> {
         for var in CLEARED_ENV {
             cmd.env_remove(var);
         }
+        // Every other `GIT_*` the daemon inherited too (issue 23: no `GIT_DIR` tricks, no
+        // `GIT_REPLACE_REF_BASE`, nothing a future git reads from the environment).
+        for (var, _) in std::env::vars_os() {
+            if var.as_encoded_bytes().starts_with(b"GIT_") {
+                cmd.env_remove(var);
+            }
+        }
         cmd.env("GIT_TERMINAL_PROMPT", "0")
+            // Replace objects off for good measure: the orchestrator's repositories have no
+            // `refs/replace/`, and git must never substitute an object it reads.
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_PAGER", "cat")
@@ -228,6 +240,122 @@ impl<'a> Git<'a> {
     pub(crate) fn stdout(self) -> Result<String, WorkspaceError> {
         let out = self.run()?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Git<'_> {
+    /// Runs with `feed` writing the child's stdin on a thread of its own while `read` consumes
+    /// its stdout as it comes (one batched process for any number of objects: `cat-file
+    /// --batch`, `fast-import`), under the same deadline as `run`. An error of `feed` (a file
+    /// it could not read) wins over git's, which wins over `read`'s.
+    pub(crate) fn stream<T>(
+        mut self,
+        feed: impl FnOnce(&mut dyn Write) -> Result<(), WorkspaceError> + Send + 'static,
+        read: impl FnOnce(&mut dyn std::io::BufRead) -> Result<T, WorkspaceError>,
+    ) -> Result<T, WorkspaceError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Condvar, Mutex};
+        let limit = self.timeout;
+        self.cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = self
+            .cmd
+            .spawn()
+            .map_err(|e| WorkspaceError::GitUnavailable {
+                reason: e.to_string(),
+            })?;
+        let pid = child.id() as i32;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let err_reader = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = stderr {
+                let _ = std::io::Read::read_to_end(&mut p, &mut buf);
+            }
+            buf
+        });
+        let writer = std::thread::spawn(move || -> Result<(), WorkspaceError> {
+            let Some(stdin) = stdin else { return Ok(()) };
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, stdin);
+            let fed = feed(&mut w);
+            let flushed = w.flush();
+            match (fed, flushed) {
+                (Err(e), _) => Err(e),
+                // The child stopped reading (it failed, or `read` had all it wanted).
+                (Ok(()), Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                (Ok(()), Err(e)) => Err(WorkspaceError::Io {
+                    op: "write to git",
+                    path: PathBuf::from("git"),
+                    source: e,
+                }),
+                (Ok(()), Ok(())) => Ok(()),
+            }
+        });
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let watchdog = {
+            let done = done.clone();
+            let timed_out = timed_out.clone();
+            std::thread::spawn(move || {
+                let (lock, cvar) = &*done;
+                let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (guard, _) = cvar
+                    .wait_timeout_while(guard, limit, |finished| !*finished)
+                    .unwrap_or_else(|p| p.into_inner());
+                if !*guard {
+                    timed_out.store(true, Ordering::SeqCst);
+                    // SAFETY: kill(2) on the process group this child leads (set above).
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                }
+            })
+        };
+        let result = match stdout {
+            Some(out) => {
+                let mut reader = std::io::BufReader::with_capacity(1 << 16, out);
+                let r = read(&mut reader);
+                // Whatever `read` left unread: drained, so the child can finish.
+                let _ = std::io::copy(&mut reader, &mut std::io::sink());
+                r
+            }
+            None => read(&mut std::io::empty()),
+        };
+        let status = child.wait();
+        {
+            let (lock, cvar) = &*done;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cvar.notify_all();
+        }
+        let _ = watchdog.join();
+        let fed = writer.join().unwrap_or(Ok(()));
+        let stderr = err_reader.join().unwrap_or_default();
+        if timed_out.load(Ordering::SeqCst) {
+            return Err(WorkspaceError::Git {
+                op: scrub(&self.op, self.token),
+                code: None,
+                stderr: format!(
+                    "killed after {limit:?} without finishing (a hung git process; the workspace may hold a FIFO or a huge file)"
+                ),
+            });
+        }
+        fed?;
+        let status = status.map_err(|e| WorkspaceError::GitUnavailable {
+            reason: e.to_string(),
+        })?;
+        if !status.success() {
+            let out = Output {
+                status,
+                stdout: Vec::new(),
+                stderr,
+            };
+            return Err(git_error(&self.op, &out, self.token));
+        }
+        result
     }
 }
 

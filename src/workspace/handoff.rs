@@ -1,10 +1,12 @@
 //! `quota_handoff: continue` (issue 14): the work an attempt left when it met a usage limit
 //! carried into the next attempt's fresh clone, so the next agent continues from it.
 //!
-//! The limited workspace is untrusted like any agent's: its tree is taken through
-//! `commit_once` (hardened `.git`, one commit on the base) and read back blob by blob from
-//! that commit; nothing of its `.git`, index or ignored files comes along. Each changed path
-//! is written into the new clone, never through a symlink and never outside it.
+//! The limited workspace is untrusted like any agent's: its working tree is taken through
+//! `commit_once` (its files only, one commit on the base in the orchestrator's repository;
+//! issue 23) and read back from that commit in one batched `cat-file`; nothing of its
+//! `.git`, index or ignored files comes along. Each changed path is written into the new
+//! clone (prepared, the next agent not yet started), never through a symlink and never
+//! outside it.
 //!
 //! Must not: commit, push or touch the upstream (the new attempt is verified like any).
 
@@ -34,13 +36,37 @@ impl WorkspaceManager {
             from,
             author,
             "Polyphony: the work so far of an attempt stopped by a usage limit",
+            super::commit::DEFAULT_MAX_CHANGED_FILES,
         )?;
         let Some(sha) = outcome.sha else {
             return Ok(None);
         };
         let changes = self.changes(from, &sha)?;
+        // Deletions and what is not a regular file first; then every regular file's content
+        // in one batched read.
+        let mut files = Vec::new();
         for change in &changes {
-            carry(self, from, to, change)?;
+            if is_regular(change) {
+                files.push(change);
+            } else {
+                carry_other(to, change)?;
+            }
+        }
+        let oids = files.iter().map(|c| c.new_oid.clone()).collect();
+        let mut failed = None;
+        self.read_blobs(
+            from,
+            oids,
+            &mut |i, bytes| match write_file(to, files[i], bytes) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            },
+        )?;
+        if let Some(e) = failed {
+            return Err(e);
         }
         Ok(Some(Handoff {
             sha,
@@ -49,28 +75,28 @@ impl WorkspaceManager {
     }
 }
 
-/// Applies one change to `to`: a regular file is written with its mode, a deletion removes
-/// the file; symlinks and submodules are left out (they could point anywhere).
-fn carry(
-    manager: &WorkspaceManager,
-    from: &Workspace,
-    to: &Workspace,
-    change: &TreeChange,
-) -> Result<(), WorkspaceError> {
+fn is_regular(change: &TreeChange) -> bool {
+    change.status != 'D' && matches!(change.new_mode.as_str(), "100644" | "100755")
+}
+
+/// Applies a change that carries no file content: a deletion removes the file; symlinks
+/// and submodules are left out (they could point anywhere).
+fn carry_other(to: &Workspace, change: &TreeChange) -> Result<(), WorkspaceError> {
     let dest = safe_path(&to.path, &change.path)?;
-    let regular = matches!(change.new_mode.as_str(), "100644" | "100755");
-    if change.status == 'D' || !regular {
-        if change.status == 'D' {
-            match std::fs::symlink_metadata(&dest) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => std::fs::remove_file(&dest)
-                    .map_err(io_err("remove a handed-over deletion", &dest))?,
-                Err(_) => {}
-            }
+    if change.status == 'D' {
+        match std::fs::symlink_metadata(&dest) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => std::fs::remove_file(&dest)
+                .map_err(io_err("remove a handed-over deletion", &dest))?,
+            Err(_) => {}
         }
-        return Ok(());
     }
-    let content = manager.blob(from, &change.new_oid)?;
+    Ok(())
+}
+
+/// Writes one regular file of the change into `to` with its mode.
+fn write_file(to: &Workspace, change: &TreeChange, content: &[u8]) -> Result<(), WorkspaceError> {
+    let dest = safe_path(&to.path, &change.path)?;
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)
             .map_err(io_err("create a handed-over directory", parent))?;

@@ -3,8 +3,12 @@
 //! resolve; the landing commit (`commit_once`) then records the merged base as its second
 //! parent. The branch's history is kept and the push is a fast-forward (`rebase.rs` is the
 //! opt-in alternative, `shepherd.conflicts: rebase`).
+//!
+//! Runs at prepare, in the fresh clone, before the agent: the clone is still the
+//! orchestrator's then. After the agent, only the working tree it left is read (issue 23):
+//! the landing commit is made in the orchestrator's repository, whose objects include the
+//! merged base (the mirror's), so what is pushed to the pull request is what was verified.
 
-use super::commit::harden;
 use super::git::Git;
 use super::{Workspace, WorkspaceError, WorkspaceManager};
 
@@ -35,7 +39,6 @@ impl WorkspaceManager {
     /// Merges `origin/<base>` into the workspace's branch without committing. On return
     /// `ws.merge_parents` names the merged commit (when there was one).
     pub fn merge_base(&self, ws: &mut Workspace, base: &str) -> Result<BaseMerge, WorkspaceError> {
-        harden(ws)?;
         let base_sha = self.origin_base(ws, base)?;
         if contains(ws, &base_sha, &ws.base_sha)? {
             return Ok(BaseMerge {
@@ -183,16 +186,21 @@ mod tests {
             email: "p@e".into(),
         };
         let sha = manager
-            .commit_once(&ws, &author, "follow-up")
+            .commit_all(&ws, &author, "follow-up")
             .expect("commit")
             .sha
             .expect("sha");
-        let parents = git(&ws.path, &["rev-list", "--parents", "-n1", &sha]);
+        // Read from the orchestrator's repository: the workspace never sees the commit.
+        let own = crate::workspace::own_repo_path(&ws);
+        let parents = git(&own, &["rev-list", "--parents", "-n1", &sha]);
         assert_eq!(parents, format!("{sha} {} {main}", ws.base_sha));
 
-        // Merging again finds the base contained.
+        // Merging again (a later follow-up, on the pushed commit) finds the base contained.
         ws.base_sha = sha;
         ws.merge_parents.clear();
+        let own_dir = own.display().to_string();
+        git(&ws.path, &["fetch", "-q", &own_dir, "refs/heads/feature"]);
+        git(&ws.path, &["merge", "--abort"]);
         git(&ws.path, &["checkout", "-q", "--detach", &ws.base_sha]);
         let again = manager.merge_base(&mut ws, "main").expect("again");
         assert_eq!(again.merged, None);

@@ -10,10 +10,14 @@
 //! several times slower and has no `--reference`/`--dissociate` (NOTES-crates.md). Reading a
 //! file at the base ref uses git2 on our own mirror.
 //!
-//! Trust: after an agent ran, its workspace (including `.git/config` and hooks) is hostile
-//! input. Before any git command there, `harden` checks `.git` is a real directory and rewrites
-//! the config; every command runs without hooks, fsmonitor or credential helpers; push goes to
-//! the upstream recorded at prepare time, never to a URL read from the workspace.
+//! Trust (issue 23, landing by construction): after an agent ran, its workspace is untrusted
+//! data and only its working tree's files are input. Nothing in the agent's `.git` is read
+//! (refs, objects, packs, index, config, hooks, replace refs, commit-graph, alternates): the
+//! landing commit is made from the files (`worktree.rs`) in the orchestrator's own
+//! repository beside the workspace (`own.rs`), and the gates, the clean checkout for the
+//! checks, the push and the read-back all run there. Every git command runs without hooks,
+//! fsmonitor, credential helpers, replace objects, system or global config (`git.rs`); push
+//! goes to the upstream recorded at prepare time, never to a URL read from the workspace.
 
 mod cleanup;
 mod clone;
@@ -24,6 +28,7 @@ pub mod key;
 pub mod marker;
 mod merge;
 mod mirror;
+mod own;
 pub mod probe;
 mod push;
 mod rebase;
@@ -31,11 +36,14 @@ pub mod repo_read;
 mod seed;
 mod shared;
 mod snapshot;
+mod worktree;
 
 pub use cleanup::disk_usage;
+pub use commit::DEFAULT_MAX_CHANGED_FILES;
 pub use handoff::Handoff;
 pub use key::{branch_name, parse_owner, task_key};
 pub use merge::BaseMerge;
+pub use own::own_repo_path;
 pub use rebase::{foreign_commits, BaseRebase};
 pub use repo_read::RepoSnapshot;
 pub use seed::seed_bare_repo;
@@ -76,6 +84,8 @@ pub enum WorkspaceError {
         code: Option<i32>,
         stderr: String,
     },
+    #[error("the attempt adds, changes or deletes {count} files, more than verify.max_changed_files ({limit}); raise verify.max_changed_files in config.yaml or split the task")]
+    TooManyChanges { count: usize, limit: usize },
     #[error("cannot run git: {reason}; install git (>= 2.32) and put it on PATH")]
     GitUnavailable { reason: String },
     #[error("reading {path} at {base_ref} in mirror {}: {reason}", mirror.display())]
@@ -162,15 +172,15 @@ pub struct Author {
     pub email: String,
 }
 
-/// Result of `commit_all`.
+/// Result of `commit_once` / `commit_all`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOutcome {
     /// Branch tip to push when the diff against the base is non-empty.
     pub sha: Option<String>,
-    /// Whether `commit_all` made a commit (false if the agent had committed everything).
+    /// Whether a commit was made (false exactly when `empty`).
     pub created_commit: bool,
-    /// Paths changed between `base_sha` and the tip (agent commits included), relative to
-    /// the repository root; a rename lists both sides.
+    /// Paths changed between `base_sha` and the landing commit, relative to the repository
+    /// root; a rename lists both sides.
     pub changed_paths: Vec<String>,
     /// No difference from the base at all.
     pub empty: bool,

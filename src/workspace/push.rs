@@ -2,18 +2,19 @@
 //! the askpass script (token only in the child's environment); local paths and `file://` need
 //! nothing. A rejected ref is an error, never a silent success.
 //!
-//! Must not read the destination from the workspace (the agent could have rewritten
-//! `remote.origin.url` to exfiltrate the token): it pushes to the upstream recorded at prepare.
+//! Pushes FROM the orchestrator's own repository (`own.rs`, issue 23), never from the
+//! workspace: what `pack-objects` sends is read from the same objects the gates judged,
+//! with no replace refs or agent-written packs anywhere in reach. Must not read the
+//! destination from the workspace: it pushes to the upstream recorded at prepare.
 
 use super::clone::resolve_upstream;
-use super::commit::harden;
-use super::git::Git;
 use super::key::scrub;
 use super::{Workspace, WorkspaceError, WorkspaceManager};
 
 impl WorkspaceManager {
-    /// Pushes `refs/heads/{ws.branch}` (no force) to `remote` (a URL or path; `None` = the
-    /// upstream `origin` was set to at prepare time).
+    /// Pushes the landing commit `commit_once` made (`refs/heads/{ws.branch}` of the
+    /// orchestrator's repository; no force) to `remote` (a URL or path; `None` = the
+    /// upstream recorded at prepare time).
     pub fn push(
         &self,
         ws: &Workspace,
@@ -36,7 +37,7 @@ impl WorkspaceManager {
         self.push_refspec(ws, remote, &refspec, remote_branch, None, token)
     }
 
-    /// Pushes one refspec from the workspace to `remote` (`None` = the upstream recorded at
+    /// Pushes one refspec from the orchestrator's repository to `remote` (`None` = the upstream recorded at
     /// prepare time); `remote_branch` names the destination in errors. No force, except a
     /// `lease`: the remote branch is replaced only while it still names that sha.
     pub(super) fn push_refspec(
@@ -52,10 +53,10 @@ impl WorkspaceManager {
             Some(r) if r != "origin" => resolve_upstream(r)?,
             _ => ws.upstream.clone(),
         };
-        harden(ws)?;
         let askpass = self.askpass()?;
-        let (out, op, token) = Git::new("push")
-            .current_dir(&ws.path)
+        let (out, op, token) = self
+            .own_repo(ws)?
+            .git("push")
             .args(["push", "--porcelain", "--no-verify"])
             .args(lease.map(|sha| lease_option(remote_branch, sha)))
             .args(["--", &target, refspec])

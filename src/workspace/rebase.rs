@@ -9,8 +9,10 @@
 //! half-finished rebase for the agent to continue or abort), and replaying our own
 //! follow-up commits one by one adds nothing. The push then replaces the old head with
 //! `--force-with-lease` to exactly the sha read here (`ws.lease`).
+//!
+//! Like `merge.rs`, runs at prepare in the fresh clone, before the agent; the landing commit
+//! and the push come from the orchestrator's repository (issue 23).
 
-use super::commit::harden;
 use super::git::Git;
 use super::merge::{contains, start_merge};
 use super::{Author, Workspace, WorkspaceError, WorkspaceManager};
@@ -57,7 +59,6 @@ impl WorkspaceManager {
         base: &str,
         author: &Author,
     ) -> Result<BaseRebase, WorkspaceError> {
-        harden(ws)?;
         let git = |op: &str| Git::new(op).current_dir(&ws.path);
         let base_sha = self.origin_base(ws, base)?;
         let head = ws.base_sha.clone();
@@ -199,11 +200,12 @@ mod tests {
 
         std::fs::write(ws.path.join("a.txt"), "uno ONE\ntwo\n").expect("write");
         let sha = manager
-            .commit_once(&ws, &author(), "follow-up")
+            .commit_all(&ws, &author(), "follow-up")
             .expect("commit")
             .sha
             .expect("sha");
-        let local = git_as("Person", &ws.path, &["rev-list", "--parents", "-n1", &sha]);
+        let own = crate::workspace::own_repo_path(&ws);
+        let local = git_as("Person", &own, &["rev-list", "--parents", "-n1", &sha]);
         assert_eq!(local, format!("{sha} {main}"), "one parent: the base head");
 
         // Someone pushes to the branch after we read it: the lease refuses, nothing lost.

@@ -5,8 +5,8 @@
 //! mirror's object directory (canonical, absolute), so preparing an attempt costs the refs and
 //! the checkout, not a copy of the history. The agent container sees that directory read-only
 //! at the same absolute path, so git inside works and writes new objects to the clone's own
-//! object directory; host-side commit and push re-create the alternates entry from the value
-//! recorded at prepare (`harden`), never from the workspace.
+//! object directory. Host-side git after the agent never reads the clone: it reads only the
+//! orchestrator's own repository (`own.rs`), which borrows the mirror the same way.
 //!
 //! Maintenance: a fetch never runs git's own auto-gc (it could prune objects a live clone
 //! references); `auto_gc` runs it afterwards under the mirror's exclusive lock with
@@ -55,7 +55,12 @@ pub(crate) fn clone_shared(
 
 /// Makes `objects` the only alternates entry of the repository at `dot_git`.
 pub(crate) fn write_alternates(dot_git: &Path, objects: &Path) -> Result<(), WorkspaceError> {
-    let info = dot_git.join("objects/info");
+    write_alternates_in(&dot_git.join("objects"), objects)
+}
+
+/// Makes `objects` the only alternates entry of the object directory `object_dir`.
+pub(crate) fn write_alternates_in(object_dir: &Path, objects: &Path) -> Result<(), WorkspaceError> {
+    let info = object_dir.join("info");
     std::fs::create_dir_all(&info).map_err(io_err("create", &info))?;
     let file = info.join("alternates");
     let mut line = objects.as_os_str().as_encoded_bytes().to_vec();
@@ -83,17 +88,25 @@ impl WorkspaceManager {
                 if !attempt.file_type().is_ok_and(|t| t.is_dir()) {
                     continue;
                 }
-                let file = attempt.path().join(".git/objects/info/alternates");
-                match std::fs::read(&file) {
-                    Ok(text) => {
-                        let named = text
-                            .split(|b| *b == b'\n')
-                            .any(|l| l == objects.as_os_str().as_encoded_bytes());
-                        n += usize::from(named);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(_) => n += 1,
-                }
+                // An attempt borrows through its clone or through the orchestrator's own
+                // repository beside it (`N.land.git`, bare: issue 23); counted once.
+                let name = attempt.file_name().to_string_lossy().into_owned();
+                let files = match name.strip_suffix(super::own::SUFFIX) {
+                    Some(clone) if attempt.path().with_file_name(clone).is_dir() => continue,
+                    Some(_) => vec![attempt.path().join("objects/info/alternates")],
+                    None => vec![
+                        attempt.path().join(".git/objects/info/alternates"),
+                        super::own::own_repo_beside(&attempt.path())
+                            .join("objects/info/alternates"),
+                    ],
+                };
+                let borrows = files.iter().any(|file| match std::fs::read(file) {
+                    Ok(text) => text
+                        .split(|b| *b == b'\n')
+                        .any(|l| l == objects.as_os_str().as_encoded_bytes()),
+                    Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+                });
+                n += usize::from(borrows);
             }
         }
         n

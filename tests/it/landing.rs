@@ -1,4 +1,5 @@
-//! Landing integrity (issue 11, "the pushed commit is the verified commit"): a hostile
+//! Landing integrity (issue 11, "the pushed commit is the verified commit"; issue 23's
+//! attacks on the agent's `.git` are in `landing_own.rs`): a hostile
 //! scripted agent (images/test/fake, the `repoint-branch`, `exclude-hidden`, `fifo-index`,
 //! `gitmodules`, `attr-filter`, `big-file` and `leak-secret` scenarios) drives the BUILT
 //! binary through the real pipeline: real Docker, real git with a local bare origin, and the
@@ -8,8 +9,9 @@
 //! secret stored, no container left.
 //!
 //! Also: resuming one attempt after restarts is capped; `config check` warns about
-//! unprotected check scripts; and, without Docker, the workspace layer sees a gitlink,
-//! refuses a FIFO at `.git/index` and writes a check copy holding only the commit.
+//! unprotected check scripts; and, without Docker, the workspace layer refuses a nested
+//! repository and a FIFO in the working tree, never opens one in `.git`, and writes a
+//! check copy holding only the commit.
 //!
 //! Without an engine the Docker tests fail when `CI` is set, otherwise print `SKIPPED`.
 
@@ -28,18 +30,18 @@ use support::wait::wait_until;
 
 const RUN_LIMIT: Duration = Duration::from_secs(240);
 /// The secret the leaking agent's identity carries (never stored anywhere).
-const SECRET: &str = "pp-test-secret-7f3c9a51d2e84b06";
+pub(crate) const SECRET: &str = "pp-test-secret-7f3c9a51d2e84b06";
 
 /// The demo project (`add` subtracts, `sh test.sh` fails) as a bare origin, plus a branch
 /// `evil` whose one commit only changes `.github/workflows/ci.yml`.
-struct Origin {
+pub(crate) struct Origin {
     sample: support::home::Origin,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     evil: String,
 }
 
 impl Origin {
-    fn new() -> Origin {
+    pub(crate) fn new() -> Origin {
         let sample = support::home::Origin::new();
         let dir = sample.dir.path();
         let path = sample.path.clone();
@@ -62,12 +64,12 @@ impl Origin {
         Origin { sample, path, evil }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.sample.url()
     }
 
     /// Branches under `polyphony/` in the origin, with their tips.
-    fn pushed(&self) -> Vec<(String, String)> {
+    pub(crate) fn pushed(&self) -> Vec<(String, String)> {
         git(
             &self.path,
             &[
@@ -82,7 +84,12 @@ impl Origin {
         .collect()
     }
 
-    fn main_sha(&self) -> String {
+    /// `path` at `rev` in the origin (trimmed).
+    pub(crate) fn show_file(&self, rev: &str, path: &str) -> String {
+        git(&self.path, &["show", &format!("{rev}:{path}")])
+    }
+
+    pub(crate) fn main_sha(&self) -> String {
         git(&self.path, &["rev-parse", "main"])
     }
 }
@@ -90,7 +97,7 @@ impl Origin {
 impl Home {
     /// A home running every agent as `claude` in the test image; `verify` is appended to
     /// config.yaml's `verify:` section. Runs log at `info` and carry the identity's secret.
-    fn for_landing(
+    pub(crate) fn for_landing(
         image: &str,
         max_attempts: u32,
         verify: &str,
@@ -126,14 +133,19 @@ impl Home {
     }
 
     /// Enqueues a local task whose agent plays `scenario` (then `extra` in the body).
-    async fn enqueue_scenario(&self, origin: &Origin, scenario: &str, extra: &str) -> String {
+    pub(crate) async fn enqueue_scenario(
+        &self,
+        origin: &Origin,
+        scenario: &str,
+        extra: &str,
+    ) -> String {
         let body = format!("Fix add().\n\npolyphony-fake: {scenario}\n{FIX_DIRECTIVE}\n{extra}");
         self.enqueue(&origin.path, &body, &format!("Fix add() ({scenario})"))
             .await
     }
 
     /// Every file under the home (database, transcripts, logs) holding `needle`.
-    fn files_containing(&self, needle: &str) -> Vec<PathBuf> {
+    pub(crate) fn files_containing(&self, needle: &str) -> Vec<PathBuf> {
         let mut hits = Vec::new();
         let mut stack = vec![self.path.clone()];
         while let Some(p) = stack.pop() {
@@ -162,12 +174,12 @@ impl Home {
     }
 }
 
-fn state(v: &Value) -> &str {
+pub(crate) fn state(v: &Value) -> &str {
     v["task"]["state"].as_str().unwrap_or("")
 }
 
 /// Every attempt's reason, joined (what `status` shows the operator).
-fn reasons(v: &Value) -> String {
+pub(crate) fn reasons(v: &Value) -> String {
     v["attempts"]
         .as_array()
         .into_iter()
@@ -178,7 +190,7 @@ fn reasons(v: &Value) -> String {
 }
 
 /// Spawns a local task of `scenario` that must not land; returns its status.
-async fn refused(home: &Home, origin: &Origin, scenario: &str, extra: &str) -> Value {
+pub(crate) async fn refused(home: &Home, origin: &Origin, scenario: &str, extra: &str) -> Value {
     let id = home.enqueue_scenario(origin, scenario, extra).await;
     let out = home.run(&["spawn", "--task", &id]).await;
     assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
@@ -266,50 +278,58 @@ async fn protected_check_scripts_refuse_a_rewritten_check() {
     );
 }
 
-/// The agent's fix lives in a file hidden by `.git/info/exclude`: it passes the check in
-/// the agent's tree, but the commit does not hold it, so verification fails.
+/// The agent's fix lives in a file its `.git/info/exclude` lists. That file is the agent's
+/// `.git`, which is never read (issue 23): the fix is part of the working tree, so it is
+/// committed, judged by the checks on the clean checkout, and lands in plain sight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_hidden_by_info_exclude_does_not_make_verification_pass() {
+async fn a_file_listed_in_info_exclude_is_committed_and_judged() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
     let home = Home::for_landing(&image, 1, "", None);
-    let v = refused(&home, &origin, "exclude-hidden", "").await;
-    let why = reasons(&v);
-    assert!(why.contains("verification failed: test exited 1"), "{why}");
-    let tail = v["attempts"][0]["evidence"]
-        .as_array()
-        .expect("evidence")
-        .iter()
-        .find(|e| e["name"] == "test")
-        .and_then(|e| e["output_tail"].as_str())
-        .unwrap_or("")
-        .to_string();
-    assert!(tail.contains("FAIL: add 2 3 gave -1"), "{tail}");
+    let id = home.enqueue_scenario(&origin, "exclude-hidden", "").await;
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{}", reasons(&v));
+    let tip = v["landing"]["commit_sha"].as_str().expect("commit_sha");
+    let changed = git(
+        &origin.path,
+        &["diff", "--name-only", &origin.main_sha(), tip],
+    );
+    assert_eq!(
+        changed, ".fix.sh\nPOLYPHONY_FAKE.md\ncalc.sh",
+        "the excluded fix is in the commit"
+    );
+    assert!(git(&origin.path, &["show", &format!("{tip}:.fix.sh")]).contains("$1 + $2"));
 }
 
-/// A FIFO at `.git/index` once hung host-side git forever: now the attempt fails with the
-/// reason, and the daemon goes on to land the next task and exits when idle.
+/// Issue 11: a FIFO at `.git/index` once hung host-side git forever. Issue 23 reads nothing
+/// in `.git`, so the FIFO is never opened: both the FIFO task and the next one land, each
+/// with exactly its verified commit, and the daemon exits when idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fifo_in_git_fails_the_attempt_and_the_daemon_carries_on() {
+async fn a_fifo_in_git_is_never_opened_and_the_daemon_carries_on() {
     let Some(image) = image().await else { return };
     let origin = Origin::new();
     let home = Home::for_landing(&image, 1, "", None);
-    let bad = home.enqueue_scenario(&origin, "fifo-index", "").await;
+    let fifo = home.enqueue_scenario(&origin, "fifo-index", "").await;
     let good = home.enqueue_scenario(&origin, "succeed", "").await;
     let out = home.run(&["daemon", "--exit-when-idle"]).await;
     assert!(out.status.success(), "daemon: {}", output(&out));
-    let v = home.task(&bad).await;
-    assert!(matches!(state(&v), "FAILED" | "BLOCKED"), "{v:#}");
-    let why = reasons(&v);
-    assert!(why.contains(".git/index is a FIFO"), "{why}");
-    let g = home.task(&good).await;
-    assert_eq!(state(&g), "LANDED", "{}", reasons(&g));
-    let pushed = origin.pushed();
-    assert_eq!(pushed.len(), 1, "only the good task lands: {pushed:?}");
-    assert_eq!(
-        pushed[0].1,
-        g["landing"]["commit_sha"].as_str().unwrap_or("")
-    );
+    let mut landed = Vec::new();
+    for id in [&fifo, &good] {
+        let v = home.task(id).await;
+        assert_eq!(state(&v), "LANDED", "{}", reasons(&v));
+        landed.push(
+            v["landing"]["commit_sha"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    let mut pushed: Vec<String> = origin.pushed().into_iter().map(|(_, s)| s).collect();
+    pushed.sort();
+    landed.sort();
+    assert_eq!(pushed, landed, "exactly the verified commits");
     assert!(home.containers().is_empty(), "containers left");
 }
 
@@ -408,10 +428,10 @@ fn author() -> polyphony::workspace::Author {
     }
 }
 
-/// A nested repository the agent left in its tree becomes a gitlink in the landing commit
-/// (mode 160000), and the submodule gate refuses it.
+/// A nested repository the agent left in its tree (git would record it as a submodule,
+/// reading its `.git`): refused at the commit, naming the directory; nothing is read from it.
 #[test]
-fn an_embedded_repository_is_seen_as_a_gitlink_and_refused() {
+fn an_embedded_repository_is_refused_at_the_commit() {
     let dir = tempfile::tempdir().expect("tmp");
     let (manager, ws) = prepared(dir.path());
     let nested = ws.path.join("vendor/lib");
@@ -420,40 +440,46 @@ fn an_embedded_repository_is_seen_as_a_gitlink_and_refused() {
     std::fs::write(nested.join("x"), "x").expect("w");
     git(&nested, &["add", "x"]);
     git(&nested, &["commit", "-qm", "x"]);
-    let commit = manager.commit_once(&ws, &author(), "land").expect("commit");
-    let sha = commit.sha.expect("a commit");
-    let changes = manager.changes(&ws, &sha).expect("changes");
-    let link = changes
-        .iter()
-        .find(|c| c.path == "vendor/lib")
-        .expect("the gitlink");
-    assert_eq!(link.new_mode, "160000");
-    let gate = polyphony::orchestrator::proof::submodule_gate(&changes, false);
+    let err = manager
+        .commit_all(&ws, &author(), "land")
+        .expect_err("refused");
     assert!(
-        !gate.passed && gate.output_tail.contains("vendor/lib"),
-        "{gate:?}"
+        err.to_string()
+            .contains("vendor/lib holds a nested repository"),
+        "{err}"
     );
 }
 
-/// A FIFO at `.git/index` is refused before any git command opens it (it would block).
+/// Issue 11 once hung on a FIFO at `.git/index`; issue 23 reads nothing in `.git`, so that
+/// FIFO is never opened and the right tree lands at once. A FIFO in the working tree itself
+/// is refused without blocking, naming it.
 #[test]
-fn a_fifo_at_the_index_is_refused_without_hanging() {
+fn a_fifo_in_git_is_never_opened_and_one_in_the_tree_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");
     let (manager, ws) = prepared(dir.path());
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.display().to_string()).expect("path");
+        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
     let index = ws.path.join(".git/index");
     std::fs::remove_file(&index).expect("rm index");
-    let c = std::ffi::CString::new(index.display().to_string()).expect("path");
-    // SAFETY: mkfifo(3) on a NUL-terminated path we own.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    mkfifo(&index);
+    std::fs::write(ws.path.join("notes.txt"), "n\n").expect("w");
     let started = std::time::Instant::now();
+    let out = manager.commit_all(&ws, &author(), "land").expect("commit");
+    assert_eq!(out.changed_paths, ["notes.txt"]);
+    mkfifo(&ws.path.join("pipe"));
     let err = manager
-        .commit_once(&ws, &author(), "land")
+        .commit_all(&ws, &author(), "land")
         .expect_err("refused");
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(err.to_string().contains(".git/index is a FIFO"), "{err}");
+    assert!(err.to_string().contains("/pipe\": it is a FIFO"), "{err}");
 }
 
-/// The clean checkout holds the commit's files only: no `.git`, no ignored or excluded file.
+/// The clean checkout holds the commit's files only: no `.git`, nothing the working tree's
+/// `.gitignore` ignores. `.git/info/exclude` is the agent's `.git` and is not read (issue
+/// 23): a file it lists is part of the working tree, so it lands and is judged.
 #[test]
 fn the_check_copy_holds_only_the_commit() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -461,12 +487,15 @@ fn the_check_copy_holds_only_the_commit() {
     std::fs::write(ws.path.join("calc.sh"), "add() { echo $(($1 + $2)); }\n").expect("w");
     std::fs::write(ws.path.join(".hidden"), "x").expect("w");
     std::fs::write(ws.path.join(".git/info/exclude"), "/.hidden\n").expect("w");
+    std::fs::write(ws.path.join(".gitignore"), "target/\n").expect("w");
+    std::fs::create_dir_all(ws.path.join("target")).expect("mkdir");
+    std::fs::write(ws.path.join("target/build.o"), "artefact").expect("w");
     let sha = manager
-        .commit_once(&ws, &author(), "land")
+        .commit_all(&ws, &author(), "land")
         .expect("commit")
         .sha
         .expect("sha");
-    // The branch moving afterwards changes nothing: the copy is of the sha.
+    // The agent's branch moving afterwards changes nothing: the copy is of the sha.
     git(
         &ws.path,
         &[
@@ -478,7 +507,11 @@ fn the_check_copy_holds_only_the_commit() {
     let dest = dir.path().join("ws").join("copy");
     manager.checkout(&ws, &sha, &dest, None).expect("checkout");
     assert!(!dest.join(".git").exists());
-    assert!(!dest.join(".hidden").exists());
+    assert!(!dest.join("target").exists(), "an ignored build artefact");
+    assert_eq!(
+        std::fs::read_to_string(dest.join(".hidden")).expect(".hidden"),
+        "x"
+    );
     assert!(std::fs::read_to_string(dest.join("calc.sh"))
         .expect("calc.sh")
         .contains("$1 + $2"));

@@ -27,6 +27,7 @@ mod github_pulls;
 mod http;
 mod inspect;
 mod landing;
+mod landing_own;
 mod orchestrator;
 mod quota;
 mod real_cli;

@@ -743,3 +743,44 @@ async fn secrets_behind_json_escapes_never_reach_the_store_logs_or_the_api() {
         }
     }
 }
+
+/// Issue 29: a check command the check image does not have (`sh` says "not found", exit
+/// 127) is a configuration failure naming the command and `verify.image`: BLOCKED after
+/// one attempt, not retried three times.
+#[tokio::test]
+async fn a_check_command_missing_from_the_image_blocks_at_once_naming_it() {
+    let w = World::new();
+    // The base branch's .polyphony.yaml names a test command no image has.
+    let work = w._dir.path().join("edit");
+    git(
+        w._dir.path(),
+        &["clone", "-q", w.origin.to_str().unwrap(), "edit"],
+    );
+    std::fs::write(
+        work.join(".polyphony.yaml"),
+        "test: polyphony-no-such-tool -m pytest\n",
+    )
+    .unwrap();
+    git(&work, &["commit", "-qam", "checks need a tool"]);
+    git(&work, &["push", "-q", "origin", "HEAD"]);
+    w.runtime.push(claude_fixes());
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Blocked { reason } = end else {
+        panic!("not blocked at once: {end:?}")
+    };
+    assert!(
+        reason.contains("polyphony-no-such-tool -m pytest"),
+        "{reason}"
+    );
+    assert!(reason.contains("verify.image"), "{reason}");
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Blocked);
+    assert_eq!(store.attempts(&id).expect("attempts").len(), 1);
+    assert!(w.origin_branch("polyphony/local-1-a1").is_none());
+}

@@ -4,7 +4,7 @@
 use crate::support;
 
 use polyphony::workspace::{
-    branch_name, disk_usage, task_key, Author, CloneMode, PrepareRequest, Workspace,
+    branch_name, disk_usage, own_repo_path, task_key, Author, CloneMode, PrepareRequest, Workspace,
     WorkspaceError, WorkspaceManager,
 };
 use std::io::{BufRead, BufReader, Write};
@@ -538,15 +538,20 @@ fn read_at_base_reads_the_base_not_the_branch() {
     );
 }
 
+/// Issue 23: the landing commit is the working tree on the base, made in the orchestrator's
+/// repository; the agent's own commits, branches and HEAD never land and are never read.
 #[test]
-fn commit_all_counts_agent_commits_and_reports_empty_diffs() {
+fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
     let fx = Fixture::new();
+    let parent =
+        |ws: &Workspace, sha: &str| git(&own_repo_path(ws), &["rev-parse", &format!("{sha}^@")]);
     // Nothing changed.
     let ws = fx.prepare("commits", 1);
     let out = fx.mgr.commit_all(&ws, &author(), "nothing").unwrap();
     assert!(out.empty && !out.created_commit && out.sha.is_none() && out.changed_paths.is_empty());
 
-    // The agent committed one file itself and left another uncommitted.
+    // The agent committed one file itself and left another uncommitted: one commit of both,
+    // straight on the base.
     let ws = fx.prepare("commits", 2);
     write(&ws.path.join("agent_committed.txt"), "a\n");
     git(&ws.path, &["add", "agent_committed.txt"]);
@@ -558,18 +563,21 @@ fn commit_all_counts_agent_commits_and_reports_empty_diffs() {
         out.changed_paths,
         vec!["agent_committed.txt", "left_over.txt"]
     );
+    let sha = out.sha.unwrap();
+    assert_eq!(parent(&ws, &sha), ws.base_sha);
     assert_eq!(
-        out.sha.as_deref(),
-        Some(git(&ws.path, &["rev-parse", ws.branch.as_str()]).as_str())
+        git(&own_repo_path(&ws), &["rev-parse", ws.branch.as_str()]),
+        sha
     );
 
-    // Everything committed by the agent: no new commit, but the diff is not empty.
+    // Everything committed by the agent: the same, one commit on the base.
     let ws = fx.prepare("commits", 3);
     write(&ws.path.join("README.md"), "changed\n");
     git(&ws.path, &["commit", "-qam", "agent"]);
     let out = fx.mgr.commit_all(&ws, &author(), "rest").unwrap();
-    assert!(!out.created_commit && !out.empty);
+    assert!(out.created_commit && !out.empty);
     assert_eq!(out.changed_paths, vec!["README.md"]);
+    assert_eq!(parent(&ws, &out.sha.unwrap()), ws.base_sha);
 
     // Changed then reverted by the agent: empty.
     let ws = fx.prepare("commits", 4);
@@ -577,15 +585,24 @@ fn commit_all_counts_agent_commits_and_reports_empty_diffs() {
     git(&ws.path, &["commit", "-qam", "agent"]);
     write(&ws.path.join("README.md"), "hello\n");
     let out = fx.mgr.commit_all(&ws, &author(), "revert").unwrap();
-    assert!(out.created_commit && out.empty && out.sha.is_none());
+    assert!(!out.created_commit && out.empty && out.sha.is_none());
 
-    // The agent wandered off to another branch: the attempt branch follows HEAD.
+    // The agent wandered off to another branch: its files are what counts.
     let ws = fx.prepare("commits", 5);
     git(&ws.path, &["checkout", "-qb", "agent-branch"]);
     write(&ws.path.join("elsewhere.txt"), "e\n");
     let out = fx.mgr.commit_all(&ws, &author(), "elsewhere").unwrap();
     assert_eq!(out.changed_paths, vec!["elsewhere.txt"]);
-    assert_eq!(git(&ws.path, &["rev-parse", &ws.branch]), out.sha.unwrap());
+
+    // A deleted tracked file is a deletion; an ignored new file is not taken.
+    let ws = fx.prepare("commits", 6);
+    std::fs::remove_file(ws.path.join("README.md")).unwrap();
+    write(&ws.path.join(".gitignore"), "*.o\n");
+    write(&ws.path.join("build.o"), "artefact\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "delete").unwrap();
+    assert_eq!(out.changed_paths, vec![".gitignore", "README.md"]);
+    let changes = fx.mgr.changes(&ws, out.sha.as_deref().unwrap()).unwrap();
+    assert_eq!(changes[1].status, 'D');
 }
 
 #[test]
@@ -627,12 +644,12 @@ fn hostile_git_config_and_hooks_are_ignored() {
     let origin = fx.tmp.path().join("origin.git");
     assert_eq!(git(&origin, &["log", "-1", "--format=%s", &ws.branch]), "x");
 
-    // A symlink inside .git is refused outright.
+    // A symlink inside .git is never followed: nothing in .git is read (issue 23).
     let ws = fx.prepare("hostile", 2);
     std::os::unix::fs::symlink("/etc", ws.path.join(".git/objects/ee")).unwrap();
     write(&ws.path.join("y.txt"), "y\n");
-    let err = fx.mgr.commit_all(&ws, &author(), "y").unwrap_err();
-    assert!(err.to_string().contains("symlink"), "{err}");
+    let out = fx.mgr.commit_all(&ws, &author(), "y").unwrap();
+    assert_eq!(out.changed_paths, vec!["y.txt"]);
 }
 
 #[test]
@@ -663,10 +680,12 @@ fn failed_mirror_fetch_falls_back_to_upstream() {
 fn remove_frees_bytes_and_stays_inside_the_root() {
     let fx = Fixture::new();
     let ws = fx.prepare("cleanup", 1);
-    let usage = disk_usage(&ws.path);
-    assert!(usage > 0);
+    // The orchestrator's own repository beside the attempt goes with it (issue 23).
+    let own = own_repo_path(&ws);
+    let usage = disk_usage(&ws.path) + disk_usage(&own);
+    assert!(usage > disk_usage(&ws.path));
     assert_eq!(fx.mgr.remove(&ws.path).unwrap(), usage);
-    assert!(!ws.path.exists());
+    assert!(!ws.path.exists() && !own.exists());
     assert!(
         !ws.path.parent().unwrap().exists(),
         "empty task dir is removed too"
@@ -760,8 +779,10 @@ fn shared_clone_borrows_the_mirror_and_pushes_complete_branches() {
     write(&ws.path.join("src/shared.rs"), "pub fn shared() {}\n");
     let out = fx.mgr.commit_all(&ws, &author(), "shared change").unwrap();
     let tip = out.sha.unwrap();
-    // The new commit lives in the workspace, never in the mirror.
-    assert!(local_objects(&ws.path) > 0);
+    // The new commit lives in the orchestrator's repository, never in the mirror or the
+    // workspace.
+    assert!(local_objects(&own_repo_path(&ws)) > 0);
+    assert_eq!(local_objects(&ws.path), 0);
     let probe = Command::new("git")
         .args(["--git-dir"])
         .arg(fx.mirror())
@@ -793,12 +814,13 @@ fn shared_clone_borrows_the_mirror_and_pushes_complete_branches() {
     assert_eq!(git(&fx.mirror(), &["rev-parse", "main"]), ws.base_sha);
 }
 
+/// The agent points its alternates at another repository: nothing reads them (issue 23);
+/// the orchestrator's repository borrows the mirror recorded at prepare.
 #[test]
-fn agent_rewritten_alternates_are_restored_from_the_record() {
+fn agent_rewritten_alternates_are_never_read() {
     let fx = Fixture::new();
     let ws = fx.prepare("alt", 1);
     let evil = fresh_remote(&fx, "evil.git");
-    // The agent points its alternates elsewhere (to read another repository's objects).
     write(
         &ws.path.join(".git/objects/info/alternates"),
         &format!("{}/objects\n", evil.display()),
@@ -807,7 +829,7 @@ fn agent_rewritten_alternates_are_restored_from_the_record() {
     let out = fx.mgr.commit_all(&ws, &author(), "a").unwrap();
     assert_eq!(out.changed_paths, vec!["a.txt"]);
     assert_eq!(
-        std::fs::read_to_string(ws.path.join(".git/objects/info/alternates")).unwrap(),
+        std::fs::read_to_string(own_repo_path(&ws).join("objects/info/alternates")).unwrap(),
         format!("{}\n", ws.mirror_objects.as_ref().unwrap().display())
     );
     fx.mgr.push(&ws, None, None).unwrap();

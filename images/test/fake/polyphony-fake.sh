@@ -317,6 +317,60 @@ attack_exclude() {
     CHANGED="$CHANGED calc.sh"
 }
 
+# attack_plant (issue 23): the hostile kit whose bytes the test computed on the host with
+# real git. Every `polyphony-fake-plant: PATH BASE64` writes the decoded bytes to PATH
+# (relative, `.git/...` allowed: replace refs, loose objects, packs, an index, a
+# commit-graph); `polyphony-fake-many: N` creates N empty files under many/;
+# `polyphony-fake-name-of: VAR` creates a file whose name holds $VAR's value;
+# `polyphony-fake-garble: yes` overwrites every file in .git with random bytes and adds
+# random refs, config, objects and index.
+attack_plant() {
+    all_directives polyphony-fake-plant | while read -r path data; do
+        case "$path" in '' | /* | *..*) continue ;; esac
+        mkdir -p "$(dirname "$path")"
+        [ -e "$path" ] && chmod u+w "$path" 2>/dev/null
+        printf '%s' "$data" | base64 -d > "$path" || note "plant: cannot write $path"
+    done
+    n=$(directive polyphony-fake-many)
+    case "$n" in
+        '' | *[!0-9]*) ;;
+        *)
+            # In chunks of 1000, each followed by a line (a slow disk is not a stall).
+            emit_init
+            mkdir -p many
+            i=1
+            while [ "$i" -le "$n" ]; do
+                end=$((i + 999))
+                [ "$end" -le "$n" ] || end=$n
+                (cd many && seq "$i" "$end" | xargs touch)
+                emit_text "created many/$i..many/$end"
+                i=$((end + 1))
+            done
+            CHANGED="$CHANGED many/"
+            ;;
+    esac
+    for var in $(all_directives polyphony-fake-name-of); do
+        case "$var" in *[!A-Za-z0-9_]* | [0-9]*) continue ;; esac
+        eval "val=\${$var-}"
+        [ -n "$val" ] && echo "notes" > "notes-$val.txt"
+    done
+    if [ "$(directive polyphony-fake-garble)" = yes ]; then
+        chmod -R u+w .git 2>/dev/null
+        find .git -type f | while read -r f; do head -c 97 /dev/urandom > "$f"; done
+        mkdir -p .git/refs/replace .git/objects/info .git/objects/pack .git/objects/ab
+        head -c 41 /dev/urandom > .git/refs/replace/0123456789abcdef0123456789abcdef01234567
+        head -c 300 /dev/urandom > .git/objects/info/commit-graph
+        head -c 300 /dev/urandom > .git/objects/info/alternates
+        head -c 300 /dev/urandom > .git/objects/pack/pack-0123456789abcdef0123456789abcdef01234567.pack
+        head -c 300 /dev/urandom > .git/objects/pack/pack-0123456789abcdef0123456789abcdef01234567.idx
+        head -c 300 /dev/urandom > .git/objects/ab/cdef0123456789abcdef0123456789abcdef01
+        head -c 300 /dev/urandom > .git/index
+        head -c 300 /dev/urandom > .git/config
+        head -c 300 /dev/urandom > .git/HEAD
+        head -c 300 /dev/urandom > .git/packed-refs
+    fi
+}
+
 # attack_fifo: a FIFO at .git/index (host-side `git add` would block on it forever).
 attack_fifo() {
     rm -f .git/index
@@ -409,8 +463,8 @@ leak_value() {
 # moved, issue 15): keep the branch's side of each conflict, as an agent told to keep the
 # pull request's intent would.
 resolve_conflicts() {
-    for f in $(find . -path ./.git -prune -o -type f -print); do
-        grep -q '^<<<<<<< ' "$f" 2>/dev/null || continue
+    # One grep per batch of files, not per file (a tree of 20,000 files, issue 23).
+    for f in $(find . -path ./.git -prune -o -type f -print | xargs grep -l '^<<<<<<< ' 2>/dev/null); do
         sed -i -e '/^<<<<<<< /d' -e '/^=======$/,/^>>>>>>> /d' "$f"
         CHANGED="$CHANGED ${f#./}"
     done
@@ -619,6 +673,7 @@ fake_main() {
         repoint-branch) attack_repoint; run_success default ;;
         exclude-hidden) attack_exclude; run_success note "the fix is in an excluded file" ;;
         fifo-index) attack_fifo; run_success default ;;
+        plant) attack_plant; run_success default ;;
         gitmodules) attack_gitmodules; run_success default ;;
         attr-filter) attack_attr_filter; run_success default ;;
         big-file) attack_big_file; run_success default ;;

@@ -107,8 +107,19 @@ impl AttemptRun<'_> {
             self.attempt,
             spec.agent
         );
-        let commit =
-            verify::commit(self.orch.workspaces.clone(), ws.clone(), author, message).await?;
+        let max_changed_files = self
+            .orch
+            .config
+            .verify_for(&self.task.repo)
+            .max_changed_files;
+        let commit = verify::commit(
+            self.orch.workspaces.clone(),
+            ws.clone(),
+            author,
+            message,
+            max_changed_files,
+        )
+        .await?;
         if let Some(sha) = &commit.sha {
             self.db()
                 .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
