@@ -37,7 +37,8 @@ fn damage_is_recognised_and_remembered() {
     {
         let store = Store::open(&db).unwrap();
         assert!(store.check_integrity(true).unwrap().is_empty());
-        store.ensure_sound().unwrap();
+        // Remembered, then the damage below changes the file: checked again.
+        store.ensure_sound().unwrap().remember();
     }
     let mut bytes = std::fs::read(&db).unwrap();
     let len = bytes.len();
@@ -100,4 +101,32 @@ fn backup_while_another_connection_writes_is_consistent() {
         assert!(count <= 200 + written as u64);
         last = count;
     }
+}
+
+/// Issue 27: a clean verdict is remembered beside the database (owner-only), so `status`
+/// does not re-read a large file it just checked; any write changes the files' identity,
+/// so the next call checks again and remembers the new identity.
+#[test]
+fn a_clean_verdict_is_remembered_until_the_files_change() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    fill(&db, 5);
+    let marker = dir.path().join("queue.db.sound");
+    let store = Store::open(&db).unwrap();
+    store.ensure_sound().unwrap();
+    assert!(!marker.exists(), "remembered only when the caller says so");
+    store.ensure_sound().unwrap().remember();
+    let first = std::fs::read_to_string(&marker).expect("verdict remembered");
+    let mode = std::fs::metadata(&marker).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    store.ensure_sound().unwrap().remember();
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), first);
+    assert!(store.insert_task(&task("local-new", 100)).unwrap());
+    store.ensure_sound().unwrap().remember();
+    let second = std::fs::read_to_string(&marker).unwrap();
+    assert_ne!(
+        second, first,
+        "a write must invalidate the remembered verdict"
+    );
 }

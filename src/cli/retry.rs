@@ -2,6 +2,11 @@
 //! their cause is fixed, as a new generation linked to the old one
 //! (`orchestrator::generation`). A running daemon is woken to take them.
 //!
+//! `polyphony retry --now TASK`: a FAILED task waiting for its next attempt (the backoff,
+//! a usage limit's reset, a cost ceiling's midnight) runs at once, once the operator fixed
+//! the cause; a usage limit it waits for is taken as over (issue 29). The running daemon
+//! is woken to take it; without one, `spawn --task` runs it.
+//!
 //! Exit 0 when every named task was retried, 2 when TASK cannot be retried (with why).
 
 use chrono::Utc;
@@ -25,7 +30,13 @@ pub struct Args {
     /// Every BLOCKED task not retried yet.
     #[arg(long)]
     blocked: bool,
-    /// Print `{"retried": [{from, task, generation}], "skipped": [{task, reason}]}`.
+    /// A FAILED task waiting for its next attempt (backoff, a usage limit, a cost
+    /// ceiling) runs now, its usage-limit wait taken as over; a BLOCKED one is retried.
+    #[arg(long, conflicts_with = "blocked", requires = "task")]
+    now: bool,
+    /// Print `{"retried": [{from, task, generation}], "skipped": [{task, reason}]}`
+    /// (with --now: `{"task", "was_waiting_until", "limits_cleared": [{identity, agent}],
+    /// "daemon_running"}`).
     #[arg(long)]
     json: bool,
 }
@@ -47,6 +58,19 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         .into());
     }
     let store = Store::open(&db)?;
+    if args.now {
+        if let Some(id) = &args.task {
+            let task = store.get_task(id)?.ok_or_else(|| {
+                UsageError::new(
+                    format!("no task `{id}` in {}", db.display()),
+                    "list the tasks with `polyphony status`",
+                )
+            })?;
+            if task.state != TaskState::Blocked {
+                return run_now(&store, &config, task, args.json);
+            }
+        }
+    }
     let ids: Vec<String> = match &args.task {
         Some(id) => vec![id.clone()],
         None => store
@@ -119,4 +143,97 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         .into()),
         _ => Ok(Outcome::Success),
     }
+}
+
+/// `retry --now` of a task that is not BLOCKED: only a FAILED task with a next attempt
+/// scheduled can run now.
+fn run_now(
+    store: &Store,
+    config: &Config,
+    task: crate::domain::Task,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let now = Utc::now();
+    let waiting_until = match (task.state, task.next_attempt_at) {
+        (TaskState::Failed, Some(at)) => at,
+        (state, _) => {
+            return Err(UsageError::new(
+                format!(
+                    "cannot run {} now: it is {state}{}",
+                    task.id,
+                    match state {
+                        TaskState::Failed => " with no attempt scheduled",
+                        _ => ", not waiting for an attempt",
+                    }
+                ),
+                "`polyphony retry --now` takes a FAILED task waiting for its next attempt (or a BLOCKED one); `polyphony status TASK` shows where it is",
+            )
+            .into())
+        }
+    };
+    // A usage limit the task waits for is taken as over: the operator says so.
+    let mut cleared = Vec::new();
+    if let Some(wait) = store.quota_wait(&task.id)? {
+        for reset in &wait.resets {
+            store.update_quota(&reset.identity, &reset.agent, |stored| {
+                let mut row = stored.unwrap_or_else(|| crate::domain::AgentQuota {
+                    identity: reset.identity.clone(),
+                    agent: reset.agent.clone(),
+                    resets_at: now,
+                    reported: false,
+                    message: String::new(),
+                    task_id: None,
+                    attempt: None,
+                    hit_at: now,
+                });
+                row.resets_at = row.resets_at.min(now);
+                row
+            })?;
+            cleared.push(serde_json::json!({"identity": reset.identity, "agent": reset.agent}));
+        }
+        store.clear_quota_wait(&task.id)?;
+    }
+    store.set_retry(&task.id, task.failures, Some(now))?;
+    let daemon_running = crate::home::DaemonLock::is_held(config.home());
+    if daemon_running {
+        crate::orchestrator::daemon::wake(config.home());
+    }
+    if json {
+        print_json(&serde_json::json!({
+            "task": task.id,
+            "was_waiting_until": waiting_until,
+            "limits_cleared": cleared,
+            "daemon_running": daemon_running,
+        }))?;
+    } else {
+        let limits = if cleared.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = cleared
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}@{}",
+                        c["agent"].as_str().unwrap_or(""),
+                        c["identity"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            format!("; the usage limit of {} is taken as over", names.join(", "))
+        };
+        let who = if daemon_running {
+            "the daemon takes it now".to_string()
+        } else {
+            format!(
+                "no daemon runs on this home: `polyphony spawn --task {}` runs it",
+                task.id
+            )
+        };
+        println!(
+            "{}: due now (was waiting until {} UTC){limits}; {who}",
+            task.id,
+            waiting_until.format("%Y-%m-%d %H:%M")
+        );
+    }
+    Ok(Outcome::Success)
 }

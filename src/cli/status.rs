@@ -63,7 +63,7 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
         // The table is for people: say so when the file is damaged instead of printing
         // whatever rows still read (issue 12). `--json` streams for scripts; `doctor`
         // checks there.
-        s.ensure_sound()?;
+        let sound = s.ensure_sound()?;
         s.for_each_task_summary(args.state, limit, |t| -> anyhow::Result<()> {
             let created = DateTime::parse_from_rfc3339(t.created_at)
                 .map(|c| age(c.with_timezone(&Utc), now))
@@ -102,6 +102,8 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
             ]);
             Ok(())
         })?;
+        // Every row read: the next look skips the whole-file check until a write.
+        sound.remember();
     }
     print_table(
         &[
@@ -217,12 +219,16 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
         )
     };
     let store = store.ok_or_else(not_found)?;
-    store.ensure_sound()?;
+    let sound = store.ensure_sound()?;
     if json {
-        print_json(&store.task_detail_json(id)?.ok_or_else(not_found)?)?;
+        let detail = store.task_detail_json(id)?.ok_or_else(not_found)?;
+        // Remembered only for a task that exists: a refusal leaves the home as it was.
+        sound.remember();
+        print_json(&detail)?;
         return Ok(Outcome::Success);
     }
     let task = store.get_task(id)?.ok_or_else(not_found)?;
+    sound.remember();
     let transitions = store.transitions(id)?;
     let attempts = store.attempts(id)?;
     let landing = store.landing(id)?;

@@ -241,6 +241,16 @@ impl Config {
         self.resolved.max_workspace_bytes
     }
 
+    /// `gateway:` (issue 26).
+    pub fn gateway(&self) -> &model::GatewayConfig {
+        &self.global.gateway
+    }
+
+    /// The model price table: shipped defaults under `gateway.prices`.
+    pub fn prices(&self) -> crate::gateway::PriceTable {
+        crate::gateway::PriceTable::with_overrides(&self.global.gateway.prices)
+    }
+
     /// `container.max_cost_usd_per_attempt`.
     pub fn max_cost_usd_per_attempt(&self) -> f64 {
         self.global.container.max_cost_usd_per_attempt

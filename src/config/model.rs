@@ -54,6 +54,8 @@ pub struct GlobalConfig {
     pub http: HttpConfig,
     /// Keeping landed pull requests moving (issue 15).
     pub shepherd: super::shepherd::ShepherdConfig,
+    /// The model-API gateway (issue 26): real credentials stay out of the container.
+    pub gateway: GatewayConfig,
 }
 
 impl Default for GlobalConfig {
@@ -79,6 +81,28 @@ impl Default for GlobalConfig {
             allow_unsafe: false,
             http: HttpConfig::default(),
             shepherd: super::shepherd::ShepherdConfig::default(),
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
+
+/// `gateway:` in config.yaml (issue 26, src/gateway/).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Route each protected CLI's model API through a per-attempt gateway holding the real
+    /// key (`false`: the key goes into the container's environment, as before).
+    pub enabled: bool,
+    /// Model id (or id prefix) -> prices in USD per million tokens (`input`, `output`,
+    /// optional `cache_write`, `cache_read`), laid over the shipped defaults.
+    pub prices: BTreeMap<String, crate::gateway::Price>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            enabled: true,
+            prices: BTreeMap::new(),
         }
     }
 }

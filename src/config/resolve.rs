@@ -226,6 +226,17 @@ pub(super) fn resolve_global(
             "set it to the most one attempt may cost, e.g. 100",
         ));
     }
+    for (model, price) in &g.gateway.prices {
+        if !price.is_valid() {
+            return Err(doc.error(
+                ConfigErrorKind::InvalidValue,
+                &[Key("gateway"), Key("prices"), Key(model)],
+                None,
+                format!("`gateway.prices.{model}` has a price that is negative or not a number"),
+                "give input, output (and optionally cache_write, cache_read) as USD per million tokens, e.g. {input: 3, output: 15}",
+            ));
+        }
+    }
 
     let positive = |ok: bool, path: &[Seg<'_>], field: &str, fix: &str| {
         if ok {

@@ -20,10 +20,14 @@ pub enum AttemptStatus {
     /// The process died (OOM kill, signal, no result line).
     Crash,
     Cancelled,
+    /// The model-API gateway refused a request the identity's daily budget (or the
+    /// attempt's `max_cost_usd_per_attempt`) could not cover: the task waits for the
+    /// budget's reset without a failure being counted (issue 26).
+    Budget,
 }
 
 impl AttemptStatus {
-    pub const ALL: [AttemptStatus; 7] = [
+    pub const ALL: [AttemptStatus; 8] = [
         AttemptStatus::Succeeded,
         AttemptStatus::Failed,
         AttemptStatus::Quota,
@@ -31,6 +35,7 @@ impl AttemptStatus {
         AttemptStatus::Stalled,
         AttemptStatus::Crash,
         AttemptStatus::Cancelled,
+        AttemptStatus::Budget,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +47,7 @@ impl AttemptStatus {
             AttemptStatus::Stalled => "stalled",
             AttemptStatus::Crash => "crash",
             AttemptStatus::Cancelled => "cancelled",
+            AttemptStatus::Budget => "budget",
         }
     }
 }

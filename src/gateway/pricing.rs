@@ -116,28 +116,33 @@ pub const DEFAULT_PRICES: &[(&str, Price)] = &[
     ("kimi-for-coding", Price::new(0.60, 0.0, 0.15, 2.50)),
 ];
 
-/// Model id -> price.
+/// Model id -> price. The operator's entries (`gateway.prices`) are looked up before the
+/// shipped defaults, so `claude: {…}` prices every Claude model the defaults also know.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PriceTable {
+    overrides: BTreeMap<String, Price>,
     prices: BTreeMap<String, Price>,
 }
 
 impl PriceTable {
     /// The shipped defaults with `overrides` laid over them (same key: the override wins).
     pub fn with_overrides(overrides: &BTreeMap<String, Price>) -> PriceTable {
-        let mut prices: BTreeMap<String, Price> = DEFAULT_PRICES
-            .iter()
-            .map(|(k, p)| (k.to_string(), *p))
-            .collect();
-        for (k, p) in overrides {
-            prices.insert(k.to_ascii_lowercase(), *p);
+        PriceTable {
+            overrides: overrides
+                .iter()
+                .map(|(k, p)| (k.to_ascii_lowercase(), *p))
+                .collect(),
+            prices: DEFAULT_PRICES
+                .iter()
+                .map(|(k, p)| (k.to_string(), *p))
+                .collect(),
         }
-        PriceTable { prices }
     }
 
     /// Only these prices (tests).
     pub fn only(prices: impl IntoIterator<Item = (String, Price)>) -> PriceTable {
         PriceTable {
+            overrides: BTreeMap::new(),
             prices: prices.into_iter().collect(),
         }
     }
@@ -147,24 +152,28 @@ impl PriceTable {
     pub fn price(&self, model: &str) -> Option<&Price> {
         let model = model.trim().to_ascii_lowercase();
         let model = model.rsplit('/').next().unwrap_or(&model);
-        if let Some(p) = self.prices.get(model) {
-            return Some(p);
-        }
-        self.prices
-            .iter()
-            .filter(|(k, _)| {
-                model.len() > k.len()
-                    && model.starts_with(k.as_str())
-                    && matches!(model.as_bytes()[k.len()], b'-' | b'@' | b'.' | b':')
-            })
-            .max_by_key(|(k, _)| k.len())
-            .map(|(_, p)| p)
+        lookup(&self.overrides, model).or_else(|| lookup(&self.prices, model))
     }
 
     /// Exact cost of `usage` for `model`, `None` when the model's price is unknown.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<Picos> {
         self.price(model).map(|p| p.cost(usage))
     }
+}
+
+fn lookup<'a>(prices: &'a BTreeMap<String, Price>, model: &str) -> Option<&'a Price> {
+    if let Some(p) = prices.get(model) {
+        return Some(p);
+    }
+    prices
+        .iter()
+        .filter(|(k, _)| {
+            model.len() > k.len()
+                && model.starts_with(k.as_str())
+                && matches!(model.as_bytes()[k.len()], b'-' | b'@' | b'.' | b':')
+        })
+        .max_by_key(|(k, _)| k.len())
+        .map(|(_, p)| p)
 }
 
 #[cfg(test)]
@@ -237,6 +246,12 @@ mod tests {
         assert_eq!(t.price("local-model").unwrap().input, 0.5);
         assert_eq!(t.price("claude-opus-4-5").unwrap().input, 5.0);
         assert_eq!(t.cost("nobody-knows", &usage(1, 1, 1, 1)), None);
+        // An operator's prefix wins over a longer default.
+        let mut o = BTreeMap::new();
+        o.insert("claude".to_string(), Price::new(9.0, 0.0, 0.0, 9.0));
+        let t = PriceTable::with_overrides(&o);
+        assert_eq!(t.price("claude-sonnet-4-5-20250929").unwrap().input, 9.0);
+        assert_eq!(t.price("gpt-5").unwrap().input, 1.25);
         assert!(!Price::new(-1.0, 0.0, 0.0, 0.0).is_valid());
         assert!(!Price::new(f64::INFINITY, 0.0, 0.0, 0.0).is_valid());
         assert!(Price::new(0.0, 0.0, 0.0, 0.0).is_valid());

@@ -80,8 +80,8 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
     let _socket_guard = RemoveOnDrop(socket_path.clone());
     let store = Store::open(&orch.db_path())?;
-    // Never start work on a damaged queue (issue 12).
-    store.ensure_sound()?;
+    // Never start work on a damaged queue (issue 12): the whole file, every start.
+    store.ensure_sound_now()?;
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let run_opts = RunOptions {
         progress: progress.clone(),

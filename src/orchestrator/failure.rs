@@ -240,6 +240,7 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
         status,
         AttemptStatus::Quota
             | AttemptStatus::Cancelled
+            | AttemptStatus::Budget
             | AttemptStatus::Timeout
             | AttemptStatus::Stalled
             | AttemptStatus::Succeeded

@@ -17,6 +17,7 @@ pub mod drive;
 pub mod execute;
 pub mod facts;
 pub mod failure;
+pub mod gateway;
 pub mod generation;
 mod intents;
 pub mod land;

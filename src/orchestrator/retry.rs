@@ -66,7 +66,8 @@ pub fn after_attempt(
     now: DateTime<Utc>,
 ) -> AfterAttempt {
     match status {
-        AttemptStatus::Cancelled => AfterAttempt::Hold,
+        // A budget refusal carries its wait (`wait_until`) and never gets here; held if so.
+        AttemptStatus::Cancelled | AttemptStatus::Budget => AfterAttempt::Hold,
         AttemptStatus::Quota => match next_agent(chain, exhausted) {
             Some(next) => AfterAttempt::Fallback {
                 next_agent: next.to_string(),

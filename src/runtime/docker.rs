@@ -448,6 +448,32 @@ impl WorkerRuntime for DockerRuntime {
         })
     }
 
+    fn host_address<'a>(
+        &'a self,
+        network: &'a crate::domain::NetworkMode,
+    ) -> BoxFuture<'a, Result<Option<std::net::IpAddr>, RuntimeError>> {
+        use crate::domain::NetworkMode;
+        Box::pin(async move {
+            let name = match network {
+                NetworkMode::None => return Ok(None),
+                NetworkMode::Host => return Ok(Some(std::net::Ipv4Addr::LOCALHOST.into())),
+                NetworkMode::Bridge => "bridge",
+                NetworkMode::Named(n) => n.as_str(),
+            };
+            let inspect = self
+                .docker
+                .inspect_network(name, None)
+                .await
+                .map_err(|e| engine("inspect network", e))?;
+            Ok(inspect
+                .ipam
+                .and_then(|i| i.config)
+                .into_iter()
+                .flatten()
+                .find_map(|c| c.gateway.and_then(|g| g.parse().ok())))
+        })
+    }
+
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>> {
         Box::pin(async move {
             let c = self

@@ -162,6 +162,16 @@ pub trait WorkerRuntime: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<ContainerSummary>, RuntimeError>>;
 
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>>;
+
+    /// The host address a container on `network` reaches the host at (a bridge network's
+    /// gateway; loopback for `host`), where the model-API gateway listens (issue 26).
+    /// `None`: the container reaches no host address (`none`), or the runtime cannot say.
+    fn host_address<'a>(
+        &'a self,
+        _network: &'a crate::domain::NetworkMode,
+    ) -> BoxFuture<'a, Result<Option<std::net::IpAddr>, RuntimeError>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The `polyphony.home` label value: a short hex hash of the canonical home path, so two

@@ -87,7 +87,7 @@ impl Store {
                 "UPDATE tasks SET attempts = MAX(attempts, ?2), updated_at = ?3 WHERE id = ?1",
                 params![spec.task_id, spec.attempt, ts(now)],
             )?;
-            Ok(())
+            super::refresh_summary(tx, &spec.task_id)
         })
     }
 

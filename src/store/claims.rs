@@ -70,11 +70,10 @@ pub(super) fn claim_in(tx: &Transaction<'_>, task_id: &str, now: DateTime<Utc>) 
     } else {
         "claimed"
     };
+    // Cleared first: the transition writes the summary once, with both changes.
+    tx.prepare_cached("UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1")?
+        .execute([task_id])?;
     write_transition(tx, task_id, from, TaskState::Claimed, reason, now)?;
-    tx.execute(
-        "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
-        [task_id],
-    )?;
     let task = get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
     if from == TaskState::Discovered && task.attempts == 0 {
         crate::metrics::first_claim((now - task.created_at).to_std().unwrap_or_default());

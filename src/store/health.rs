@@ -7,6 +7,7 @@
 //! has seen SQLITE_CORRUPT or SQLITE_NOTADB, [`damaged`] is true; the pipeline then
 //! records nothing more and the daemon stops claiming, stops its attempts and exits 2.
 
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -82,6 +83,72 @@ pub fn damage_in(err: &anyhow::Error, db: &Path) -> Option<DatabaseDamaged> {
     })
 }
 
+/// A clean verdict of [`Store::ensure_sound`], which the caller may remember.
+#[derive(Debug)]
+pub struct Sound {
+    remember: Option<(PathBuf, String)>,
+}
+
+impl Sound {
+    /// Remembers the verdict for the next [`Store::ensure_sound`] (best effort: a read-only
+    /// home just checks every time).
+    pub fn remember(self) {
+        let Some((marker, id)) = self.remember else {
+            return;
+        };
+        let tmp = marker.with_extension("sound.tmp");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::private::FILE_MODE)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, id.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, &marker));
+        if let Err(e) = written {
+            tracing::debug!(error = %e, path = %marker.display(), "soundness verdict not remembered");
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// Where [`Store::ensure_sound`] remembers a clean verdict.
+fn sound_marker(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".sound");
+    PathBuf::from(name)
+}
+
+/// Device, inode, size and ctime of the database and of its write-ahead log when that holds
+/// frames: what changes whenever either file's bytes do.
+fn files_identity(db: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let main = std::fs::metadata(db).ok()?;
+    let mut id = format!(
+        "db {} {} {} {}.{}",
+        main.dev(),
+        main.ino(),
+        main.size(),
+        main.ctime(),
+        main.ctime_nsec()
+    );
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    match std::fs::metadata(PathBuf::from(wal)) {
+        Ok(m) if m.size() > 0 => id.push_str(&format!(
+            " wal {} {} {}.{}",
+            m.ino(),
+            m.size(),
+            m.ctime(),
+            m.ctime_nsec()
+        )),
+        Ok(_) => id.push_str(" wal empty"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => id.push_str(" wal empty"),
+        Err(_) => return None,
+    }
+    Some(id)
+}
+
 impl Store {
     /// `PRAGMA quick_check` (`full` = `integrity_check`): the problems found, empty when
     /// the file is sound. A damaged file may also fail the check itself: that is an
@@ -111,7 +178,36 @@ impl Store {
     }
 
     /// [`Store::check_integrity`] (quick) as an error: `Damaged` when anything is wrong.
-    pub fn ensure_sound(&self) -> Result<(), StoreError> {
+    ///
+    /// A clean verdict can be remembered beside the database (`queue.db.sound`) with the
+    /// files' identity (device, inode, size, ctime of `queue.db` and of a non-empty `-wal`):
+    /// the next call skips the whole-file check while that identity is unchanged, so
+    /// `status` at 100,000 tasks does not read 140 MiB each time (issue 27). Any write by
+    /// anyone changes a ctime (which `touch` cannot set back), so damage written since is
+    /// checked again; a damaged verdict is never remembered. The caller decides whether to
+    /// remember ([`Sound::remember`], once its verb succeeded: a refused verb leaves the home
+    /// as it was). `doctor` and the daemon's start check the whole file every time.
+    pub fn ensure_sound(&self) -> Result<Sound, StoreError> {
+        let before = files_identity(&self.path);
+        let marker = sound_marker(&self.path);
+        if let Some(id) = &before {
+            if std::fs::read_to_string(&marker).is_ok_and(|m| &m == id) {
+                return Ok(Sound { remember: None });
+            }
+        }
+        self.ensure_sound_now()?;
+        // Rememberable only when nothing changed while the check ran.
+        let after = files_identity(&self.path);
+        Ok(Sound {
+            remember: before
+                .filter(|id| after.as_ref() == Some(id))
+                .map(|id| (marker, id)),
+        })
+    }
+
+    /// [`Store::ensure_sound`] without the remembered verdict: the whole-file quick check
+    /// every time (the daemon's start).
+    pub fn ensure_sound_now(&self) -> Result<(), StoreError> {
         let problems = self.check_integrity(false)?;
         // One line for the message: SQLite puts several findings in one row.
         let lines: Vec<&str> = problems
@@ -134,6 +230,7 @@ impl Store {
     }
 
     fn damaged(&self, detail: String) -> StoreError {
+        let _ = std::fs::remove_file(sound_marker(&self.path));
         DAMAGED.store(true, Ordering::SeqCst);
         StoreError::Damaged {
             path: self.path.clone(),

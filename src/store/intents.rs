@@ -227,6 +227,7 @@ impl Store {
                 "UPDATE tasks SET failures = ?2, next_attempt_at = ?3 WHERE id = ?1",
                 params![task_id, settlement.failures, next],
             )?;
+            super::refresh_summary(tx, task_id)?;
             // A failed attempt lands nothing more: its landing is over.
             tx.execute(
                 "UPDATE intents SET done_at = ?2 WHERE task_id = ?1 AND kind = 'land' AND done_at IS NULL",

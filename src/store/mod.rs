@@ -49,7 +49,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 pub use attempts::AttemptRecord;
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
-pub use health::{damage_in, damaged, DatabaseDamaged};
+pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use tasks::TransitionRecord;
@@ -64,6 +64,7 @@ use rows::{
     to_json, ts,
 };
 use tasks::{current_state, get_task, write_transition};
+use views::refresh_summary;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -155,10 +156,26 @@ impl Store {
             }
             for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
                 tx.execute_batch(sql)?;
-                tx.pragma_update(None, "user_version", i as i64 + 1)?;
+                let version = i as i64 + 1;
+                if version == schema::RUST_SUMMARIES {
+                    // The triggers are gone: the store writes every summary from now on,
+                    // starting with all of them, in the same transaction.
+                    views::rebuild_summaries(tx)?;
+                }
+                tx.pragma_update(None, "user_version", version)?;
             }
             Ok(())
         })
+    }
+
+    /// Runs `f` atomically: in a new IMMEDIATE transaction, or inside the one already open on
+    /// this connection (a store method called from another's transaction).
+    fn atomic<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        if self.conn.is_autocommit() {
+            self.immediate(|tx| f(tx))
+        } else {
+            f(&self.conn)
+        }
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so

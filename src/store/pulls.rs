@@ -130,6 +130,20 @@ fn followup_from_row(r: &Row<'_>) -> rusqlite::Result<FollowUpRecord> {
     })
 }
 
+/// Refreshes the summary of the task that landed a pull request and of its follow-ups (their
+/// `followup_of` names its number).
+fn refresh_pull_summaries(conn: &rusqlite::Connection, pull_task_id: &str) -> Result<()> {
+    super::refresh_summary(conn, pull_task_id)?;
+    let followups: Vec<String> = conn
+        .prepare_cached("SELECT task_id FROM followups WHERE pull_task_id = ?1")?
+        .query_map([pull_task_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for id in followups {
+        super::refresh_summary(conn, &id)?;
+    }
+    Ok(())
+}
+
 const FOLLOWUP_SELECT: &str = "SELECT f.task_id, f.pull_task_id, f.seq, t.state, f.plan, \
      f.created_at FROM followups f JOIN tasks t ON t.id = f.task_id";
 
@@ -137,28 +151,30 @@ impl Store {
     /// Records a pull request a task landed (once: a landing redone after a restart
     /// changes nothing).
     pub fn record_pull(&self, pull: &PullRecord) -> Result<()> {
-        self.conn.execute(
-            &format!(
-                "INSERT OR IGNORE INTO pulls ({PULL_COLS}) VALUES \
+        self.atomic(|conn| {
+            conn.execute(
+                &format!(
+                    "INSERT OR IGNORE INTO pulls ({PULL_COLS}) VALUES \
                  (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-            ),
-            params![
-                pull.task_id,
-                pull.repo,
-                pull.number as i64,
-                pull.branch,
-                pull.base,
-                pull.head_sha,
-                pull.state,
-                pull.checks,
-                pull.review,
-                pull.mergeable,
-                pull.followups,
-                pull.watching as i64,
-                ts(pull.updated_at),
-            ],
-        )?;
-        Ok(())
+                ),
+                params![
+                    pull.task_id,
+                    pull.repo,
+                    pull.number as i64,
+                    pull.branch,
+                    pull.base,
+                    pull.head_sha,
+                    pull.state,
+                    pull.checks,
+                    pull.review,
+                    pull.mergeable,
+                    pull.followups,
+                    pull.watching as i64,
+                    ts(pull.updated_at),
+                ],
+            )?;
+            refresh_pull_summaries(conn, &pull.task_id)
+        })
     }
 
     /// The pull request `task_id` opened, if the shepherd knows it.
@@ -193,21 +209,23 @@ impl Store {
 
     /// Writes what one look found.
     pub fn update_pull(&self, task_id: &str, look: &PullLook, now: DateTime<Utc>) -> Result<()> {
-        self.conn.execute(
-            "UPDATE pulls SET head_sha = ?2, state = ?3, checks = ?4, review = ?5, \
+        self.atomic(|conn| {
+            conn.execute(
+                "UPDATE pulls SET head_sha = ?2, state = ?3, checks = ?4, review = ?5, \
              mergeable = ?6, watching = ?7, updated_at = ?8 WHERE task_id = ?1",
-            params![
-                task_id,
-                look.head_sha,
-                look.state,
-                look.checks,
-                look.review,
-                look.mergeable,
-                look.watching as i64,
-                ts(now),
-            ],
-        )?;
-        Ok(())
+                params![
+                    task_id,
+                    look.head_sha,
+                    look.state,
+                    look.checks,
+                    look.review,
+                    look.mergeable,
+                    look.watching as i64,
+                    ts(now),
+                ],
+            )?;
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// The keys handled on a pull request so far.
@@ -284,6 +302,8 @@ impl Store {
                     params![pull_task_id, key, task.id, ts(now)],
                 )?;
             }
+            super::refresh_summary(tx, pull_task_id)?;
+            super::refresh_summary(tx, &task.id)?;
             Ok(true)
         })
     }
@@ -374,9 +394,12 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_is_at_version_6() {
+    fn the_schema_is_current_and_has_pulls() {
+        // Pulls and follow-ups arrived in versions 5 and 6; later versions keep them.
         let (_dir, store) = store();
-        assert_eq!(store.schema_version().expect("version"), 6);
+        let version = store.schema_version().expect("version");
+        assert_eq!(version, super::super::schema::latest());
+        assert!(version >= 6);
     }
 
     #[test]

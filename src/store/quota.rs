@@ -92,8 +92,8 @@ impl Store {
     /// `next_attempt_at = wait.until`).
     pub fn set_quota_wait(&self, wait: &QuotaWait) -> Result<()> {
         let resets = to_json("quota resets", &wait.resets)?;
-        self.conn
-            .prepare_cached(&format!(
+        self.atomic(|conn| {
+            conn.prepare_cached(&format!(
                 "INSERT INTO quota_waits ({WAIT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
                  ON CONFLICT (task_id) DO UPDATE SET until = excluded.until, \
                  agent = excluded.agent, identity = excluded.identity, \
@@ -107,7 +107,8 @@ impl Store {
                 resets,
                 ts(wait.parked_at),
             ])?;
-        Ok(())
+            super::refresh_summary(conn, &wait.task_id)
+        })
     }
 
     /// The task's quota wait, if it was parked (and not routed since).
@@ -167,10 +168,11 @@ impl Store {
 
     /// Forgets a task's wait: it was routed to an agent again.
     pub fn clear_quota_wait(&self, task_id: &str) -> Result<()> {
-        self.conn
-            .prepare_cached("DELETE FROM quota_waits WHERE task_id = ?1")?
-            .execute([task_id])?;
-        Ok(())
+        self.atomic(|conn| {
+            conn.prepare_cached("DELETE FROM quota_waits WHERE task_id = ?1")?
+                .execute([task_id])?;
+            super::refresh_summary(conn, task_id)
+        })
     }
 }
 

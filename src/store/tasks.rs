@@ -28,7 +28,8 @@ impl Store {
     pub fn insert_task(&self, task: &Task) -> Result<bool> {
         let labels = to_json("labels", &task.labels)?;
         let metadata = to_json("metadata", &task.metadata)?;
-        let mut stmt = self.conn.prepare_cached(&format!(
+        self.atomic(|conn| {
+        let mut stmt = conn.prepare_cached(&format!(
             "INSERT OR IGNORE INTO tasks ({TASK_COLS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
         ))?;
@@ -54,7 +55,11 @@ impl Store {
             ts(task.updated_at),
             task.next_attempt_at.map(ts),
         ])?;
+        if inserted == 1 {
+            super::refresh_summary(conn, &task.id)?;
+        }
         Ok(inserted == 1)
+        })
     }
 
     /// Reserves the next local queue id, `local-<n>`. Ids are never reused.
@@ -140,14 +145,16 @@ impl Store {
         failures: u32,
         next_attempt_at: Option<DateTime<Utc>>,
     ) -> Result<()> {
-        let changed = self.conn.execute(
-            "UPDATE tasks SET failures = ?2, next_attempt_at = ?3 WHERE id = ?1",
-            params![task_id, failures, next_attempt_at.map(ts)],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::NotFound(task_id.to_string()));
-        }
-        Ok(())
+        self.atomic(|conn| {
+            let changed = conn.execute(
+                "UPDATE tasks SET failures = ?2, next_attempt_at = ?3 WHERE id = ?1",
+                params![task_id, failures, next_attempt_at.map(ts)],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(task_id.to_string()));
+            }
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// Replaces the routing facts (type, scope, risk, context estimate) the router or a
@@ -160,14 +167,16 @@ impl Store {
         risk: Risk,
         context_tokens: u64,
     ) -> Result<()> {
-        let changed = self.conn.execute(
-            "UPDATE tasks SET task_type = ?2, scope = ?3, risk = ?4, context_tokens = ?5 WHERE id = ?1",
-            params![task_id, task_type.as_str(), scope.as_str(), risk.as_str(), context_tokens as i64],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::NotFound(task_id.to_string()));
-        }
-        Ok(())
+        self.atomic(|conn| {
+            let changed = conn.execute(
+                "UPDATE tasks SET task_type = ?2, scope = ?3, risk = ?4, context_tokens = ?5 WHERE id = ?1",
+                params![task_id, task_type.as_str(), scope.as_str(), risk.as_str(), context_tokens as i64],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(task_id.to_string()));
+            }
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// The earliest retry time among FAILED tasks scheduled for one (the daemon sleeps
@@ -186,14 +195,16 @@ impl Store {
     /// Freezes the title and body a source claim returned: later edits at the source never
     /// reach the agent.
     pub fn freeze_text(&self, task_id: &str, title: &str, body: &str) -> Result<()> {
-        let changed = self.conn.execute(
-            "UPDATE tasks SET title = ?2, body = ?3 WHERE id = ?1",
-            params![task_id, title, body],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::NotFound(task_id.to_string()));
-        }
-        Ok(())
+        self.atomic(|conn| {
+            let changed = conn.execute(
+                "UPDATE tasks SET title = ?2, body = ?3 WHERE id = ?1",
+                params![task_id, title, body],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(task_id.to_string()));
+            }
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// Transitions for one task, oldest first.
@@ -252,7 +263,7 @@ pub(super) fn write_transition(
         "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![task_id, from.as_str(), to.as_str(), reason, ts(now)])?;
-    Ok(())
+    super::refresh_summary(tx, task_id)
 }
 
 pub(super) fn task_from_row(r: &Row<'_>) -> rusqlite::Result<Task> {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Row};
+use rusqlite::{params, Connection, Row};
 use serde::Serialize;
 
 use super::{
@@ -316,6 +316,56 @@ impl Store {
             |r| r.get(0),
         )?)
     }
+}
+
+/// Writes the stored summary of `task_id` (its [`TaskSummary`] as serde writes it, the
+/// bytes `status --json` prints) from the rows as they are now. Every write that changes a
+/// summary field (the task's own columns, its quota wait, its pull request or the one it
+/// follows up) calls this in its own transaction, so a reader never sees a summary that
+/// disagrees with the rows (issue 27: this replaced the triggers of schema 2-6).
+pub(super) fn refresh_summary(conn: &Connection, task_id: &str) -> Result<()> {
+    let mut select = conn.prepare_cached(&format!(
+        "SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1"
+    ))?;
+    let mut rows = select.query([task_id])?;
+    let Some(row) = rows.next()? else {
+        conn.prepare_cached("DELETE FROM task_summaries WHERE id = ?1")?
+            .execute([task_id])?;
+        return Ok(());
+    };
+    let seq: i64 = row.get(24)?;
+    let json = summary_json(&summary_from_row(row)?)?;
+    conn.prepare_cached(
+        "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
+    )?
+    .execute(params![seq, task_id, json])?;
+    Ok(())
+}
+
+/// Rewrites every stored summary (the migration to Rust-written summaries).
+pub(super) fn rebuild_summaries(conn: &Connection) -> Result<()> {
+    conn.execute("DELETE FROM task_summaries", [])?;
+    let mut select = conn.prepare(&format!(
+        "SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} ORDER BY tasks.rowid"
+    ))?;
+    let mut insert =
+        conn.prepare("INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3)")?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let summary = summary_from_row(row)?;
+        insert.execute(params![
+            row.get::<_, i64>(24)?,
+            summary.id,
+            summary_json(&summary)?
+        ])?;
+    }
+    Ok(())
+}
+
+/// The stored text of a summary. Text, not a blob: `sqlite3` and readers see JSON.
+fn summary_json(summary: &TaskSummary<'_>) -> Result<String> {
+    super::to_json("task summary", summary)
 }
 
 fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {

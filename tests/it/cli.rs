@@ -697,3 +697,98 @@ fn quiet_and_verbose_conflict() {
         .assert()
         .code(2);
 }
+
+/// Issue 29: `retry --now` runs a parked task at once: its usage-limit wait is taken as
+/// over (the quota row ends now, the wait is forgotten) and its next attempt is due now;
+/// a task not waiting for an attempt is refused with exit 2 and nothing changes.
+#[test]
+fn retry_now_makes_a_parked_task_due_and_clears_its_limit() {
+    use chrono::{Duration, Utc};
+    use polyphony::domain::{AgentQuota, AgentReset, QuotaWait, SourceKind, Task, TaskState};
+    use polyphony::store::Store;
+    let home = initialised();
+    let store = Store::open(&home.path().join("queue.db")).unwrap();
+    let now = Utc::now();
+    let later = now + Duration::minutes(55);
+    for id in ["local-1", "local-2"] {
+        let task = Task::new(
+            id,
+            SourceKind::Local,
+            format!("local:{id}"),
+            "/r",
+            "Fix",
+            now,
+        );
+        store.insert_task(&task).unwrap();
+    }
+    store.claim("local-1", now).unwrap().unwrap();
+    store
+        .transition(
+            "local-1",
+            TaskState::Claimed,
+            TaskState::Failed,
+            "parked",
+            now,
+        )
+        .unwrap();
+    store.set_retry("local-1", 0, Some(later)).unwrap();
+    store
+        .update_quota("personal", "claude", |_| AgentQuota {
+            identity: "personal".into(),
+            agent: "claude".into(),
+            resets_at: later,
+            reported: true,
+            message: "limit".into(),
+            task_id: Some("local-1".into()),
+            attempt: Some(1),
+            hit_at: now,
+        })
+        .unwrap();
+    store
+        .set_quota_wait(&QuotaWait {
+            task_id: "local-1".into(),
+            until: later,
+            agent: "claude".into(),
+            identity: "personal".into(),
+            resets: vec![AgentReset {
+                agent: "claude".into(),
+                identity: "personal".into(),
+                resets_at: later,
+            }],
+            parked_at: now,
+        })
+        .unwrap();
+
+    let out = polyphony(home.path())
+        .args(["retry", "--now", "local-1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["task"], "local-1");
+    assert_eq!(v["limits_cleared"][0]["agent"], "claude");
+    assert_eq!(v["daemon_running"], false);
+    let task = store.get_task("local-1").unwrap().unwrap();
+    assert_eq!(task.state, TaskState::Failed);
+    assert_eq!(task.failures, 0, "running now counts nothing");
+    let due = task.next_attempt_at.expect("due");
+    assert!(due <= Utc::now(), "{due}");
+    assert!(store.quota_wait("local-1").unwrap().is_none());
+    assert!(store.quota_out(Utc::now()).unwrap().is_empty());
+
+    // A DISCOVERED task has no attempt to bring forward.
+    let out = polyphony(home.path())
+        .args(["retry", "--now", "local-2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot run local-2 now: it is DISCOVERED"),
+        "{err}"
+    );
+    assert_eq!(
+        store.get_task("local-2").unwrap().unwrap().state,
+        TaskState::Discovered
+    );
+}

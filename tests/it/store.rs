@@ -683,3 +683,136 @@ fn settling_a_failure_writes_state_retry_time_and_block_together() {
     assert_eq!(store.released_at("local-2").unwrap(), None);
     assert_eq!(store.pending_intents().unwrap().len(), 1);
 }
+
+/// Issue 27: a home made by the release of schema version 6 (summaries written by SQLite
+/// triggers) upgrades in place when the new binary opens it, and `status --json` prints
+/// the same objects it printed before, fields only added; after the upgrade the store
+/// writes the summaries itself.
+#[test]
+fn schema_6_home_upgrades_in_place_and_status_json_only_gains_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let db = home.join("queue.db");
+    // The home as schema 6 wrote it: its migrations, its triggers, rows of every kind.
+    let old_output = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+            .unwrap();
+        for sql in &polyphony::store::schema::MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        let tasks = [
+            (
+                "local-1",
+                "local",
+                "local:local-1",
+                "DISCOVERED",
+                0,
+                0,
+                None,
+            ),
+            (
+                "local-2",
+                "local",
+                "local:local-2",
+                "FAILED",
+                1,
+                1,
+                Some("2026-11-30T05:00:00.000000Z"),
+            ),
+            ("o/r#3", "github", "o/r#3", "LANDED", 1, 0, None),
+            ("o/r#3-f1", "github", "o/r#3", "RUNNING", 1, 0, None),
+            ("o/r#4", "github", "o/r#4", "BLOCKED", 3, 3, None),
+        ];
+        for (id, source, source_ref, state, attempts, failures, next) in tasks {
+            conn.execute(
+                "INSERT INTO tasks VALUES (?1, 'Fix \"it\" \u{1f}é', 'body', ?2, ?3, '/r', NULL, ?4, \
+                 'bugfix', 'small', 'medium', 3, 0, '[\"a\",\"b\\\"c\"]', '{}', ?5, ?6, \
+                 '2026-11-30T01:00:00.000000Z', '2026-11-30T01:30:00.000000Z', ?7)",
+                rusqlite::params![id, source, source_ref, state, attempts, failures, next],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO quota_waits VALUES ('local-2', '2026-11-30T05:00:00.000000Z', 'claude', \
+                 'personal', '[]', '2026-11-30T01:30:00.000000Z');
+             INSERT INTO pulls VALUES ('o/r#3', 'o/r', 7, 'polyphony/o_r_3-a1', 'main', 'sha', \
+                 'open', 'failing', NULL, 'yes', 1, 1, '2026-11-30T01:30:00.000000Z');
+             INSERT INTO followups VALUES ('o/r#3-f1', 'o/r#3', 1, '{}', \
+                 '2026-11-30T01:30:00.000000Z');
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+        // What schema 6's `status --json` printed: the stored summaries, newest first.
+        let mut stmt = conn
+            .prepare("SELECT json FROM task_summaries ORDER BY seq DESC")
+            .unwrap();
+        let objects: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(objects.len(), 5);
+        format!("[{}]\n", objects.join(","))
+    };
+    let status_json = || {
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+            .arg("--home")
+            .arg(&home)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let new_output = status_json();
+    let old: Vec<serde_json::Value> = serde_json::from_str(&old_output).unwrap();
+    let new: Vec<serde_json::Value> = serde_json::from_str(&new_output).unwrap();
+    assert_eq!(old.len(), new.len());
+    for (o, n) in old.iter().zip(&new) {
+        for (key, value) in o.as_object().unwrap() {
+            assert_eq!(&n[key], value, "field `{key}` of {}", o["id"]);
+        }
+    }
+    // The upgrade happened in place, once, and dropped every trigger.
+    let store = Store::open(&db).unwrap();
+    assert_eq!(
+        store.schema_version().unwrap(),
+        polyphony::store::schema::latest()
+    );
+    let triggers: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(triggers, 0);
+    // From now on the store writes the summaries.
+    store.claim("local-1", t0()).unwrap().unwrap();
+    let after: Vec<serde_json::Value> = serde_json::from_str(&status_json()).unwrap();
+    let local1 = after.iter().find(|o| o["id"] == "local-1").unwrap();
+    assert_eq!(local1["state"], "CLAIMED");
+    assert_eq!(after[0]["id"], "o/r#4", "still newest first");
+    // Each detail still reads.
+    for o in &old {
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+            .arg("--home")
+            .arg(&home)
+            .args(["status", o["id"].as_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -52,12 +52,21 @@ impl AttemptRun<'_> {
             handoff: handoff.as_deref(),
         });
         let invocation = adapter.invocation(spec, &prompt);
-        let container = agent_spec(
+        let mut container = agent_spec(
             spec,
             &invocation,
             &self.orch.home_label,
             &self.orch.default_user,
         );
+        // Issue 26: the model API goes through a gateway holding the real credential; the
+        // container gets a placeholder. (A re-attached attempt has none: see gateway.rs.)
+        let gateway = match reattach {
+            Some(_) => None,
+            None => self.start_gateway(spec).await?,
+        };
+        if let Some(gw) = &gateway {
+            gw.apply(&mut container);
+        }
         let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
@@ -109,11 +118,64 @@ impl AttemptRun<'_> {
             Follow::Start(id) => execute::start_created(run, &container, &id).await,
             Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
         };
+        let exec = match (exec, &gateway) {
+            (Ok(mut exec), Some(gw)) => {
+                let events = gw.fold(&mut exec);
+                if let Err(e) = self
+                    .db()
+                    .append_events(&self.task.id, spec.attempt, &events)
+                {
+                    tracing::warn!(task = %self.task.id, error = %e, "cannot store the model-API gateway's request events");
+                }
+                exec.next_seq += events.len() as u64;
+                exec.events += events.len() as u64;
+                Ok(exec)
+            }
+            (exec, _) => exec,
+        };
+        drop(gateway);
         let exec = exec.map_err(|e| Failure::from(e).during("the container failed"))?;
         if let Some(err) = &exec.sink_error {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
         }
         Ok(exec)
+    }
+
+    /// The attempt's model-API gateway, when its CLI's credential can go through one.
+    async fn start_gateway(
+        &mut self,
+        spec: &RunSpec,
+    ) -> Result<Option<crate::orchestrator::gateway::AttemptGateway>, Failure> {
+        let config = self.orch.config.clone();
+        let ceiling = config
+            .identities()
+            .iter()
+            .find(|i| i.name == spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day);
+        let daily_left_usd = match ceiling {
+            Some(ceiling) => {
+                let day = crate::identity_policy::utc_day_start((self.orch.clock)());
+                let spent = self
+                    .db()
+                    .cost_spent_since(&spec.identity, day)
+                    .map_err(Failure::crash)?;
+                Some(ceiling - spent)
+            }
+            None => None,
+        };
+        let gw = crate::orchestrator::gateway::start(
+            spec,
+            crate::orchestrator::gateway::GatewayInputs {
+                config: &config,
+                runtime: self.orch.runtime.as_ref(),
+                env: &self.orch.env,
+                clock: &self.orch.clock,
+                daily_left_usd,
+            },
+        )
+        .await
+        .map_err(Failure::crash)?;
+        Ok(gw)
     }
 
     /// The container exists (not started yet): its id is recorded for recovery and the task

@@ -321,6 +321,11 @@ impl<'a> AttemptRun<'a> {
             );
             let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
+            if exec.status == AttemptStatus::Budget {
+                // Issue 26: not a failure of the work; the task waits for the budget's reset.
+                failure.wait_until =
+                    Some(crate::orchestrator::gateway::next_day((self.orch.clock)()));
+            }
             return Err(failure);
         }
         self.move_to(

@@ -242,7 +242,13 @@ pub fn decide(s: &Situation<'_>) -> Vec<Action> {
         let reasons = s
             .blocked_followups
             .iter()
-            .map(|(id, why)| format!("follow-up {id} was BLOCKED: {why}"))
+            .map(|(id, why)| {
+                // `why` carries the follow-up agent's words: inline code, defused.
+                format!(
+                    "follow-up {id} was BLOCKED: {}",
+                    crate::sources::github::landing::inline_agent_text(why)
+                )
+            })
             .collect();
         return vec![Action::HandOff { reasons }];
     }
@@ -313,8 +319,8 @@ pub fn decide(s: &Situation<'_>) -> Vec<Action> {
             }
             for check in &failing {
                 reasons.push(format!(
-                    "check `{}` ended {}",
-                    check.name,
+                    "check {} ended {}",
+                    crate::sources::github::landing::inline_agent_text(&check.name),
                     check.conclusion.as_deref().unwrap_or("pending")
                 ));
             }

@@ -3,7 +3,9 @@
 //! the hand-off comment.
 //!
 //! Must not: let reviewer text close issues, mention people or hide markers in what the bot
-//! posts: quoted text passes `landing::quote_agent_message`'s rules (here: quoted and capped).
+//! posts: agent text passes `landing::quote_agent_message` (a reply) or
+//! `landing::inline_agent_text` (a hand-off reason, a check name); a prompt's quotes are
+//! quoted and capped.
 
 use super::decide::{Check, Feedback, FollowUp, Place};
 
@@ -156,8 +158,8 @@ pub fn repeated_report(checks: &[Check], marker_key: &str) -> String {
     );
     for check in checks {
         out.push_str(&format!(
-            "\n- `{}`: {}",
-            check.name,
+            "\n- {}: {}",
+            crate::sources::github::landing::inline_agent_text(&check.name),
             check.conclusion.as_deref().unwrap_or("pending")
         ));
     }

@@ -18,6 +18,50 @@ pub fn claim_marker(task_id: &str, attempt: u32, claimant: &str) -> String {
     format!("<!-- polyphony:claim task={task_id} attempt={attempt} by={claimant} -->")
 }
 
+/// The hidden markers of a comment body in the exact form the bot writes them: a line of
+/// its own that is one `<!-- polyphony:… -->` comment, outside fenced code blocks and
+/// outside quoted text or tables (issue 24: a marker an agent planted inside the text the
+/// bot quotes never counts, whatever it says). Pure.
+pub fn marker_lines(body: &str) -> Vec<&str> {
+    let mut fence: Option<(char, usize)> = None;
+    let mut out = Vec::new();
+    for line in body.lines() {
+        let trimmed = line.trim_start();
+        let run = |c: char| trimmed.chars().take_while(|&x| x == c).count();
+        if let Some((c, n)) = fence {
+            if trimmed.starts_with(c)
+                && run(c) >= n
+                && trimmed.trim_start_matches(c).trim().is_empty()
+            {
+                fence = None;
+            }
+            continue;
+        }
+        for c in ['`', '~'] {
+            if run(c) >= 3 {
+                fence = Some((c, run(c)));
+            }
+        }
+        if fence.is_some() {
+            continue;
+        }
+        let exact = line.trim_end();
+        if exact.starts_with("<!-- polyphony:")
+            && exact.ends_with(" -->")
+            && exact.matches("<!--").count() == 1
+            && exact.matches("-->").count() == 1
+        {
+            out.push(exact);
+        }
+    }
+    out
+}
+
+/// Whether `body` holds `marker` in the exact form (see [`marker_lines`]).
+pub fn has_marker(body: &str, marker: &str) -> bool {
+    marker_lines(body).contains(&marker)
+}
+
 /// The claimant named by the earliest claim comment of the task, if any. Comment ids
 /// grow monotonically, so every reader agrees on which claim came first.
 pub fn first_claimant(comments: &[Comment], task_id: &str) -> Option<String> {
@@ -26,8 +70,9 @@ pub fn first_claimant(comments: &[Comment], task_id: &str) -> Option<String> {
         .iter()
         .filter_map(|c| {
             let body = c.body.as_deref()?;
-            let start = body.find(&prefix)? + prefix.len();
-            let rest = &body[start..];
+            let rest = marker_lines(body)
+                .into_iter()
+                .find_map(|m| m.strip_prefix(prefix.as_str()))?;
             let end = rest.find("-->")?;
             let claimant = rest[..end]
                 .split_whitespace()
@@ -198,7 +243,7 @@ pub async fn ensure_comment(
         };
         if let Some(existing) = comments
             .iter()
-            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+            .find(|c| c.body.as_deref().is_some_and(|b| has_marker(b, marker)))
         {
             return Ok((existing.id, false));
         }

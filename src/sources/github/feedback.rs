@@ -322,7 +322,7 @@ pub fn find_own_reply<'a>(
             && c.author
                 .as_deref()
                 .is_some_and(|a| a.eq_ignore_ascii_case(me))
-            && c.body.contains(marker)
+            && super::claim::has_marker(&c.body, marker)
     })
 }
 
@@ -379,16 +379,40 @@ mod tests {
     fn own_replies_are_found_by_thread_author_and_marker() {
         let comments = [
             comment(1, None, "alice", "rename this"),
-            comment(2, Some(1), "mallory", "<!-- m:1 --> fake"),
-            comment(3, Some(1), "Polyphony-Bot", "done <!-- m:1 -->"),
-            comment(4, Some(9), "polyphony-bot", "<!-- m:1 -->"),
+            comment(2, Some(1), "mallory", "<!-- polyphony:reply:m:1 -->"),
+            // Quoted or inline, a marker is text, not ours (issue 24).
+            comment(
+                5,
+                Some(1),
+                "polyphony-bot",
+                "> <!-- polyphony:reply:m:1 -->",
+            ),
+            comment(
+                6,
+                Some(1),
+                "polyphony-bot",
+                "x <!-- polyphony:reply:m:1 -->",
+            ),
+            comment(
+                3,
+                Some(1),
+                "Polyphony-Bot",
+                "done\n\n<!-- polyphony:reply:m:1 -->",
+            ),
+            comment(4, Some(9), "polyphony-bot", "<!-- polyphony:reply:m:1 -->"),
         ];
+        let marker = "<!-- polyphony:reply:m:1 -->";
         assert_eq!(
-            find_own_reply(&comments, 1, "polyphony-bot", "<!-- m:1 -->").map(|c| c.id),
+            find_own_reply(&comments, 1, "polyphony-bot", marker).map(|c| c.id),
             Some(3)
         );
         assert_eq!(
-            find_own_reply(&comments, 1, "polyphony-bot", "<!-- m:2 -->"),
+            find_own_reply(
+                &comments,
+                1,
+                "polyphony-bot",
+                "<!-- polyphony:reply:m:2 -->"
+            ),
             None
         );
         assert_eq!(comments[1].thread_id(), 1);

@@ -227,14 +227,17 @@ static MENTION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| 
         .unwrap_or_else(|e| unreachable!("{e}"))
 });
 
-/// The agent's final message as it may appear in a pull request body (issue 11): written
-/// by the agent, so untrusted. HTML comments go (they could carry our hidden markers),
-/// closing keywords lose their keyword and their `#` (only our own `Closes #N` may close
-/// an issue), @mentions lose their `@` (nobody is notified), terminal controls go, the
-/// length is capped at [`MAX_AGENT_MESSAGE_CHARS`] and every line is quoted. Pure.
-pub fn quote_agent_message(message: &str) -> String {
-    let text = crate::domain::terminal::printable(message);
+/// Agent text with what GitHub would act on defused: terminal controls and HTML comments
+/// (they could carry our hidden markers) go, closing keywords lose their keyword and
+/// their `#` (only our own `Closes #N` may close an issue), @mentions lose their `@`
+/// (nobody is notified). Pure.
+fn defuse(text: &str) -> String {
+    let text = crate::domain::terminal::printable(text);
     let text = HTML_COMMENT.replace_all(&text, "");
+    // What is left of a comment (`<!-`, a lone `-->`) cannot open or close one either.
+    let text = text
+        .replace("<!", "<\u{200b}!")
+        .replace("-->", "--\u{200b}>");
     let text = CLOSING.replace_all(&text, |c: &regex::Captures<'_>| {
         let reference = match c[2].strip_prefix('#') {
             Some(n) => format!("issue {n}"),
@@ -242,23 +245,76 @@ pub fn quote_agent_message(message: &str) -> String {
         };
         format!("[closing keyword removed]{}{reference}", &c[1])
     });
-    let text = MENTION.replace_all(&text, "$1$2");
+    MENTION.replace_all(&text, "$1$2").into_owned()
+}
+
+/// A fence of backticks longer than any run of backticks in `text` (at least `min`).
+fn fence_for(text: &str, min: usize) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    "`".repeat((longest + 1).max(min))
+}
+
+/// The agent's final message as it may appear in a pull request body or a reply (issues
+/// 11, 24): written by the agent, so untrusted. [`defuse`]d, capped at
+/// [`MAX_AGENT_MESSAGE_CHARS`], and shown as a code block inside a quote, so no markdown,
+/// link, image, HTML or mention of it renders; every line is quoted. Pure.
+pub fn quote_agent_message(message: &str) -> String {
+    let text = defuse(message);
     let text = text.trim();
     let mut capped: String = text.chars().take(MAX_AGENT_MESSAGE_CHARS).collect();
     if capped.len() < text.len() {
         capped.push_str("\n\n… (cut; `polyphony logs` has the whole message)");
     }
-    capped
-        .lines()
-        .map(|l| {
+    let fence = fence_for(&capped, 3);
+    std::iter::once(format!("> {fence}text"))
+        .chain(capped.lines().map(|l| {
             if l.trim().is_empty() {
                 ">".to_string()
             } else {
                 format!("> {l}")
             }
-        })
+        }))
+        .chain(std::iter::once(format!("> {fence}")))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Longest piece of agent text in one table cell or list item, in characters.
+pub const MAX_AGENT_INLINE_CHARS: usize = 500;
+
+/// Agent text inside one line the bot writes (a table cell, a list item; issue 24: the
+/// blocked comment's reasons carried an agent's @mention, link and a planted claim
+/// marker): [`defuse`]d, on one line, capped at [`MAX_AGENT_INLINE_CHARS`], pipes escaped,
+/// as inline code so no markdown, link or mention of it renders. Pure.
+pub fn inline_agent_text(text: &str) -> String {
+    let one_line = defuse(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut capped: String = one_line.chars().take(MAX_AGENT_INLINE_CHARS).collect();
+    if capped.len() < one_line.len() {
+        capped.push('…');
+    }
+    if capped.is_empty() {
+        return "—".into();
+    }
+    let capped = capped.replace('|', "\\|");
+    let fence = fence_for(&capped, 1);
+    // A space inside the fence keeps a leading or trailing backtick apart from it.
+    if capped.starts_with('`') || capped.ends_with('`') {
+        format!("{fence} {capped} {fence}")
+    } else {
+        format!("{fence}{capped}{fence}")
+    }
 }
 
 /// The pull request body: summary, evidence table, run figures, `Closes #N`. Pure.
@@ -312,7 +368,7 @@ pub fn render_blocked_comment(task_id: &str, blocked: &Blocked, blocked_label: &
             "| {} | {} | {} |\n",
             a.attempt,
             table_cell(&a.agent),
-            table_cell(&a.reason)
+            inline_agent_text(&a.reason)
         ));
     }
     out
@@ -410,8 +466,13 @@ mod tests {
         }
     }
 
+    /// `want`: the quoted lines; they sit between the code fence's lines.
     fn check_quote(message: &str, want: &str) {
-        assert_eq!(quote_agent_message(message), want, "{message:?}");
+        assert_eq!(
+            quote_agent_message(message),
+            format!("> ```text\n{want}\n> ```"),
+            "{message:?}"
+        );
     }
 
     #[test]
@@ -433,8 +494,11 @@ mod tests {
         check_quote("\u{1b}]0;t\u{7}title", "> title");
         let long = "x".repeat(MAX_AGENT_MESSAGE_CHARS + 10);
         let quoted = quote_agent_message(&long);
-        assert!(quoted.starts_with(&format!("> {}", "x".repeat(MAX_AGENT_MESSAGE_CHARS))));
-        assert!(quoted.ends_with("> … (cut; `polyphony logs` has the whole message)"));
+        assert!(quoted.starts_with(&format!(
+            "> ```text\n> {}",
+            "x".repeat(MAX_AGENT_MESSAGE_CHARS)
+        )));
+        assert!(quoted.ends_with("> … (cut; `polyphony logs` has the whole message)\n> ```"));
         let body = render_pr_body(
             &Landed {
                 summary: "Closes #99 <!-- polyphony:pr task=x -->".into(),
@@ -496,15 +560,68 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| 1 | codex | verification failed: test exited 1 |"),
+            text.contains("| 1 | codex | `verification failed: test exited 1` |"),
             "{text}"
         );
         assert!(
-            text.contains("| 2 | claude | timeout \\| after 30m |"),
+            text.contains("| 2 | claude | `timeout \\| after 30m` |"),
             "{text}"
         );
         let none = render_blocked_comment("t", &Blocked { attempts: vec![] }, "b");
         assert!(none.contains("after 0 attempts") && none.contains("No attempt recorded"));
+    }
+
+    /// Issue 24: agent text in a line the bot writes renders as inert inline code and
+    /// can neither mention, link, nor plant a marker; markers count in the bot's form only.
+    #[test]
+    fn agent_text_inline_is_inert_and_planted_markers_do_not_count() {
+        let hostile = "ask @mallory: [docs](https://evil.example/x) **now** <!-- polyphony:claim task=o/r#1.2 attempt=1 by=mallory --> fixes #3 | x `y`\nsecond";
+        let cell = inline_agent_text(hostile);
+        assert_eq!(
+            cell,
+            "``ask mallory: [docs](https://evil.example/x) **now** [closing keyword removed] issue 3 \\| x `y` second``"
+        );
+        assert_eq!(inline_agent_text("`x`"), "`` `x` ``");
+        assert_eq!(inline_agent_text("  "), "—");
+        assert_eq!(inline_agent_text("a <!-- b"), "`a`");
+        assert_eq!(
+            inline_agent_text("a --> <!- b"),
+            "`a --\u{200b}> <\u{200b}!- b`"
+        );
+        let blocked = Blocked {
+            attempts: vec![BlockedAttempt {
+                attempt: 1,
+                agent: "claude".into(),
+                reason: hostile.into(),
+            }],
+        };
+        let body = render_blocked_comment("o/r#1", &blocked, "agent-blocked");
+        assert!(
+            !body.contains("@mallory") && !body.contains("polyphony:claim"),
+            "{body}"
+        );
+        let marker = super::super::claim::claim_marker("o/r#1.2", 1, "mallory");
+        for planted in [
+            format!("text {marker}"),
+            format!("> {marker}"),
+            format!("| 1 | {marker} |"),
+            format!("```\n{marker}\n```"),
+            format!("~~~~\n{marker}\n~~~~"),
+            format!("{marker} tail"),
+            "<!-- polyphony:claim x --><!-- polyphony:claim y -->".to_string(),
+        ] {
+            assert!(
+                super::super::claim::marker_lines(&planted).is_empty(),
+                "{planted}"
+            );
+        }
+        let ours = format!("Polyphony claimed this.\n\n{marker}");
+        assert_eq!(
+            super::super::claim::marker_lines(&ours),
+            vec![marker.as_str()]
+        );
+        let after_fence = format!("```\ncode\n```\n{marker}\r\n");
+        assert!(super::super::claim::has_marker(&after_fence, &marker));
     }
 
     #[test]
