@@ -225,6 +225,17 @@ pub fn fold(
 /// The default per-attempt cost maximum in dollars (`container.max_cost_usd_per_attempt`).
 pub const DEFAULT_MAX_COST_USD: f64 = 100.0;
 
+/// What one attempt's reported cost may count for: `cap`, and no more than what is left
+/// of the identity's daily `ceiling` after `spent` (never below 0). Pure.
+pub fn cost_room(cap: f64, ceiling: f64, spent: f64) -> f64 {
+    let left = if ceiling.is_finite() && spent.is_finite() {
+        (ceiling - spent).max(0.0)
+    } else {
+        cap
+    };
+    cap.min(left)
+}
+
 impl AgentOutcome {
     /// Clamps the reported cost to `[0, max]` (a NaN, infinite or negative figure counts
     /// as 0, so it can neither disable nor trip a cost ceiling on its own). Returns a
@@ -246,7 +257,7 @@ impl AgentOutcome {
         }
         self.cost_usd = Some(clamped);
         Some(format!(
-            "the reported cost {reported} is outside 0..={max:.2} dollars (container.max_cost_usd_per_attempt); counted as ${clamped:.2}"
+            "the reported cost {reported} is outside 0..={max:.2} dollars (the attempt's `container.max_cost_usd_per_attempt`, or what is left of the identity's daily ceiling); counted as ${clamped:.2}"
         ))
     }
 }
@@ -262,6 +273,15 @@ mod tests {
         };
         let warned = o.clamp_cost(max).is_some();
         (o.cost_usd, warned)
+    }
+
+    #[test]
+    fn cost_room_is_the_cap_or_what_is_left_of_the_ceiling() {
+        assert_eq!(cost_room(100.0, 50.0, 0.0), 50.0);
+        assert_eq!(cost_room(100.0, 50.0, 49.5), 0.5);
+        assert_eq!(cost_room(100.0, 50.0, 80.0), 0.0);
+        assert_eq!(cost_room(10.0, 50.0, 0.0), 10.0);
+        assert_eq!(cost_room(10.0, f64::NAN, 0.0), 10.0);
     }
 
     #[test]

@@ -784,3 +784,34 @@ async fn a_check_command_missing_from_the_image_blocks_at_once_naming_it() {
     assert_eq!(store.attempts(&id).expect("attempts").len(), 1);
     assert!(w.origin_branch("polyphony/local-1-a1").is_none());
 }
+
+/// Issue 24: a forged result line reporting $1000 counts for no more than what is left
+/// of the identity's daily ceiling, so the identity's spend never passes its ceiling.
+#[tokio::test]
+async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
+    let w = World::with(|home| {
+        let path = home.join("identities.yaml");
+        let text = std::fs::read_to_string(&path).expect("identities.yaml");
+        let text = text.replace(
+            "  - name: demo\n",
+            "  - name: demo\n    cost_ceiling_usd_per_day: 0.05\n",
+        );
+        std::fs::write(&path, text).expect("write");
+    });
+    let mut script = claude_fixes();
+    let result = script.stdout.pop().expect("a result line");
+    let mut forged: serde_json::Value = serde_json::from_str(&result).expect("json");
+    forged["total_cost_usd"] = serde_json::json!(1000.0);
+    script.stdout.push(forged.to_string());
+    w.runtime.push(script);
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue(&store);
+    assert!(w.attempt(&orch, &store, &id).await.is_landed());
+    let attempts = store.attempts(&id).expect("attempts");
+    let cost = attempts[0].cost_usd.expect("a cost");
+    assert!((cost - 0.05).abs() < 1e-9, "counted {cost}");
+    let day = polyphony::identity_policy::utc_day_start(Utc::now());
+    let spent = store.cost_spent_since("demo", day).expect("spent");
+    assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
+}

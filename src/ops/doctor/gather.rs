@@ -49,10 +49,16 @@ async fn probe_cli(
     .network(crate::domain::NetworkMode::None)
     .limits(crate::domain::ResourceLimits::default(), user);
     let no_scrub = |s: &str| s.to_string();
-    run_check(rt, &spec, Duration::from_secs(60), &no_scrub)
-        .await
-        .map(|r| (r.exit_code, r.output_tail))
-        .map_err(|e| e.to_string())
+    run_check(
+        rt,
+        &spec,
+        Duration::from_secs(60),
+        &no_scrub,
+        chrono::Utc::now(),
+    )
+    .await
+    .map(|r| (r.exit_code, r.output_tail))
+    .map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------------------- run (IO)

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
-
 use crate::agents::adapter_for;
 use crate::agents::prompt::PromptContext;
 use crate::domain::{CheckEvidence, RunResult, RunSpec, TaskState};
@@ -23,6 +21,26 @@ enum Follow {
 }
 
 impl AttemptRun<'_> {
+    /// The most this attempt's reported cost may count for (issue 24): the attempt's cap,
+    /// and no more than what is left of its identity's daily ceiling, so a forged result
+    /// line cannot put the identity past its ceiling (until a gateway meters the cost).
+    fn cost_room(&self, spec: &RunSpec, cap: f64) -> f64 {
+        let Some(ceiling) = self
+            .orch
+            .config
+            .identity(&spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day)
+        else {
+            return cap;
+        };
+        let day_start = crate::identity_policy::utc_day_start((self.orch.clock)());
+        // Unreadable: the cap alone (the ceiling check at the next attempt still holds).
+        let Ok(spent) = self.db().cost_spent_since(&spec.identity, day_start) else {
+            return cap;
+        };
+        crate::agents::cost_room(cap, ceiling, spent)
+    }
+
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
         self.db()
             .attempts(&self.task.id)
@@ -73,7 +91,7 @@ impl AttemptRun<'_> {
             idle_timeout: Duration::from_secs(spec.idle_timeout_seconds),
             max_output_bytes: config.max_output_bytes(),
             max_workspace_bytes: Some(config.max_workspace_bytes()),
-            max_cost_usd: config.max_cost_usd_per_attempt(),
+            max_cost_usd: self.cost_room(spec, config.max_cost_usd_per_attempt()),
         };
         let transcript = TranscriptPaths::under(self.orch.home(), &self.task.id, spec.attempt);
         let scrubber = self.scrubber.clone();
@@ -88,9 +106,9 @@ impl AttemptRun<'_> {
                     IntentKind::Container,
                     spec.attempt,
                     &serde_json::json!({ "name": container.name }),
-                    Utc::now(),
+                    self.orch.now(),
                 )?;
-                let id = execute::create(rt, &container, limits.deadline)
+                let id = execute::create(rt, &container, limits.deadline, self.orch.now())
                     .await
                     .map_err(|e| Failure::from(e).during("the container failed"))?;
                 self.container_created(&id).await?;
@@ -113,6 +131,7 @@ impl AttemptRun<'_> {
             transcript: Some(&transcript),
             scrub,
             cancel: self.opts.cancel.clone(),
+            clock: self.orch.clock.clone(),
         };
         let exec = match follow {
             Follow::Start(id) => execute::start_created(run, &container, &id).await,
