@@ -183,6 +183,7 @@ async fn run(
             transcript: Some(&transcript),
             scrub,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -370,6 +371,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -646,6 +648,7 @@ async fn idle_kill_fires_and_cancel_kills() {
                 transcript: None,
                 scrub: &plain,
                 cancel: rx,
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         ),
@@ -843,6 +846,7 @@ async fn hardening_user_and_credential_staging() {
                 transcript: None,
                 scrub: &plain,
                 cancel: no_cancel(),
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         )
@@ -871,9 +875,15 @@ async fn hardening_user_and_credential_staging() {
     .mount(spec.volume_mounts[0].clone())
     .network(NetworkMode::None)
     .limits(spec.limits.clone(), &default_container_user());
-    let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let out = run_check(
+        &w.rt,
+        &check,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.exit_code, Some(0), "{}", out.output_tail);
     assert!(
         out.output_tail.contains("{\"token\":\"t0\"}"),
@@ -912,6 +922,7 @@ async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -973,9 +984,15 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &user,
     );
     let scrub = |l: &str| l.replace("SECRETX", "***");
-    let r = run_check(&w.rt, &fail, Duration::from_secs(30), &scrub)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &fail,
+        Duration::from_secs(30),
+        &scrub,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.exit_code, Some(3));
     assert!(!r.timed_out);
     assert!(
@@ -992,21 +1009,39 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &pass, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &pass,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.exit_code, Some(0));
 
     let net = verify_spec(&spec, 3, "ls /sys/class/net", &w.label, &user);
-    let r = run_check(&w.rt, &net, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &net,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.output_tail.trim(), "lo", "verification has no network");
 
     let slow = verify_spec(&spec, 4, "sleep 30", &w.label, &user);
-    let r = run_check(&w.rt, &slow, Duration::from_secs(1), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &slow,
+        Duration::from_secs(1),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert!(r.timed_out);
     assert!(r.duration < Duration::from_secs(8), "{:?}", r.duration);
 
@@ -1017,9 +1052,15 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &long, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &long,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert!(r.output_tail.len() <= 4096);
     assert!(r.output_tail.ends_with("line-1999\n"));
     w.assert_no_containers().await;
@@ -1049,6 +1090,7 @@ async fn reattach_resumes_without_duplicates() {
                 transcript: Some(&transcript),
                 scrub: &plain,
                 cancel: no_cancel(),
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         ),
@@ -1070,6 +1112,7 @@ async fn reattach_resumes_without_duplicates() {
             transcript: Some(&transcript),
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &id,
         recorded,
@@ -1114,6 +1157,7 @@ async fn oom_kill_is_a_crash_with_the_reason() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -1350,6 +1394,7 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -1401,6 +1446,7 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )

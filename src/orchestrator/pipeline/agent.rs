@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
-
 use crate::agents::adapter_for;
 use crate::agents::prompt::PromptContext;
 use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, TaskState};
@@ -20,7 +18,7 @@ use super::{AttemptRun, Failure};
 pub(crate) fn egress_events(
     report: &crate::egress::EgressReport,
     profile: &str,
-    at: chrono::DateTime<Utc>,
+    at: chrono::DateTime<chrono::Utc>,
 ) -> Vec<crate::domain::TaskEvent> {
     use crate::domain::{EventKind, EventStream, TaskEvent};
     let mut out = Vec::new();
@@ -195,7 +193,7 @@ impl AttemptRun<'_> {
                     IntentKind::Container,
                     spec.attempt,
                     &serde_json::json!({ "name": container.name }),
-                    Utc::now(),
+                    self.orch.now(),
                 )?;
                 if let Some(plan) = &egress {
                     let started = std::time::Instant::now();
@@ -214,10 +212,11 @@ impl AttemptRun<'_> {
                         container = container.env(name, value);
                     }
                 }
-                let created = match execute::create(rt, &container, limits.deadline).await {
-                    Ok(id) => self.container_created(&id).await.map(|()| id),
-                    Err(e) => Err(Failure::from(e).during("the container failed")),
-                };
+                let created =
+                    match execute::create(rt, &container, limits.deadline, self.orch.now()).await {
+                        Ok(id) => self.container_created(&id).await.map(|()| id),
+                        Err(e) => Err(Failure::from(e).during("the container failed")),
+                    };
                 match created {
                     Ok(id) => Follow::Start(id),
                     Err(failure) => {
@@ -236,6 +235,7 @@ impl AttemptRun<'_> {
             attempt: spec.attempt,
             agent: spec.agent.clone(),
             progress: self.opts.progress.clone(),
+            handling: false,
         };
         let run = execute::AgentRun {
             runtime: rt,
@@ -245,6 +245,7 @@ impl AttemptRun<'_> {
             transcript: Some(&transcript),
             scrub,
             cancel: self.opts.cancel.clone(),
+            clock: self.orch.clock.clone(),
         };
         let exec = match follow {
             Follow::Start(id) => execute::start_created(run, &container, &id).await,
@@ -314,7 +315,7 @@ impl AttemptRun<'_> {
         for r in &report.refused {
             crate::metrics::egress_connection(false, &r.reason);
         }
-        let events = egress_events(&report, &spec.egress.profile, Utc::now());
+        let events = egress_events(&report, &spec.egress.profile, self.orch.now());
         let db = self.db();
         let next = db.event_count(&self.task.id, spec.attempt).unwrap_or(0);
         let events: Vec<_> = events

@@ -4,11 +4,9 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
-
 use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
 use crate::orchestrator::verify::one_line;
-use crate::orchestrator::{land, proof, verify};
+use crate::orchestrator::{land, proof, restarts, verify};
 use crate::store::IntentKind;
 use crate::workspace;
 use crate::workspace::{Author, Workspace};
@@ -74,6 +72,7 @@ impl AttemptRun<'_> {
             scrub: scrubber.as_ref(),
             cancel: self.opts.cancel.clone(),
             on_check: &on_check,
+            clock: self.orch.clock.clone(),
         };
         let evidence = verify::prove(gate, rules, checks).await?;
         Ok((sha, evidence))
@@ -107,6 +106,13 @@ impl AttemptRun<'_> {
             self.attempt,
             spec.agent
         );
+        // Issue 24: reading the agent's working tree is handling its output; a daemon that
+        // dies here, again and again, strikes the attempt (see `restarts`).
+        let crumb = restarts::breadcrumb(restarts::WINDOW_COMMIT);
+        self.db()
+            .raise_handling(&self.task.id, self.attempt, &crumb, self.orch.now())
+            .map_err(Failure::crash)?;
+        crate::failpoint::hit("commit-tree");
         let max_changed_files = self
             .orch
             .config
@@ -122,9 +128,12 @@ impl AttemptRun<'_> {
         .await?;
         if let Some(sha) = &commit.sha {
             self.db()
-                .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
+                .note_landing_commit(&self.task.id, self.attempt, sha, self.orch.now())
                 .map_err(Failure::crash)?;
         }
+        self.db()
+            .clear_handling(&self.task.id, self.attempt)
+            .map_err(Failure::crash)?;
         Ok(commit.sha)
     }
 
@@ -158,14 +167,22 @@ impl AttemptRun<'_> {
             (Some(run), _) => {
                 let github = self.orch.github().map_err(Failure::crash)?;
                 let summary = ran.result.final_message.as_deref();
-                followup::post_replies(github, &self.store, &self.task.id, run, sha, summary)
-                    .await
-                    .map_err(|e| {
-                        Failure::from(verify::Refusal::failed(format!(
-                            "cannot reply on the pull request: {}",
-                            one_line(&e.to_string())
-                        )))
-                    })
+                followup::post_replies(
+                    github,
+                    &self.store,
+                    &self.task.id,
+                    run,
+                    sha,
+                    summary,
+                    self.orch.now(),
+                )
+                .await
+                .map_err(|e| {
+                    Failure::from(verify::Refusal::failed(format!(
+                        "cannot reply on the pull request: {}",
+                        one_line(&e.to_string())
+                    )))
+                })
             }
             (None, Some(url)) => followup::record_landed(
                 &self.db(),
@@ -174,29 +191,31 @@ impl AttemptRun<'_> {
                 branch,
                 &ran.ws.base_ref,
                 sha,
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash),
             (None, None) => Ok(()),
         }
     }
 
-    async fn land(
+    pub(super) async fn land(
         &mut self,
         ran: &Ran,
         sha: String,
         evidence: Vec<CheckEvidence>,
     ) -> Result<AttemptEnd, Failure> {
         let ws = &ran.ws;
-        // Push, PR, comment and labels are redone idempotently by the resumed verification
-        // until LANDED completes this intent (issue 19).
+        // Push, PR, comment and labels are redone idempotently by the resumed attempt
+        // until LANDED completes this intent (issue 19). The evidence is kept with it: a
+        // restart lands this verified sha without verifying again, before anything else
+        // (issue 24).
         self.db()
             .record_intent(
                 &self.task.id,
                 IntentKind::Land,
                 self.attempt,
-                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
-                Utc::now(),
+                &serde_json::json!({ "sha": sha, "branch": ws.branch, "evidence": evidence }),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         let github = match self.task.source {
@@ -242,7 +261,7 @@ impl AttemptRun<'_> {
                 &sha,
                 &branch,
                 pr_url.as_deref(),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         let short = &sha[..sha.len().min(10)];
@@ -259,7 +278,7 @@ impl AttemptRun<'_> {
                 TaskState::Landed,
                 &reason,
                 (IntentKind::Land, self.attempt),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         self.task = landed;
