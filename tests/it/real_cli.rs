@@ -954,8 +954,17 @@ fn codex_home(
         format!(
             // The gateway points Codex at itself with OPENAI_BASE_URL, which Codex 0.147.0
             // ignores (docs/agents.md): these tests hand the key to the CLI directly.
-            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ngateway:\n  enabled: false\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n",
-            network.name
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ngateway:\n  enabled: false\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            // Issue 25: Codex reaches the scripted API by name through its egress proxy.
+            polyphony::demo::egress_yaml(
+                &network.name,
+                network.gateway,
+                MODEL_HOST,
+                &std::iter::once(api)
+                    .chain(fallback)
+                    .map(|a| openai_port(a, network))
+                    .collect::<Vec<_>>(),
+            )
         ),
     )
     .expect("config.yaml");
@@ -964,7 +973,12 @@ fn codex_home(
         std::fs::create_dir_all(&login).expect("login dir");
         std::fs::write(
             login.join("config.toml"),
-            scripted_openai::codex_config_toml(&api.base_url(), "OPENAI_API_KEY", "gpt-5.5"),
+            scripted_openai::codex_config_toml(
+                &api.base_url()
+                    .replacen(&network.gateway.to_string(), MODEL_HOST, 1),
+                "OPENAI_API_KEY",
+                "gpt-5.5",
+            ),
         )
         .expect("config.toml");
         login
@@ -990,6 +1004,19 @@ fn codex_home(
         .with_env("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY)
         .with_run_limit(RUN_LIMIT);
     Home { base, origin }
+}
+
+/// The port of a scripted Responses API listening on `network`'s gateway.
+fn openai_port(api: &ScriptedOpenAi, network: &TestNetwork) -> u16 {
+    let url = api.base_url();
+    let rest = url
+        .split_once(&format!("{}:", network.gateway))
+        .map(|(_, r)| r)
+        .unwrap_or("");
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
 }
 
 /// Codex fixes calc.sh with `exec_command`, then (once it has seen the output) says so.
