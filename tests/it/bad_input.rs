@@ -46,6 +46,7 @@ impl Fixture {
         std::fs::write(root.join("a-file"), "not a home\n").unwrap();
         std::fs::write(root.join("bad-prompt.md"), "Do {nope}\n").unwrap();
         std::fs::write(root.join("backup.db"), "exists\n").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etc-link")).unwrap();
         f.bin()
             .args(["enqueue", "--repo"])
             .arg(&repo)
@@ -174,6 +175,17 @@ fn cases() -> Vec<Case> {
         Case { name: "literal secret in api_keys", files: &[("identities.yaml", "identities:\n  - name: p\n    volumes:\n      claude: ~/.claude\n    api_keys:\n      ANTHROPIC_API_KEY: sk-ant-SECRET123\n")], args: check, needles: &["api_keys", "***", FIX], absent: &["sk-ant-SECRET123"], ..C },
         Case { name: "home is a file", args: &["--home", "{root}/a-file", "status"], needles: &["--home", "a file", FIX], ..C },
         Case { name: "POLYPHONY_HOME is a file", args: &["status"], env: &[("POLYPHONY_HOME", "{root}/a-file")], needles: &["POLYPHONY_HOME", "a file", FIX], ..C },
+        // ---- unsafe settings however spelled (issue 24): refused without allow_unsafe
+        Case { name: "container.user 00", files: config("container:\n  user: '00'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe", FIX], ..C },
+        Case { name: "container.user 00:00", files: config("container:\n  user: '00:00'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe"], ..C },
+        Case { name: "container.user 000:0", files: config("container:\n  user: '000:0'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe"], ..C },
+        Case { name: "container.user out of range", files: config("container:\n  user: '4294967296'\n"), args: check, needles: &["config.yaml", "`container.user`", "4294967296", "largest id", FIX], ..C },
+        Case { name: "container.user gid out of range", files: config("container:\n  user: '1000:99999999999'\n"), args: check, needles: &["`container.user`", "gid", "largest id", FIX], ..C },
+        Case { name: "container.user not numeric", files: config("container:\n  user: 'root'\n"), args: check, needles: &["`container.user`", "not a number", FIX], ..C },
+        Case { name: "volume with ..", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: ~/../../../../../../etc\n")], args: check, needles: &["identities.yaml", "volume `claude`", "system directory", "allow_unsafe", FIX], ..C },
+        Case { name: "volume //etc", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: //etc\n")], args: check, needles: &["identities.yaml", "volume `claude`", "system directory", "allow_unsafe"], ..C },
+        Case { name: "volume with a newline", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: \"/tmp/a\\nb\"\n")], args: check, needles: &["identities.yaml", "volume `claude`", "newline", FIX], ..C },
+        Case { name: "volume symlinked to /etc", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: ~/etc-link\n")], args: check, needles: &["identities.yaml", "volume `claude`", "symlink", "system directory", "allow_unsafe"], ..C },
         // ---- enqueue: nothing stored
         Case { name: "empty title", args: &["enqueue", "--repo", "{root}/repo", " "], needles: &["title", "empty", FIX], ..C },
         Case { name: "multi-line title", args: &["enqueue", "--repo", "{root}/repo", "line one\nline two"], needles: &["title", "one line", FIX], ..C },
