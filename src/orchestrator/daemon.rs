@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::net::UnixListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -107,12 +107,13 @@ pub async fn run(
     let watchdog = {
         let runtime = orch.runtime.clone();
         let home_label = orch.home_label.clone();
+        let clock = orch.clock.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(crate::runtime::watchdog::SWEEP_EVERY);
             loop {
                 every.tick().await;
                 if let Err(e) =
-                    crate::runtime::watchdog::sweep(runtime.as_ref(), &home_label, Utc::now()).await
+                    crate::runtime::watchdog::sweep(runtime.as_ref(), &home_label, clock()).await
                 {
                     tracing::debug!(error = %e, "watchdog sweep failed");
                 }
@@ -189,7 +190,7 @@ pub async fn run(
             other => other?,
         };
         let retry_due = next_retry.map(|at| {
-            let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            let wait = (at - orch.now()).to_std().unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + wait + Duration::from_millis(5)
         });
         let wake_at = match retry_due {
@@ -292,7 +293,7 @@ async fn poll_sources(orch: &Orchestrator, store: &Store) {
     for task in tasks {
         match store.insert_task(&task) {
             Ok(true) => new += 1,
-            Ok(false) => match super::generation::reopen_if_relabelled(store, &task, Utc::now()) {
+            Ok(false) => match super::generation::reopen_if_relabelled(store, &task, orch.now()) {
                 Ok(reopened) => new += usize::from(reopened.is_some()),
                 Err(e) => {
                     tracing::warn!(task = %task.id, error = %e, "cannot retry a re-labelled issue")
@@ -318,7 +319,7 @@ fn dispatch(
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             return Ok(());
         };
-        let Some(task) = store.claim_next(Utc::now())? else {
+        let Some(task) = store.claim_next(orch.now())? else {
             return Ok(());
         };
         run_opts
@@ -392,7 +393,7 @@ async fn reconcile(
                 (true, Some(record)) => {
                     let Ok(permit) = slots.clone().try_acquire_owned() else {
                         // More in flight than slots: the rest retry normally.
-                        interrupt(store, &task, state, Some(&record))?;
+                        interrupt(store, &task, state, Some(&record), orch.now())?;
                         if let Some((id, _)) = container {
                             discard_container(orch, &id).await;
                         }
@@ -413,7 +414,7 @@ async fn reconcile(
                     if let Some((id, _)) = container {
                         discard_container(orch, &id).await;
                     }
-                    interrupt(store, &task, state, record.as_ref())?;
+                    interrupt(store, &task, state, record.as_ref(), orch.now())?;
                 }
             }
         }
@@ -443,8 +444,8 @@ fn interrupt(
     task: &Task,
     state: TaskState,
     record: Option<&AttemptRecord>,
+    now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
-    let now = Utc::now();
     let reason = format!("interrupted: the daemon stopped while the task was {state}");
     // The attempt row of a run that will never be collected: close it, or `status` shows it
     // running forever and cleanup keeps its workspace as live.

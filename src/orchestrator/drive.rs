@@ -107,7 +107,7 @@ pub async fn drive(
                 }
             }
         }
-        let Some(claimed) = store.claim(&id, Utc::now())? else {
+        let Some(claimed) = store.claim(&id, orch.now())? else {
             anyhow::bail!("task {id} cannot be claimed now (state {})", current.state);
         };
         opts.progress

@@ -180,7 +180,7 @@ mod tests {
     fn a_relabelled_issue_comes_back_once_and_only_after_its_report() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("queue.db")).unwrap();
-        let t0 = Utc::now();
+        let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         store.insert_task(&issue("o/r#1", t0)).unwrap();
         // Not BLOCKED: a poll finding the ready label changes nothing.
         let polled = issue("o/r#1", t0 + Duration::seconds(1));
@@ -216,7 +216,7 @@ mod tests {
     async fn a_blocked_follow_up_is_not_retried() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("queue.db")).unwrap();
-        let t0 = Utc::now();
+        let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         store.insert_task(&issue("o/r#1", t0)).unwrap();
         store
             .record_pull(&crate::store::PullRecord::opened(
@@ -246,7 +246,7 @@ mod tests {
     async fn retry_makes_the_next_generation_but_never_takes_back_a_released_issue() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("queue.db")).unwrap();
-        let t0 = Utc::now();
+        let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         let local = Task::new("local-1", SourceKind::Local, "local:local-1", "/r", "t", t0);
         store.insert_task(&local).unwrap();
         block(&store, "local-1", t0);

@@ -15,8 +15,6 @@
 //! Must not: change task state (reconciliation and the pipeline do), or post anything
 //! without the marker look-up the GitHub source does.
 
-use chrono::Utc;
-
 use crate::domain::{Task, TaskState};
 use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo};
 use crate::store::{AttemptRecord, IntentKind, Store};
@@ -78,7 +76,7 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                     let blocked = blocked_of(&store.attempts(&task.id)?);
                     let reported = report_blocked(orch, &task, &blocked).await;
                     if reported {
-                        store.mark_block_reported(&task.id, Utc::now())?;
+                        store.mark_block_reported(&task.id, orch.now())?;
                         tracing::info!(task = %task.id, "finished the blocked report a crash interrupted");
                     }
                     reported
@@ -86,7 +84,7 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
             }
         };
         if done {
-            store.complete_intent(&intent.task_id, intent.kind, intent.attempt, Utc::now())?;
+            store.complete_intent(&intent.task_id, intent.kind, intent.attempt, orch.now())?;
         }
     }
     Ok(())

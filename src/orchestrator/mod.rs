@@ -12,6 +12,7 @@
 //! Architecture Invariant: landing is idempotent: a restart finds the pushed branch, the
 //! open PR and the comments again instead of creating new ones.
 
+pub mod clock;
 pub mod daemon;
 pub mod drive;
 pub mod execute;
@@ -52,9 +53,7 @@ pub use retry::RetryPolicy;
 /// Looks up a host environment variable (injectable for tests).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
-/// The time the orchestrator decides by: retry times, waits and the cost ceiling's day
-/// (injectable for tests; `Utc::now` otherwise).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub use clock::Clock;
 
 /// What every attempt shares.
 pub struct Orchestrator {
@@ -76,6 +75,11 @@ pub struct Orchestrator {
 }
 
 impl Orchestrator {
+    /// Now, by the orchestrator's clock ([`clock`]).
+    pub fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
+    }
+
     /// Connects to Docker and prepares everything from the loaded config.
     pub async fn connect(config: Config) -> anyhow::Result<Orchestrator> {
         let runtime = DockerRuntime::connect()
@@ -138,7 +142,7 @@ impl Orchestrator {
             default_user,
             policy,
             env,
-            clock: Arc::new(Utc::now),
+            clock: clock::system(),
         })
     }
 

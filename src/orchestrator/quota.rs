@@ -516,7 +516,7 @@ pub async fn continue_after_limit(
                 handoff.changes.len()
             );
             let db = store.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = db.kv_set(&handoff_key(task_id, attempt), &note, Utc::now()) {
+            if let Err(e) = db.kv_set(&handoff_key(task_id, attempt), &note, orch.now()) {
                 tracing::warn!(task = %task_id, error = %e, "cannot record the handoff note");
             }
         }

@@ -249,6 +249,8 @@ pub struct CheckRun<'a> {
     pub cancel: watch::Receiver<bool>,
     /// Told each check's evidence as it completes.
     pub on_check: &'a (dyn Fn(&CheckEvidence) + Send + Sync),
+    /// The wall clock each check's deadline label counts from.
+    pub clock: super::Clock,
 }
 
 /// Where check `n`'s clean checkout goes: beside the attempt's workspace, so cleanup and the
@@ -294,6 +296,7 @@ pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksS
                     &container,
                     Duration::from_secs(check.timeout_seconds),
                     run.scrub,
+                    (run.clock)(),
                 )
                 .await
                 .map_err(|e| {

@@ -182,6 +182,7 @@ async fn run(
             transcript: Some(&transcript),
             scrub,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -369,6 +370,7 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -645,6 +647,7 @@ async fn idle_kill_fires_and_cancel_kills() {
                 transcript: None,
                 scrub: &plain,
                 cancel: rx,
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         ),
@@ -842,6 +845,7 @@ async fn hardening_user_and_credential_staging() {
                 transcript: None,
                 scrub: &plain,
                 cancel: no_cancel(),
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         )
@@ -870,9 +874,15 @@ async fn hardening_user_and_credential_staging() {
     .mount(spec.volume_mounts[0].clone())
     .network(NetworkMode::None)
     .limits(spec.limits.clone(), &default_container_user());
-    let out = run_check(&w.rt, &check, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let out = run_check(
+        &w.rt,
+        &check,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.exit_code, Some(0), "{}", out.output_tail);
     assert!(
         out.output_tail.contains("{\"token\":\"t0\"}"),
@@ -911,6 +921,7 @@ async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -972,9 +983,15 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &user,
     );
     let scrub = |l: &str| l.replace("SECRETX", "***");
-    let r = run_check(&w.rt, &fail, Duration::from_secs(30), &scrub)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &fail,
+        Duration::from_secs(30),
+        &scrub,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.exit_code, Some(3));
     assert!(!r.timed_out);
     assert!(
@@ -991,21 +1008,39 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &pass, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &pass,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.exit_code, Some(0));
 
     let net = verify_spec(&spec, 3, "ls /sys/class/net", &w.label, &user);
-    let r = run_check(&w.rt, &net, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &net,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.output_tail.trim(), "lo", "verification has no network");
 
     let slow = verify_spec(&spec, 4, "sleep 30", &w.label, &user);
-    let r = run_check(&w.rt, &slow, Duration::from_secs(1), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &slow,
+        Duration::from_secs(1),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert!(r.timed_out);
     assert!(r.duration < Duration::from_secs(8), "{:?}", r.duration);
 
@@ -1016,9 +1051,15 @@ async fn run_check_pass_fail_timeout_and_no_network() {
         &w.label,
         &user,
     );
-    let r = run_check(&w.rt, &long, Duration::from_secs(30), &plain)
-        .await
-        .unwrap();
+    let r = run_check(
+        &w.rt,
+        &long,
+        Duration::from_secs(30),
+        &plain,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     assert!(r.output_tail.len() <= 4096);
     assert!(r.output_tail.ends_with("line-1999\n"));
     w.assert_no_containers().await;
@@ -1048,6 +1089,7 @@ async fn reattach_resumes_without_duplicates() {
                 transcript: Some(&transcript),
                 scrub: &plain,
                 cancel: no_cancel(),
+                clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
         ),
@@ -1069,6 +1111,7 @@ async fn reattach_resumes_without_duplicates() {
             transcript: Some(&transcript),
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &id,
         recorded,
@@ -1113,6 +1156,7 @@ async fn oom_kill_is_a_crash_with_the_reason() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -1349,6 +1393,7 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )
@@ -1400,6 +1445,7 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
             transcript: None,
             scrub: &plain,
             cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
         },
         &cspec,
     )

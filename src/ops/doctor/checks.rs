@@ -149,6 +149,23 @@ pub fn staged_files_check(identity: &str, agent_type: &str, files: &[(String, bo
     Check::pass(name, present.join(", "))
 }
 
+/// Whether an identity's model credential for `agent_type` goes through the model-API
+/// gateway (issue 26): `Err(why)` names what keeps the real credential in the container.
+pub fn gateway_check(identity: &str, agent_type: &str, protected: Result<String, String>) -> Check {
+    let name = format!("identity {identity}: {agent_type} gateway");
+    match protected {
+        Ok(var) => Check::pass(
+            name,
+            format!("{var} goes through the model-API gateway; the container holds a placeholder"),
+        ),
+        Err(why) => Check::warn(
+            name,
+            format!("identity `{identity}` is not gateway-protected for {agent_type}: {why}"),
+            "docs/agents.md \"The model-API gateway\" lists what each CLI needs",
+        ),
+    }
+}
+
 /// An API-key variable an identity passes into containers. Only whether it is set.
 pub fn api_key_check(identity: &str, container_var: &str, host_var: &str, set: bool) -> Check {
     let name = format!("identity {identity}: {container_var}");
@@ -339,4 +356,26 @@ fn parse_version(text: &str) -> Option<(u64, u64, u64)> {
                 _ => None,
             }
         })
+}
+
+#[cfg(test)]
+mod gateway_tests {
+    use super::*;
+    use crate::ops::doctor::Level;
+
+    #[test]
+    fn gateway_protection_is_a_pass_or_a_warning_naming_why() {
+        let c = gateway_check("work", "claude", Ok("ANTHROPIC_API_KEY".into()));
+        assert_eq!(c.level, Level::Pass);
+        assert!(c.detail.contains("placeholder"), "{}", c.detail);
+        let why = crate::gateway::plan::Unprotected::LoginFilesOnly
+            .explain(crate::domain::AgentType::Claude);
+        let c = gateway_check("sub", "claude", Err(why));
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail.contains("not gateway-protected") && c.detail.contains("claude setup-token"),
+            "{}",
+            c.detail
+        );
+    }
 }

@@ -49,10 +49,16 @@ async fn probe_cli(
     .network(crate::domain::NetworkMode::None)
     .limits(crate::domain::ResourceLimits::default(), user);
     let no_scrub = |s: &str| s.to_string();
-    run_check(rt, &spec, Duration::from_secs(60), &no_scrub)
-        .await
-        .map(|r| (r.exit_code, r.output_tail))
-        .map_err(|e| e.to_string())
+    run_check(
+        rt,
+        &spec,
+        Duration::from_secs(60),
+        &no_scrub,
+        chrono::Utc::now(),
+    )
+    .await
+    .map(|r| (r.exit_code, r.output_tail))
+    .map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------------------- run (IO)
@@ -318,6 +324,28 @@ fn credential_checks(
         for (container_var, host_var) in &identity.api_keys {
             let set = lookup(host_var).is_some_and(|v| !v.is_empty());
             checks.push(api_key_check(&identity.name, container_var, host_var, set));
+        }
+        // Issue 26: which of its CLIs keep their real credential out of the container.
+        let overlay = crate::identity::env_overlay(identity);
+        for t in crate::domain::AgentType::ALL {
+            let has_key = crate::gateway::plan::credential_vars(t)
+                .iter()
+                .any(|(n, _)| identity.api_keys.contains_key(*n));
+            if !has_key && !identity.volumes.contains_key(t.as_str()) {
+                continue;
+            }
+            let mounts = crate::identity::volume_mounts(identity, t);
+            let protected = if !config.gateway().enabled {
+                Err(
+                    "gateway.enabled is false in config.yaml: its key goes into the container"
+                        .to_string(),
+                )
+            } else {
+                crate::gateway::plan::plan(t, &overlay, &mounts)
+                    .map(|p| p.credential_var)
+                    .map_err(|u| u.explain(t))
+            };
+            checks.push(gateway_check(&identity.name, t.as_str(), protected));
         }
     }
 }

@@ -7,6 +7,8 @@ use futures_util::StreamExt;
 
 use super::follow::DRAIN_AFTER_KILL;
 use super::sinks::Scrub;
+use chrono::{DateTime, Utc};
+
 use super::with_deadline;
 use crate::runtime::container_spec::ContainerSpec;
 use crate::runtime::{RuntimeError, WorkerRuntime};
@@ -31,8 +33,9 @@ pub async fn run_check(
     spec: &ContainerSpec,
     timeout: Duration,
     scrub: Scrub<'_>,
+    now: DateTime<Utc>,
 ) -> Result<CheckRun, RuntimeError> {
-    let spec = &with_deadline(spec, timeout);
+    let spec = &with_deadline(spec, timeout, now);
     let id = rt.create(spec).await?;
     let started = Instant::now();
     let result = run_check_inner(rt, &id, timeout, scrub, started).await;

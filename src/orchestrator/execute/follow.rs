@@ -9,7 +9,6 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -34,6 +33,8 @@ struct Follower<'a> {
     adapter: &'a dyn AgentAdapter,
     sink: &'a mut dyn EventSink,
     scrub: Scrub<'a>,
+    /// Stamps each event.
+    clock: crate::orchestrator::Clock,
     outcome: AgentOutcome,
     /// Next seq to assign (counts every line of both streams).
     seq: u64,
@@ -161,7 +162,7 @@ impl Follower<'_> {
             stream,
             summary,
             data,
-            at: Utc::now(),
+            at: (self.clock)(),
         });
     }
 
@@ -267,6 +268,7 @@ pub(super) async fn follow_and_collect(
         transcript,
         scrub,
         mut cancel,
+        clock,
     } = run;
     let Followed {
         id,
@@ -283,6 +285,7 @@ pub(super) async fn follow_and_collect(
         adapter,
         sink,
         scrub,
+        clock,
         outcome: AgentOutcome::default(),
         seq: 0,
         skip,

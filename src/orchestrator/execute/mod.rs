@@ -29,7 +29,7 @@ mod sinks;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 pub use check::{run_check, CheckRun};
@@ -38,6 +38,7 @@ pub use sinks::{EventSink, Scrub, ScrubOutput, VecSink};
 
 use crate::agents::{AgentAdapter, AgentOutcome};
 use crate::domain::AttemptStatus;
+use crate::orchestrator::Clock;
 use crate::runtime::container_spec::{container_key, ContainerSpec};
 use crate::runtime::{RuntimeError, WorkerRuntime};
 use follow::{follow_and_collect, Followed};
@@ -102,6 +103,8 @@ pub struct AgentRun<'a> {
     pub scrub: Scrub<'a>,
     /// `true` asks for the container to be killed.
     pub cancel: watch::Receiver<bool>,
+    /// The wall clock events are stamped and deadlines are counted by.
+    pub clock: Clock,
 }
 
 /// Runs one attempt: create `spec` (replacing a leftover), start, follow, collect, remove.
@@ -113,19 +116,21 @@ pub async fn run_attempt(
     run: AgentRun<'_>,
     spec: &ContainerSpec,
 ) -> Result<AttemptExecution, RuntimeError> {
-    let id = create(run.runtime, spec, run.limits.deadline).await?;
+    let id = create(run.runtime, spec, run.limits.deadline, (run.clock)()).await?;
     run.sink.container_created(&id);
     start_created(run, spec, &id).await
 }
 
 /// Creates the attempt's container from `spec`, labelled with its deadline, without
 /// starting it: the caller records the id (and moves the task) before [`start_created`].
+/// The deadline label counts from `now`.
 pub async fn create(
     rt: &dyn WorkerRuntime,
     spec: &ContainerSpec,
     deadline: Duration,
+    now: DateTime<Utc>,
 ) -> Result<String, RuntimeError> {
-    rt.create(&with_deadline(spec, deadline)).await
+    rt.create(&with_deadline(spec, deadline, now)).await
 }
 
 /// Starts the container [`create`] made from `spec`, follows it, collects and removes it.
@@ -154,11 +159,11 @@ pub async fn start_created(
 
 /// `spec` labelled with its deadline, so the watchdog can enforce it even when nobody
 /// follows the container any more.
-fn with_deadline(spec: &ContainerSpec, deadline: Duration) -> ContainerSpec {
+fn with_deadline(spec: &ContainerSpec, deadline: Duration, now: DateTime<Utc>) -> ContainerSpec {
     let mut spec = spec.clone();
     spec.labels.insert(
         crate::runtime::watchdog::LABEL_DEADLINE.to_string(),
-        crate::runtime::watchdog::deadline_label(Utc::now(), deadline),
+        crate::runtime::watchdog::deadline_label(now, deadline),
     );
     spec
 }
@@ -203,7 +208,7 @@ pub async fn reattach(
     let info = rt.inspect(container_id).await?;
     let ran_for = info
         .started_at
-        .and_then(|t| (Utc::now() - t).to_std().ok())
+        .and_then(|t| ((run.clock)() - t).to_std().ok())
         .unwrap_or_default();
     let now = Instant::now();
     let remaining = run.limits.deadline.saturating_sub(ran_for);

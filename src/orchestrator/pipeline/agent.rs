@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
-
 use crate::agents::adapter_for;
 use crate::agents::prompt::PromptContext;
 use crate::domain::{CheckEvidence, RunResult, RunSpec, TaskState};
@@ -108,9 +106,9 @@ impl AttemptRun<'_> {
                     IntentKind::Container,
                     spec.attempt,
                     &serde_json::json!({ "name": container.name }),
-                    Utc::now(),
+                    self.orch.now(),
                 )?;
-                let id = execute::create(rt, &container, limits.deadline)
+                let id = execute::create(rt, &container, limits.deadline, self.orch.now())
                     .await
                     .map_err(|e| Failure::from(e).during("the container failed"))?;
                 self.container_created(&id).await?;
@@ -133,6 +131,7 @@ impl AttemptRun<'_> {
             transcript: Some(&transcript),
             scrub,
             cancel: self.opts.cancel.clone(),
+            clock: self.orch.clock.clone(),
         };
         let exec = match follow {
             Follow::Start(id) => execute::start_created(run, &container, &id).await,

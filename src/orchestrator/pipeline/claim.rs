@@ -1,7 +1,5 @@
 //! The claim at the source: GitHub issues are claimed and their text frozen.
 
-use chrono::Utc;
-
 use crate::domain::{AttemptStatus, SourceKind, TaskState};
 use crate::orchestrator::failure::FailureKind;
 use crate::sources::{ClaimError, ClaimInfo};
@@ -35,7 +33,7 @@ impl AttemptRun<'_> {
                 IntentKind::Claim,
                 self.attempt,
                 &serde_json::json!({ "agent": self.agent }),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         let claim = github
@@ -43,7 +41,12 @@ impl AttemptRun<'_> {
             .await;
         if matches!(claim, Ok(_) | Err(ClaimError::NoLongerReady { .. })) {
             self.db()
-                .complete_intent(&self.task.id, IntentKind::Claim, self.attempt, Utc::now())
+                .complete_intent(
+                    &self.task.id,
+                    IntentKind::Claim,
+                    self.attempt,
+                    self.orch.now(),
+                )
                 .map_err(Failure::crash)?;
         }
         match claim {
@@ -58,7 +61,7 @@ impl AttemptRun<'_> {
                         &self.task.id,
                         &format!("claim-{}", self.attempt),
                         id,
-                        Utc::now(),
+                        self.orch.now(),
                     )?;
                 }
                 Ok(None)
@@ -80,7 +83,13 @@ impl AttemptRun<'_> {
                 };
                 let settled = self
                     .db()
-                    .settle_failure(&self.task.id, self.state, &reason, &settlement, Utc::now())
+                    .settle_failure(
+                        &self.task.id,
+                        self.state,
+                        &reason,
+                        &settlement,
+                        self.orch.now(),
+                    )
                     .map_err(Failure::crash)?;
                 self.task = settled;
                 self.state = self.task.state;

@@ -241,13 +241,13 @@ impl AttemptRun<'_> {
             // again (idempotent at the source) and records it then (`intents::finish`).
             let recorded = self
                 .db()
-                .mark_block_reported(&self.task.id, Utc::now())
+                .mark_block_reported(&self.task.id, self.orch.now())
                 .and_then(|()| {
                     self.db().complete_intent(
                         &self.task.id,
                         IntentKind::Block,
                         self.task.attempts,
-                        Utc::now(),
+                        self.orch.now(),
                     )
                 });
             if let Err(e) = recorded {

@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
-
 use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
 use crate::orchestrator::verify::one_line;
 use crate::orchestrator::{land, proof, verify};
@@ -74,6 +72,7 @@ impl AttemptRun<'_> {
             scrub: scrubber.as_ref(),
             cancel: self.opts.cancel.clone(),
             on_check: &on_check,
+            clock: self.orch.clock.clone(),
         };
         let evidence = verify::prove(gate, rules, checks).await?;
         Ok((sha, evidence))
@@ -122,7 +121,7 @@ impl AttemptRun<'_> {
         .await?;
         if let Some(sha) = &commit.sha {
             self.db()
-                .note_landing_commit(&self.task.id, self.attempt, sha, Utc::now())
+                .note_landing_commit(&self.task.id, self.attempt, sha, self.orch.now())
                 .map_err(Failure::crash)?;
         }
         Ok(commit.sha)
@@ -158,14 +157,22 @@ impl AttemptRun<'_> {
             (Some(run), _) => {
                 let github = self.orch.github().map_err(Failure::crash)?;
                 let summary = ran.result.final_message.as_deref();
-                followup::post_replies(github, &self.store, &self.task.id, run, sha, summary)
-                    .await
-                    .map_err(|e| {
-                        Failure::from(verify::Refusal::failed(format!(
-                            "cannot reply on the pull request: {}",
-                            one_line(&e.to_string())
-                        )))
-                    })
+                followup::post_replies(
+                    github,
+                    &self.store,
+                    &self.task.id,
+                    run,
+                    sha,
+                    summary,
+                    self.orch.now(),
+                )
+                .await
+                .map_err(|e| {
+                    Failure::from(verify::Refusal::failed(format!(
+                        "cannot reply on the pull request: {}",
+                        one_line(&e.to_string())
+                    )))
+                })
             }
             (None, Some(url)) => followup::record_landed(
                 &self.db(),
@@ -174,7 +181,7 @@ impl AttemptRun<'_> {
                 branch,
                 &ran.ws.base_ref,
                 sha,
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash),
             (None, None) => Ok(()),
@@ -196,7 +203,7 @@ impl AttemptRun<'_> {
                 IntentKind::Land,
                 self.attempt,
                 &serde_json::json!({ "sha": sha, "branch": ws.branch }),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         let github = match self.task.source {
@@ -242,7 +249,7 @@ impl AttemptRun<'_> {
                 &sha,
                 &branch,
                 pr_url.as_deref(),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         let short = &sha[..sha.len().min(10)];
@@ -259,7 +266,7 @@ impl AttemptRun<'_> {
                 TaskState::Landed,
                 &reason,
                 (IntentKind::Land, self.attempt),
-                Utc::now(),
+                self.orch.now(),
             )
             .map_err(Failure::crash)?;
         self.task = landed;

@@ -240,7 +240,7 @@ impl<'a> AttemptRun<'a> {
         let reason = self.scrubber.scrub_line(reason).into_owned();
         let moved = self
             .db()
-            .transition(&self.task.id, self.state, to, &reason, Utc::now());
+            .transition(&self.task.id, self.state, to, &reason, self.orch.now());
         self.task = moved?;
         self.state = to;
         self.opts.progress.state(&self.task.id, to, &reason);
@@ -277,7 +277,7 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let spec = self.build_spec(&decision, &ws).await?;
-        self.db().start_attempt(&spec, Utc::now())?;
+        self.db().start_attempt(&spec, self.orch.now())?;
         self.spec = Some(spec.clone());
         self.move_to(
             TaskState::Provisioned,
@@ -368,7 +368,7 @@ impl<'a> AttemptRun<'a> {
                 task_id: &self.task.id,
                 attempt: self.attempt,
             },
-            Utc::now(),
+            self.orch.now(),
         )
         .map(|_| ())
         .map_err(Failure::crash)
@@ -380,7 +380,7 @@ impl<'a> AttemptRun<'a> {
     /// Without a result (no attempt row yet) there is nothing to record.
     fn record_attempt(&self, evidence: &[CheckEvidence]) -> crate::store::Result<()> {
         match &self.result {
-            Some(result) => self.db().finish_attempt(result, evidence, Utc::now()),
+            Some(result) => self.db().finish_attempt(result, evidence, self.orch.now()),
             None => Ok(()),
         }
     }

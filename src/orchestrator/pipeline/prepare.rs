@@ -3,8 +3,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::Utc;
-
 use crate::agents::scrub::Scrubber;
 use crate::config::shepherd::ConflictMode;
 use crate::domain::{AttemptStatus, EnvVar, RunSpec, VolumeMount};
@@ -100,7 +98,7 @@ impl AttemptRun<'_> {
             .map_err(|e| Failure::from(e).during("cannot prepare the workspace"))?;
         // A resumed attempt finds its workspace by this record.
         self.db()
-            .note_workspace(&self.task.id, self.attempt, &ws, Utc::now())?;
+            .note_workspace(&self.task.id, self.attempt, &ws, self.orch.now())?;
         Ok(ws)
     }
 
@@ -142,7 +140,7 @@ impl AttemptRun<'_> {
         };
         self.chain = decision.chain().into_iter().map(String::from).collect();
         self.db()
-            .note_chain(&self.task.id, &self.chain, Utc::now())?;
+            .note_chain(&self.task.id, &self.chain, self.orch.now())?;
         // Issue 14: an agent out of quota under the identity it would use is skipped at
         // once; with the whole chain out the task waits for the earliest reset.
         let now = (self.orch.clock)();

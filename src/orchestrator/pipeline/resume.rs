@@ -1,7 +1,5 @@
 //! Resuming an attempt after a daemon restart.
 
-use chrono::Utc;
-
 use crate::domain::{AttemptStatus, RunResult, TaskState};
 use crate::orchestrator::proof;
 use crate::orchestrator::sink::short_id;
@@ -35,7 +33,7 @@ impl AttemptRun<'_> {
         self.spec = Some(spec.clone());
         let resumes = self
             .db()
-            .count_resume(&self.task.id, record.attempt, Utc::now())
+            .count_resume(&self.task.id, record.attempt, self.orch.now())
             .map_err(Failure::crash)?;
         if resumes > MAX_RESUMES {
             if let Some(id) = &record.container_id {

@@ -161,6 +161,7 @@ pub async fn post_replies(
     run: &FollowUpRun,
     sha: &str,
     summary: Option<&str>,
+    now: DateTime<Utc>,
 ) -> Result<(), GithubError> {
     let pull = run.pull_ref()?;
     for item in &run.plan.feedback {
@@ -197,7 +198,10 @@ pub async fn post_replies(
         };
         // A kill here leaves the reply posted but unrecorded: its marker finds it again.
         crate::failpoint::hit("followup-reply");
-        let _ = lock(store).record_reply(task_id, &key, id, Utc::now());
+        if let Err(e) = lock(store).record_reply(task_id, &key, id, now) {
+            // Posted but unrecorded, as after a kill here: its marker finds it again.
+            tracing::warn!(task = %task_id, error = %e, "cannot record a posted reply");
+        }
     }
     Ok(())
 }
@@ -219,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_follow_up_task_works_on_the_pull_requests_branch() {
-        let now = Utc::now();
+        let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         let landing = Task::new(
             "o/r#1",
             SourceKind::Github,

@@ -9,8 +9,6 @@
 
 use std::collections::BTreeSet;
 
-use chrono::Utc;
-
 use super::decide::{self, Action, PullState, Situation};
 use super::followup;
 use super::github;
@@ -147,7 +145,7 @@ async fn watch_one(
                 tracing::info!(pull = %pr, state = state.as_str(), "pull request finished: no longer watched");
                 watching = false;
             }
-            Action::Ignore(keys) => store.mark_handled(&pull.task_id, keys, Utc::now())?,
+            Action::Ignore(keys) => store.mark_handled(&pull.task_id, keys, orch.now())?,
             Action::FollowUp(plan) => {
                 let landing = store
                     .get_task(&pull.task_id)?
@@ -156,9 +154,9 @@ async fn watch_one(
                 current.head_sha = look.view.head_sha.clone();
                 current.base = look.base.clone();
                 let task =
-                    followup::new_task(&landing, &current, plan, pull.followups + 1, Utc::now());
+                    followup::new_task(&landing, &current, plan, pull.followups + 1, orch.now());
                 let json = serde_json::to_value(plan)?;
-                if store.insert_followup(&pull.task_id, &task, &json, &plan.keys, Utc::now())? {
+                if store.insert_followup(&pull.task_id, &task, &json, &plan.keys, orch.now())? {
                     tracing::info!(pull = %pr, task = %task.id, "follow-up task: {}", task.title);
                 }
             }
@@ -167,12 +165,12 @@ async fn watch_one(
                 let body = text::repeated_report(checks, &marker_key);
                 let marker = format!("<!-- polyphony:report:{marker_key} -->");
                 ensure_comment(client, &pr, &marker, &body, None).await?;
-                store.mark_handled(&pull.task_id, keys, Utc::now())?;
+                store.mark_handled(&pull.task_id, keys, orch.now())?;
             }
             Action::HandOff { reasons } => {
                 let body = text::hand_off(reasons, &config.hold_label);
                 ensure_comment(client, &pr, &text::hand_off_marker(), &body, None).await?;
-                store.mark_handled(&pull.task_id, &[decide::HANDED_OFF.to_string()], Utc::now())?;
+                store.mark_handled(&pull.task_id, &[decide::HANDED_OFF.to_string()], orch.now())?;
             }
         }
         if !matches!(action, Action::Ignore(_)) {
@@ -196,7 +194,7 @@ async fn watch_one(
             ),
             watching,
         },
-        Utc::now(),
+        orch.now(),
     )?;
     Ok(main)
 }

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Check the architecture invariants of docs/ARCHITECTURE.md that a text search can decide.
+
+Each check names the invariant, then lists the files (and lines) that break it. Test code
+(`#[cfg(test)] mod ...` to the end of a file, files named tests.rs) and comments are left
+out: tests may reach anywhere. Exits 1 when any invariant is broken.
+
+Usage: python3 scripts/invariants.py
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SRC = os.path.join(ROOT, "src")
+
+
+def rust_files(under=""):
+    base = os.path.join(SRC, under)
+    if base.endswith(".rs") and os.path.exists(base):
+        yield base
+        return
+    for root, _, names in os.walk(base):
+        for n in sorted(names):
+            if n.endswith(".rs"):
+                yield os.path.join(root, n)
+
+
+def code_lines(path):
+    """(line number, text) of the non-test, non-comment code of `path`."""
+    if os.path.basename(path) == "tests.rs":
+        return
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if re.match(r"^#\[cfg\(test\)\]", line):
+                nxt = f.readline()
+                if re.match(r"^\s*mod \w+\s*\{", nxt):
+                    return
+                line = nxt
+            code = re.sub(r"//.*", "", line)
+            if code.strip():
+                yield n, code
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def offenders(pattern, files, allowed=()):
+    out = []
+    for path in files:
+        if rel(path) in allowed:
+            continue
+        for n, code in code_lines(path):
+            if re.search(pattern, code):
+                out.append(f"{rel(path)}:{n}: {code.strip()}")
+    return out
+
+
+def outside(folder_or_file, top=SRC):
+    inside = os.path.join(SRC, folder_or_file)
+    for path in rust_files():
+        if path == inside or path.startswith(inside.rstrip("/") + os.sep) or path == inside + ".rs":
+            continue
+        yield path
+
+
+CHECKS = [
+    (
+        "the orchestrator reads the wall clock only through its Clock (src/orchestrator/clock.rs)",
+        lambda: offenders(
+            r"\b(Utc|Local)::now\b|SystemTime::now",
+            rust_files("orchestrator"),
+            allowed=("src/orchestrator/clock.rs",),
+        ),
+    ),
+    (
+        "only src/runtime/ names bollard (the Docker API)",
+        lambda: offenders(r"\bbollard::", outside("runtime")),
+    ),
+    (
+        "only src/store/ names rusqlite (SQL)",
+        lambda: offenders(r"\brusqlite::", outside("store")),
+    ),
+    (
+        "src/domain/ and src/routing/ do no IO: no clock, file system, network, process or Docker",
+        lambda: offenders(
+            r"\b(Utc|Local)::now\b|SystemTime::now|std::fs\b|\bfs::|std::net\b|std::process\b|tokio::|reqwest::|bollard::|rusqlite::",
+            list(rust_files("domain")) + list(rust_files("routing")),
+        ),
+    ),
+]
+
+
+def main():
+    broken = 0
+    for name, check in CHECKS:
+        found = check()
+        if found:
+            broken += 1
+            print(f"BROKEN: {name}", file=sys.stderr)
+            for line in found:
+                print(f"  {line}", file=sys.stderr)
+        else:
+            print(f"ok: {name}")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
