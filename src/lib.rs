@@ -40,6 +40,7 @@ pub mod private;
 pub mod routing;
 pub mod runtime;
 pub mod scripted_model;
+pub mod scripted_openai;
 pub mod sources;
 pub mod store;
 pub mod workspace;

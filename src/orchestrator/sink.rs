@@ -17,6 +17,8 @@ pub(crate) struct StoreSink<'a> {
     pub attempt: u32,
     pub agent: String,
     pub progress: Arc<dyn Progress>,
+    /// The output breadcrumb is up (issue 24): the next stored batch takes it down.
+    pub handling: bool,
 }
 
 impl StoreSink<'_> {
@@ -32,6 +34,13 @@ impl EventSink for StoreSink<'_> {
         self.db()
             .append_events(&self.task_id, self.attempt, events)
             .map_err(|e| e.to_string())?;
+        if self.handling && !events.is_empty() {
+            // Progress: the window is over and the attempt's strikes go.
+            if let Err(e) = self.db().clear_handling(&self.task_id, self.attempt) {
+                tracing::warn!(task = %self.task_id, error = %e, "cannot clear the output breadcrumb");
+            }
+            self.handling = false;
+        }
         let last = events
             .iter()
             .rfind(|e| e.stream == EventStream::Stdout && !e.summary.is_empty())
@@ -39,6 +48,19 @@ impl EventSink for StoreSink<'_> {
         self.progress
             .activity(&self.task_id, &self.agent, live.turns, live.cost_usd, last);
         Ok(())
+    }
+
+    fn handling(&mut self) {
+        let crumb = super::restarts::breadcrumb(super::restarts::WINDOW_OUTPUT);
+        let raised =
+            self.db()
+                .raise_handling(&self.task_id, self.attempt, &crumb, chrono::Utc::now());
+        match raised {
+            Ok(()) => self.handling = true,
+            Err(e) => {
+                tracing::warn!(task = %self.task_id, error = %e, "cannot raise the output breadcrumb")
+            }
+        }
     }
 }
 

@@ -3,8 +3,14 @@
 //! landing commit made after the agent exited, and how often the attempt was resumed.
 //!
 //! Rows of the `kv` table under the keys `workspace:<task>:<n>`, `chain:<task>`,
-//! `commit:<task>:<n>` and `resumes:<task>:<n>`, exactly as homes made before these
+//! `commit:<task>:<n>` (and, before issue 24, `resumes:<task>:<n>`), exactly as homes made before these
 //! methods existed wrote them: an upgraded home resumes its attempts (no migration).
+//!
+//! Issue 24: `handling:<task>:<n>` is the breadcrumb of a window in which the daemon
+//! handles the attempt's own output (its first new line after a start, its working tree
+//! at the commit): raised on entering, removed with `strikes:<task>:<n>` once the window
+//! made progress. A breadcrumb found at a restart means the daemon died inside that
+//! window with nothing stored since: a strike (see `orchestrator::restarts`).
 //!
 //! Must not: hold anything a person reads (status shows attempts, not notes), or a secret.
 
@@ -26,8 +32,26 @@ fn commit_key(task_id: &str, attempt: u32) -> String {
     format!("commit:{task_id}:{attempt}")
 }
 
-fn resumes_key(task_id: &str, attempt: u32) -> String {
-    format!("resumes:{task_id}:{attempt}")
+fn handling_key(task_id: &str, attempt: u32) -> String {
+    format!("handling:{task_id}:{attempt}")
+}
+
+fn strikes_key(task_id: &str, attempt: u32) -> String {
+    format!("strikes:{task_id}:{attempt}")
+}
+
+fn giveups_key(task_id: &str) -> String {
+    format!("giveups:{task_id}")
+}
+
+/// The breadcrumb of a window in which the daemon was handling an attempt's own output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Handling {
+    /// Which window (`output`, `commit`).
+    pub window: String,
+    /// The machine's boot id when it was raised: a breadcrumb from another boot was cut
+    /// by the machine restarting, not by the attempt.
+    pub boot: String,
 }
 
 impl Store {
@@ -83,16 +107,70 @@ impl Store {
         self.kv_get(&commit_key(task_id, attempt))
     }
 
-    /// Counts one more resume of the attempt after a restart; returns the new count.
-    pub fn count_resume(&self, task_id: &str, attempt: u32, now: DateTime<Utc>) -> Result<u32> {
-        let key = resumes_key(task_id, attempt);
-        let before = self
+    /// Raises the attempt's breadcrumb: the daemon enters `window`.
+    pub fn raise_handling(
+        &self,
+        task_id: &str,
+        attempt: u32,
+        handling: &Handling,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let json = super::to_json("handling", handling)?;
+        self.kv_set(&handling_key(task_id, attempt), &json, now)
+    }
+
+    /// The window made progress: the breadcrumb and the attempt's strikes go.
+    pub fn clear_handling(&self, task_id: &str, attempt: u32) -> Result<()> {
+        self.conn.execute(
+            "DELETE FROM kv WHERE key IN (?1, ?2)",
+            [
+                handling_key(task_id, attempt),
+                strikes_key(task_id, attempt),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// At a restart: takes the attempt's breadcrumb (the daemon that raised it died inside
+    /// its window) and its strikes so far. The breadcrumb is removed: the resumed run
+    /// raises its own.
+    pub fn take_handling(&self, task_id: &str, attempt: u32) -> Result<(Option<Handling>, u32)> {
+        let key = handling_key(task_id, attempt);
+        let handling = self
             .kv_get(&key)?
-            .and_then(|n| n.parse::<u32>().ok())
+            .and_then(|json| serde_json::from_str(&json).ok());
+        self.conn.execute("DELETE FROM kv WHERE key = ?1", [&key])?;
+        let strikes = self
+            .kv_get(&strikes_key(task_id, attempt))?
+            .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let resumes = before + 1;
-        self.kv_set(&key, &resumes.to_string(), now)?;
-        Ok(resumes)
+        Ok((handling, strikes))
+    }
+
+    /// Records the attempt's strikes.
+    pub fn set_strikes(
+        &self,
+        task_id: &str,
+        attempt: u32,
+        strikes: u32,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.kv_set(&strikes_key(task_id, attempt), &strikes.to_string(), now)
+    }
+
+    /// Attempts of the task given up because the daemon kept dying on their output.
+    pub fn giveups_of(&self, task_id: &str) -> Result<u32> {
+        Ok(self
+            .kv_get(&giveups_key(task_id))?
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Counts one more such give-up; returns the new count.
+    pub fn count_giveup(&self, task_id: &str, now: DateTime<Utc>) -> Result<u32> {
+        let n = self.giveups_of(task_id)? + 1;
+        self.kv_set(&giveups_key(task_id), &n.to_string(), now)?;
+        Ok(n)
     }
 }
 
@@ -129,12 +207,6 @@ mod tests {
             Some("abc123")
         );
         assert_eq!(store.landing_commit_of("t1", 1).expect("read"), None);
-        assert_eq!(store.count_resume("t1", 2, now()).expect("count"), 1);
-        assert_eq!(store.count_resume("t1", 2, now()).expect("count"), 2);
-        assert_eq!(
-            store.kv_get("resumes:t1:2").expect("read").as_deref(),
-            Some("2")
-        );
         store
             .note_workspace("t1", 2, &vec!["a".to_string()], now())
             .expect("write");
@@ -145,5 +217,30 @@ mod tests {
             .expect("write");
         let ws: Option<Vec<String>> = store.workspace_of("t1", 3).expect("read");
         assert_eq!(ws, None);
+    }
+
+    #[test]
+    fn a_breadcrumb_is_taken_once_and_progress_clears_the_strikes() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let store = Store::open(&dir.path().join("state.db")).expect("a store");
+        assert_eq!(store.take_handling("t1", 1).expect("take"), (None, 0));
+        let crumb = Handling {
+            window: "output".into(),
+            boot: "b1".into(),
+        };
+        store.raise_handling("t1", 1, &crumb, now()).expect("raise");
+        store.set_strikes("t1", 1, 2, now()).expect("strikes");
+        assert_eq!(
+            store.take_handling("t1", 1).expect("take"),
+            (Some(crumb.clone()), 2)
+        );
+        // Taken: the next restart finds none unless the resumed run raised its own.
+        assert_eq!(store.take_handling("t1", 1).expect("take"), (None, 2));
+        store.raise_handling("t1", 1, &crumb, now()).expect("raise");
+        store.clear_handling("t1", 1).expect("clear");
+        assert_eq!(store.take_handling("t1", 1).expect("take"), (None, 0));
+        assert_eq!(store.giveups_of("t1").expect("read"), 0);
+        assert_eq!(store.count_giveup("t1", now()).expect("count"), 1);
+        assert_eq!(store.giveups_of("t1").expect("read"), 1);
     }
 }

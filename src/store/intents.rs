@@ -129,6 +129,20 @@ impl Store {
         )?)
     }
 
+    /// The pending intent of `kind` for one attempt, if any (its payload says how to
+    /// finish it).
+    pub fn pending_intent(
+        &self,
+        task_id: &str,
+        kind: IntentKind,
+        attempt: u32,
+    ) -> Result<Option<Intent>> {
+        Ok(self
+            .pending_intents()?
+            .into_iter()
+            .find(|i| i.task_id == task_id && i.kind == kind && i.attempt == attempt))
+    }
+
     /// Every pending intent, oldest first.
     pub fn pending_intents(&self) -> Result<Vec<Intent>> {
         let mut stmt = self.conn.prepare_cached(

@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+pub use attempt_notes::Handling;
 pub use attempts::AttemptRecord;
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};

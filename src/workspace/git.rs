@@ -370,6 +370,19 @@ fn run_with_deadline(cmd: &mut Command, limit: Duration) -> Result<Output, Spawn
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // Issue 24: git dies with the daemon. A `kill -9` of the daemon must not leave a git
+    // still writing a workspace or a check's checkout that the next start prepares again
+    // (the chaos test saw a check's checkout vanish under the resumed verification). The
+    // signal follows the thread that spawned the child, which waits for it below.
+    // SAFETY: prctl(2) only, between fork and exec; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().map_err(Spawn::Unavailable)?;
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {

@@ -561,6 +561,98 @@ fn status_and_route_strip_terminal_controls() {
     );
 }
 
+/// Issue 24: `retry` run by 10 processes at once makes one new generation, and only the
+/// process that made it says so (exit 0, `retried`); the other nine say it was retried
+/// meanwhile (exit 2, `skipped`).
+#[test]
+fn ten_concurrent_retries_report_only_the_one_that_happened() {
+    use polyphony::domain::TaskState::{self, *};
+    use polyphony::store::{BlockSettlement, Settlement, Store};
+    let home = initialised();
+    let repo = committed_repo();
+    let out = polyphony(home.path())
+        .args(["enqueue", "--repo"])
+        .arg(repo.path())
+        .arg("Fix it")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    {
+        let store = Store::open(&home.path().join("queue.db")).unwrap();
+        let now = chrono::Utc::now();
+        let mut at = Discovered;
+        for next in [Claimed, Routed, Provisioned, Running] {
+            store.transition(&id, at, next, "setup", now).unwrap();
+            at = next;
+        }
+        let block = Settlement {
+            failures: 3,
+            next_attempt_at: None,
+            block: Some(BlockSettlement {
+                reason: "out of attempts".into(),
+                report: false,
+                released: false,
+            }),
+        };
+        let t = store
+            .settle_failure(&id, at, "tests failed", &block, now)
+            .unwrap();
+        assert_eq!(t.state, TaskState::Blocked);
+    }
+    let bin = assert_cmd::cargo::cargo_bin("polyphony");
+    let children: Vec<std::process::Child> = (0..10)
+        .map(|_| {
+            std::process::Command::new(&bin)
+                .env("POLYPHONY_HOME", home.path())
+                .env_remove("RUST_LOG")
+                .args(["retry", &id, "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<std::process::Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let made: Vec<&std::process::Output> = outs.iter().filter(|o| o.status.success()).collect();
+    let report = |o: &std::process::Output| {
+        format!(
+            "{:?}\n{}{}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let all: Vec<String> = outs.iter().map(report).collect();
+    assert_eq!(made.len(), 1, "{all:#?}");
+    let r: serde_json::Value = serde_json::from_slice(&made[0].stdout).unwrap();
+    assert_eq!(r["retried"][0]["task"], format!("{id}.2"), "{r:#}");
+    for o in outs.iter().filter(|o| !o.status.success()) {
+        assert_eq!(o.status.code(), Some(2), "{}", report(o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            stderr.contains(&format!("was retried as {id}.2")),
+            "{}",
+            report(o)
+        );
+    }
+    let store = Store::open(&home.path().join("queue.db")).unwrap();
+    let generations = store
+        .list_tasks(None, None)
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.id.starts_with(&id))
+        .count();
+    assert_eq!(generations, 2, "one new generation");
+}
+
 /// Issue 29: `polyphony completions bash` is a script bash accepts.
 #[test]
 fn completions_are_valid_shell() {

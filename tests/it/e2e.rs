@@ -2099,6 +2099,112 @@ async fn issue_19_kill_between_the_landing_labels_lands_once() {
     println!("issue_19_landing_labels: {:?}", started.elapsed());
 }
 
+/// Issue 24: killed right after the pull request was opened, then after the landed comment,
+/// then after the landed label — four daemons in a row at each point — the attempt's
+/// pending landing is finished at every start before anything else: the pull request is
+/// found (never opened again), the comment found by its marker, and no restart is counted
+/// against the attempt (the old resume cap gave it up at the fourth and attempt 2 opened a
+/// second pull request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_24_kills_after_the_pr_comment_and_labels_never_duplicate_the_landing() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-fp-pr", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add()",
+        &body_with("polyphony-fake: succeed"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    for point in ["land-pr", "land-comment", "land-labels"] {
+        for _ in 0..4 {
+            let mut daemon = start_armed(&home, &["daemon"], point);
+            died_at(&mut daemon, point).await;
+            assert_eq!(fake.pulls(&repo).len(), 1, "{point}: {}", daemon.log());
+        }
+    }
+    let mut last = home.start(&["daemon", "--exit-when-idle"]);
+    let status = last.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", last.log());
+    assert_landed_once(&home, &fake, &repo, n, &origin).await;
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["failures"], 0, "{:#}", v["attempts"]);
+    assert_eq!(attempts(&v).len(), 1, "{:#}", v["attempts"]);
+    assert_eq!(agent_labels(&fake, &repo, n), vec!["agent-landed"]);
+    let comments = fake.comments(&repo, n);
+    assert!(duplicate_markers(&comments).is_empty(), "{comments:#?}");
+    println!("issue_24_landing_restarts: {:?}", started.elapsed());
+}
+
+/// Issue 24: a daemon that dies while handling an attempt's output (the `agent-output`
+/// failpoint: the first line it has not stored kills it, as a line the parser chokes on
+/// would) strikes that attempt at each start; after three strikes in a row the attempt is
+/// given up as an interruption — not the agent's failure — and the next attempt runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_24_a_daemon_dying_on_an_attempts_output_gives_it_up_without_a_failure() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+    let strikes = || -> Option<String> {
+        home.db()
+            .query_row(
+                "SELECT value FROM kv WHERE key = ?1",
+                [format!("strikes:{id}:1")],
+                |r| r.get(0),
+            )
+            .ok()
+    };
+    // The first run, then three resumes that strike, then the give-up (whose daemon dies
+    // on attempt 2's first line in turn).
+    for round in 0..5 {
+        let mut daemon = start_armed(&home, &["daemon"], "agent-output");
+        died_at(&mut daemon, "agent-output").await;
+        let expected = match round {
+            0 => None,
+            1..=3 => Some(round.to_string()),
+            _ => strikes(),
+        };
+        assert_eq!(strikes(), expected, "round {round}: {}", daemon.log());
+        let v = home.task(&id).await;
+        assert_eq!(
+            v["task"]["failures"], 0,
+            "round {round}: {:#}",
+            v["attempts"]
+        );
+    }
+    let mut last = home.start(&["daemon", "--exit-when-idle"]);
+    let status = last.wait(Duration::from_secs(150)).await;
+    assert!(status.success(), "daemon: {}", last.log());
+    let v = home.task(&id).await;
+    assert_eq!(
+        state(&v),
+        "LANDED",
+        "{:#}\n{}",
+        v["attempts"],
+        daemon_log(&home)
+    );
+    assert_eq!(v["task"]["failures"], 0, "{:#}", v["attempts"]);
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(a[0]["status"], "crash", "{a:#?}");
+    let why = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        why.contains("given up") && why.contains("not counted as the agent's failure"),
+        "{why}"
+    );
+    assert_eq!(a[1]["status"], "succeeded", "{a:#?}");
+    assert!(home.containers().is_empty(), "containers left behind");
+    println!("issue_24_output_strikes: {:?}", started.elapsed());
+}
+
 /// A small seeded generator (splitmix64): the chaos schedule replays from its seed.
 struct ChaosRng(u64);
 
@@ -2124,6 +2230,8 @@ const CHAOS_POINTS: &[&str] = &[
     "failed",
     "blocked-report",
     "block-labels",
+    "land-pr",
+    "land-comment",
     "land-labels",
 ];
 
@@ -2260,27 +2368,28 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             .iter()
             .filter(|a| a["status"] == "failed")
             .count() as u64;
-        // A kill counts no failure, with one rule of issue 11: an attempt is resumed at most
-        // three times, so the fourth restart in the same attempt gives it up as a failure
-        // (a daemon that keeps dying inside one attempt must not loop on it forever).
+        // Issue 24: a kill counts no failure and gives nothing up. Every failure counted is
+        // an attempt that failed (the old rule let the fourth restart in one attempt give it
+        // up as a failure; a restart the attempt did not cause is never counted).
         let given_up = attempts(&v)
             .iter()
-            .filter(|a| {
-                a["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("resumed 3 times after restarts"))
-            })
-            .count() as u64;
+            .filter(|a| a["reason"].as_str().is_some_and(|r| r.contains("given up")))
+            .count();
+        assert_eq!(
+            given_up, 0,
+            "{id}: a kill gave an attempt up: {:#}",
+            v["attempts"]
+        );
         assert_eq!(
             v["task"]["failures"].as_u64(),
-            Some(failed + given_up),
+            Some(failed),
             "{id}: a failure counted for a kill: {:#}",
             v["attempts"]
         );
         if *lands {
             assert_eq!(
                 v["task"]["failures"].as_u64(),
-                Some(given_up),
+                Some(0),
                 "{id}: {:#}",
                 v["attempts"]
             );

@@ -884,3 +884,204 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
         started.elapsed()
     );
 }
+
+// ------------------------------------------------------------------ the real Codex CLI
+
+/// The key Codex sends (its provider's `env_key`); it must never show in logs or transcripts.
+const OPENAI_KEY: &str = "sk-scripted-openai-0123456789abcdef";
+
+use polyphony::scripted_openai::{self, ScriptedOpenAi};
+
+/// A home whose default agent is the real Codex 0.147.0 in `image`: the identity's codex
+/// login directory holds only a `config.toml` whose provider points at the scripted
+/// Responses API (what an operator's `~/.codex/config.toml` does for a custom endpoint), and
+/// the key comes through the identity's `api_keys`. `fallback`: a second identity and profile
+/// `codex-b` on another scripted API, codex's fallback.
+fn codex_home(
+    image: &str,
+    network: &TestNetwork,
+    api: &ScriptedOpenAi,
+    fallback: Option<&ScriptedOpenAi>,
+) -> Home {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("home");
+    std::fs::create_dir_all(&path).expect("home");
+    let origin = write_sample_repo(dir.path()).expect("sample repo");
+    std::fs::write(
+        path.join("config.yaml"),
+        format!(
+            // The gateway points Codex at itself with OPENAI_BASE_URL, which Codex 0.147.0
+            // ignores (docs/agents.md): these tests hand the key to the CLI directly.
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ngateway:\n  enabled: false\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  network: network:{}\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n",
+            network.name
+        ),
+    )
+    .expect("config.yaml");
+    let login = |name: &str, api: &ScriptedOpenAi| {
+        let login = dir.path().join(name);
+        std::fs::create_dir_all(&login).expect("login dir");
+        std::fs::write(
+            login.join("config.toml"),
+            scripted_openai::codex_config_toml(&api.base_url(), "OPENAI_API_KEY", "gpt-5.5"),
+        )
+        .expect("config.toml");
+        login
+    };
+    let first = login("login-codex", api);
+    let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n", first.display());
+    let mut agents = "agents:\n  - name: codex\n    agent_type: codex\n".to_string();
+    let mut chain = "[]";
+    if let Some(second) = fallback {
+        let login2 = login("login-codex-b", second);
+        identities.push_str(&format!("  - name: second\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n", login2.display()));
+        agents.push_str("  - name: codex-b\n    agent_type: codex\n    identity: second\n");
+        chain = "[codex-b]";
+    }
+    std::fs::write(path.join("identities.yaml"), identities).expect("identities.yaml");
+    std::fs::write(path.join("agents.yaml"), agents).expect("agents.yaml");
+    std::fs::write(
+        path.join("routing.yaml"),
+        format!("default:\n  agent: codex\n  fallback: {chain}\n"),
+    )
+    .expect("routing.yaml");
+    let base = support::home::Home::at(dir, path, None)
+        .with_env("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY)
+        .with_run_limit(RUN_LIMIT);
+    Home { base, origin }
+}
+
+/// Codex fixes calc.sh with `exec_command`, then (once it has seen the output) says so.
+fn codex_fix_then_stop(turn: &scripted_openai::Turn<'_>) -> scripted_openai::Reply {
+    if turn.transcript.contains("function_call_output") {
+        scripted_openai::Reply::Text("Fixed add(): it now adds.".into())
+    } else {
+        scripted_openai::Reply::Shell(FIX.into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_lands_a_task() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cxlands");
+    let api = ScriptedOpenAi::start(net.gateway, codex_fix_then_stop)
+        .await
+        .expect("scripted Responses API");
+    let home = codex_home(&image, &net, &api, None);
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "codex-lands").await;
+    let v = home.task(&id).await;
+    assert!(
+        out.status.success(),
+        "spawn: {}\n{v:#}\ntranscript:\n{}\nrequests: {:?}",
+        output(&out),
+        home.transcript(&id, 1),
+        api.requests()
+    );
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["status"], "succeeded");
+    assert!(api.turns() >= 2, "{:?}", api.requests());
+    assert!(
+        api.credentials().iter().all(|c| c == OPENAI_KEY),
+        "{:?}",
+        api.credentials()
+    );
+    let branch = a[0]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    let transcript = home.transcript(&id, 1);
+    assert!(transcript.contains("Fixed add()"), "{transcript}");
+    assert!(transcript.contains("command_execution"), "{transcript}");
+    assert!(!transcript.contains(OPENAI_KEY), "the key leaked");
+    println!("real_codex_lands_a_task: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_with_a_refused_key_is_auth_and_blocked_after_one_attempt() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cxauth");
+    let api = ScriptedOpenAi::start(net.gateway, |_: &scripted_openai::Turn<'_>| {
+        scripted_openai::Reply::Unauthorized
+    })
+    .await
+    .expect("scripted Responses API");
+    let home = codex_home(&image, &net, &api, None);
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "codex-auth").await;
+    let v = home.task(&id).await;
+    assert!(!out.status.success(), "{}", output(&out));
+    assert_eq!(v["task"]["state"], "BLOCKED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{v:#}");
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("authentication failed") && reason.contains("401"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("codex login"),
+        "the fix names the login: {reason}"
+    );
+    let secs = a[0]["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        secs < 45.0,
+        "the attempt waited out the CLI's retries: {secs}s"
+    );
+    assert!(
+        !home.transcript(&id, 1).contains(OPENAI_KEY),
+        "the key leaked"
+    );
+    println!("real_codex_auth: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_out_of_quota_falls_back_with_the_printed_reset() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cxquota");
+    let resets_at = chrono::Utc::now().timestamp() + 3 * 3600;
+    let limited = ScriptedOpenAi::start(net.gateway, move |_: &scripted_openai::Turn<'_>| {
+        scripted_openai::Reply::UsageLimit { resets_at }
+    })
+    .await
+    .expect("scripted Responses API");
+    let healthy = ScriptedOpenAi::start(net.gateway, codex_fix_then_stop)
+        .await
+        .expect("scripted Responses API");
+    let home = codex_home(&image, &net, &limited, Some(&healthy));
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "codex-quota").await;
+    let v = home.task(&id).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    assert_eq!(v["task"]["failures"], 0);
+    let a = attempts(&v);
+    let agents: Vec<&str> = a
+        .iter()
+        .map(|x| x["agent"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(agents, ["codex", "codex-b"], "{a:#?}");
+    assert_eq!(a[0]["status"], "quota");
+    // Codex prints the reset in the container's local time (UTC): "try again at 3:04 PM".
+    let at = chrono::DateTime::from_timestamp(resets_at, 0).expect("instant");
+    let printed = at.format("%-I:%M %p").to_string();
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("usage limit") && reason.contains(&printed),
+        "{reason} (want {printed})"
+    );
+    assert_eq!(a[1]["status"], "succeeded");
+    // No retry on a usage limit: one request reached the limited API.
+    assert_eq!(limited.turns(), 1, "{:?}", limited.requests());
+    println!("real_codex_quota: {:?}", started.elapsed());
+}

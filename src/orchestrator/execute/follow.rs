@@ -59,6 +59,10 @@ struct Follower<'a> {
     over_cap: bool,
     /// Lines that were progress (everything but the CLI retrying a failed API call).
     progress: u64,
+    /// The sink was told the follower handles new output (issue 24); flush at once after
+    /// the line that raised it, so the window is short.
+    raised: bool,
+    flush_now: bool,
 }
 
 impl Follower<'_> {
@@ -67,6 +71,13 @@ impl Follower<'_> {
     fn line(&mut self, stream: EventStream, line: Line) {
         if self.over_cap {
             return;
+        }
+        if !self.raised && self.seq >= self.skip {
+            self.raised = true;
+            self.flush_now = true;
+            self.sink.handling();
+            // Tests: a line that kills the daemon while it handles it.
+            crate::failpoint::hit("agent-output");
         }
         self.output_bytes += line.text.len() as u64 + 1;
         if self.output_bytes > self.max_output_bytes {
@@ -303,6 +314,8 @@ pub(super) async fn follow_and_collect(
         max_output_bytes: limits.max_output_bytes,
         over_cap: false,
         progress: 0,
+        raised: false,
+        flush_now: false,
     };
     let mut size_tick = tokio::time::interval(WORKSPACE_CHECK_EVERY);
     let size_cap = limits.max_workspace_bytes.zip(workspace);
@@ -342,7 +355,8 @@ pub(super) async fn follow_and_collect(
                     if running && f.outcome.hopeless {
                         stop = Some(Stop::Hopeless);
                     }
-                    if f.pending.len() >= BATCH_EVENTS {
+                    if f.pending.len() >= BATCH_EVENTS || (f.flush_now && !f.pending.is_empty()) {
+                        f.flush_now = false;
                         f.flush();
                     }
                     if f.over_cap && running {

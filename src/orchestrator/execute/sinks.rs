@@ -15,6 +15,11 @@ pub trait EventSink: Send {
     /// Called once the container exists, before it starts, so the caller can persist the
     /// id for recovery.
     fn container_created(&mut self, _container_id: &str) {}
+
+    /// Called once per follower, when the first line not yet stored arrives and before it
+    /// is handled: the daemon is now handling the attempt's own output (issue 24, see
+    /// `orchestrator::restarts`). The next successful [`EventSink::record`] is progress.
+    fn handling(&mut self) {}
 }
 
 /// An [`EventSink`] that keeps everything in memory (tests, `replay`).

@@ -122,6 +122,7 @@ impl AttemptRun<'_> {
             attempt: spec.attempt,
             agent: spec.agent.clone(),
             progress: self.opts.progress.clone(),
+            handling: false,
         };
         let run = execute::AgentRun {
             runtime: rt,

@@ -111,6 +111,42 @@ impl AttemptRun<'_> {
             self.chain.clone()
         };
         let reason = reason.to_string();
+        if failure.interrupted {
+            // Issue 24: not the agent's failure. The next attempt at once, bounded: after
+            // `max_attempts` such give-ups the task is BLOCKED for a person.
+            let giveups = self.db().count_giveup(&self.task.id, now)?;
+            let failures = self.task.failures;
+            if giveups >= self.orch.policy.max_attempts.max(1) {
+                let block_reason = format!(
+                    "{giveups} attempt(s) given up after restarts they caused, the limit is \
+                     max_attempts = {}; last: {reason}",
+                    self.orch.policy.max_attempts
+                );
+                let block = BlockSettlement {
+                    reason: block_reason.clone(),
+                    report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    released: false,
+                };
+                return Ok((
+                    AttemptEnd::Blocked {
+                        reason: block_reason,
+                    },
+                    Settlement {
+                        failures,
+                        next_attempt_at: None,
+                        block: Some(block),
+                    },
+                ));
+            }
+            return Ok((
+                AttemptEnd::Retry { at: now, reason },
+                Settlement {
+                    failures,
+                    next_attempt_at: Some(now),
+                    block: None,
+                },
+            ));
+        }
         let waits = failure.wait_until.is_some()
             || (failure.status == AttemptStatus::Cancelled && self.opts.cancel_means_retry);
         let exhausted = if waits {

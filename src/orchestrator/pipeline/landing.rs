@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
 use crate::orchestrator::verify::one_line;
-use crate::orchestrator::{land, proof, verify};
+use crate::orchestrator::{land, proof, restarts, verify};
 use crate::store::IntentKind;
 use crate::workspace;
 use crate::workspace::{Author, Workspace};
@@ -106,6 +106,13 @@ impl AttemptRun<'_> {
             self.attempt,
             spec.agent
         );
+        // Issue 24: reading the agent's working tree is handling its output; a daemon that
+        // dies here, again and again, strikes the attempt (see `restarts`).
+        let crumb = restarts::breadcrumb(restarts::WINDOW_COMMIT);
+        self.db()
+            .raise_handling(&self.task.id, self.attempt, &crumb, self.orch.now())
+            .map_err(Failure::crash)?;
+        crate::failpoint::hit("commit-tree");
         let max_changed_files = self
             .orch
             .config
@@ -124,6 +131,9 @@ impl AttemptRun<'_> {
                 .note_landing_commit(&self.task.id, self.attempt, sha, self.orch.now())
                 .map_err(Failure::crash)?;
         }
+        self.db()
+            .clear_handling(&self.task.id, self.attempt)
+            .map_err(Failure::crash)?;
         Ok(commit.sha)
     }
 
@@ -188,21 +198,23 @@ impl AttemptRun<'_> {
         }
     }
 
-    async fn land(
+    pub(super) async fn land(
         &mut self,
         ran: &Ran,
         sha: String,
         evidence: Vec<CheckEvidence>,
     ) -> Result<AttemptEnd, Failure> {
         let ws = &ran.ws;
-        // Push, PR, comment and labels are redone idempotently by the resumed verification
-        // until LANDED completes this intent (issue 19).
+        // Push, PR, comment and labels are redone idempotently by the resumed attempt
+        // until LANDED completes this intent (issue 19). The evidence is kept with it: a
+        // restart lands this verified sha without verifying again, before anything else
+        // (issue 24).
         self.db()
             .record_intent(
                 &self.task.id,
                 IntentKind::Land,
                 self.attempt,
-                &serde_json::json!({ "sha": sha, "branch": ws.branch }),
+                &serde_json::json!({ "sha": sha, "branch": ws.branch, "evidence": evidence }),
                 self.orch.now(),
             )
             .map_err(Failure::crash)?;

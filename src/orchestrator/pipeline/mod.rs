@@ -106,6 +106,9 @@ struct Failure {
     wait_until: Option<DateTime<Utc>>,
     /// What failed, as its layer typed it: [`super::failure::classify`] decides from it.
     kind: FailureKind,
+    /// Not the agent's doing (issue 24): the attempt was interrupted and given up (restarts
+    /// it caused, a lost lease). The next attempt runs at once; no failure is counted.
+    interrupted: bool,
 }
 
 impl Failure {
@@ -116,6 +119,14 @@ impl Failure {
             evidence: Vec::new(),
             wait_until: None,
             kind: FailureKind::Other,
+            interrupted: false,
+        }
+    }
+
+    fn interrupted(reason: impl Into<String>) -> Failure {
+        Failure {
+            interrupted: true,
+            ..Failure::new(AttemptStatus::Crash, reason)
         }
     }
 
@@ -199,6 +210,24 @@ impl Orchestrator {
     ) -> anyhow::Result<AttemptEnd> {
         let mut run = AttemptRun::new(self, task, opts)?;
         let outcome = run.resumed(record).await;
+        run.conclude(outcome).await
+    }
+
+    /// Ends an attempt that will not go on (issue 24; a lease another instance found
+    /// expired, issue 27): its pending intents are finished first, so a verified landing
+    /// lands and a pull request that exists is found, never opened again; otherwise its
+    /// container is removed and the task's next attempt is due at once, with no failure
+    /// counted (after `max_attempts` such ends the task is BLOCKED). `why` is recorded as
+    /// the attempt's reason. `task` is as the store has it (any active state).
+    pub async fn finish_interrupted(
+        &self,
+        task: Task,
+        record: AttemptRecord,
+        why: String,
+        opts: &RunOptions,
+    ) -> anyhow::Result<AttemptEnd> {
+        let mut run = AttemptRun::new(self, task, opts)?;
+        let outcome = run.interrupted(record, why).await;
         run.conclude(outcome).await
     }
 }
@@ -302,6 +331,8 @@ impl<'a> AttemptRun<'a> {
         let gate = proof::result_gate(exec.status, result.reason.as_deref());
         self.result = Some(result.clone());
         self.record_attempt(std::slice::from_ref(&gate))?;
+        // The agent's output is all handled: progress (issue 24).
+        self.db().clear_handling(&self.task.id, self.attempt)?;
         if exec.status == AttemptStatus::Quota {
             self.record_quota(&spec, &exec, &result)?;
         }
@@ -394,6 +425,7 @@ impl From<verify::Refusal> for Failure {
             evidence: r.evidence,
             wait_until: None,
             kind: r.kind,
+            interrupted: false,
         }
     }
 }

@@ -63,6 +63,7 @@ pub async fn land(
         "draft": settings.draft_prs,
     });
     let (pr, pr_created) = ensure_pull_request(client, issue, &landed.branch, &request).await?;
+    crate::failpoint::hit("land-pr");
     let pr_url = pr
         .html_url
         .as_ref()
@@ -77,6 +78,7 @@ pub async fn land(
     );
     let (comment_id, comment_created) =
         ensure_comment(client, issue, &marker, &comment, None).await?;
+    crate::failpoint::hit("land-comment");
 
     let labels = &settings.labels;
     // The new label first, then the old ones go: no instant without a label (issue 19).
