@@ -215,6 +215,7 @@ impl Config {
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         super::quota::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
+        super::bounds::check_global(&global, &resolved, &docs.config)?;
         let user_home = env("HOME")
             .filter(|h| !h.trim().is_empty())
             .map(PathBuf::from);

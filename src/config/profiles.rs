@@ -252,11 +252,31 @@ pub(super) fn build_agents(
             )?;
         }
         let deadline = match &a.deadline {
-            Some(d) => duration_at(doc, &at("deadline"), "deadline", d)?,
+            Some(d) => {
+                let v = duration_at(doc, &at("deadline"), "deadline", d)?;
+                super::bounds::duration_max(
+                    doc,
+                    &at("deadline"),
+                    "deadline",
+                    v,
+                    super::bounds::MAX_DEADLINE,
+                )?;
+                v
+            }
             None => resolved.container_deadline,
         };
         let idle = match &a.idle_timeout {
-            Some(d) => duration_at(doc, &at("idle_timeout"), "idle_timeout", d)?,
+            Some(d) => {
+                let v = duration_at(doc, &at("idle_timeout"), "idle_timeout", d)?;
+                super::bounds::duration_max(
+                    doc,
+                    &at("idle_timeout"),
+                    "idle_timeout",
+                    v,
+                    super::bounds::MAX_DEADLINE,
+                )?;
+                v
+            }
             None => resolved.event_idle_timeout,
         };
         let network = match &a.network {
