@@ -1,5 +1,5 @@
 //! `polyphony egress-proxy` (hidden): the per-attempt egress proxy, run by the daemon in
-//! its own container (`egress::image`). Not a verb for people: it needs no home.
+//! its own container (`runtime::proxy_image`). Not a verb for people: it needs no home.
 
 use std::path::PathBuf;
 

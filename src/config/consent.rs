@@ -6,8 +6,12 @@
 //! Without consent the first one found is the load error (exit 2, file:line, field, fix);
 //! with consent each one becomes a warning that `doctor` and `config check` print.
 //!
-//! Architecture Invariant: pure over the parsed files; paths are the expanded ones the
-//! identities will really mount.
+//! Paths are judged with `..`, `.` and `//` resolved by name; `Config::load` judges them
+//! again with symlinks resolved ([`symlinked_volumes`]), so `~/creds -> /etc` is `/etc`.
+//! A `user` is parsed as numbers: `00` and `000:0` are root too.
+//!
+//! Architecture Invariant: [`unsafe_settings`] is pure over the parsed files; paths are the
+//! expanded ones the identities will really mount.
 
 use std::path::Path;
 
@@ -78,7 +82,7 @@ pub(super) fn unsafe_settings(
         );
     }
     if let Some(user) = &global.container.user {
-        if user.split(':').next().map(str::trim) == Some("0") {
+        if runs_as_root(user) {
             push(
                 cfg,
                 &[Key("container"), Key("user")],
@@ -137,7 +141,7 @@ pub(super) fn unsafe_settings(
             );
         }
         if let Some(user) = &a.user {
-            if user.split(':').next().map(str::trim) == Some("0") {
+            if runs_as_root(user) {
                 push(
                     &docs.agents,
                     &[Key("agents"), Item(i), Key("user")],
@@ -208,8 +212,76 @@ pub(super) fn unsafe_settings(
     out
 }
 
-/// Why mounting `path` as a credential volume is dangerous, if it is.
+/// Whether `user: uid[:gid]` is uid 0 however it is spelled (`0`, `00`, `000:0`).
+fn runs_as_root(user: &str) -> bool {
+    super::resolve::parse_user(user.trim()).is_ok_and(|(uid, _)| uid == 0)
+}
+
+/// Why mounting `path` as a credential volume is dangerous, if it is: judged on the path
+/// with `.`, `..` and repeated `/` resolved by name (pure).
 fn dangerous_volume(path: &Path) -> Option<&'static str> {
+    dangerous_lexical(&lexical(path))
+}
+
+/// The same judgement on what `path` resolves to on disk: a symlink into a system
+/// directory is that directory. Reads the disk; `None` when it does not exist.
+fn dangerous_on_disk(path: &Path) -> Option<&'static str> {
+    std::fs::canonicalize(path)
+        .ok()
+        .and_then(|real| dangerous_lexical(&real))
+}
+
+/// The credential volumes that are dangerous only once their symlinks are resolved, as
+/// the errors they are without consent. Run by `Config::load` (it reads the disk).
+pub(super) fn symlinked_volumes(identities: &[Identity], doc: &super::Doc<'_>) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for (i, id) in identities.iter().enumerate() {
+        for (agent_type, path) in &id.volumes {
+            if dangerous_volume(path).is_some() {
+                continue;
+            }
+            if let Some(why) = dangerous_on_disk(path) {
+                let real = std::fs::canonicalize(path).unwrap_or_default();
+                out.push(doc.error(
+                    ConfigErrorKind::Unsafe,
+                    &[
+                        Key("identities"),
+                        Item(i),
+                        Key("volumes"),
+                        Key(agent_type.as_str()),
+                    ],
+                    None,
+                    format!(
+                        "identity `{}` volume `{agent_type}` is {}, a symlink to {} ({why})",
+                        id.name,
+                        path.display(),
+                        real.display()
+                    ),
+                    format!("point it at the CLI's login directory, e.g. `~/.claude`, {CONSENT}"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `path` with `.` and `..` resolved by name and repeated separators dropped.
+fn lexical(path: &Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn dangerous_lexical(path: &Path) -> Option<&'static str> {
     let text = path.to_string_lossy();
     let trimmed = text.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -251,11 +323,38 @@ mod tests {
             "/home",
             "/root",
             "/var/lib/docker/volumes",
+            "/home/me/../../etc",
+            "//etc",
+            "/home/me/./../..",
         ] {
             assert!(dangerous_volume(Path::new(p)).is_some(), "{p}");
         }
         for p in ["/root/.claude", "/home/me/.codex", "/srv/creds/.gemini"] {
             assert_eq!(dangerous_volume(Path::new(p)), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn a_symlink_into_a_system_directory_is_that_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("creds");
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        assert_eq!(dangerous_volume(&link), None);
+        assert_eq!(dangerous_on_disk(&link), Some("a system directory"));
+        assert_eq!(
+            dangerous_on_disk(&link.join("ssl")),
+            Some("a system directory")
+        );
+        assert_eq!(dangerous_on_disk(dir.path()), None);
+    }
+
+    #[test]
+    fn root_however_spelled() {
+        for u in ["0", "00", "00:00", "000:0", "0:1000"] {
+            assert!(runs_as_root(u), "{u}");
+        }
+        for u in ["1000", "1000:0", "10", "4294967296", "x"] {
+            assert!(!runs_as_root(u), "{u}");
         }
     }
 }

@@ -160,6 +160,15 @@ impl Config {
         if let Some(path) = config.prompt_template() {
             config.prompt = read_prompt_template(path, &doc)?;
         }
+        // A credential volume that is a symlink into a system directory (issue 24).
+        let ids_doc = Doc::new(home, IDENTITIES_FILE, &sources.identities);
+        let linked = consent::symlinked_volumes(&config.identities, &ids_doc);
+        if let Some(first) = linked.first() {
+            if !config.global.allow_unsafe {
+                return Err(first.clone());
+            }
+        }
+        config.unsafe_settings.extend(linked);
         Ok(config)
     }
 
@@ -207,6 +216,7 @@ impl Config {
         super::quota::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
         super::egress::check_global(&global, &docs.config)?;
+        super::bounds::check_global(&global, &resolved, &docs.config)?;
         let user_home = env("HOME")
             .filter(|h| !h.trim().is_empty())
             .map(PathBuf::from);

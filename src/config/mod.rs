@@ -16,6 +16,7 @@
 //! Must not: touch the store, the network or Docker; decide routing (that is `routing/`).
 //! API Boundary: [`Config`] and its accessors.
 
+pub mod bounds;
 mod checks;
 mod consent;
 mod egress;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::locate::Seg;
 use super::model::{AgentsFile, IdentitiesFile};
-use super::resolve::{check_cpus_pids, duration_at, memory_at, network_at, path_at, valid_user};
+use super::resolve::{check_cpus_pids, duration_at, memory_at, network_at, parse_user, path_at};
 use super::{
     default_context_window, default_event_protocol, ConfigError, ConfigErrorKind, Doc,
     GlobalConfig, Resolved,
@@ -78,6 +78,18 @@ pub(super) fn build_identities(
                         id.name
                     ),
                     "key volumes by agent type: claude, codex, kimi or gemini",
+                ));
+            }
+            if host.chars().any(char::is_control) {
+                return Err(doc.error(
+                    ConfigErrorKind::InvalidValue,
+                    &vol_at,
+                    None,
+                    format!(
+                        "identity `{}` volume `{agent_type}` holds a newline or another control character",
+                        id.name
+                    ),
+                    "write the host directory on one line, e.g. `claude: ~/.claude`",
                 ));
             }
             let path = path_at(
@@ -240,11 +252,31 @@ pub(super) fn build_agents(
             )?;
         }
         let deadline = match &a.deadline {
-            Some(d) => duration_at(doc, &at("deadline"), "deadline", d)?,
+            Some(d) => {
+                let v = duration_at(doc, &at("deadline"), "deadline", d)?;
+                super::bounds::duration_max(
+                    doc,
+                    &at("deadline"),
+                    "deadline",
+                    v,
+                    super::bounds::MAX_DEADLINE,
+                )?;
+                v
+            }
             None => resolved.container_deadline,
         };
         let idle = match &a.idle_timeout {
-            Some(d) => duration_at(doc, &at("idle_timeout"), "idle_timeout", d)?,
+            Some(d) => {
+                let v = duration_at(doc, &at("idle_timeout"), "idle_timeout", d)?;
+                super::bounds::duration_max(
+                    doc,
+                    &at("idle_timeout"),
+                    "idle_timeout",
+                    v,
+                    super::bounds::MAX_DEADLINE,
+                )?;
+                v
+            }
             None => resolved.event_idle_timeout,
         };
         let egress = super::egress::profile(g, a, i, doc)?;
@@ -273,13 +305,13 @@ pub(super) fn build_agents(
             ));
         }
         if let Some(user) = &a.user {
-            if !valid_user(user) {
+            if let Err(why) = parse_user(user) {
                 return Err(doc.error(
                     ConfigErrorKind::InvalidValue,
                     &at("user"),
                     None,
                     format!(
-                        "agent `{}` has user `{user}`, not `uid` or `uid:gid`",
+                        "agent `{}` has user `{user}`, not `uid` or `uid:gid`: {why}",
                         a.name
                     ),
                     "use numeric ids like 1000:1000, or remove it for `container.user`",

@@ -277,12 +277,12 @@ pub(super) fn resolve_global(
         Some(g.container.pids_limit),
     )?;
     if let Some(user) = &g.container.user {
-        if !valid_user(user) {
+        if let Err(why) = parse_user(user) {
             return Err(doc.error(
                 ConfigErrorKind::InvalidValue,
                 &[Key("container"), Key("user")],
                 None,
-                format!("`container.user` is `{user}`, not `uid` or `uid:gid`"),
+                format!("`container.user` is `{user}`, not `uid` or `uid:gid`: {why}"),
                 "use numeric ids like 1000:1000, or remove it to run as the daemon's own user",
             ));
         }
@@ -373,15 +373,23 @@ pub(super) fn resolve_global(
     })
 }
 
-pub(super) fn valid_user(user: &str) -> bool {
+/// The uid and optional gid of a `user: uid[:gid]` setting, each a number that fits a
+/// 32-bit id (`00` and `000:0` are uid 0, root), or why not.
+pub(crate) fn parse_user(user: &str) -> Result<(u32, Option<u32>), String> {
+    let id = |part: &str, what: &str| -> Result<u32, String> {
+        if part.is_empty() || !part.chars().all(|c| c.is_ascii_digit()) {
+            return Err(format!("the {what} `{part}` is not a number"));
+        }
+        part.parse::<u32>()
+            .map_err(|_| format!("the {what} `{part}` is above the largest id, 4294967295"))
+    };
     let mut parts = user.split(':');
-    let uid_ok = parts
-        .next()
-        .is_some_and(|u| !u.is_empty() && u.chars().all(|c| c.is_ascii_digit()));
-    let gid_ok = parts
-        .next()
-        .is_none_or(|g| !g.is_empty() && g.chars().all(|c| c.is_ascii_digit()));
-    uid_ok && gid_ok && parts.next().is_none()
+    let uid = id(parts.next().unwrap_or(""), "uid")?;
+    let gid = parts.next().map(|g| id(g, "gid")).transpose()?;
+    if parts.next().is_some() {
+        return Err("it has more than one `:`".into());
+    }
+    Ok((uid, gid))
 }
 
 pub(super) fn check_cpus_pids(

@@ -4,14 +4,13 @@
 //!
 //! - [`policy`] (pure): the allow/refuse decision on a name and on a resolved address.
 //! - [`proxy`] (IO): the `polyphony egress-proxy` server run in the proxy container.
-//! - [`image`] (IO): the proxy's offline image, made of this very binary.
+//! - `runtime::proxy_image` (IO): the proxy's offline image, made of this very binary.
 //! - this module (pure): an attempt's [`EgressPlan`] (names, labels, proxy config), the
 //!   agent's proxy variables, and the [`EgressReport`] read back from the proxy's log.
 //!
 //! The runtime creates and removes the network and the proxy (`WorkerRuntime::egress_up`,
 //! `egress_down`); the orchestrator calls them around the agent's container.
 
-pub mod image;
 pub mod policy;
 pub mod proxy;
 

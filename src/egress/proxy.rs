@@ -25,7 +25,7 @@ pub const PROXY_PORT: u16 = 3128;
 /// Where a model-API gateway (issue 26) listens in the same process, when configured.
 pub const GATEWAY_PORT: u16 = 3129;
 /// The environment variable the container gets its [`ProxyConfig`] from (JSON).
-pub const CONFIG_ENV: &str = "POLYPHONY_EGRESS_CONFIG";
+pub const CONFIG_ENV: &str = crate::runtime::PROXY_CONFIG_ENV;
 /// Largest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a client has to send its request head, and an upstream to accept.

@@ -22,7 +22,6 @@
 pub mod auth;
 pub mod budget;
 pub mod limits;
-pub mod plan;
 pub mod pricing;
 pub mod proxy;
 pub mod usage;

@@ -24,9 +24,9 @@ use crate::agents::quota::ResetHint;
 use crate::agents::QuotaHit;
 use crate::config::Config;
 use crate::domain::{AttemptStatus, EventKind, EventStream, RunSpec, TaskEvent, TokenUsage};
-use crate::gateway::plan::{self, Kind, Plan};
 use crate::gateway::pricing::picos_of_usd;
 use crate::gateway::{self, Credential, GatewayHandle, GatewaySettings, Hooks, RequestRecord};
+use crate::orchestrator::gateway_plan::{self as plan, Kind, Plan};
 use crate::runtime::container_spec::ContainerSpec;
 use crate::runtime::WorkerRuntime;
 

@@ -19,6 +19,7 @@ pub mod execute;
 pub mod facts;
 pub mod failure;
 pub mod gateway;
+pub mod gateway_plan;
 pub mod generation;
 mod intents;
 pub mod land;

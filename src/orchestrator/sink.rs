@@ -19,6 +19,8 @@ pub(crate) struct StoreSink<'a> {
     pub progress: Arc<dyn Progress>,
     /// The output breadcrumb is up (issue 24): the next stored batch takes it down.
     pub handling: bool,
+    /// The orchestrator's clock (the breadcrumb's time).
+    pub clock: super::Clock,
 }
 
 impl StoreSink<'_> {
@@ -52,9 +54,9 @@ impl EventSink for StoreSink<'_> {
 
     fn handling(&mut self) {
         let crumb = super::restarts::breadcrumb(super::restarts::WINDOW_OUTPUT);
-        let raised =
-            self.db()
-                .raise_handling(&self.task_id, self.attempt, &crumb, chrono::Utc::now());
+        let raised = self
+            .db()
+            .raise_handling(&self.task_id, self.attempt, &crumb, (self.clock)());
         match raised {
             Ok(()) => self.handling = true,
             Err(e) => {

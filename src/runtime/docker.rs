@@ -50,7 +50,7 @@ pub struct DockerRuntime {
     staged: Arc<Mutex<HashMap<String, Staged>>>,
     /// The egress proxy image's tag, once ensured by this process.
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
-    /// The polyphony binary the proxy image is made of; `None`: `egress::image::proxy_binary`.
+    /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
 }
 
@@ -153,15 +153,15 @@ impl DockerRuntime {
             })
     }
 
-    /// The proxy image for this process's binary, built on first use (`egress::image`).
+    /// The proxy image for this process's binary, built on first use (`proxy_image`).
     pub async fn proxy_image(&self) -> Result<String, RuntimeError> {
         self.proxy_image
             .get_or_try_init(|| async {
                 let binary = match &self.proxy_binary {
                     Some(b) => b.clone(),
-                    None => crate::egress::image::proxy_binary()?,
+                    None => super::proxy_image::proxy_binary()?,
                 };
-                crate::egress::image::ensure_proxy_image(&self.docker, &binary).await
+                super::proxy_image::ensure_proxy_image(&self.docker, &binary).await
             })
             .await
             .cloned()
@@ -209,7 +209,7 @@ impl DockerRuntime {
             image: Some(image),
             env: Some(vec![format!(
                 "{}={}",
-                crate::egress::proxy::CONFIG_ENV,
+                super::PROXY_CONFIG_ENV,
                 plan.config_json
             )]),
             labels: Some(plan.labels.clone().into_iter().collect()),

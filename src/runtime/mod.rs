@@ -16,6 +16,7 @@
 
 pub mod container_spec;
 pub mod docker;
+pub mod proxy_image;
 pub mod scripted;
 pub mod staging;
 pub mod stream;
@@ -36,6 +37,9 @@ use crate::domain::EventStream;
 pub use container_spec::{ContainerSpec, Role};
 pub use docker::{DockerRuntime, EngineVersion};
 pub use test_image::ensure_test_image;
+
+/// The variable the egress proxy container reads its JSON config from (`egress::proxy`).
+pub const PROXY_CONFIG_ENV: &str = "POLYPHONY_EGRESS_CONFIG";
 
 /// Label keys every Polyphony container carries (cleanup and recovery select on them).
 pub const LABEL_TASK: &str = "polyphony.task";

@@ -105,7 +105,7 @@ pub async fn ensure_test_image(docker: &Docker) -> Result<String, RuntimeError> 
 }
 
 /// Builds the image of the tar `context` (its `Dockerfile`) as `tag`, through the engine
-/// API with no registry. Shared with the egress proxy's image (`egress::image`).
+/// API with no registry. Shared with the egress proxy's image (`proxy_image`).
 pub(crate) async fn build_tagged(
     docker: &Docker,
     tag: &str,

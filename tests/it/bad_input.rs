@@ -46,6 +46,7 @@ impl Fixture {
         std::fs::write(root.join("a-file"), "not a home\n").unwrap();
         std::fs::write(root.join("bad-prompt.md"), "Do {nope}\n").unwrap();
         std::fs::write(root.join("backup.db"), "exists\n").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etc-link")).unwrap();
         f.bin()
             .args(["enqueue", "--repo"])
             .arg(&repo)
@@ -174,6 +175,35 @@ fn cases() -> Vec<Case> {
         Case { name: "literal secret in api_keys", files: &[("identities.yaml", "identities:\n  - name: p\n    volumes:\n      claude: ~/.claude\n    api_keys:\n      ANTHROPIC_API_KEY: sk-ant-SECRET123\n")], args: check, needles: &["api_keys", "***", FIX], absent: &["sk-ant-SECRET123"], ..C },
         Case { name: "home is a file", args: &["--home", "{root}/a-file", "status"], needles: &["--home", "a file", FIX], ..C },
         Case { name: "POLYPHONY_HOME is a file", args: &["status"], env: &[("POLYPHONY_HOME", "{root}/a-file")], needles: &["POLYPHONY_HOME", "a file", FIX], ..C },
+        // ---- unsafe settings however spelled (issue 24): refused without allow_unsafe
+        Case { name: "container.user 00", files: config("container:\n  user: '00'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe", FIX], ..C },
+        Case { name: "container.user 00:00", files: config("container:\n  user: '00:00'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe"], ..C },
+        Case { name: "container.user 000:0", files: config("container:\n  user: '000:0'\n"), args: check, needles: &["config.yaml", "`container.user", "root", "allow_unsafe"], ..C },
+        Case { name: "container.user out of range", files: config("container:\n  user: '4294967296'\n"), args: check, needles: &["config.yaml", "`container.user`", "4294967296", "largest id", FIX], ..C },
+        Case { name: "container.user gid out of range", files: config("container:\n  user: '1000:99999999999'\n"), args: check, needles: &["`container.user`", "gid", "largest id", FIX], ..C },
+        Case { name: "container.user not numeric", files: config("container:\n  user: 'root'\n"), args: check, needles: &["`container.user`", "not a number", FIX], ..C },
+        Case { name: "volume with ..", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: ~/../../../../../../etc\n")], args: check, needles: &["identities.yaml", "volume `claude`", "system directory", "allow_unsafe", FIX], ..C },
+        Case { name: "volume //etc", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: //etc\n")], args: check, needles: &["identities.yaml", "volume `claude`", "system directory", "allow_unsafe"], ..C },
+        Case { name: "volume with a newline", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: \"/tmp/a\\nb\"\n")], args: check, needles: &["identities.yaml", "volume `claude`", "newline", FIX], ..C },
+        Case { name: "volume symlinked to /etc", files: &[("identities.yaml", "identities:\n  - name: personal\n    volumes:\n      claude: ~/etc-link\n")], args: check, needles: &["identities.yaml", "volume `claude`", "symlink", "system directory", "allow_unsafe"], ..C },
+        // ---- absurd values refused with the bound (issue 24)
+        Case { name: "max_concurrent_agents 1000000000", files: config("max_concurrent_agents: 1000000000\n"), args: check, needles: &["config.yaml", "`max_concurrent_agents`", "1024", FIX], ..C },
+        Case { name: "container.deadline 999999999999h", files: config("container:\n  deadline: 999999999999h\n"), args: check, needles: &["config.yaml", "`container.deadline`", "30 days", FIX], ..C },
+        Case { name: "event_idle_timeout 999999999999h", files: config("event_idle_timeout: 999999999999h\n"), args: check, needles: &["config.yaml", "`event_idle_timeout`", "30 days", FIX], ..C },
+        Case { name: "verify.timeout 999999999999h", files: config("verify:\n  timeout: 999999999999h\n"), args: check, needles: &["config.yaml", "`verify.timeout`", "30 days", FIX], ..C },
+        Case { name: "quota_default_cooldown 100000000h", files: config("quota_default_cooldown: 100000000h\n"), args: check, needles: &["config.yaml", "`quota_default_cooldown`", "31 days", FIX], ..C },
+        Case { name: "max_body_bytes 1000000000000", files: config("max_body_bytes: 1000000000000\n"), args: check, needles: &["config.yaml", "`max_body_bytes`", "16777216", FIX], ..C },
+        Case { name: "max_workspace_size 1k", files: config("container:\n  max_workspace_size: 1k\n"), args: check, needles: &["config.yaml", "`container.max_workspace_size`", "1m", FIX], ..C },
+        Case { name: "verify.test empty", files: config("verify:\n  test: ''\n"), args: check, needles: &["config.yaml", "`verify.test`", "empty", FIX], ..C },
+        Case { name: "repo verify.lint empty", files: config("repos:\n  - repo: '*'\n    verify:\n      lint: ' '\n"), args: check, needles: &["config.yaml", "`repos[0].verify.lint`", "empty", FIX], ..C },
+        Case { name: "trusted_permission god", files: config("shepherd:\n  trusted_permission: god\n"), args: check, needles: &["config.yaml", "`shepherd.trusted_permission`", "god", "maintain", FIX], ..C },
+        Case { name: "shepherd.trigger empty", files: config("shepherd:\n  trigger: ''\n"), args: check, needles: &["config.yaml", "`shepherd.trigger`", "every comment", FIX], ..C },
+        Case { name: "shepherd.trigger newline", files: config("shepherd:\n  trigger: \"/poly\\nphony\"\n"), args: check, needles: &["config.yaml", "`shepherd.trigger`", "newline", FIX], ..C },
+        Case { name: "shepherd.hold_label empty", files: config("shepherd:\n  hold_label: ''\n"), args: check, needles: &["config.yaml", "`shepherd.hold_label`", "empty", FIX], ..C },
+        Case { name: "http.token_env empty", files: config("http:\n  token_env: ''\n"), args: check, needles: &["config.yaml", "`http.token_env`", "variable name", FIX], ..C },
+        Case { name: "http.token_env BAD NAME", files: config("http:\n  token_env: 'BAD NAME'\n"), args: check, needles: &["config.yaml", "`http.token_env`", "BAD NAME", FIX], ..C },
+        Case { name: "http.max_streams 0", files: config("http:\n  max_streams: 0\n"), args: check, needles: &["config.yaml", "`http.max_streams`", "1..=", FIX], ..C },
+        Case { name: "http.max_streams_per_client 0", files: config("http:\n  max_streams_per_client: 0\n"), args: check, needles: &["config.yaml", "`http.max_streams_per_client`", "1..=", FIX], ..C },
         // ---- enqueue: nothing stored
         Case { name: "empty title", args: &["enqueue", "--repo", "{root}/repo", " "], needles: &["title", "empty", FIX], ..C },
         Case { name: "multi-line title", args: &["enqueue", "--repo", "{root}/repo", "line one\nline two"], needles: &["title", "one line", FIX], ..C },

@@ -368,7 +368,7 @@ mod gateway_tests {
         let c = gateway_check("work", "claude", Ok("ANTHROPIC_API_KEY".into()));
         assert_eq!(c.level, Level::Pass);
         assert!(c.detail.contains("placeholder"), "{}", c.detail);
-        let why = crate::gateway::plan::Unprotected::LoginFilesOnly
+        let why = crate::orchestrator::gateway_plan::Unprotected::LoginFilesOnly
             .explain(crate::domain::AgentType::Claude);
         let c = gateway_check("sub", "claude", Err(why));
         assert_eq!(c.level, Level::Warn);

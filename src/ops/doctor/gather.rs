@@ -328,7 +328,7 @@ fn credential_checks(
         // Issue 26: which of its CLIs keep their real credential out of the container.
         let overlay = crate::identity::env_overlay(identity);
         for t in crate::domain::AgentType::ALL {
-            let has_key = crate::gateway::plan::credential_vars(t)
+            let has_key = crate::orchestrator::gateway_plan::credential_vars(t)
                 .iter()
                 .any(|(n, _)| identity.api_keys.contains_key(*n));
             if !has_key && !identity.volumes.contains_key(t.as_str()) {
@@ -341,7 +341,7 @@ fn credential_checks(
                         .to_string(),
                 )
             } else {
-                crate::gateway::plan::plan(t, &overlay, &mounts)
+                crate::orchestrator::gateway_plan::plan(t, &overlay, &mounts)
                     .map(|p| p.credential_var)
                     .map_err(|u| u.explain(t))
             };

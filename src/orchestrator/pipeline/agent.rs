@@ -236,6 +236,7 @@ impl AttemptRun<'_> {
             agent: spec.agent.clone(),
             progress: self.opts.progress.clone(),
             handling: false,
+            clock: self.orch.clock.clone(),
         };
         let run = execute::AgentRun {
             runtime: rt,

@@ -1,4 +1,4 @@
-//! The proxy's image `polyphony-egress:<build id>`: `FROM scratch`, the host's own
+//! The egress proxy's image (issue 25, `egress::proxy`) `polyphony-egress:<build id>`: `FROM scratch`, the host's own
 //! polyphony binary at `/polyphony` and the shared libraries `ldd` lists for it, nothing
 //! else (no shell, no package manager). Built offline through the engine API; the tag is
 //! the binary's GNU build id (a hash of the linked binary, read from its ELF notes
@@ -12,7 +12,7 @@ use std::time::Instant;
 use bollard::Docker;
 use sha2::{Digest, Sha256};
 
-use crate::runtime::RuntimeError;
+use super::RuntimeError;
 
 /// Repository name of the proxy image.
 pub const PROXY_IMAGE_REPO: &str = "polyphony-egress";
@@ -168,7 +168,7 @@ pub async fn ensure_proxy_image(docker: &Docker, binary: &Path) -> Result<String
     let started = Instant::now();
     let libraries = shared_libraries(binary)?;
     let context = build_context(binary, &libraries)?;
-    crate::runtime::test_image::build_tagged(docker, &tag, context).await?;
+    super::test_image::build_tagged(docker, &tag, context).await?;
     tracing::info!(tag = %tag, elapsed_ms = started.elapsed().as_millis() as u64, "built the egress proxy image");
     Ok(tag)
 }

@@ -20,7 +20,7 @@
 
 use crate::domain::{AgentType, EnvVar, VolumeMount};
 
-use super::Api;
+use crate::gateway::Api;
 
 /// Credential kinds of a variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
