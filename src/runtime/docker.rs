@@ -600,6 +600,13 @@ impl WorkerRuntime for DockerRuntime {
                 name: plan.network.clone(),
                 driver: Some("bridge".into()),
                 internal: Some(true),
+                // No address for the host on this bridge: `--internal` alone still lets a
+                // container reach host listeners on other interfaces' addresses (the INPUT
+                // chain; tests/it/egress.rs), so the host must not be on this network at all.
+                options: Some(HashMap::from([(
+                    "com.docker.network.bridge.inhibit_ipv4".to_string(),
+                    "true".to_string(),
+                )])),
                 labels: Some(plan.labels.clone().into_iter().collect()),
                 ..Default::default()
             };

@@ -21,6 +21,7 @@ mod bad_input;
 mod cli;
 mod dashboard_browser;
 mod e2e;
+mod egress;
 mod gateway;
 mod github;
 mod github_pulls;
