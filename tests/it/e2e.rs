@@ -841,6 +841,15 @@ async fn sigterm_leaves_the_attempt_running_and_a_restart_reattaches_it() {
         state(v) == "RUNNING"
     })
     .await;
+    // The agent is under way (its container started and printed), as a person's restart
+    // would find it; RUNNING alone is recorded just before the container starts.
+    wait_until(
+        Duration::from_secs(20),
+        "two progress events stored",
+        log,
+        || progress_events(&home, &id) >= 2,
+    )
+    .await;
     let running = home.containers();
     assert_eq!(running.len(), 1, "one agent container runs");
     let signalled = Instant::now();
@@ -1686,7 +1695,7 @@ async fn an_agent_not_logged_in_falls_back_to_the_next_agent() {
     assert!(
         a[0]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("run `claude login` on the host")),
+            .is_some_and(|r| r.contains("run `claude` and `/login` on the host")),
         "{:#}",
         a[0]
     );

@@ -275,17 +275,20 @@ impl AttemptRun<'_> {
             // brings the task back as a new generation (`orchestrator::generation`).
             // A write that fails leaves the Block intent pending: the next start reports
             // again (idempotent at the source) and records it then (`intents::finish`).
-            let recorded = self
+            // One statement per lock: `db()` is a std Mutex guard, and a second `db()`
+            // while the first guard lives (in an `and_then` closure) deadlocks the daemon.
+            let reported = self
                 .db()
-                .mark_block_reported(&self.task.id, self.orch.now())
-                .and_then(|()| {
-                    self.db().complete_intent(
-                        &self.task.id,
-                        IntentKind::Block,
-                        self.task.attempts,
-                        self.orch.now(),
-                    )
-                });
+                .mark_block_reported(&self.task.id, self.orch.now());
+            let recorded = reported.and_then(|()| {
+                let db = self.db();
+                db.complete_intent(
+                    &self.task.id,
+                    IntentKind::Block,
+                    self.task.attempts,
+                    self.orch.now(),
+                )
+            });
             if let Err(e) = recorded {
                 tracing::warn!(task = %self.task.id, error = %e, "the blocked report is posted but cannot be recorded; the next start records it");
             }
