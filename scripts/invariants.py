@@ -83,6 +83,14 @@ CHECKS = [
         lambda: offenders(r"\brusqlite::", outside("store")),
     ),
     (
+        "only src/store/ names the PostgreSQL driver",
+        lambda: offenders(r"\bpostgres::", outside("store")),
+    ),
+    (
+        "the store is opened through its handle (store::StoreHandle, issue 27), never by path",
+        lambda: offenders(r"\bStore::open\(", outside("store")),
+    ),
+    (
         "src/domain/ and src/routing/ do no IO: no clock, file system, network, process or Docker",
         lambda: offenders(
             r"\b(Utc|Local)::now\b|SystemTime::now|std::fs\b|\bfs::|std::net\b|std::process\b|tokio::|reqwest::|bollard::|rusqlite::",

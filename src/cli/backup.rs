@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::{Context, Outcome, UsageError};
-use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,7 +19,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
-    let db = crate::config::db_path(&ctx.home);
+    let handle = crate::store::StoreHandle::for_home(&ctx.home)?;
+    let Some(db) = handle.sqlite_path().map(std::path::Path::to_path_buf) else {
+        return Err(UsageError::new(
+            format!("the queue is the PostgreSQL store {handle}: `polyphony backup` copies the embedded SQLite file only"),
+            "back the shared store up with pg_dump, e.g. `pg_dump -Fc -f FILE DBNAME`",
+        )
+        .into());
+    };
     if !db.is_file() {
         return Err(UsageError::new(
             format!("there is no queue database at {}", db.display()),
@@ -56,7 +62,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    let store = Store::open(&db).with_context(|| format!("opening the queue {}", db.display()))?;
+    let store = handle.open().with_context(|| format!("opening the queue {}", db.display()))?;
     store.ensure_sound()?;
     store
         .backup_to(&dest)

@@ -10,7 +10,6 @@ use crate::config::Config;
 use crate::ops::cleanup::{self, Facts, Report};
 use crate::ops::report::human_bytes;
 use crate::runtime::{home_label, DockerRuntime, WorkerRuntime};
-use crate::store::Store;
 use crate::workspace::WorkspaceManager;
 
 #[derive(Debug, clap::Args)]
@@ -29,9 +28,9 @@ pub struct Args {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
-    let db = crate::config::db_path(&ctx.home);
+    let db = crate::store::StoreHandle::for_config(&config, |n| std::env::var(n).ok())?;
     let tasks = if db.exists() {
-        cleanup::task_facts(&Store::open(&db)?)?
+        cleanup::task_facts(&db.open()?)?
     } else {
         Vec::new()
     };

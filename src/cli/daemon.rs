@@ -53,11 +53,13 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         .listen
         .clone()
         .or_else(|| config.global().http.listen.clone());
+    // Where the queue lives, decided once (issue 27).
+    let store = crate::store::StoreHandle::for_config(&config, |n| std::env::var(n).ok())?;
     let http = match &listen {
         Some(addr) => {
             let token = std::env::var(&config.global().http.token_env).ok();
             Some(
-                crate::http::settings(&config, addr, token)
+                crate::http::settings(&config, store.clone(), addr, token)
                     .map_err(|e| UsageError::new(e.to_string(), "see docs/api.md"))?,
             )
         }

@@ -16,7 +16,7 @@ use crate::orchestrator::daemon::{self, DaemonOptions};
 use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
 use crate::runtime::{ensure_test_image, DockerRuntime};
-use crate::store::Store;
+use crate::store::{Store, StoreHandle};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -69,7 +69,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     );
     demo::write_home(&home, &dir, &image)?;
     let config = Config::load(&home)?;
-    let store = Store::open(&config.db_path())?;
+    let store = StoreHandle::for_config(&config, |n| std::env::var(n).ok())?.open()?;
     let mut expected = Vec::new();
     for (id, t) in demo::enqueue(&store, &origin)? {
         eprintln!("- enqueued {id}: {} ({})", t.title, t.story);

@@ -20,7 +20,7 @@ use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
 use crate::runtime::{daemon_user, home_label, DockerRuntime, WorkerRuntime as _};
 use crate::scripted_model::ScriptedAnthropic;
-use crate::store::Store;
+use crate::store::StoreHandle;
 
 /// The key the CLI sends to the scripted API (which accepts any).
 const DEMO_KEY: &str = "sk-ant-demo-scripted-model";
@@ -138,7 +138,7 @@ async fn demo_in(
     let user = user.starts_with("0:").then_some("1000:1000");
     demo::write_real_home(home, dir, image, network, (gateway, ports), user)?;
     let config = Config::load(home)?;
-    let store = Store::open(&config.db_path())?;
+    let store = StoreHandle::for_config(&config, |n| std::env::var(n).ok())?.open()?;
     let mut expected = Vec::new();
     for (id, t) in demo::enqueue(&store, &origin)? {
         let story = t

@@ -8,7 +8,6 @@ use chrono::Utc;
 use super::{print_json, Context, Outcome, UsageError};
 use crate::domain::{Risk, Scope, TaskType};
 use crate::sources::intake::{self, NewTask, Refused, Surface};
-use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -72,8 +71,8 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     // Everything is checked before the store is opened: a refused task leaves the home
     // exactly as it was (issue 12).
     let new = intake::check(new, limit, Surface::Cli).map_err(refused)?;
-    let db = crate::config::db_path(&ctx.home);
-    let store = Store::open(&db).with_context(|| format!("opening the queue {}", db.display()))?;
+    let db = crate::store::StoreHandle::for_home(&ctx.home)?;
+    let store = db.open().with_context(|| format!("opening the queue {db}"))?;
     let task = intake::store(&store, new, Utc::now())?;
     if args.json {
         print_json(&serde_json::json!({ "id": task.id }))?;

@@ -46,11 +46,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             "run `polyphony status` to list task ids",
         )
     };
-    let db = crate::config::db_path(&ctx.home);
+    let db = crate::store::StoreHandle::for_home(&ctx.home)?;
     if !db.exists() {
         return Err(not_found().into());
     }
-    let store = Store::open(&db)?;
+    let store = db.open()?;
     let task = store.get_task(&args.task)?.ok_or_else(not_found)?;
     let format = match (args.json, args.raw) {
         (true, _) => Format::Json,

@@ -49,20 +49,20 @@ struct Skipped {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
-    let db = config.db_path();
+    let db = crate::store::StoreHandle::for_config(&config, |n| std::env::var(n).ok())?;
     if !db.exists() {
         return Err(UsageError::new(
-            format!("no queue at {}: there are no tasks to retry", db.display()),
+            format!("no queue at {db}: there are no tasks to retry"),
             "enqueue a task or run the daemon first",
         )
         .into());
     }
-    let store = Store::open(&db)?;
+    let store = db.open()?;
     if args.now {
         if let Some(id) = &args.task {
             let task = store.get_task(id)?.ok_or_else(|| {
                 UsageError::new(
-                    format!("no task `{id}` in {}", db.display()),
+                    format!("no task `{id}` in {db}"),
                     "list the tasks with `polyphony status`",
                 )
             })?;

@@ -65,10 +65,11 @@ pub fn execute(
 pub fn run(args: RouteArgs, ctx: &super::Context) -> anyhow::Result<super::Outcome> {
     use anyhow::Context as _;
     let config = crate::config::Config::load(&ctx.home)?;
-    let store = crate::store::Store::open(&config.db_path())?;
+    let db = crate::store::StoreHandle::for_config(&config, |n| std::env::var(n).ok())?;
+    let store = db.open()?;
     let task = store.get_task(&args.task)?.ok_or_else(|| {
         super::UsageError::new(
-            format!("no task `{}` in {}", args.task, config.db_path().display()),
+            format!("no task `{}` in {db}", args.task),
             "list the tasks with `polyphony status`",
         )
     })?;

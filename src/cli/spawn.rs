@@ -56,12 +56,12 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
         )
     })?;
     let orch = Arc::new(Orchestrator::connect(config).await?);
-    let store = Store::open(&orch.db_path())?;
+    let store = orch.store.open()?;
     let task = match (&args.issue, &args.task) {
         (Some(issue), _) => issue_task(&orch, &store, issue, args.force).await?,
         (None, Some(id)) => store.get_task(id)?.ok_or_else(|| {
             UsageError::new(
-                format!("no task `{id}` in {}", orch.db_path().display()),
+                format!("no task `{id}` in {}", orch.store),
                 "list the tasks with `polyphony status`",
             )
         })?,

@@ -30,10 +30,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
-    let db = crate::config::db_path(&ctx.home);
+    let db = crate::store::StoreHandle::for_home(&ctx.home)?;
     // Looking must not create anything: a home without a queue has no tasks.
     let store = if db.exists() {
-        Some(Store::open(&db)?)
+        Some(db.open()?)
     } else {
         None
     };
@@ -560,7 +560,7 @@ mod tests {
     fn stored_summaries_are_what_serde_writes() {
         use crate::domain::{Risk, Scope, SourceKind, TaskType};
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("queue.db")).unwrap();
+        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db")).open().unwrap();
         let now = Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap();
         let mut t = Task::new(
             "local-1",
@@ -774,7 +774,7 @@ mod tests {
                 .unwrap();
             }
         }
-        let store = Store::open(&path).unwrap();
+        let store = crate::store::StoreHandle::sqlite(&path).open().unwrap();
         assert_eq!(
             store.schema_version().unwrap(),
             crate::store::schema::latest()
@@ -816,7 +816,7 @@ mod tests {
             )
             .unwrap();
         }
-        let store = Store::open(&path).unwrap();
+        let store = crate::store::StoreHandle::sqlite(&path).open().unwrap();
         check_stored_json(&store);
         let mut objects = Vec::new();
         store

@@ -58,6 +58,8 @@ pub struct GlobalConfig {
     pub egress: EgressConfig,
     /// The model-API gateway (issue 26): real credentials stay out of the container.
     pub gateway: GatewayConfig,
+    /// Where the queue lives (issue 27): the home's `queue.db` unless `url` is set.
+    pub store: StoreConfig,
 }
 
 impl Default for GlobalConfig {
@@ -85,8 +87,21 @@ impl Default for GlobalConfig {
             shepherd: super::shepherd::ShepherdConfig::default(),
             egress: EgressConfig::default(),
             gateway: GatewayConfig::default(),
+            store: StoreConfig::default(),
         }
     }
+}
+
+/// `store:` in config.yaml (issue 27, `store::StoreHandle`, docs/SCALING.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `postgres://user@host:port/db` for a fleet's shared store; unset: `$POLYPHONY_STORE_URL`,
+    /// else `$POLYPHONY_HOME/queue.db`. Keep the password out of it: `PGPASSWORD` is read when
+    /// connecting.
+    pub url: Option<String>,
+    /// This daemon's machine id in a fleet (the owner of its claims); unset: the host name.
+    pub machine: Option<String>,
 }
 
 /// `gateway:` in config.yaml (issue 26, src/gateway/).

@@ -79,11 +79,11 @@ fn store_failure(e: impl std::fmt::Display) -> ApiError {
 
 /// Runs `f` with a fresh store connection on the blocking pool.
 async fn with_store<T: Send + 'static>(
-    db: std::path::PathBuf,
+    db: crate::store::StoreHandle,
     f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let joined = tokio::task::spawn_blocking(move || {
-        let store = Store::open(&db)?;
+        let store = db.open()?;
         f(&store)
     })
     .await;
@@ -195,7 +195,7 @@ pub async fn list_tasks(State(s): State<Shared>, RawQuery(raw): RawQuery) -> Res
     let offset = q.offset.unwrap_or(0);
     // Open (and fail) before the status line is sent; then stream.
     let db = s.db.clone();
-    let store = match tokio::task::spawn_blocking(move || Store::open(&db)).await {
+    let store = match tokio::task::spawn_blocking(move || db.open()).await {
         Ok(Ok(store)) => store,
         Ok(Err(e)) => return store_failure(e).into_response(),
         Err(e) => return store_failure(e).into_response(),
@@ -339,7 +339,7 @@ pub async fn enqueue(State(s): State<Shared>, body: Bytes) -> Response {
     let stored = tokio::task::spawn_blocking(move || {
         let new = intake::check(new, limit, Surface::Api)
             .map_err(|r| (StatusCode::BAD_REQUEST, r.message, r.fix))?;
-        let store = Store::open(&db).map_err(|e| {
+        let store = db.open().map_err(|e| {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 e.to_string(),
@@ -388,7 +388,7 @@ pub async fn retry(State(s): State<Shared>, Path(id): Path<String>) -> Response 
     let (db, wanted) = (s.db.clone(), id.clone());
     let handle = tokio::runtime::Handle::current();
     let outcome = tokio::task::spawn_blocking(move || {
-        let store = Store::open(&db).map_err(|e| e.to_string())?;
+        let store = db.open().map_err(|e| e.to_string())?;
         if !matches!(store.get_task(&wanted), Ok(Some(_))) {
             return Ok(None);
         }

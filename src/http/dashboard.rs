@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use super::{encode_segment, Shared};
 use crate::domain::TaskState;
 use crate::ops::report;
-use crate::store::{AttemptRecord, Landing, RunningAttempt, Store, StoreError, TransitionRecord};
+use crate::store::{AttemptRecord, Landing, RunningAttempt, StoreError, TransitionRecord};
 
 /// Tasks the queue page lists (newest first).
 const QUEUE_ROWS: usize = 200;
@@ -197,7 +197,7 @@ pub async fn queue_page(State(s): State<Shared>) -> Response {
     let identities = s.identities.clone();
     let slots = s.slots;
     let read = tokio::task::spawn_blocking(move || -> Result<QueueView, StoreError> {
-        let store = Store::open(&db)?;
+        let store = db.open()?;
         let counts = store.count_by_state()?;
         let running = store.running_attempts()?;
         let mut rows = Vec::new();
@@ -396,7 +396,7 @@ pub async fn task_page(State(s): State<Shared>, Path(id): Path<String>) -> Respo
     let db = s.db.clone();
     let wanted = id.clone();
     let read = tokio::task::spawn_blocking(move || -> Result<Option<TaskView>, StoreError> {
-        let store = Store::open(&db)?;
+        let store = db.open()?;
         let Some(task) = store.get_task(&wanted)? else {
             return Ok(None);
         };

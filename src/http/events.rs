@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use crate::store::StoreHandle;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ impl Hub {
     }
 
     /// The feed of `(task, attempt)`, started if no stream is following it.
-    fn feed(&self, db: &std::path::Path, task: &str, attempt: u32) -> Arc<Feed> {
+    fn feed(&self, db: &StoreHandle, task: &str, attempt: u32) -> Arc<Feed> {
         let mut feeds = lock(&self.feeds);
         feeds.retain(|_, f| f.strong_count() > 0);
         let key = (task.to_string(), attempt);
@@ -156,7 +156,7 @@ impl Hub {
         });
         feeds.insert(key, Arc::downgrade(&feed));
         tokio::spawn(run_feed(
-            db.to_path_buf(),
+            db.clone(),
             task.to_string(),
             attempt,
             Arc::downgrade(&feed),
@@ -241,7 +241,7 @@ fn read(
 /// A read on the blocking pool with `store` (opened on first use), handed back after.
 async fn read_blocking(
     store: Option<Store>,
-    db: PathBuf,
+    db: StoreHandle,
     task: String,
     attempt: u32,
     after: Option<u64>,
@@ -249,7 +249,7 @@ async fn read_blocking(
     let joined = tokio::task::spawn_blocking(move || {
         let store = match store {
             Some(s) => s,
-            None => match Store::open(&db) {
+            None => match db.open() {
                 Ok(s) => s,
                 Err(e) => return (None, Err(e.to_string())),
             },
@@ -263,7 +263,7 @@ async fn read_blocking(
 
 /// The reader of one attempt: polls the store with one connection while any stream holds
 /// the feed, until the attempt has ended and all of it was read.
-async fn run_feed(db: PathBuf, task: String, attempt: u32, feed: Weak<Feed>) {
+async fn run_feed(db: StoreHandle, task: String, attempt: u32, feed: Weak<Feed>) {
     let mut store = None;
     let mut after = None;
     loop {
@@ -313,7 +313,7 @@ async fn run_feed(db: PathBuf, task: String, attempt: u32, feed: Weak<Feed>) {
 struct Client {
     feed: Arc<Feed>,
     changed: watch::Receiver<u64>,
-    db: PathBuf,
+    db: StoreHandle,
     task: String,
     attempt: u32,
     after: Option<u64>,
@@ -487,7 +487,7 @@ pub async fn stream(
     let db = s.db.clone();
     let task = id.clone();
     let found = tokio::task::spawn_blocking(move || -> Result<_, String> {
-        let store = Store::open(&db).map_err(|e| e.to_string())?;
+        let store = db.open().map_err(|e| e.to_string())?;
         if store.get_task(&task).map_err(|e| e.to_string())?.is_none() {
             return Ok(None);
         }

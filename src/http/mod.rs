@@ -53,8 +53,8 @@ pub enum HttpError {
 pub struct ServerSettings {
     /// The Polyphony home being served (its config is read again for a retry).
     pub home: PathBuf,
-    /// `queue.db` of the home being served.
-    pub db: PathBuf,
+    /// The queue of the home being served (issue 27: one handle, built from the config).
+    pub db: crate::store::StoreHandle,
     /// `max_body_bytes`: the longest task body `POST /api/v1/tasks` accepts.
     pub body_limit: u64,
     /// The bearer token, if its variable is set.
@@ -99,6 +99,7 @@ impl std::fmt::Debug for ServerSettings {
 /// refused. `token` is the value of `token_env` (read by the caller).
 pub fn settings(
     config: &Config,
+    store: crate::store::StoreHandle,
     listen: &str,
     token: Option<String>,
 ) -> Result<(SocketAddr, ServerSettings), HttpError> {
@@ -119,7 +120,7 @@ pub fn settings(
     }
     let settings = ServerSettings {
         home: config.home().to_path_buf(),
-        db: config.db_path(),
+        db: store,
         body_limit: config.global().max_body_bytes,
         token,
         token_for_reads: config.global().http.token_for_reads || !loopback,

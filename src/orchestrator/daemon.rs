@@ -79,7 +79,7 @@ pub async fn run(
     let listener = UnixListener::bind(&socket_path)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
     let _socket_guard = RemoveOnDrop(socket_path.clone());
-    let store = Store::open(&orch.db_path())?;
+    let store = orch.store.open()?;
     // Never start work on a damaged queue (issue 12): the whole file, every start.
     store.ensure_sound_now()?;
     let (cancel_tx, cancel_rx) = watch::channel(false);

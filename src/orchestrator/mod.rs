@@ -43,6 +43,7 @@ use chrono::{DateTime, Utc};
 use crate::config::Config;
 use crate::routing::Router;
 use crate::runtime::{DockerRuntime, WorkerRuntime};
+use crate::store::StoreHandle;
 use crate::sources::github::{
     resolve_token, FaultPolicy, GithubClient, GithubSettings, GithubSource, ResolvedToken,
 };
@@ -63,6 +64,9 @@ pub struct Orchestrator {
     pub runtime: Arc<dyn WorkerRuntime>,
     pub workspaces: Arc<WorkspaceManager>,
     pub router: Router,
+    /// Where the queue lives, built once from the config (issue 27): every store
+    /// connection of the daemon and its attempts is opened through it.
+    pub store: StoreHandle,
     /// Present when GitHub is configured (repos to poll) or a token is available.
     pub github: Option<Arc<GithubSource>>,
     /// The GitHub token (for pushes to GitHub remotes and for scrubbing).
@@ -102,6 +106,7 @@ impl Orchestrator {
             .map_err(|e| anyhow::anyhow!("routing.yaml: {e}"))?;
         let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root())
             .with_clone_mode(config.global().git.clone_mode);
+        let store = StoreHandle::for_config(&config, |n| env(n))?;
         let token_var = github_token_var(&config);
         let github_token = resolve_token(token_var.as_deref(), |n| env(n)).ok();
         let github = if config.global().github.repos.is_empty() && github_token.is_none() {
@@ -138,6 +143,7 @@ impl Orchestrator {
             runtime,
             workspaces: Arc::new(workspaces),
             router,
+            store,
             github,
             github_token,
             home_label,

@@ -50,6 +50,12 @@ pub enum StoreError {
     /// A stored value that does not parse (a hand-edited row, or a newer binary's data).
     #[error("corrupt value in the queue database: {0}")]
     Corrupt(String),
+    /// `store.url` / `POLYPHONY_STORE_URL` is not a usable URL (shown without password).
+    #[error("the store URL {shown} is not usable: {detail}")]
+    BadUrl { shown: String, detail: String },
+    /// The backend at `shown` does not do this yet.
+    #[error("the store at {shown}: {what}")]
+    Unsupported { shown: String, what: &'static str },
     #[error("cannot encode {what} as JSON: {source}")]
     Json {
         what: &'static str,

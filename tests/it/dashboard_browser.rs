@@ -127,7 +127,7 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     let seen = streaming.clone();
     let app = http::router(ServerSettings {
         home: dir.path().to_path_buf(),
-        db: db.clone(),
+        db: polyphony::store::StoreHandle::sqlite(db.clone()),
         body_limit: 256 * 1024,
         token: None,
         token_for_reads: false,

@@ -34,7 +34,7 @@ fn polyphony(home: &Path) -> Command {
 pub(crate) fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) -> ServerSettings {
     ServerSettings {
         home: db.parent().unwrap().to_path_buf(),
-        db,
+        db: polyphony::store::StoreHandle::sqlite(db),
         body_limit: 256 * 1024,
         token: token.map(str::to_string),
         token_for_reads,

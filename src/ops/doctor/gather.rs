@@ -180,10 +180,33 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         ));
     }
 
-    let db = crate::config::db_path(home);
-    if db.exists() {
+    // Where the queue lives (issue 27); the file checks below are SQLite's.
+    let handle = match crate::store::StoreHandle::for_home(home) {
+        Ok(h) => h,
+        Err(e) => {
+            checks.push(Check::fail(
+                "queue",
+                e.to_string(),
+                "fix `store.url` in config.yaml or POLYPHONY_STORE_URL",
+            ));
+            crate::store::StoreHandle::sqlite(crate::config::db_path(home))
+        }
+    };
+    if handle.sqlite_path().is_none() {
+        checks.push(Check::warn(
+            "queue",
+            format!("{handle}: PostgreSQL"),
+            "the daemon and the verbs run on the embedded SQLite store only so far \
+             (docs/SCALING.md); unset store.url / POLYPHONY_STORE_URL",
+        ));
+    }
+    let db = handle
+        .sqlite_path()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    if handle.sqlite_path().is_some() && db.exists() {
         // `integrity_check` reads every page (issue 12: a damaged file looked healthy).
-        let checked = crate::store::Store::open(&db).and_then(|s| {
+        let checked = handle.open().and_then(|s| {
             let problems = s.check_integrity(true)?;
             Ok((s.count_by_state()?, problems))
         });
@@ -227,8 +250,8 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
     }
 
     // Usage limits per identity and agent (issue 14).
-    if db.exists() {
-        if let Ok(rows) = crate::store::Store::open(&db).and_then(|s| s.quota_rows()) {
+    if handle.exists() {
+        if let Ok(rows) = handle.open().and_then(|s| s.quota_rows()) {
             let now = chrono::Utc::now();
             checks.extend(rows.iter().map(|q| quota_check(q, now)));
         }

@@ -234,7 +234,7 @@ impl Orchestrator {
 
 impl<'a> AttemptRun<'a> {
     fn new(orch: &'a Orchestrator, task: Task, opts: &'a RunOptions) -> anyhow::Result<Self> {
-        let store = Store::open(&orch.db_path())?;
+        let store = orch.store.open()?;
         let followup = super::shepherd::followup::load(&store, &task.id)?;
         let store = Mutex::new(store);
         let state = task.state;
