@@ -62,7 +62,9 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    let store = handle.open().with_context(|| format!("opening the queue {}", db.display()))?;
+    let store = handle
+        .open()
+        .with_context(|| format!("opening the queue {}", db.display()))?;
     store.ensure_sound()?;
     store
         .backup_to(&dest)

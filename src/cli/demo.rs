@@ -16,7 +16,7 @@ use crate::orchestrator::daemon::{self, DaemonOptions};
 use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
 use crate::runtime::{ensure_test_image, DockerRuntime};
-use crate::store::{Store, StoreHandle};
+use crate::store::StoreHandle;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -72,7 +72,9 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     // exactly as it was (issue 12).
     let new = intake::check(new, limit, Surface::Cli).map_err(refused)?;
     let db = crate::store::StoreHandle::for_home(&ctx.home)?;
-    let store = db.open().with_context(|| format!("opening the queue {db}"))?;
+    let store = db
+        .open()
+        .with_context(|| format!("opening the queue {db}"))?;
     let task = intake::store(&store, new, Utc::now())?;
     if args.json {
         print_json(&serde_json::json!({ "id": task.id }))?;

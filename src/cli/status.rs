@@ -32,11 +32,7 @@ pub struct Args {
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let db = crate::store::StoreHandle::for_home(&ctx.home)?;
     // Looking must not create anything: a home without a queue has no tasks.
-    let store = if db.exists() {
-        Some(db.open()?)
-    } else {
-        None
-    };
+    let store = if db.exists() { Some(db.open()?) } else { None };
     match &args.task {
         Some(id) => show_task(store.as_ref(), id, args.json),
         None => list(store.as_ref(), &args, &ctx.home),
@@ -560,7 +556,9 @@ mod tests {
     fn stored_summaries_are_what_serde_writes() {
         use crate::domain::{Risk, Scope, SourceKind, TaskType};
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db")).open().unwrap();
+        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db"))
+            .open()
+            .unwrap();
         let now = Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap();
         let mut t = Task::new(
             "local-1",

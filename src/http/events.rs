@@ -15,9 +15,9 @@
 //! and per client address (`http.max_streams`, `http.max_streams_per_client`): one over
 //! the cap is `429 {"error", "fix"}` with `Retry-After`.
 
+use crate::store::StoreHandle;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use crate::store::StoreHandle;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 

@@ -181,7 +181,9 @@ mod tests {
     #[test]
     fn a_relabelled_issue_comes_back_once_and_only_after_its_report() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db")).open().unwrap();
+        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db"))
+            .open()
+            .unwrap();
         let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         store.insert_task(&issue("o/r#1", t0)).unwrap();
         // Not BLOCKED: a poll finding the ready label changes nothing.
@@ -217,7 +219,9 @@ mod tests {
     #[tokio::test]
     async fn a_blocked_follow_up_is_not_retried() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db")).open().unwrap();
+        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db"))
+            .open()
+            .unwrap();
         let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         store.insert_task(&issue("o/r#1", t0)).unwrap();
         store
@@ -247,7 +251,9 @@ mod tests {
     #[tokio::test]
     async fn retry_makes_the_next_generation_but_never_takes_back_a_released_issue() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db")).open().unwrap();
+        let store = crate::store::StoreHandle::sqlite(dir.path().join("queue.db"))
+            .open()
+            .unwrap();
         let t0 = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
         let local = Task::new("local-1", SourceKind::Local, "local:local-1", "/r", "t", t0);
         store.insert_task(&local).unwrap();

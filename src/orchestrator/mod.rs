@@ -43,10 +43,10 @@ use chrono::{DateTime, Utc};
 use crate::config::Config;
 use crate::routing::Router;
 use crate::runtime::{DockerRuntime, WorkerRuntime};
-use crate::store::StoreHandle;
 use crate::sources::github::{
     resolve_token, FaultPolicy, GithubClient, GithubSettings, GithubSource, ResolvedToken,
 };
+use crate::store::StoreHandle;
 use crate::workspace::WorkspaceManager;
 
 pub use pipeline::AttemptEnd;

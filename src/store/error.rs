@@ -59,11 +59,39 @@ pub enum StoreError {
     /// The backend at `shown` does not do this yet.
     #[error("the store at {shown}: {what}")]
     Unsupported { shown: String, what: &'static str },
+    /// The PostgreSQL server could not be reached or refused the login.
+    #[error("cannot connect to the store {shown}: {detail}")]
+    Unreachable { shown: String, detail: String },
+    /// The PostgreSQL server refused or failed a statement, or the connection broke.
+    #[error("PostgreSQL store error: {0}")]
+    Database(DriverError),
     #[error("cannot encode {what} as JSON: {source}")]
     Json {
         what: &'static str,
         source: serde_json::Error,
     },
+}
+
+/// A driver's error, opaque outside the store (its type is the store's business).
+#[derive(Debug)]
+pub struct DriverError(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DriverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> StoreError {
+        StoreError::Database(DriverError(Box::new(e)))
+    }
 }
 
 /// Every SQLite error passes here, so a damaged file is noticed wherever it is met

@@ -6,7 +6,10 @@
 //!
 //! SQLite (`$POLYPHONY_HOME/queue.db`) is the embedded default and the only backend the
 //! full [`Store`] runs on. A `postgres://` URL gives a handle whose [`StoreHandle::open`]
-//! says plainly that the daemon and verbs do not run on PostgreSQL yet (docs/SCALING.md).
+//! says plainly that the daemon and verbs do not run on PostgreSQL yet, while
+//! [`StoreHandle::open_shared`] opens the shared queue core ([`super::QueueCore`]:
+//! tasks, owned claims with leases, pins, fleet-wide usage limits) on either backend; the
+//! store contract suite runs the same tests against both (docs/SCALING.md).
 //!
 //! Must not: print or keep a password. [`StoreHandle`]'s `Display` and `Debug` show the
 //! URL without it; a password comes from the URL or from `PGPASSWORD` at connect time.
@@ -28,13 +31,11 @@ pub struct StoreHandle {
 
 enum Location {
     Sqlite(PathBuf),
-    Postgres(PgTarget),
+    Postgres(Box<PgTarget>),
 }
 
 /// A parsed PostgreSQL URL. The text with its password is kept only to connect.
 pub(super) struct PgTarget {
-    // Connected through by the PostgreSQL backend (store::pg, next).
-    #[allow(dead_code)]
     pub(super) config: postgres::Config,
     /// `postgresql://user@host:port/db`: what messages and `doctor` show.
     pub(super) shown: String,
@@ -51,15 +52,15 @@ impl StoreHandle {
     /// A PostgreSQL store at `url` (`postgres://user@host:port/db`). A password missing
     /// from the URL is read from `PGPASSWORD` when connecting.
     pub fn postgres(url: &str) -> Result<StoreHandle> {
-        let config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
-            StoreError::BadUrl {
-                shown: shown_without_password(url),
-                detail: e.to_string(),
-            }
-        })?;
+        let config: postgres::Config =
+            url.parse()
+                .map_err(|e: postgres::Error| StoreError::BadUrl {
+                    shown: shown_without_password(url),
+                    detail: e.to_string(),
+                })?;
         let shown = describe_pg(&config);
         Ok(StoreHandle {
-            location: Arc::new(Location::Postgres(PgTarget { config, shown })),
+            location: Arc::new(Location::Postgres(Box::new(PgTarget { config, shown }))),
         })
     }
 
@@ -128,6 +129,23 @@ impl StoreHandle {
         }
     }
 
+    /// Opens the shared queue core ([`super::QueueCore`]) on either backend: what the
+    /// store contract suite and the fleet's claims, leases and limits run on.
+    pub fn open_shared(&self) -> Result<Box<dyn super::QueueCore>> {
+        match &*self.location {
+            Location::Sqlite(path) => Ok(Box::new(Store::open(path)?)),
+            Location::Postgres(pg) => Ok(Box::new(super::pg::PgStore::connect(pg)?)),
+        }
+    }
+
+    /// Opens the PostgreSQL store itself (`doctor`, benchmarks); `None` for SQLite.
+    pub fn open_postgres(&self) -> Option<Result<super::PgStore>> {
+        match &*self.location {
+            Location::Sqlite(_) => None,
+            Location::Postgres(pg) => Some(super::pg::PgStore::connect(pg)),
+        }
+    }
+
     /// The SQLite file, when this is the embedded store (backups, integrity checks and
     /// file-size figures apply to it only).
     pub fn sqlite_path(&self) -> Option<&Path> {
@@ -168,7 +186,10 @@ fn is_postgres_url(url: &str) -> bool {
 
 /// `postgresql://user@host:port/db` from a parsed config: never the password.
 fn describe_pg(config: &postgres::Config) -> String {
-    let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    let user = config
+        .get_user()
+        .map(|u| format!("{u}@"))
+        .unwrap_or_default();
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
@@ -228,13 +249,10 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_reported_without_its_password() {
-        let err = StoreHandle::resolve(
-            Path::new("/h"),
-            Some("mysql://root:hunter2@db/x"),
-            |_| None,
-        )
-        .err()
-        .unwrap();
+        let err =
+            StoreHandle::resolve(Path::new("/h"), Some("mysql://root:hunter2@db/x"), |_| None)
+                .err()
+                .unwrap();
         let text = err.to_string();
         assert!(text.contains("mysql://root:***@db/x"), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
@@ -244,8 +262,8 @@ mod tests {
     #[test]
     fn config_wins_over_the_environment_which_wins_over_the_home_file() {
         let env = |n: &str| (n == STORE_URL_VAR).then(|| "postgres://e@127.0.0.1/env".to_string());
-        let h = StoreHandle::resolve(Path::new("/h"), Some("postgres://c@127.0.0.1/cfg"), env)
-            .unwrap();
+        let h =
+            StoreHandle::resolve(Path::new("/h"), Some("postgres://c@127.0.0.1/cfg"), env).unwrap();
         assert_eq!(h.to_string(), "postgresql://c@127.0.0.1:5432/cfg");
         let h = StoreHandle::resolve(Path::new("/h"), None, env).unwrap();
         assert_eq!(h.to_string(), "postgresql://e@127.0.0.1:5432/env");

@@ -322,6 +322,23 @@ DROP TRIGGER IF EXISTS followups_insert;
 DROP TRIGGER IF EXISTS followups_update;
 DROP TRIGGER IF EXISTS followups_delete;
 "#,
+    // 8: who holds each claim (issue 27): the daemon (machine id, process, start nonce) and
+    // until when its lease runs, one row while the task is active; and the machine a task
+    // with a local-path repository is pinned to. The same tables exist on PostgreSQL
+    // (`store::pg`).
+    r#"
+CREATE TABLE claims (
+    task_id     TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    machine     TEXT NOT NULL,
+    owner       TEXT NOT NULL,           -- machine/pid/nonce
+    lease_until TEXT NOT NULL
+);
+CREATE INDEX claims_owner ON claims(owner);
+CREATE TABLE pins (
+    task_id TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    machine TEXT NOT NULL
+);
+"#,
 ];
 
 /// The version whose migration hands the summaries to the store: after it, every summary

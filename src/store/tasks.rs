@@ -263,6 +263,9 @@ pub(super) fn write_transition(
         "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![task_id, from.as_str(), to.as_str(), reason, ts(now)])?;
+    if from.is_active() && !to.is_active() {
+        super::owners::release(tx, task_id)?;
+    }
     super::refresh_summary(tx, task_id)
 }
 

@@ -183,6 +183,16 @@ impl Store {
     }
 
     /// Number of tasks in each state (states with none are absent).
+    /// The stored summary object of one task (`status --json`'s bytes for it).
+    pub fn summary_json(&self, task_id: &str) -> Result<Option<String>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .prepare_cached("SELECT json FROM task_summaries WHERE id = ?1")?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?)
+    }
+
     pub fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
         let mut stmt = self
             .conn
@@ -361,6 +371,34 @@ pub(super) fn rebuild_summaries(conn: &Connection) -> Result<()> {
         ])?;
     }
     Ok(())
+}
+
+/// The summary of a task as the PostgreSQL core stores it: the same object, from the
+/// task's own fields (that backend keeps no quota waits or pull requests yet).
+pub(super) fn summary_of_task(task: &crate::domain::Task) -> Result<String> {
+    let (created, updated) = (super::ts(task.created_at), super::ts(task.updated_at));
+    let next = task.next_attempt_at.map(super::ts);
+    summary_json(&TaskSummary {
+        id: &task.id,
+        title: &task.title,
+        source_ref: &task.source_ref,
+        state: task.state,
+        task_type: task.task_type,
+        risk: task.risk,
+        labels: task
+            .labels
+            .iter()
+            .map(|l| Label(std::borrow::Cow::Borrowed(l.as_str())))
+            .collect(),
+        attempts: task.attempts,
+        failures: task.failures,
+        created_at: &created,
+        updated_at: &updated,
+        next_attempt_at: next.as_deref(),
+        quota_wait: None,
+        pull: None,
+        followup_of: None,
+    })
 }
 
 /// The stored text of a summary. Text, not a blob: `sqlite3` and readers see JSON.

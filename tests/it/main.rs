@@ -37,4 +37,5 @@ mod routing_sample;
 mod runtime;
 mod shepherd;
 mod store;
+mod store_contract;
 mod workspace;
