@@ -159,14 +159,14 @@ mod tests {
 
     #[test]
     fn full_disk_words_and_errors_are_recognised() {
-        assert!(is_full_text(
-            "fatal: write error: No space left on device"
-        ));
+        assert!(is_full_text("fatal: write error: No space left on device"));
         assert!(is_full_text("error: Disk quota exceeded"));
         assert!(!is_full_text("fatal: unable to access 'x': timeout"));
         assert!(is_full_io(&std::io::Error::from_raw_os_error(libc::ENOSPC)));
         assert!(is_full_io(&std::io::Error::from_raw_os_error(libc::EDQUOT)));
-        assert!(!is_full_io(&std::io::Error::from_raw_os_error(libc::EACCES)));
+        assert!(!is_full_io(&std::io::Error::from_raw_os_error(
+            libc::EACCES
+        )));
         assert_eq!(human(512), "512 B");
         assert_eq!(human(3 << 20), "3.0 MiB");
     }
@@ -179,10 +179,7 @@ mod tests {
             code: Some(128),
             stderr: "fatal: bad object".into(),
         };
-        assert!(matches!(
-            explain(e, tmp.path()),
-            WorkspaceError::Git { .. }
-        ));
+        assert!(matches!(explain(e, tmp.path()), WorkspaceError::Git { .. }));
         let e = WorkspaceError::Git {
             op: "fast-import".into(),
             code: Some(128),

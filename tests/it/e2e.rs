@@ -2773,7 +2773,11 @@ async fn a_full_disk_at_prepare_blocks_and_never_lands_a_deletion() {
             && reason.contains("polyphony cleanup"),
         "names the lost file, the cause and the fix: {reason}"
     );
-    assert!(origin.branches().is_empty(), "nothing landed: {:?}", origin.branches());
+    assert!(
+        origin.branches().is_empty(),
+        "nothing landed: {:?}",
+        origin.branches()
+    );
     assert!(home.containers().is_empty(), "no agent ran on the cut tree");
 
     disk.resize("100m");

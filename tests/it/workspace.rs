@@ -902,10 +902,14 @@ fn shared_workspace_survives_mirror_fetch_and_gc() {
 
 /// A fixture whose upstream holds a 3 MB file, with the workspace root on a tmpfs of `size`
 /// (`None` after SKIPPED: the test cannot mount).
-fn full_disk_fixture(size: &str) -> Option<(Fixture, support::tmpfs::Tmpfs, Arc<WorkspaceManager>)> {
+fn full_disk_fixture(
+    size: &str,
+) -> Option<(Fixture, support::tmpfs::Tmpfs, Arc<WorkspaceManager>)> {
     let fx = Fixture::new();
     let work = fx.work();
-    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(work.join("big.bin"), &big).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "a 3 MB file"]);
@@ -949,18 +953,26 @@ fn a_checkout_the_full_disk_cut_short_is_refused_and_leaves_nothing() {
         "a full disk is typed: {err:?}"
     );
     assert!(text.contains("big.bin"), "names the lost file: {text}");
-    assert!(text.contains(&disk.path().display().to_string()), "names the place: {text}");
+    assert!(
+        text.contains(&disk.path().display().to_string()),
+        "names the place: {text}"
+    );
     assert!(text.contains("free space there"), "says the fix: {text}");
     let left = tree_listing(&disk.path().join("ws"));
     assert!(
-        !left.iter().any(|p| p.ends_with("/1") || p.ends_with("1.land.git")),
+        !left
+            .iter()
+            .any(|p| p.ends_with("/1") || p.ends_with("1.land.git")),
         "no half-made attempt is left: {left:?}"
     );
 
     // With room (the floor is 64 MiB above the checkout), the same request is complete.
     disk.resize("80m");
     let ws = mgr.prepare(&fx.request("full", 1)).unwrap();
-    assert_eq!(std::fs::metadata(ws.path.join("big.bin")).unwrap().len(), 3_000_000);
+    assert_eq!(
+        std::fs::metadata(ws.path.join("big.bin")).unwrap().len(),
+        3_000_000
+    );
 }
 
 /// Issue 24: the floor is checked after the checkout, before any agent: a tree that fits
@@ -972,7 +984,10 @@ fn a_checkout_that_leaves_no_room_is_refused() {
     };
     let err = mgr.prepare(&fx.request("tight", 1)).unwrap_err();
     assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
-    assert!(err.to_string().contains("64.0 MiB"), "names the floor: {err}");
+    assert!(
+        err.to_string().contains("64.0 MiB"),
+        "names the floor: {err}"
+    );
     drop(disk);
 }
 
@@ -1010,5 +1025,9 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
     );
     std::fs::remove_file(&filler).unwrap();
     let out = mgr.commit_all(&ws, &author(), "work").unwrap();
-    assert!(out.empty, "the tree is whole again: {:?}", out.changed_paths);
+    assert!(
+        out.empty,
+        "the tree is whole again: {:?}",
+        out.changed_paths
+    );
 }
