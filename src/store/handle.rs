@@ -31,14 +31,7 @@ pub struct StoreHandle {
 
 enum Location {
     Sqlite(PathBuf),
-    Postgres(Box<PgTarget>),
-}
-
-/// A parsed PostgreSQL URL. The text with its password is kept only to connect.
-pub(super) struct PgTarget {
-    pub(super) config: postgres::Config,
-    /// `postgresql://user@host:port/db`: what messages and `doctor` show.
-    pub(super) shown: String,
+    Postgres(Box<super::pg::PgTarget>),
 }
 
 impl StoreHandle {
@@ -60,7 +53,10 @@ impl StoreHandle {
                 })?;
         let shown = describe_pg(&config);
         Ok(StoreHandle {
-            location: Arc::new(Location::Postgres(Box::new(PgTarget { config, shown }))),
+            location: Arc::new(Location::Postgres(Box::new(super::pg::PgTarget {
+                config,
+                shown,
+            }))),
         })
     }
 

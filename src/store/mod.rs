@@ -54,12 +54,12 @@ pub use attempt_notes::Handling;
 pub use attempts::AttemptRecord;
 pub use core::{host_machine_id, Claim, Owner, QueueCore, Reconcilable};
 pub use error::StoreError;
-pub use pg::PgStore;
 pub use generations::{GenerationInsert, GenerationLinks};
 pub use handle::{StoreHandle, STORE_URL_VAR};
 pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
+pub use pg::PgStore;
 pub use tasks::TransitionRecord;
 pub use views::{
     FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,

@@ -140,13 +140,20 @@ fn write_claim(
          ON CONFLICT (task_id) DO UPDATE SET machine = excluded.machine, \
          owner = excluded.owner, lease_until = excluded.lease_until",
     )?
-    .execute(params![task_id, owner.machine, owner.key(), ts(lease_until)])?;
+    .execute(params![
+        task_id,
+        owner.machine,
+        owner.key(),
+        ts(lease_until)
+    ])?;
     Ok(())
 }
 
 fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>> {
     Ok(conn
-        .prepare_cached("SELECT task_id, machine, owner, lease_until FROM claims WHERE task_id = ?1")?
+        .prepare_cached(
+            "SELECT task_id, machine, owner, lease_until FROM claims WHERE task_id = ?1",
+        )?
         .query_row([task_id], |r| {
             Ok(Claim {
                 task_id: r.get(0)?,
@@ -156,11 +163,4 @@ fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>> {
             })
         })
         .optional()?)
-}
-
-/// A task leaving the active states drops its claim (called by `write_transition`).
-pub(super) fn release(conn: &Connection, task_id: &str) -> Result<()> {
-    conn.prepare_cached("DELETE FROM claims WHERE task_id = ?1")?
-        .execute([task_id])?;
-    Ok(())
 }

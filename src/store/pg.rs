@@ -22,7 +22,6 @@ use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, NoTls, Row, Transaction};
 
 use super::core::{Claim, Owner, QueueCore, Reconcilable};
-use super::handle::PgTarget;
 use super::{ts, Result, StoreError};
 use crate::domain::{self, AgentQuota, Task, TaskState};
 
@@ -104,6 +103,13 @@ const TASK_COLS: &str = "id, title, body, source, source_ref, repo, base_ref, st
 
 const ACTIVE: &str = "('CLAIMED','ROUTED','PROVISIONED','RUNNING','VERIFYING')";
 
+/// A parsed PostgreSQL URL. The text with its password is kept only to connect.
+pub(super) struct PgTarget {
+    pub(super) config: postgres::Config,
+    /// `postgresql://user@host:port/db`: what messages and `doctor` show.
+    pub(super) shown: String,
+}
+
 /// One connection to a PostgreSQL store.
 pub struct PgStore {
     client: Mutex<Client>,
@@ -148,10 +154,7 @@ impl PgStore {
     /// The schema version of the server's store.
     pub fn schema_version(&self) -> Result<i64> {
         let mut client = self.client();
-        let row = client.query_opt(
-            "SELECT version FROM polyphony_schema WHERE id = 1",
-            &[],
-        )?;
+        let row = client.query_opt("SELECT version FROM polyphony_schema WHERE id = 1", &[])?;
         Ok(row.map_or(0, |r| r.get(0)))
     }
 
@@ -255,9 +258,12 @@ fn time(text: &str) -> Result<DateTime<Utc>> {
 }
 
 fn get_task(c: &mut impl GenericClient, id: &str) -> Result<Option<Task>> {
-    c.query_opt(&format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1"), &[&id])?
-        .map(|r| task_from_row(&r))
-        .transpose()
+    c.query_opt(
+        &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1"),
+        &[&id],
+    )?
+    .map(|r| task_from_row(&r))
+    .transpose()
 }
 
 /// Rewrites the stored summary of `task_id` from its row (same transaction as the change).
@@ -314,7 +320,10 @@ fn write_transition(
 
 fn locked_state(tx: &mut Transaction<'_>, task_id: &str) -> Result<TaskState> {
     let row = tx
-        .query_opt("SELECT state FROM tasks WHERE id = $1 FOR UPDATE", &[&task_id])?
+        .query_opt(
+            "SELECT state FROM tasks WHERE id = $1 FOR UPDATE",
+            &[&task_id],
+        )?
         .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
     let text: String = row.get(0);
     text.parse()
@@ -493,11 +502,9 @@ impl QueueCore for PgStore {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<Task> {
-        domain::transition(expected_from, to).map_err(|source| {
-            StoreError::InvalidTransition {
-                task_id: task_id.to_string(),
-                source,
-            }
+        domain::transition(expected_from, to).map_err(|source| StoreError::InvalidTransition {
+            task_id: task_id.to_string(),
+            source,
         })?;
         let mut client = self.client();
         let mut tx = client.transaction()?;

@@ -264,7 +264,9 @@ pub(super) fn write_transition(
     )?
     .execute(params![task_id, from.as_str(), to.as_str(), reason, ts(now)])?;
     if from.is_active() && !to.is_active() {
-        super::owners::release(tx, task_id)?;
+        // The claim goes with the activity (issue 27, `owners`).
+        tx.prepare_cached("DELETE FROM claims WHERE task_id = ?1")?
+            .execute([task_id])?;
     }
     super::refresh_summary(tx, task_id)
 }

@@ -70,8 +70,15 @@ pub(crate) fn postgres(test: &str) -> Option<Backend> {
     let _one = CREATING.lock().unwrap_or_else(|p| p.into_inner());
     let mut admin = ::postgres::Client::connect(&base, ::postgres::NoTls).expect("the test server");
     admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db}"))
-        .expect("create the test database");
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+        .unwrap_or_else(|e| panic!("drop the test database {db}: {e:?}"));
+    // template1 may be busy for a moment (a session another test just closed).
+    let mut tries = 0;
+    while let Err(e) = admin.batch_execute(&format!("CREATE DATABASE {db}")) {
+        tries += 1;
+        assert!(tries < 50, "create the test database {db}: {e:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let (prefix, _) = base.rsplit_once('/').expect("a URL with a database");
     Some(Backend {
         handle: StoreHandle::postgres(&format!("{prefix}/{db}")).unwrap(),
@@ -113,7 +120,10 @@ fn insert_dedupes_and_round_trips(b: Backend) {
     t.metadata.insert("k".into(), "v".into());
     t.base_ref = Some("main".into());
     assert!(store.insert_task(&t).unwrap());
-    assert!(!store.insert_task(&t).unwrap(), "a second insert changes nothing");
+    assert!(
+        !store.insert_task(&t).unwrap(),
+        "a second insert changes nothing"
+    );
     assert_eq!(store.get_task("local-1").unwrap().as_ref(), Some(&t));
     assert_eq!(store.get_task("nope").unwrap(), None);
     let summary: serde_json::Value =
@@ -139,7 +149,11 @@ fn claims_take_the_oldest_and_record_owner_and_lease(b: Backend) {
     let summary = store.summary_json("local-1").unwrap().unwrap();
     assert!(summary.contains("\"state\":\"CLAIMED\""), "{summary}");
     assert_eq!(
-        store.claim_next_owned(&me, lease, t0()).unwrap().unwrap().id,
+        store
+            .claim_next_owned(&me, lease, t0())
+            .unwrap()
+            .unwrap()
+            .id,
         "local-2"
     );
 }
@@ -182,7 +196,10 @@ fn concurrent_claimers_never_share_a_task(b: Backend) {
     assert_eq!(all.len(), TASKS, "every task claimed once");
     assert_eq!(unique.len(), TASKS, "no task claimed twice");
     let store = b.open();
-    assert_eq!(store.count_by_state().unwrap().get(&Claimed), Some(&(TASKS as u64)));
+    assert_eq!(
+        store.count_by_state().unwrap().get(&Claimed),
+        Some(&(TASKS as u64))
+    );
 }
 
 fn a_transition_is_checked_and_its_summary_written_with_it(b: Backend) {
@@ -241,7 +258,10 @@ fn leases_are_renewed_by_their_owner_and_expire_for_the_others(b: Backend) {
     let (a, other) = (owner("m1", "a"), owner("m2", "b"));
     let lease = t0() + Duration::seconds(30);
     store.claim_next_owned(&a, lease, t0()).unwrap().unwrap();
-    store.claim_next_owned(&other, lease, t0()).unwrap().unwrap();
+    store
+        .claim_next_owned(&other, lease, t0())
+        .unwrap()
+        .unwrap();
     // Each daemon reconciles its own machine's claims only while the other's lease runs.
     let mine = |o: &Owner, now| -> Vec<(String, bool)> {
         store
@@ -263,11 +283,17 @@ fn leases_are_renewed_by_their_owner_and_expire_for_the_others(b: Backend) {
     let after = t0() + Duration::seconds(60);
     assert_eq!(
         mine(&a, after),
-        vec![("local-1".to_string(), false), ("local-2".to_string(), true)]
+        vec![
+            ("local-1".to_string(), false),
+            ("local-2".to_string(), true)
+        ]
     );
     assert_eq!(mine(&other, after), vec![("local-2".to_string(), false)]);
     // A different owner key renews nothing.
-    assert_eq!(store.renew_leases(&owner("m1", "zzz"), renewed_to).unwrap(), 0);
+    assert_eq!(
+        store.renew_leases(&owner("m1", "zzz"), renewed_to).unwrap(),
+        0
+    );
 }
 
 fn an_expired_claim_is_taken_over_by_exactly_one_daemon(b: Backend) {
@@ -328,14 +354,25 @@ fn a_pinned_task_is_claimed_only_on_its_machine(b: Backend) {
     let lease = t0() + Duration::seconds(30);
     let elsewhere = owner("server", "a");
     assert_eq!(
-        store.claim_next_owned(&elsewhere, lease, t0()).unwrap().unwrap().id,
+        store
+            .claim_next_owned(&elsewhere, lease, t0())
+            .unwrap()
+            .unwrap()
+            .id,
         "local-2",
         "the pinned task is passed over"
     );
-    assert_eq!(store.claim_next_owned(&elsewhere, lease, t0()).unwrap(), None);
+    assert_eq!(
+        store.claim_next_owned(&elsewhere, lease, t0()).unwrap(),
+        None
+    );
     let home = owner("laptop", "b");
     assert_eq!(
-        store.claim_next_owned(&home, lease, t0()).unwrap().unwrap().id,
+        store
+            .claim_next_owned(&home, lease, t0())
+            .unwrap()
+            .unwrap()
+            .id,
         "local-1"
     );
 }
