@@ -324,7 +324,7 @@ impl AttemptGateway {
     /// Codex, which takes no base URL from its environment, gets a model provider pointing
     /// at the gateway in its staged `config.toml` ([`codex_provider`]).
     pub(crate) fn apply(&self, spec: &mut ContainerSpec, scratch: &Path) -> Result<(), String> {
-        let staging = crate::identity::staging_path(self.plan_agent_type());
+        let staging = crate::identity::staging_path(self.plan.agent);
         let codex_config = format!("{staging}/config.toml");
         let operator_codex = spec
             .mounts
@@ -380,15 +380,6 @@ impl AttemptGateway {
         }
         spec.env.insert(self.plan.base_url_var.to_string(), url);
         Ok(())
-    }
-
-    fn plan_agent_type(&self) -> crate::domain::AgentType {
-        match self.plan.api {
-            gateway::Api::Anthropic => crate::domain::AgentType::Claude,
-            gateway::Api::OpenAiResponses => crate::domain::AgentType::Codex,
-            gateway::Api::OpenAiChat => crate::domain::AgentType::Kimi,
-            gateway::Api::Gemini => crate::domain::AgentType::Gemini,
-        }
     }
 
     /// The requests an in-daemon gateway recorded (taken); empty for one in the proxy,
