@@ -22,6 +22,7 @@
 mod cleanup;
 mod clone;
 mod commit;
+pub mod diff;
 mod git;
 mod handoff;
 pub mod key;

@@ -428,16 +428,22 @@ async fn agent_and_issue_text_renders_inert_on_the_dashboard() {
     for page in [&queue.body, &task.body] {
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(!page.contains("<img src=x"), "{page}");
+        // askama's HTML escaper writes numeric entities (`<` is `&#60;`).
         assert!(
-            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            page.contains("&#60;script&#62;alert(1)&#60;/script&#62;"),
             "{page}"
         );
     }
     assert!(queue.body.contains("href=\"/tasks/octo%2Fw%237\""));
     // The PR link is shown as text, never as a javascript: href; evidence is escaped.
     assert!(!task.body.contains("href=\"javascript"), "{}", task.body);
-    assert!(task.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
-    assert!(task.body.contains("polyphony/x&quot;&gt;&lt;script&gt;"));
+    assert!(task.body.contains("&#60;img src=x onerror=alert(1)&#62;"));
+    assert!(task.body.contains("polyphony/x&#34;&#62;&#60;script&#62;"));
+    // Nothing of the hostile text reaches the page unescaped, anywhere.
+    for page in [&queue.body, &task.body] {
+        assert!(!page.contains("onerror=alert(2)>"), "{page}");
+        assert!(!page.contains("x\"><script>"), "{page}");
+    }
 }
 
 #[tokio::test]
