@@ -139,10 +139,14 @@ fn running_task(store: &Store, id: &str, title: &str, events: &[TaskEvent]) {
 }
 
 fn finish(store: &Store, id: &str) {
+    finish_as(store, id, "claude")
+}
+
+fn finish_as(store: &Store, id: &str, agent: &str) {
     let result = RunResult {
         task_id: id.into(),
         attempt: 1,
-        agent: "claude".into(),
+        agent: agent.into(),
         status: AttemptStatus::Succeeded,
         turns: 3,
         duration_seconds: 42.0,
@@ -448,6 +452,9 @@ async fn agent_and_issue_text_renders_inert_on_the_dashboard() {
 
 #[tokio::test]
 async fn metrics_parse_as_exposition_format_and_count_attempts() {
+    // The counters are process-wide and other tests of this binary finish `claude`
+    // attempts at the same time: this test's attempts carry an agent label of their own.
+    const AGENT: &str = "claude-metrics-test";
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
     let store = Store::open(&db).unwrap();
@@ -478,7 +485,7 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
     let attempts_before = value(
         &before.body,
         "polyphony_attempts_total",
-        &[("agent", "claude"), ("outcome", "succeeded")],
+        &[("agent", AGENT), ("outcome", "succeeded")],
     );
     assert_eq!(
         value(&before.body, "polyphony_tasks", &[("state", "RUNNING")]),
@@ -491,13 +498,13 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
         value(&during, "polyphony_tasks", &[("state", "RUNNING")]),
         1.0
     );
-    finish(&store, "local-1");
+    finish_as(&store, "local-1", AGENT);
     let after = get(addr, "/metrics").await.body;
     assert_eq!(
         value(
             &after,
             "polyphony_attempts_total",
-            &[("agent", "claude"), ("outcome", "succeeded")]
+            &[("agent", AGENT), ("outcome", "succeeded")]
         ),
         attempts_before + 1.0
     );
@@ -505,7 +512,7 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
         value(
             &after,
             "polyphony_cost_usd_total",
-            &[("identity", "personal"), ("agent", "claude")]
+            &[("identity", "personal"), ("agent", AGENT)]
         ) >= 0.5
     );
     assert!(after.contains("polyphony_store_write_duration_seconds_bucket"));
