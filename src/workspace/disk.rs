@@ -5,7 +5,7 @@
 //! check checkout, the landing commit) is [`WorkspaceError::DiskFull`], which the
 //! orchestrator makes a permanent failure with the fix (`orchestrator/failure.rs`).
 //!
-//! - [`verify_checkout`]: `git ls-files --deleted --modified` over an index this module's
+//! - [`verify_checkout`]: judges `git ls-files --deleted --modified` over an index the
 //!   caller wrote (never the agent's: at prepare the agent has not run, and the checks'
 //!   index is a temporary file of the orchestrator's repository). Entries whose stat data
 //!   git recorded cost one `lstat`; only entries git failed to write are hashed.
@@ -15,7 +15,6 @@
 //! - [`explain`]: a failed git write on a filesystem under the floor, or git's own
 //!   "No space left on device" (foreign text, read under `LC_ALL=C`), is `DiskFull`.
 
-use super::git::Git;
 use super::WorkspaceError;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +23,9 @@ pub const MIN_FREE_BYTES: u64 = 64 << 20;
 
 /// Below this much free space after the agent ran, its working tree is not committed.
 pub const FULL_BYTES: u64 = 1 << 20;
+
+/// `git ls-files` arguments listing what a checkout failed to write ([`verify_checkout`]).
+pub(crate) const LIST_LOST: [&str; 4] = ["ls-files", "-z", "--deleted", "--modified"];
 
 /// How many lost paths an error names.
 const NAMED: usize = 5;
@@ -105,16 +107,13 @@ pub(crate) fn ensure_room(path: &Path, need: u64, doing: &str) -> Result<(), Wor
     }
 }
 
-/// Checks that every path `git` (already pointed at the index and the work tree) tracks is
-/// on disk as the index says. A lost path is `DiskFull` when the filesystem is under the
-/// floor, else `IncompleteCheckout`.
-pub(crate) fn verify_checkout(git: Git<'_>, work_tree: &Path) -> Result<(), WorkspaceError> {
-    let out = git
-        .args(["ls-files", "-z", "--deleted", "--modified"])
-        .run()
-        .map_err(|e| explain(e, work_tree))?;
+/// Judges `listing`, the output of `git ls-files -z --deleted --modified` over the index
+/// that wrote `work_tree` (the caller runs it: this module runs no git): every tracked path
+/// must be on disk as the index says. A lost path is `DiskFull` when the filesystem is
+/// under the floor, else `IncompleteCheckout`.
+pub(crate) fn verify_checkout(listing: &[u8], work_tree: &Path) -> Result<(), WorkspaceError> {
     let mut lost: Vec<String> = Vec::new();
-    for p in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+    for p in listing.split(|b| *b == 0).filter(|p| !p.is_empty()) {
         let p = String::from_utf8_lossy(p).into_owned();
         if !lost.contains(&p) {
             lost.push(p);
