@@ -176,11 +176,9 @@ impl AgentAdapter for OpenCodeAdapter {
             }
             Some("step_finish") => observe_step_finish(outcome, part),
             Some("error") => observe_error(outcome, data.get("error").unwrap_or(&Value::Null)),
-            Some("done") => {
-                if outcome.error.is_none() {
-                    outcome.completed = true;
-                    outcome.succeeded = true;
-                }
+            Some("done") if outcome.error.is_none() => {
+                outcome.completed = true;
+                outcome.succeeded = true;
             }
             _ => {}
         }
