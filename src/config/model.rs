@@ -58,6 +58,8 @@ pub struct GlobalConfig {
     pub egress: EgressConfig,
     /// The model-API gateway (issue 26): real credentials stay out of the container.
     pub gateway: GatewayConfig,
+    /// What the daemon removes of finished tasks, and when (issue 24).
+    pub retention: super::retention::RetentionConfig,
 }
 
 impl Default for GlobalConfig {
@@ -85,6 +87,7 @@ impl Default for GlobalConfig {
             shepherd: super::shepherd::ShepherdConfig::default(),
             egress: EgressConfig::default(),
             gateway: GatewayConfig::default(),
+            retention: super::retention::RetentionConfig::default(),
         }
     }
 }
