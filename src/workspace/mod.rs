@@ -36,6 +36,7 @@ pub mod repo_read;
 mod seed;
 mod shared;
 mod snapshot;
+mod upstream;
 mod worktree;
 
 pub use cleanup::disk_usage;
@@ -227,7 +228,7 @@ impl WorkspaceManager {
 
     /// Where the mirror of `repo` lives (it may not exist yet).
     pub fn mirror_path(&self, repo: &str) -> Result<PathBuf, WorkspaceError> {
-        let upstream = clone::resolve_upstream(repo)?;
+        let upstream = upstream::resolve_upstream(repo)?;
         Ok(self.mirror_root.join(key::mirror_dir_name(&upstream)))
     }
 

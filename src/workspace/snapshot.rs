@@ -12,10 +12,10 @@
 //! blobs the gates read. `max_changed_files` bounds an attempt's change (issue 23).
 
 use super::cleanup::chown_recursive;
-use super::clone::resolve_upstream;
 use super::commit::{check_author, check_message};
 use super::key::scrub;
 use super::own::OwnRepo;
+use super::upstream::resolve_upstream;
 use super::worktree::{self, Taken, Tracked};
 use super::{io_err, Author, CommitOutcome, Workspace, WorkspaceError, WorkspaceManager};
 use std::io::{BufRead, Read, Write};
