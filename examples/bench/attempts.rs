@@ -103,7 +103,12 @@ pub(super) fn write_origin(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(origin)
 }
 
-pub(super) fn insert_task(store: &Store, id: &str, origin: &Path, body: &str) -> anyhow::Result<()> {
+pub(super) fn insert_task(
+    store: &Store,
+    id: &str,
+    origin: &Path,
+    body: &str,
+) -> anyhow::Result<()> {
     let mut task = Task::new(
         id,
         SourceKind::Local,

@@ -124,7 +124,8 @@ pub fn soak(cfg: &Config) -> anyhow::Result<String> {
     let idle_parts = rss_parts(pid);
 
     let me = std::process::id();
-    let body = "A small task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
+    let body =
+        "A small task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
     let mut inserted = 0u64;
     let mut samples: Vec<Sample> = Vec::new();
     let t = Instant::now();
@@ -183,9 +184,8 @@ pub fn soak(cfg: &Config) -> anyhow::Result<String> {
     let end_kib = rss_kib(pid).context("the daemon exited at the end")?;
     let workspaces = du(&home.join("workspaces"));
     let transcripts = du(&home.join("transcripts"));
-    let queue = du(&polyphony_db(&home))
-        + du(&home.join("queue.db-wal"))
-        + du(&home.join("queue.db-shm"));
+    let queue =
+        du(&polyphony_db(&home)) + du(&home.join("queue.db-wal")) + du(&home.join("queue.db-shm"));
     drop(daemon);
     ensure!(
         other == 0,
@@ -200,12 +200,24 @@ pub fn soak(cfg: &Config) -> anyhow::Result<String> {
     let last_kib = rss_between(&samples, total - total / 20, total, |s| s.kib);
     let mut md = String::new();
     writeln!(md, "`polyphony daemon` with `max_concurrent_agents: {concurrency}` takes {total} local tasks, kept fed two per slot; each is the fake `claude` (`polyphony-fake: succeed`) in `{IMAGE}` with `egress: none`, verified by `true` and landed on a bare `file://` origin. VmRSS (and its parts) from `/proc/PID/status` every 250 ms, each row the median while the next 5% of tasks finished; retention on (`retention.workspaces: 1m`, swept every 30 s). Warm-up: the first {warmup} tasks.\n")?;
-    writeln!(md, "| tasks done | elapsed | VmRSS | RssAnon | RssFile | RssShmem |")?;
+    writeln!(
+        md,
+        "| tasks done | elapsed | VmRSS | RssAnon | RssFile | RssShmem |"
+    )?;
     writeln!(md, "|---|---|---|---|---|---|")?;
-    writeln!(md, "| 0 (idle, before the first task) | 0 s | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB |", idle_kib as f64 / 1024.0, idle_parts.0 as f64 / 1024.0, idle_parts.1 as f64 / 1024.0, idle_parts.2 as f64 / 1024.0)?;
+    writeln!(
+        md,
+        "| 0 (idle, before the first task) | 0 s | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB |",
+        idle_kib as f64 / 1024.0,
+        idle_parts.0 as f64 / 1024.0,
+        idle_parts.1 as f64 / 1024.0,
+        idle_parts.2 as f64 / 1024.0
+    )?;
     for k in 1..=10u64 {
         let at = total * k / 10;
-        let lo = at.saturating_sub(total / 20).max(if k == 10 { 0 } else { at });
+        let lo = at
+            .saturating_sub(total / 20)
+            .max(if k == 10 { 0 } else { at });
         let hi = if k == 10 { total } else { at + total / 20 };
         let secs = samples
             .iter()

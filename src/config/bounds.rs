@@ -22,6 +22,9 @@ pub const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 pub const MIN_WORKSPACE_BYTES: u64 = 1024 * 1024;
 /// `retention.workspaces` and `retention.events` at most: 10 years (`never` keeps forever).
 pub const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+/// `retention.events` at least a day: a transcript goes by its last write, and a silent
+/// agent's may not have been written for hours.
+pub const MIN_RETENTION_EVENTS: Duration = Duration::from_secs(24 * 3600);
 /// `retention.every` at least 10 s (each sweep walks the workspace root) and at most a day.
 pub const MIN_RETENTION_EVERY: Duration = Duration::from_secs(10);
 pub const MAX_RETENTION_EVERY: Duration = Duration::from_secs(24 * 3600);

@@ -13,9 +13,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use super::load::Doc;
+use super::doc::Doc;
 use super::locate::Seg;
 use super::{Config, ConfigError, ConfigErrorKind};
 
@@ -23,32 +21,6 @@ use super::{Config, ConfigError, ConfigErrorKind};
 pub const DEFAULT_WORKSPACES: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_EVENTS: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(3600);
-
-/// `retention:` as written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetentionConfig {
-    /// Grace after a task ended LANDED or BLOCKED before its workspaces (the attempt
-    /// clones, their check checkouts and `N.land.git` repositories) and its per-attempt
-    /// notes in the store are removed; `never` keeps them.
-    pub workspaces: String,
-    /// Events and transcripts of attempts that ended longer ago than this are removed;
-    /// `never` keeps them.
-    pub events: String,
-    /// How often the daemon applies the policy (and measures the disk it uses); `never`
-    /// turns it off.
-    pub every: String,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        RetentionConfig {
-            workspaces: "24h".into(),
-            events: "30d".into(),
-            every: "1h".into(),
-        }
-    }
-}
 
 /// The policy, parsed. `None`: keep forever (or, for `every`, never sweep).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +52,7 @@ pub(super) fn check(global: &super::GlobalConfig, doc: &Doc<'_>) -> Result<(), C
         (
             "events",
             &r.events,
-            Duration::ZERO,
+            super::bounds::MIN_RETENTION_EVENTS,
             super::bounds::MAX_RETENTION,
         ),
         (
