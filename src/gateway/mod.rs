@@ -16,48 +16,38 @@
 //! 5. reports each request (method, path, model, status, tokens, cost, duration; never a
 //!    header value or a body) to its [`Hooks`].
 //!
-//! Pure: `auth`, `usage`, `pricing`, `budget`, `limits`. IO: `proxy` (axum in, hyper +
-//! rustls out).
+//! Where it runs: inside the attempt's egress proxy container (`egress::proxy`, port 3129
+//! on the attempt's internal network), configured by a [`GatewaySpec`]; the container
+//! outlives the daemon, so a re-attached attempt keeps its gateway. Under `egress: open`
+//! or `none` there is no proxy and the daemon hosts it (`orchestrator::gateway`).
+//!
+//! Pure: `auth`, `usage`, `pricing`, `budget`, `limits`, `spec`. IO: `proxy` (axum in,
+//! hyper + rustls out).
 
 pub mod auth;
 pub mod budget;
 pub mod limits;
 pub mod pricing;
 pub mod proxy;
+pub mod spec;
 pub mod usage;
-
-use serde::{Deserialize, Serialize};
 
 use crate::domain::AgentType;
 
 pub use auth::{new_placeholder, Credential};
 pub use pricing::{Picos, Price, PriceTable};
 pub use proxy::{start, GatewayHandle, GatewaySettings, Hooks, Meter, NoHooks, RequestRecord};
+pub use spec::{BudgetFile, CredentialKind, GatewaySpec};
 pub use usage::Usage;
 
-/// The wire protocol of a provider's API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// Anthropic Messages (`POST /v1/messages`, SSE).
-    Anthropic,
-    /// OpenAI Responses (`POST /v1/responses`, SSE).
-    OpenAiResponses,
-    /// OpenAI-compatible Chat Completions (Moonshot/Kimi).
-    OpenAiChat,
-    /// Google Generative Language (`…:streamGenerateContent?alt=sse`).
-    Gemini,
-}
+/// The wire protocol of a provider's API (each CLI's descriptor names the one it speaks).
+pub use crate::agents::WireApi as Api;
 
 impl Api {
-    /// The API each agent type's CLI speaks when it uses an API key.
-    pub fn of(agent: AgentType) -> Api {
-        match agent {
-            AgentType::Claude => Api::Anthropic,
-            AgentType::Codex => Api::OpenAiResponses,
-            AgentType::Kimi => Api::OpenAiChat,
-            AgentType::Gemini => Api::Gemini,
-        }
+    /// The API `agent`'s CLI speaks when it uses an API key; `None` when the gateway cannot
+    /// stand in for it (its descriptor has no `gateway`).
+    pub fn of(agent: AgentType) -> Option<Api> {
+        crate::agents::descriptor(agent).gateway.map(|g| g.api)
     }
 
     /// The real host, when the config names no other. A request's path is appended to it

@@ -74,6 +74,8 @@ pub struct Orchestrator {
     pub policy: RetryPolicy,
     pub env: EnvLookup,
     pub clock: Clock,
+    /// What running attempts' model-API gateways metered so far (budgets across attempts).
+    pub(crate) spend: Arc<gateway::LiveSpend>,
 }
 
 impl Orchestrator {
@@ -145,6 +147,7 @@ impl Orchestrator {
             policy,
             env,
             clock: clock::system(),
+            spend: Arc::default(),
         })
     }
 
