@@ -40,6 +40,7 @@ mod owners;
 mod pg;
 mod pulls;
 pub mod quota;
+mod retention;
 mod rows;
 pub mod schema;
 mod tasks;
@@ -60,6 +61,7 @@ pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
 pub use pg::PgStore;
+pub use retention::{DiskUsage, EndedTask};
 pub use tasks::TransitionRecord;
 pub use views::{
     FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,
