@@ -418,3 +418,115 @@ pub async fn retry(State(s): State<Shared>, Path(id): Path<String>) -> Response 
         Err(e) => store_failure(e).into_response(),
     }
 }
+
+/// The optional body of `POST /api/v1/tasks/{id}/cancel`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    /// Who cancels (recorded as `NAME (api)`); default `api`.
+    #[serde(default)]
+    by: Option<String>,
+}
+
+/// How long `POST …/cancel` waits for a running attempt to stop before answering 202.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `POST /api/v1/tasks/{id}/cancel`: `polyphony cancel ID` over HTTP
+/// (`orchestrator::cancel`). Body (optional): `{"by": "alice"}`. `200 {"task", "state":
+/// "CANCELLED", "was", "by", "pending": false}`; `202` with `"pending": true` while the
+/// running attempt is still being stopped after 10 s; `409` when the task is over or
+/// ended otherwise first (landed); `404` for an unknown task.
+pub async fn cancel(State(s): State<Shared>, Path(id): Path<String>, body: Bytes) -> Response {
+    use crate::orchestrator::cancel::{self as cancelling, Begun, CancelAnswer, NotCancellable};
+    let parsed: Result<CancelBody, _> = if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(CancelBody::default())
+    } else {
+        serde_json::from_slice(&body)
+    };
+    let body = match parsed {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::owned(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a cancel request: {e}"),
+                "send no body, or a JSON object `{\"by\": \"NAME\"}` (docs/api.md)",
+            )
+            .into_response()
+        }
+    };
+    let request = crate::store::CancelRequest {
+        by: cancelling::by_whom(body.by.as_deref().unwrap_or("api"), "api"),
+        at: Utc::now(),
+    };
+    let (db, wanted, req) = (s.db.clone(), id.clone(), request.clone());
+    let begun = tokio::task::spawn_blocking(move || {
+        let store = Store::open(&db)?;
+        cancelling::begin(&store, &wanted, &req)
+    })
+    .await;
+    let begun = match begun {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return store_failure(format!("{e:#}")).into_response(),
+        Err(e) => return store_failure(e).into_response(),
+    };
+    let answer = |task: &str, state, was, pending| CancelAnswer {
+        task: task.to_string(),
+        state,
+        was,
+        by: request.by.clone(),
+        pending,
+    };
+    match begun {
+        Err(NotCancellable::NotFound(_)) => not_found(&id),
+        Err(why @ NotCancellable::Over { .. }) => ApiError::owned(
+            StatusCode::CONFLICT,
+            format!("cannot cancel {id}: {why}"),
+            "GET /api/v1/tasks/{id} shows its state; POST /api/v1/tasks/{id}/retry brings a BLOCKED or CANCELLED task back",
+        )
+        .into_response(),
+        Ok(Begun::Settled { task, from }) => {
+            if task.source == SourceKind::Github {
+                // The issue is told from here; a failure leaves it for the next start.
+                if let Ok(config) = crate::config::Config::load(&s.home) {
+                    let github = crate::orchestrator::generation::github_source(&config)
+                        .map_err(|e| format!("{e:#}"));
+                    let _ = cancelling::report(
+                        &s.db,
+                        github.as_ref().map_err(String::as_str),
+                        &task,
+                        Utc::now(),
+                    )
+                    .await;
+                }
+            }
+            crate::orchestrator::daemon::wake(&s.home);
+            Json(answer(&task.id, task.state, from, false)).into_response()
+        }
+        Ok(Begun::Requested { state: was }) => {
+            crate::orchestrator::daemon::wake(&s.home);
+            let ended = if cancelling::owner_runs(&s.home) {
+                cancelling::wait_ended(&s.db, &id, CANCEL_WAIT).await
+            } else {
+                // No owner: the daemon's next start applies the request.
+                Ok(None)
+            };
+            match ended {
+                Err(e) => store_failure(format!("{e:#}")).into_response(),
+                Ok(Some(t)) if t.state == TaskState::Cancelled => {
+                    Json(answer(&t.id, t.state, was, false)).into_response()
+                }
+                Ok(Some(t)) if t.state.is_terminal() => ApiError::owned(
+                    StatusCode::CONFLICT,
+                    format!("{id} ended {} before the cancel took effect", t.state),
+                    "GET /api/v1/tasks/{id} shows how it ended",
+                )
+                .into_response(),
+                Ok(t) => (
+                    StatusCode::ACCEPTED,
+                    Json(answer(&id, t.map_or(was, |t| t.state), was, true)),
+                )
+                    .into_response(),
+            }
+        }
+    }
+}

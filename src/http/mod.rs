@@ -173,6 +173,7 @@ pub fn router(settings: ServerSettings) -> Router {
         .route("/api/v1/tasks", get(api::list_tasks).post(api::enqueue))
         .route("/api/v1/tasks/{id}", get(api::show_task))
         .route("/api/v1/tasks/{id}/retry", post(api::retry))
+        .route("/api/v1/tasks/{id}/cancel", post(api::cancel))
         .route("/api/v1/tasks/{id}/events", get(events::stream))
         .fallback(guard::unknown_route)
         // A task body may be `max_body_bytes`; the JSON around it gets some room.
