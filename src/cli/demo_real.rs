@@ -158,7 +158,7 @@ async fn demo_in(
         exit_when_idle: true,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
-    let all_ok = super::demo::report(&store, &expected, home, &origin, json, "claude-b")?;
+    let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "claude-b")?;
     if !json {
         println!("(REAL Claude Code CLI; the model's moves were scripted: src/demo.rs `real_claude_script`.)");
     }

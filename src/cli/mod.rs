@@ -16,6 +16,7 @@ mod config;
 mod daemon;
 mod demo;
 mod demo_real;
+mod demo_report;
 mod doctor;
 mod egress_proxy;
 mod enqueue;

@@ -2,17 +2,18 @@
 //! [`Config::from_sources`], which parse each file, resolve and validate it (`resolve`,
 //! `profiles`, `rules`, `checks`, `consent`) and build the [`Config`].
 //!
-//! [`Doc`] ties a file's path and text together so every error can point at file:line.
+//! Each file's text is held as a [`Doc`] (`doc.rs`) so every error can point at file:line.
 
 use std::path::{Path, PathBuf};
 
-use super::locate::{Locator, Seg};
+use super::doc::{Doc, Docs};
+use super::locate::Seg;
 use super::model::{AgentConfig, AgentsFile, DefaultRuleConfig, IdentitiesFile, RoutingFile};
 use super::profiles::{build_agents, build_identities, check_identity_ref};
 use super::resolve::resolve_global;
 use super::rules::validate_routing;
 use super::{
-    checks, consent, templates, values, yaml, Config, ConfigError, ConfigErrorKind, GlobalConfig,
+    checks, consent, templates, values, Config, ConfigError, ConfigErrorKind, GlobalConfig,
     AGENTS_FILE, CONFIG_FILE, FILES, IDENTITIES_FILE, ROUTING_FILE,
 };
 use crate::agents::prompt::PromptTemplate;
@@ -203,6 +204,7 @@ impl Config {
             None => AgentsFile {
                 agents: AgentType::ALL
                     .iter()
+                    .filter(|t| crate::agents::descriptor(**t).default_profile)
                     .map(|t| default_agent_config(*t))
                     .collect(),
             },
@@ -281,49 +283,6 @@ impl Config {
             resolved,
             unsafe_settings,
         })
-    }
-}
-
-// ---------------------------------------------------------------- loading internals
-
-pub(super) struct Doc<'s> {
-    pub(super) path: PathBuf,
-    pub(super) text: &'s str,
-}
-
-pub(super) struct Docs<'s> {
-    pub(super) config: Doc<'s>,
-    pub(super) identities: Doc<'s>,
-    pub(super) agents: Doc<'s>,
-    pub(super) routing: Doc<'s>,
-}
-
-impl<'s> Doc<'s> {
-    pub(super) fn new(home: &Path, name: &str, text: &'s Option<String>) -> Doc<'s> {
-        Doc {
-            path: home.join(name),
-            text: text.as_deref().unwrap_or(""),
-        }
-    }
-
-    pub(super) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        yaml::parse(&self.path, self.text)
-    }
-
-    pub(super) fn error(
-        &self,
-        kind: ConfigErrorKind,
-        path: &[Seg<'_>],
-        needle: Option<&str>,
-        message: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> ConfigError {
-        let pos = if self.text.is_empty() {
-            (0, 0)
-        } else {
-            Locator::new(self.text).find(path, needle)
-        };
-        ConfigError::new(kind, &self.path, pos, message, fix)
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod bounds;
 mod checks;
 mod consent;
+mod doc;
 mod egress;
 pub mod error;
 mod load;
@@ -45,9 +46,9 @@ use crate::domain::{
     AgentProfile, AgentType, Identity, NetworkMode, ResourceLimits, VerifyCommand,
 };
 pub use checks::{check_branch_prefix, check_image_ref};
+use doc::{Doc, Docs};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use load::{home_from_env, resolve_home, ConfigSources};
-use load::{Doc, Docs};
 pub use model::{GlobalConfig, HttpConfig, RepoConfig, RoutingFile};
 
 /// The config files, in the order they are loaded.

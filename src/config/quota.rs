@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::load::Doc;
+use super::doc::Doc;
 use super::locate::Seg;
 use super::model::{GlobalConfig, QuotaHandoff};
 use super::resolve::duration_at;

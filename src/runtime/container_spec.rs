@@ -181,10 +181,8 @@ impl ContainerSpec {
             .user
             .clone()
             .unwrap_or_else(|| default_user.to_string());
-        self.tmpfs.insert(
-            HOME_DIR.to_string(),
-            home_tmpfs(super::staging::numeric_user(&user)),
-        );
+        self.tmpfs
+            .insert(HOME_DIR.to_string(), home_tmpfs(numeric_user(&user)));
         self.limits = ResourceLimits {
             user: Some(user),
             ..limits
@@ -291,12 +289,12 @@ pub fn verify_spec(
     if limits
         .user
         .as_deref()
-        .and_then(super::staging::numeric_user)
+        .and_then(numeric_user)
         .is_some_and(|(uid, _)| uid == 0)
     {
         limits.user = None;
     }
-    let default_user = match super::staging::numeric_user(default_user) {
+    let default_user = match numeric_user(default_user) {
         Some((0, _)) => UNPRIVILEGED_USER,
         _ => default_user,
     };
@@ -313,11 +311,26 @@ pub fn verify_spec(
     .env("POLYPHONY_ATTEMPT", run.attempt.to_string())
 }
 
+/// A numeric `uid:gid`, or `None` for a user given by name (nothing to hand over then).
+pub fn numeric_user(user: &str) -> Option<(u32, u32)> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    Some((uid.trim().parse().ok()?, gid.trim().parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::{AgentType, VerifyCommand};
     use std::path::PathBuf;
+
+    #[test]
+    fn numeric_users_parse() {
+        assert_eq!(numeric_user("1000:1000"), Some((1000, 1000)));
+        assert_eq!(numeric_user("5:6"), Some((5, 6)));
+        assert_eq!(numeric_user("1000"), Some((1000, 1000)));
+        assert_eq!(numeric_user("worker"), None);
+        assert_eq!(numeric_user("1000:staff"), None);
+    }
 
     fn check_key(task_id: &str, expected: &str) {
         assert_eq!(container_key(task_id), expected, "key of {task_id:?}");

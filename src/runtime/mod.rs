@@ -278,7 +278,7 @@ pub fn default_container_user() -> String {
 
 /// [`default_container_user`] for a given daemon `uid:gid` (pure).
 pub fn container_user_for(daemon: &str) -> String {
-    match staging::numeric_user(daemon) {
+    match container_spec::numeric_user(daemon) {
         Some((0, _)) => container_spec::UNPRIVILEGED_USER.to_string(),
         _ => daemon.to_string(),
     }

@@ -23,7 +23,9 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::container_spec::{ContainerSpec, CREDENTIAL_STAGING_DIR, STAGING_ROOT, STDIN_FILE};
+use super::container_spec::{
+    numeric_user, ContainerSpec, CREDENTIAL_STAGING_DIR, STAGING_ROOT, STDIN_FILE,
+};
 use super::RuntimeError;
 use crate::domain::VolumeMount;
 
@@ -54,12 +56,6 @@ pub fn sweep_stale(home_label: &str, age: std::time::Duration) -> usize {
         }
     }
     removed
-}
-
-/// A numeric `uid:gid`, or `None` for a user given by name (nothing to hand over then).
-pub fn numeric_user(user: &str) -> Option<(u32, u32)> {
-    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
-    Some((uid.trim().parse().ok()?, gid.trim().parse().ok()?))
 }
 
 /// The per-container directory; removed on drop.
@@ -242,15 +238,6 @@ pub fn share_with_group(path: &Path, gid: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numeric_users_parse() {
-        assert_eq!(numeric_user("1000:1000"), Some((1000, 1000)));
-        assert_eq!(numeric_user("5:6"), Some((5, 6)));
-        assert_eq!(numeric_user("1000"), Some((1000, 1000)));
-        assert_eq!(numeric_user("worker"), None);
-        assert_eq!(numeric_user("1000:staff"), None);
-    }
 
     #[test]
     fn stage_copies_only_named_files_and_stdin() {

@@ -2,6 +2,9 @@
 //! `InvalidTransition` and `AttemptExists`.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rusqlite::ErrorCode;
 
 use crate::domain::{InvalidTransition, TaskState};
 
@@ -61,7 +64,32 @@ pub enum StoreError {
 /// (`store::damaged`).
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
-        super::health::is_damage(&e);
+        is_damage(&e);
         StoreError::Sqlite(e)
     }
+}
+
+/// Set once any store call in this process met a damaged database (`store::health`).
+static DAMAGED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process has met a damaged database.
+pub fn damaged() -> bool {
+    DAMAGED.load(Ordering::SeqCst)
+}
+
+/// Whether `e` says the file is damaged or not a database; remembers it for [`damaged`].
+pub fn is_damage(e: &rusqlite::Error) -> bool {
+    let hit = matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
+    );
+    if hit {
+        mark_damaged();
+    }
+    hit
+}
+
+/// Remembers for [`damaged`] that this process met a damaged database.
+pub(super) fn mark_damaged() {
+    DAMAGED.store(true, Ordering::SeqCst);
 }

@@ -9,31 +9,11 @@
 
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 
+pub use super::error::{damaged, is_damage};
 use super::{Store, StoreError};
-
-/// Set once any store call in this process met a damaged database.
-static DAMAGED: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process has met a damaged database.
-pub fn damaged() -> bool {
-    DAMAGED.load(Ordering::SeqCst)
-}
-
-/// Whether `e` says the file is damaged or not a database; remembers it for [`damaged`].
-pub fn is_damage(e: &rusqlite::Error) -> bool {
-    let hit = matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
-    );
-    if hit {
-        DAMAGED.store(true, Ordering::SeqCst);
-    }
-    hit
-}
 
 impl StoreError {
     /// Whether this error means the database file itself is damaged.
@@ -172,7 +152,7 @@ impl Store {
         })?;
         let problems: Vec<String> = rows.into_iter().filter(|r| r != "ok").collect();
         if !problems.is_empty() {
-            DAMAGED.store(true, Ordering::SeqCst);
+            super::error::mark_damaged();
         }
         Ok(problems)
     }
@@ -231,7 +211,7 @@ impl Store {
 
     fn damaged(&self, detail: String) -> StoreError {
         let _ = std::fs::remove_file(sound_marker(&self.path));
-        DAMAGED.store(true, Ordering::SeqCst);
+        super::error::mark_damaged();
         StoreError::Damaged {
             path: self.path.clone(),
             detail,

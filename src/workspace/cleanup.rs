@@ -38,7 +38,7 @@ impl WorkspaceManager {
         }
         let mut freed = disk_usage(&resolved);
         // The orchestrator's own repository beside an attempt (issue 23) goes with it.
-        let own = super::own::own_repo_beside(&resolved);
+        let own = super::key::own_repo_beside(&resolved);
         if std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_dir()) {
             freed += disk_usage(&own);
             std::fs::remove_dir_all(&own).map_err(io_err("remove", &own))?;

@@ -6,40 +6,10 @@
 
 use super::cleanup::chown_recursive;
 use super::git::Git;
-use super::key::{check_repo_spec, task_key};
+use super::key::task_key;
+use super::upstream::resolve_upstream;
 use super::{io_err, CloneMode, PrepareRequest, Workspace, WorkspaceError, WorkspaceManager};
 use std::path::{Path, PathBuf};
-
-/// Makes `repo` a stable upstream string: URLs (and scp-like `host:path`) as given, local paths
-/// absolute and canonical (so the mirror name and `origin` do not depend on the cwd).
-pub(crate) fn resolve_upstream(repo: &str) -> Result<String, WorkspaceError> {
-    check_repo_spec(repo)?;
-    if repo.contains("://") {
-        return Ok(repo.to_string());
-    }
-    let path = Path::new(repo);
-    let scp_like = !path.exists()
-        && repo
-            .split_once(':')
-            .is_some_and(|(host, _)| !host.is_empty() && !host.contains('/'));
-    if scp_like {
-        return Ok(repo.to_string());
-    }
-    let abs = path
-        .canonicalize()
-        .map_err(|e| WorkspaceError::InvalidInput {
-            what: "repository",
-            value: repo.to_string(),
-            reason: format!("not a URL and not an existing local path ({e})"),
-        })?;
-    abs.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| WorkspaceError::InvalidInput {
-            what: "repository",
-            value: abs.display().to_string(),
-            reason: "local repository paths must be valid UTF-8".into(),
-        })
-}
 
 fn check_branch(branch: &str) -> Result<(), WorkspaceError> {
     let full = format!("refs/heads/{branch}");
@@ -86,13 +56,15 @@ impl WorkspaceManager {
         let upstream = resolve_upstream(&req.repo)?;
         let token = req.token.as_deref();
         let dir = self.create_attempt_dir(&key, req.attempt)?;
-        let result = self.clone_into(&dir, &upstream, req, token);
+        let result = self
+            .clone_into(&dir, &upstream, req, token)
+            .map_err(|e| super::disk::explain(e, &dir));
         match result {
             Ok(ws) => Ok(ws),
             Err(e) => {
                 // The directory is ours (we just made it): leave nothing half-built behind.
                 let _ = std::fs::remove_dir_all(&dir);
-                let _ = std::fs::remove_dir_all(super::own::own_repo_beside(&dir));
+                let _ = std::fs::remove_dir_all(super::key::own_repo_beside(&dir));
                 Err(e)
             }
         }
@@ -167,6 +139,19 @@ impl WorkspaceManager {
                 &base_sha,
             ])
             .run()?;
+        // Issue 24: a parallel checkout exits 0 after failing to write a file on a full disk.
+        // Still the orchestrator's clone (no agent ran): its index says what must be there.
+        let listing = Git::new("ls-files")
+            .current_dir(dir)
+            .args(super::disk::LIST_LOST)
+            .run()
+            .map_err(|e| super::disk::explain(e, dir))?;
+        super::disk::verify_checkout(&listing.stdout, dir)?;
+        super::disk::ensure_room(
+            dir,
+            super::disk::MIN_FREE_BYTES,
+            "an attempt's working tree",
+        )?;
         if let Some((uid, gid)) = req.owner {
             chown_recursive(dir, uid, gid)?;
         }

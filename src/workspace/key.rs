@@ -1,11 +1,15 @@
 //! Pure naming rules for workspaces (spec §6): task id -> directory key, branch names, mirror
-//! directory names, `uid:gid` parsing.
+//! directory names, the orchestrator's repository beside an attempt directory, `uid:gid` parsing.
 //!
 //! Owns only string transformations. Must not touch the disk, the clock or git: every function
 //! here is deterministic and tested with a plain table.
 
 use super::WorkspaceError;
 use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// Suffix of the orchestrator's repository beside attempt directory `N`: `N.land.git`.
+pub(crate) const SUFFIX: &str = ".land.git";
 
 /// Longest sanitized prefix kept before the hash suffix; the whole key stays well under
 /// the 255-byte file name limit.
@@ -165,6 +169,15 @@ fn is_key_char(c: char) -> bool {
 fn short_hash(s: &str) -> String {
     let digest = Sha256::digest(s.as_bytes());
     hex::encode(&digest[..4])
+}
+
+/// `{dir}.land.git` for attempt directory `dir`.
+pub(crate) fn own_repo_beside(dir: &Path) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.with_file_name(format!("{name}{SUFFIX}"))
 }
 
 #[cfg(test)]

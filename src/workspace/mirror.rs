@@ -92,7 +92,7 @@ impl WorkspaceManager {
         path: &str,
         token: Option<&str>,
     ) -> Result<Option<String>, WorkspaceError> {
-        let upstream = super::clone::resolve_upstream(repo)?;
+        let upstream = super::upstream::resolve_upstream(repo)?;
         let mirror = self
             .mirror_root
             .join(super::key::mirror_dir_name(&upstream));

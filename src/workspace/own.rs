@@ -15,24 +15,13 @@
 //! except `create`, which runs before the agent starts.
 
 use super::git::Git;
+use super::key::own_repo_beside;
 use super::{io_err, Workspace, WorkspaceError, WorkspaceManager};
 use std::path::{Path, PathBuf};
-
-/// Suffix of the orchestrator's repository beside attempt directory `N`: `N.land.git`.
-pub(crate) const SUFFIX: &str = ".land.git";
 
 /// Where the orchestrator's repository of `ws` lives (it may not exist yet).
 pub fn own_repo_path(ws: &Workspace) -> PathBuf {
     own_repo_beside(&ws.path)
-}
-
-/// `{dir}.land.git` for attempt directory `dir`.
-pub(crate) fn own_repo_beside(dir: &Path) -> PathBuf {
-    let name = dir
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dir.with_file_name(format!("{name}{SUFFIX}"))
 }
 
 /// An opened orchestrator repository.

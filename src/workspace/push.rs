@@ -7,8 +7,8 @@
 //! with no replace refs or agent-written packs anywhere in reach. Must not read the
 //! destination from the workspace: it pushes to the upstream recorded at prepare.
 
-use super::clone::resolve_upstream;
 use super::key::scrub;
+use super::upstream::resolve_upstream;
 use super::{Workspace, WorkspaceError, WorkspaceManager};
 
 impl WorkspaceManager {

@@ -91,12 +91,12 @@ impl WorkspaceManager {
                 // An attempt borrows through its clone or through the orchestrator's own
                 // repository beside it (`N.land.git`, bare: issue 23); counted once.
                 let name = attempt.file_name().to_string_lossy().into_owned();
-                let files = match name.strip_suffix(super::own::SUFFIX) {
+                let files = match name.strip_suffix(super::key::SUFFIX) {
                     Some(clone) if attempt.path().with_file_name(clone).is_dir() => continue,
                     Some(_) => vec![attempt.path().join("objects/info/alternates")],
                     None => vec![
                         attempt.path().join(".git/objects/info/alternates"),
-                        super::own::own_repo_beside(&attempt.path())
+                        super::key::own_repo_beside(&attempt.path())
                             .join("objects/info/alternates"),
                     ],
                 };

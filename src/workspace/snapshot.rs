@@ -12,10 +12,10 @@
 //! blobs the gates read. `max_changed_files` bounds an attempt's change (issue 23).
 
 use super::cleanup::chown_recursive;
-use super::clone::resolve_upstream;
 use super::commit::{check_author, check_message};
 use super::key::scrub;
 use super::own::OwnRepo;
+use super::upstream::resolve_upstream;
 use super::worktree::{self, Taken, Tracked};
 use super::{io_err, Author, CommitOutcome, Workspace, WorkspaceError, WorkspaceManager};
 use std::io::{BufRead, Read, Write};
@@ -78,6 +78,13 @@ impl WorkspaceManager {
         for parent in &ws.merge_parents {
             check_oid("merged commit", parent)?;
         }
+        // Issue 24: a filesystem the agent's run filled may have lost its writes (a file cut
+        // short, one never written): nothing is committed from it.
+        super::disk::ensure_room(
+            &ws.path,
+            super::disk::FULL_BYTES,
+            "committing the agent's working tree (a disk this full may have lost its writes)",
+        )?;
         let repo = self.own_repo(ws)?;
         let sha256 = ws.base_sha.len() == 64;
         let mut tracked = Tracked::default();
@@ -312,12 +319,21 @@ impl WorkspaceManager {
             work_tree.push(dest);
             repo.git("checkout-index")
                 .env("GIT_INDEX_FILE", &index)
-                .arg(work_tree)
+                .arg(&work_tree)
                 .current_dir(dest)
-                .args(["checkout-index", "--all", "--force"])
+                .args(["checkout-index", "--all", "--force", "-u"])
                 .run()?;
-            Ok(())
-        })();
+            // Issue 24: what a full disk lost is never checked as if it were the commit.
+            let listing = repo
+                .git("ls-files")
+                .env("GIT_INDEX_FILE", &index)
+                .arg(&work_tree)
+                .current_dir(dest)
+                .args(super::disk::LIST_LOST)
+                .run()?;
+            super::disk::verify_checkout(&listing.stdout, dest)
+        })()
+        .map_err(|e| super::disk::explain(e, dest));
         let _ = std::fs::remove_file(&index);
         result?;
         if let Some((uid, gid)) = owner {

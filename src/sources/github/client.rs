@@ -54,7 +54,7 @@ pub struct GithubClient {
     /// The token's own login (`GET /user`), read once.
     viewer: std::sync::Arc<tokio::sync::OnceCell<String>>,
     /// Validators and bodies of conditional GETs, shared by clones (see `conditional`).
-    pub(super) etags: std::sync::Arc<std::sync::Mutex<super::conditional::EtagCache>>,
+    pub(super) etags: std::sync::Arc<std::sync::Mutex<super::etag_cache::EtagCache>>,
 }
 
 impl fmt::Debug for GithubClient {

@@ -19,6 +19,7 @@ pub mod collaborators;
 pub mod conditional;
 pub mod environment;
 pub mod error;
+pub mod etag_cache;
 pub mod faults;
 pub mod feedback;
 pub mod intake;
