@@ -72,12 +72,12 @@ pub fn by_whom(name: &str, surface: &str) -> String {
     let line = name.lines().next().unwrap_or("");
     let clean = crate::domain::terminal::printable(line);
     let name: String = clean.trim().chars().take(64).collect();
-    let name = if name.is_empty() {
-        "someone"
-    } else {
-        name.as_str()
-    };
-    format!("{name} ({surface})")
+    match name.as_str() {
+        "" => format!("someone ({surface})"),
+        // The surface's own default actor (`api`): said once.
+        same if same == surface => surface.to_string(),
+        name => format!("{name} ({surface})"),
+    }
 }
 
 /// The transition reason and attempt reason a cancel records.

@@ -2863,6 +2863,14 @@ async fn cancel_through_the_daemon_kills_the_attempt_and_releases_the_claim() {
     let a = attempts(&v);
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(a[0]["status"], "cancelled", "{a:#?}");
+    // The daemon tells the issue right after it settled the task.
+    wait_until(
+        Duration::from_secs(10),
+        "the cancelled comment",
+        log,
+        || count_containing(&fake.comments(&repo, n), "polyphony:cancelled") > 0,
+    )
+    .await;
     let comments = fake.comments(&repo, n);
     assert_eq!(
         count_containing(&comments, "polyphony:cancelled"),
