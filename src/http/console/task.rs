@@ -269,7 +269,7 @@ pub fn build<'a>(f: &TaskFacts, viewer: &'a Viewer) -> TaskT<'a> {
                 outcome,
                 outcome_class: class,
                 turns: a.turns.map_or("-".into(), |n| n.to_string()),
-                tokens: a.tokens.map_or("-".into(), |t| t.total().to_string()),
+                tokens: a.tokens.map_or("-".into(), |t| view::tokens(t.total())),
                 cost: a.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
                 reason: a
                     .reason
