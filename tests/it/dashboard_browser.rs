@@ -696,6 +696,7 @@ async fn the_task_page_shows_the_timeline_the_diff_the_pull_request_and_links_bo
                 rows: Array.from(document.querySelectorAll('#timeline tbody tr[data-attempt]')).map(function(r){return r.textContent}), \
                 transcript: (document.querySelector('#transcript pre')||{}).textContent||'', \
                 links: Array.from(document.querySelectorAll('#links a')).map(function(a){return a.getAttribute('href')}), \
+                egress: (document.querySelector('#attempts ul.egress')||{}).textContent||'', \
                 overflow: document.documentElement.scrollWidth - window.innerWidth})";
             serde_json::from_str::<serde_json::Value>(b.eval(js).as_str().unwrap()).unwrap()
         };
@@ -719,6 +720,9 @@ async fn the_task_page_shows_the_timeline_the_diff_the_pull_request_and_links_bo
         diff.contains("-    return int(text)") || diff.contains(" return int(text)"),
         "{diff}"
     );
+    // What the attempt's egress proxy refused.
+    let egress = landed["egress"].as_str().unwrap();
+    assert!(egress.contains("egress refused pypi.org:443"), "{egress}");
     // The stored transcript.
     let transcript = landed["transcript"].as_str().unwrap();
     assert!(

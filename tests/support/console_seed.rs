@@ -390,6 +390,14 @@ pub fn seed(store: &Store, now: DateTime<Utc>, dir: &Path) -> Seeded {
                     480,
                 ),
                 assistant(3, "m4", "Ran pytest -q: 14 passed", 6100, 120),
+                TaskEvent {
+                    seq: 4,
+                    kind: EventKind::Egress,
+                    stream: EventStream::Stdout,
+                    summary: "egress refused pypi.org:443 (not in the profile's allowlist): add `pypi.org` to egress.allow".into(),
+                    data: serde_json::json!({"host": "pypi.org", "port": 443, "outcome": "refused"}),
+                    at: Utc::now(),
+                },
             ],
         )
         .unwrap();
