@@ -25,6 +25,7 @@
 
 mod attempt_notes;
 mod attempts;
+mod cancels;
 mod claims;
 mod comments;
 mod core;
@@ -53,6 +54,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 pub use attempt_notes::Handling;
 pub use attempts::AttemptRecord;
+pub use cancels::CancelRequest;
 pub use core::{host_machine_id, Claim, Owner, QueueCore, Reconcilable};
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
