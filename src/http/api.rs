@@ -393,9 +393,8 @@ pub async fn retry(State(s): State<Shared>, Path(id): Path<String>) -> Response 
             return Ok(None);
         }
         handle.block_on(async {
-            let github = generation::github_source(&config).map_err(|e| format!("{e:#}"));
-            let github = github.as_ref().map_err(String::as_str);
-            generation::retry(&store, github, &wanted, Utc::now())
+            let sources = crate::sources::for_verb(&config);
+            generation::retry(&store, &sources, &wanted, Utc::now())
                 .await
                 .map(Some)
                 .map_err(|e| format!("{e:#}"))

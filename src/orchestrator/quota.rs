@@ -423,7 +423,7 @@ pub fn record_hit(
         agent: agent.to_string(),
         resets_at,
         reported,
-        message: crate::orchestrator::verify::one_line(message),
+        message: crate::orchestrator::verify::first_line(message),
         task_id: Some(task_id.to_string()),
         attempt: Some(attempt),
         hit_at: now,

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-pub use check::{run_check, CheckRun};
+pub use check::{run_check, CheckResult};
 pub use policy::{decide, tree_size, RunLimits, Stop, WORKSPACE_CHECK_EVERY};
 pub use sinks::{EventSink, Scrub, ScrubOutput, VecSink};
 

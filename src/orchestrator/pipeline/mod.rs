@@ -36,15 +36,13 @@ use tokio::sync::watch;
 
 use super::execute::AttemptExecution;
 use crate::agents::scrub::Scrubber;
-use crate::domain::{
-    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
-};
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, Task, TaskState};
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::Workspace;
 
 use super::failure::FailureKind;
 use super::shepherd::followup::FollowUpRun;
-use super::verify::{self, one_line};
+use super::verify::{self, first_line};
 use super::{proof, quota, Orchestrator, Progress};
 
 /// How an attempt ended for the task.
@@ -137,7 +135,7 @@ impl Failure {
 
     /// A crash of our own with no bearing on a retry ([`FailureKind::Other`]).
     fn crash(err: impl std::fmt::Display) -> Failure {
-        Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
+        Failure::new(AttemptStatus::Crash, first_line(&err.to_string()))
     }
 
     /// A crash caused by a typed error, its kind taken from the error.
@@ -276,11 +274,26 @@ impl<'a> AttemptRun<'a> {
         Ok(())
     }
 
+    /// The credential a push to (or a clone from) the task's remote takes: its source's.
     fn token(&self) -> Option<&str> {
-        match self.task.source {
-            SourceKind::Github => self.orch.github_token.as_ref().map(|t| t.secret()),
-            SourceKind::Local => None,
-        }
+        self.orch
+            .sources
+            .of(&self.task)
+            .ok()
+            .and_then(|source| source.push_token())
+    }
+
+    /// Whether the claim and the outcome are reported at the task's source: not for a
+    /// follow-up (its pull request is the shepherd's) nor for a source that keeps no record
+    /// of its own (the local queue). A source that is not configured now is one that
+    /// reports back (only the local queue is always there): its report waits as an intent.
+    fn reports_back(&self) -> bool {
+        self.followup.is_none()
+            && self
+                .orch
+                .sources
+                .of(&self.task)
+                .map_or(true, |source| source.reports_back())
     }
 
     // ------------------------------------------------------------------ fresh attempt
