@@ -5,7 +5,7 @@
 //! checks that failed) may pass on the next attempt, so it gets the retry policy's backoff.
 //! A *permanent* one (the image is missing, the repository or base ref is gone, the path is
 //! not a git repository, the agent CLI is not logged in, a configuration error, a secret in
-//! the diff) fails the same way however often it runs: the task is BLOCKED at once with the
+//! the diff, a full disk) fails the same way however often it runs: the task is BLOCKED at once with the
 //! cause and the fix, and comes back with `polyphony retry` once a person fixed it.
 //!
 //! Typed (issue 30): every failure carries a [`FailureKind`], built by `From` impls from the
@@ -55,6 +55,11 @@ pub enum FailureKind {
     /// 127) or "permission denied" (126) for the command itself (issue 29: three attempts
     /// and 35 s spent on `python3: not found`). No agent can fix the image.
     CheckCommandMissing { check: String, command: String },
+    /// The filesystem holding the workspace (or a check's checkout) is full (ENOSPC, or a
+    /// checkout that lost files on a disk under the floor; issue 24). Not the agent's doing,
+    /// and the next attempt on the same disk fails the same way: permanent until a person
+    /// frees space (the retention policy and `cleanup` free finished workspaces).
+    DiskFull { path: String },
 }
 
 impl FailureKind {
@@ -128,7 +133,11 @@ impl From<&WorkspaceError> for FailureKind {
             WorkspaceError::InvalidInput {
                 what: "repository", ..
             } => FailureKind::RepositoryGone,
+            WorkspaceError::DiskFull { path, .. } => FailureKind::DiskFull {
+                path: path.display().to_string(),
+            },
             WorkspaceError::InvalidTaskId { .. }
+            | WorkspaceError::IncompleteCheckout { .. }
             | WorkspaceError::InvalidInput { .. }
             | WorkspaceError::AlreadyExists { .. }
             | WorkspaceError::OutsideRoot { .. }
@@ -217,6 +226,8 @@ pub enum Cause {
     CheckCommandMissing {
         check: String,
     },
+    /// The workspace's filesystem is full.
+    DiskFull,
 }
 
 /// The verdict on one failure.
@@ -315,6 +326,14 @@ pub fn classify(kind: &FailureKind, status: AttemptStatus, agent: &str, repo: &s
                  image `verify.image` names (the agent's image when unset), or change \
                  `verify.{check}` in config.yaml (or the base branch's .polyphony.yaml); \
                  then `polyphony retry TASK`"
+            ),
+        ),
+        FailureKind::DiskFull { path } => permanent(
+            Cause::DiskFull,
+            format!(
+                "the filesystem of {path} is full: free space there (`polyphony cleanup` \
+                 removes finished workspaces) or move `workspace_root` (config.yaml) to a larger \
+                 disk, then `polyphony retry TASK`"
             ),
         ),
         FailureKind::Config => permanent(
@@ -460,6 +479,9 @@ mod tests {
                 check: "test".into(),
                 command: "python3 -m pytest".into(),
             },
+            FailureKind::DiskFull {
+                path: "/srv/ws/k/1".into(),
+            },
         ];
         for kind in &all {
             // Exhaustive: adding a kind fails to compile until it is listed above.
@@ -475,7 +497,8 @@ mod tests {
                 | FailureKind::AgentModel
                 | FailureKind::Config
                 | FailureKind::SecretInDiff
-                | FailureKind::CheckCommandMissing { .. } => {}
+                | FailureKind::CheckCommandMissing { .. }
+                | FailureKind::DiskFull { .. } => {}
             }
         }
         all

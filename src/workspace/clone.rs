@@ -56,7 +56,9 @@ impl WorkspaceManager {
         let upstream = resolve_upstream(&req.repo)?;
         let token = req.token.as_deref();
         let dir = self.create_attempt_dir(&key, req.attempt)?;
-        let result = self.clone_into(&dir, &upstream, req, token);
+        let result = self
+            .clone_into(&dir, &upstream, req, token)
+            .map_err(|e| super::disk::explain(e, &dir));
         match result {
             Ok(ws) => Ok(ws),
             Err(e) => {
@@ -137,6 +139,14 @@ impl WorkspaceManager {
                 &base_sha,
             ])
             .run()?;
+        // Issue 24: a parallel checkout exits 0 after failing to write a file on a full disk.
+        // Still the orchestrator's clone (no agent ran): its index says what must be there.
+        super::disk::verify_checkout(Git::new("ls-files").current_dir(dir), dir)?;
+        super::disk::ensure_room(
+            dir,
+            super::disk::MIN_FREE_BYTES,
+            "an attempt's working tree",
+        )?;
         if let Some((uid, gid)) = req.owner {
             chown_recursive(dir, uid, gid)?;
         }

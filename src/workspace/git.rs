@@ -205,11 +205,15 @@ impl<'a> Git<'a> {
 
     /// Runs to completion; a non-zero exit is `WorkspaceError::Git` with scrubbed stderr.
     pub(crate) fn run(self) -> Result<Output, WorkspaceError> {
+        let dir = self.cmd.get_current_dir().map(Path::to_path_buf);
         let (out, op, token) = self.output()?;
         if out.status.success() {
             Ok(out)
         } else {
-            Err(git_error(&op, &out, token))
+            Err(super::disk::said_full(
+                git_error(&op, &out, token),
+                dir.as_deref(),
+            ))
         }
     }
 
@@ -353,7 +357,11 @@ impl Git<'_> {
                 stdout: Vec::new(),
                 stderr,
             };
-            return Err(git_error(&self.op, &out, self.token));
+            let dir = self.cmd.get_current_dir();
+            return Err(super::disk::said_full(
+                git_error(&self.op, &out, self.token),
+                dir,
+            ));
         }
         result
     }

@@ -22,6 +22,7 @@
 mod cleanup;
 mod clone;
 mod commit;
+pub mod disk;
 mod git;
 mod handoff;
 pub mod key;
@@ -96,6 +97,16 @@ pub enum WorkspaceError {
         path: String,
         reason: String,
     },
+    /// The filesystem of `path` is full (issue 24): nothing built on it is trusted.
+    #[error("no room on the filesystem of {} ({} free): {what}; free space there", path.display(), free.map(disk::human).unwrap_or_else(|| "unknown".into()))]
+    DiskFull {
+        path: PathBuf,
+        free: Option<u64>,
+        what: String,
+    },
+    /// Tracked files are missing from a checkout with room on the disk.
+    #[error("incomplete checkout in {}: {what}", path.display())]
+    IncompleteCheckout { path: PathBuf, what: String },
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -253,14 +264,13 @@ fn exit_text(code: Option<i32>) -> String {
 }
 
 fn create_dir_all(p: &Path) -> Result<(), WorkspaceError> {
-    std::fs::create_dir_all(p).map_err(|source| WorkspaceError::Io {
-        op: "create directory",
-        path: p.to_path_buf(),
-        source,
-    })
+    std::fs::create_dir_all(p).map_err(io_err("create directory", p))
 }
 
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
     let path = path.to_path_buf();
-    move |source| WorkspaceError::Io { op, path, source }
+    move |source| {
+        let at = path.clone();
+        disk::explain(WorkspaceError::Io { op, path, source }, &at)
+    }
 }

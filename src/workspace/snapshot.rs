@@ -78,6 +78,13 @@ impl WorkspaceManager {
         for parent in &ws.merge_parents {
             check_oid("merged commit", parent)?;
         }
+        // Issue 24: a filesystem the agent's run filled may have lost its writes (a file cut
+        // short, one never written): nothing is committed from it.
+        super::disk::ensure_room(
+            &ws.path,
+            super::disk::FULL_BYTES,
+            "committing the agent's working tree (a disk this full may have lost its writes)",
+        )?;
         let repo = self.own_repo(ws)?;
         let sha256 = ws.base_sha.len() == 64;
         let mut tracked = Tracked::default();
@@ -312,12 +319,20 @@ impl WorkspaceManager {
             work_tree.push(dest);
             repo.git("checkout-index")
                 .env("GIT_INDEX_FILE", &index)
-                .arg(work_tree)
+                .arg(&work_tree)
                 .current_dir(dest)
-                .args(["checkout-index", "--all", "--force"])
+                .args(["checkout-index", "--all", "--force", "-u"])
                 .run()?;
-            Ok(())
-        })();
+            // Issue 24: what a full disk lost is never checked as if it were the commit.
+            super::disk::verify_checkout(
+                repo.git("ls-files")
+                    .env("GIT_INDEX_FILE", &index)
+                    .arg(&work_tree)
+                    .current_dir(dest),
+                dest,
+            )
+        })()
+        .map_err(|e| super::disk::explain(e, dest));
         let _ = std::fs::remove_file(&index);
         result?;
         if let Some((uid, gid)) = owner {

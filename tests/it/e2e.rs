@@ -2731,3 +2731,66 @@ async fn an_unset_identity_token_variable_is_an_error_not_a_fallback() {
     assert_eq!(fake.issue_labels(&repo, n), vec!["agent-ready"]);
     assert!(fake.comments(&repo, n).is_empty());
 }
+
+/// Issue 24: with the workspace on a 1 MiB filesystem and a 3 MB file in the repository,
+/// git's parallel checkout exits 0 without the file; the attempt went on, the commit
+/// recorded the file as deleted and landed. Now the checkout is verified before the agent
+/// starts: the task is BLOCKED at once (a full disk is no agent's fault and the next attempt
+/// on it fails the same way), nothing lands, and once the disk has room `retry` lands with
+/// the file intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_at_prepare_blocks_and_never_lands_a_deletion() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let big: String = (0..60_000).map(|i| format!("{i:049}\n")).collect();
+    origin.commit_file("big.txt", &big, "a 3 MB file");
+    let home = Home::new(&image, Conf::default(), None);
+    let Some(disk) = support::tmpfs::Tmpfs::mount(&home.path.join("small"), "1m") else {
+        return;
+    };
+    let config = home.path.join("config.yaml");
+    let mut conf = std::fs::read_to_string(&config).expect("config.yaml");
+    conf.push_str(&format!("workspace_root: {}/ws\n", disk.path().display()));
+    std::fs::write(&config, conf).expect("config.yaml");
+    let id = home
+        .enqueue(&origin, &body_with("polyphony-fake: succeed"), "Fix add()")
+        .await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "spawn: {}", output(&out));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "BLOCKED", "{v:#}");
+    assert_eq!(v["task"]["attempts"], 0, "no agent ran: {v:#}");
+    let reason = v["transitions"]
+        .as_array()
+        .and_then(|t| t.last())
+        .and_then(|t| t["reason"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        reason.contains("big.txt")
+            && reason.contains("permanent, not retried")
+            && reason.contains("polyphony cleanup"),
+        "names the lost file, the cause and the fix: {reason}"
+    );
+    assert!(
+        origin.branches().is_empty(),
+        "nothing landed: {:?}",
+        origin.branches()
+    );
+    assert!(home.containers().is_empty(), "no agent ran on the cut tree");
+
+    disk.resize("100m");
+    let out = home.run(&["retry", &id, "--json"]).await;
+    assert!(out.status.success(), "retry: {}", output(&out));
+    let next = format!("{id}.2");
+    let out = home.run(&["spawn", "--task", &next]).await;
+    assert!(out.status.success(), "spawn {next}: {}", output(&out));
+    assert_eq!(state(&home.task(&next).await), "LANDED");
+    let branches = origin.branches();
+    assert_eq!(branches.len(), 1, "{branches:?}");
+    assert!(
+        origin.show(&format!("{}:big.txt", branches[0])) == big,
+        "the landed branch keeps the file whole"
+    );
+}

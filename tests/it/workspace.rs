@@ -1032,3 +1032,135 @@ fn shared_workspace_survives_mirror_fetch_and_gc() {
         "the dropped branch's commit is pruned once nothing borrows it"
     );
 }
+
+/// A fixture whose upstream holds a 3 MB file, with the workspace root on a tmpfs of `size`
+/// (`None` after SKIPPED: the test cannot mount).
+fn full_disk_fixture(
+    size: &str,
+) -> Option<(Fixture, support::tmpfs::Tmpfs, Arc<WorkspaceManager>)> {
+    let fx = Fixture::new();
+    let work = fx.work();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "a 3 MB file"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+    let disk = support::tmpfs::Tmpfs::mount(&fx.tmp.path().join("small"), size)?;
+    let mgr = Arc::new(WorkspaceManager::new(
+        disk.path().join("ws"),
+        fx.tmp.path().join("mirrors"),
+    ));
+    Some((fx, disk, mgr))
+}
+
+/// Every path under `dir`, relative, sorted (what a refusal must leave unchanged).
+fn tree_listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 24: git's parallel checkout exits 0 after failing to write a file on a full disk;
+/// prepare used to hand the agent a tree without it (and the landing commit deleted it).
+#[test]
+fn a_checkout_the_full_disk_cut_short_is_refused_and_leaves_nothing() {
+    let Some((fx, disk, mgr)) = full_disk_fixture("1m") else {
+        return;
+    };
+    let err = mgr.prepare(&fx.request("full", 1)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, WorkspaceError::DiskFull { .. }),
+        "a full disk is typed: {err:?}"
+    );
+    assert!(text.contains("big.bin"), "names the lost file: {text}");
+    assert!(
+        text.contains(&disk.path().display().to_string()),
+        "names the place: {text}"
+    );
+    assert!(text.contains("free space there"), "says the fix: {text}");
+    let left = tree_listing(&disk.path().join("ws"));
+    assert!(
+        !left
+            .iter()
+            .any(|p| p.ends_with("/1") || p.ends_with("1.land.git")),
+        "no half-made attempt is left: {left:?}"
+    );
+
+    // With room (the floor is 64 MiB above the checkout), the same request is complete.
+    disk.resize("80m");
+    let ws = mgr.prepare(&fx.request("full", 1)).unwrap();
+    assert_eq!(
+        std::fs::metadata(ws.path.join("big.bin")).unwrap().len(),
+        3_000_000
+    );
+}
+
+/// Issue 24: the floor is checked after the checkout, before any agent: a tree that fits
+/// but leaves the agent no room is refused too.
+#[test]
+fn a_checkout_that_leaves_no_room_is_refused() {
+    let Some((fx, disk, mgr)) = full_disk_fixture("20m") else {
+        return;
+    };
+    let err = mgr.prepare(&fx.request("tight", 1)).unwrap_err();
+    assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("64.0 MiB"),
+        "names the floor: {err}"
+    );
+    drop(disk);
+}
+
+/// Issue 24: the checks' checkout and the landing commit on a full disk are `DiskFull`,
+/// never a checked tree missing files or a commit of what the disk lost.
+#[test]
+fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
+    let Some((fx, disk, _)) = full_disk_fixture("1m") else {
+        return;
+    };
+    let ws = fx.prepare("check-full", 1);
+    write(&ws.path.join("new.txt"), "x\n");
+    let out = fx.mgr.commit_all(&ws, &author(), "work").unwrap();
+    let sha = out.sha.unwrap();
+    let dest = disk.path().join("check");
+    let err = fx.mgr.checkout(&ws, &sha, &dest, None).unwrap_err();
+    assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
+    drop(disk);
+
+    // The agent's run filled the workspace's disk: its tree is not committed.
+    let Some((fx, disk, mgr)) = full_disk_fixture("80m") else {
+        return;
+    };
+    let ws = mgr.prepare(&fx.request("commit-full", 1)).unwrap();
+    let filler = disk.path().join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    while f.write_all(&chunk).is_ok() {}
+    drop(f);
+    let err = mgr.commit_all(&ws, &author(), "work").unwrap_err();
+    assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
+    assert!(
+        git(&own_repo_path(&ws), &["for-each-ref", "refs/heads"]).is_empty(),
+        "nothing was committed"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let out = mgr.commit_all(&ws, &author(), "work").unwrap();
+    assert!(
+        out.empty,
+        "the tree is whole again: {:?}",
+        out.changed_paths
+    );
+}

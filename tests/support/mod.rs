@@ -6,6 +6,7 @@
 //!   built once per binary, a home's containers by label and their removal.
 //! - [`spec`]: value builders for tasks, run specs and events as the store records them.
 //! - [`home`]: a Polyphony home in a temp dir driven through the built binary.
+//! - [`tmpfs`]: a tiny mounted filesystem for full-disk tests (SKIPPED without the right).
 //! - [`wait`]: waiting on a condition with a deadline instead of sleeping a fixed time.
 //! - [`fake_github`]: the stateful fake GitHub API.
 #![allow(dead_code)]
@@ -15,4 +16,5 @@ pub mod fake_github;
 pub mod git;
 pub mod home;
 pub mod spec;
+pub mod tmpfs;
 pub mod wait;
