@@ -150,6 +150,7 @@ pub fn reopen_if_relabelled(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::SourceKind;
 
     /// The local queue only; other kinds are missing with `why`.
     fn no_source(why: &'static str) -> Sources {

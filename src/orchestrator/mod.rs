@@ -2,13 +2,16 @@
 //! daemon loop and reconciliation after a crash (spec §2–§12, DESIGN.md).
 //!
 //! [`Orchestrator`] holds what every attempt shares (config with its parsed prompt
-//! template, Docker, workspaces, router, the sources behind the `sources::Source` port). [`pipeline`] takes one claimed task through one
-//! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
-//! side effects a kill left half-done through `intents` (issue 19).
+//! template, Docker, workspaces, router, the sources behind the `sources::Source` port,
+//! the clock). [`pipeline`] takes one claimed task through one attempt; [`daemon`] runs
+//! many of them and recovers after a restart, finishing the side effects a kill left
+//! half-done through `intents` (issue 19).
 //!
 //! Architecture Invariant: the orchestrator decides *what happens next* only through the
-//! pure modules ([`retry`], [`proof`], `domain::state`, `routing`); it changes task state
-//! only through `Store::transition` / claims, so every change has its transition row.
+//! pure modules ([`retry`], [`proof`], [`failure`], `domain::state`, `routing`); it
+//! changes task state only through `Store::transition`, `settle_failure`,
+//! `transition_completing` and claims, so every change has its transition row, and every
+//! reason it writes passes the scrubber first.
 //! Architecture Invariant: landing is idempotent: a restart finds the pushed branch, the
 //! open PR and the comments again instead of creating new ones.
 

@@ -141,7 +141,7 @@ impl WorkspaceManager {
             .run()?;
         // Issue 24: a parallel checkout exits 0 after failing to write a file on a full disk.
         // Still the orchestrator's clone (no agent ran): its index says what must be there.
-        super::disk::verify_checkout(Git::new("ls-files").current_dir(dir), dir)?;
+        super::verify_checkout::verify_checkout(Git::new("ls-files").current_dir(dir), dir)?;
         super::disk::ensure_room(
             dir,
             super::disk::MIN_FREE_BYTES,

@@ -5,9 +5,10 @@
 //! check checkout, the landing commit) is [`WorkspaceError::DiskFull`], which the
 //! orchestrator makes a permanent failure with the fix (`orchestrator/failure.rs`).
 //!
-//! - [`verify_checkout`]: `git ls-files --deleted --modified` over an index this module's
-//!   caller wrote (never the agent's: at prepare the agent has not run, and the checks'
-//!   index is a temporary file of the orchestrator's repository). Entries whose stat data
+//! - `verify_checkout` (in `verify_checkout.rs`, which runs git): `git ls-files --deleted
+//!   --modified` over an index its caller wrote (never the agent's: at prepare the agent
+//!   has not run, and the checks' index is a temporary file of the orchestrator's
+//!   repository). Entries whose stat data
 //!   git recorded cost one `lstat`; only entries git failed to write are hashed.
 //! - [`ensure_room`]: at least [`MIN_FREE_BYTES`] free after the checkout, and, before the
 //!   landing commit, more than [`FULL_BYTES`] (a filesystem the agent's run filled may
@@ -15,7 +16,6 @@
 //! - [`explain`]: a failed git write on a filesystem under the floor, or git's own
 //!   "No space left on device" (foreign text, read under `LC_ALL=C`), is `DiskFull`.
 
-use super::git::Git;
 use super::WorkspaceError;
 use std::path::{Path, PathBuf};
 
@@ -26,7 +26,7 @@ pub const MIN_FREE_BYTES: u64 = 64 << 20;
 pub const FULL_BYTES: u64 = 1 << 20;
 
 /// How many lost paths an error names.
-const NAMED: usize = 5;
+pub(super) const NAMED: usize = 5;
 
 /// Bytes available to this user on the filesystem holding `path` (or its nearest existing
 /// ancestor); `None` when it cannot be read.
@@ -57,7 +57,7 @@ fn is_full_text(text: &str) -> bool {
     lower.contains("no space left on device") || lower.contains("disk quota exceeded")
 }
 
-fn disk_full(path: &Path, what: String) -> WorkspaceError {
+pub(super) fn disk_full(path: &Path, what: String) -> WorkspaceError {
     WorkspaceError::DiskFull {
         path: path.to_path_buf(),
         free: free_bytes(path),
@@ -102,39 +102,6 @@ pub(crate) fn ensure_room(path: &Path, need: u64, doing: &str) -> Result<(), Wor
             ),
         )),
         _ => Ok(()),
-    }
-}
-
-/// Checks that every path `git` (already pointed at the index and the work tree) tracks is
-/// on disk as the index says. A lost path is `DiskFull` when the filesystem is under the
-/// floor, else `IncompleteCheckout`.
-pub(crate) fn verify_checkout(git: Git<'_>, work_tree: &Path) -> Result<(), WorkspaceError> {
-    let out = git
-        .args(["ls-files", "-z", "--deleted", "--modified"])
-        .run()
-        .map_err(|e| explain(e, work_tree))?;
-    let mut lost: Vec<String> = Vec::new();
-    for p in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
-        let p = String::from_utf8_lossy(p).into_owned();
-        if !lost.contains(&p) {
-            lost.push(p);
-        }
-    }
-    if lost.is_empty() {
-        return Ok(());
-    }
-    let count = lost.len();
-    let mut named = lost.into_iter().take(NAMED).collect::<Vec<_>>().join(", ");
-    if count > NAMED {
-        named.push_str(&format!(" and {} more", count - NAMED));
-    }
-    let what = format!("the checkout is missing or truncated {count} tracked file(s): {named}");
-    match free_bytes(work_tree) {
-        Some(free) if free < MIN_FREE_BYTES => Err(disk_full(work_tree, what)),
-        _ => Err(WorkspaceError::IncompleteCheckout {
-            path: work_tree.to_path_buf(),
-            what,
-        }),
     }
 }
 

@@ -38,6 +38,7 @@ mod seed;
 mod shared;
 mod snapshot;
 mod upstream;
+mod verify_checkout;
 mod worktree;
 
 pub use cleanup::disk_usage;

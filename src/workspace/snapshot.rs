@@ -324,7 +324,7 @@ impl WorkspaceManager {
                 .args(["checkout-index", "--all", "--force", "-u"])
                 .run()?;
             // Issue 24: what a full disk lost is never checked as if it were the commit.
-            super::disk::verify_checkout(
+            super::verify_checkout::verify_checkout(
                 repo.git("ls-files")
                     .env("GIT_INDEX_FILE", &index)
                     .arg(&work_tree)

@@ -15,8 +15,12 @@
 //! An [`AttemptRun`] is the attempt's context; its stages live one file per stretch:
 //! `prepare` (workspace, route, RunSpec), `claim` (the source), `agent` (the container),
 //! `landing` (commit, then the `verify` and `land` stages), `resume` (after a restart) and
-//! `conclude` (FAILED and what follows). Only this module writes to the store or moves the
-//! task; the stages in `verify` and `land` return evidence or a refusal.
+//! `conclude` (FAILED and what follows). Within an attempt only this module writes to the
+//! store or moves the task (the daemon's reconciliation, `generation`, the shepherd,
+//! intake and the HTTP API write too, each through `Store`); the stages in `verify` and
+//! `land` return evidence or a refusal. The source of the task is asked through the
+//! `sources::Source` port (`Orchestrator::sources`): claim, landing report, blocked report,
+//! push credential; nothing here names a tracker (`scripts/invariants.py`).
 //!
 //! Must not: decide transitions itself (the store checks the state machine), or let a
 //! secret reach the store, a log line or a transcript (everything passes the scrubber).

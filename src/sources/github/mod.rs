@@ -10,6 +10,23 @@
 //! conditional requests (`conditional`). Every write is idempotent: hidden markers in comments
 //! and the head branch of the pull request are looked up before anything is created, so a
 //! restart never posts twice.
+//!
+//! Architecture Invariant: a label swap adds the new label before it removes the old ones
+//! (`agent-ready` → `agent-claimed` → `agent-landed`/`agent-blocked`), so no instant exists
+//! in which an issue carries none of them (issue 19). Ownership is the earliest claim
+//! marker: a claim this home left half-done (`claim_resuming`, told by a pending claim
+//! intent) is finished, never taken for someone else's release.
+//! Architecture Invariant: hidden markers count only in comments by the token's own user
+//! (`GithubClient::viewer_login`); a redo finds the pull request by its head branch and
+//! each comment by its marker (`claim::ensure_comment` lists the comments again before
+//! retrying a POST whose outcome is unknown). Pagination follows `Link` URLs only on the
+//! API host.
+//! Architecture Invariant: one GitHub-token rule, `environment::resolve_token`: with no
+//! variable named, `GITHUB_TOKEN`, else `GH_TOKEN`; with one named (an identity's
+//! `github_token_env`, picked by [`token_var`]), only that one, never a fallback.
+//! Architecture Invariant: the agent's final message enters a PR body only through
+//! `landing::quote_agent_message` (quoted, capped, no closing keywords, @mentions or HTML
+//! comments).
 //! Must not: touch the store, git or Docker; log or store the token.
 
 pub mod checks;
