@@ -42,8 +42,8 @@ pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(home)?;
     let logins = dir.join("logins");
     let mut volumes = String::new();
-    for agent in ["claude", "codex", "kimi", "gemini"] {
-        let login = logins.join(agent);
+    for agent in crate::domain::AgentType::ALL {
+        let login = logins.join(agent.as_str());
         std::fs::create_dir_all(&login)?;
         std::fs::write(login.join("credentials.json"), "{\"demo\": true}\n")?;
         volumes.push_str(&format!("      {agent}: {}\n", login.display()));

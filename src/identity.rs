@@ -28,7 +28,10 @@ pub enum IdentityError {
     MissingName,
     #[error("identity `{0}` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)")]
     NoVolumes(String),
-    #[error("identity `{identity}`: volume key `{key}` is not an agent type (expected claude, codex, kimi or gemini)")]
+    #[error(
+        "identity `{identity}`: volume key `{key}` is not an agent type (expected {})",
+        AgentType::names()
+    )]
     UnknownAgentType { identity: String, key: String },
     #[error("identity `{identity}`: volume `{agent_type}` has an empty path")]
     EmptyVolumePath {

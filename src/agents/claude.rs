@@ -19,7 +19,7 @@ use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
     unknown_object, SUMMARY_CHARS,
 };
-use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
@@ -46,12 +46,20 @@ pub static SPEC: AgentSpec = AgentSpec {
         "ANTHROPIC_AUTH_TOKEN",
     ],
     base_url: BaseUrl::Env("ANTHROPIC_BASE_URL"),
-    api_hosts: &[
-        "api.anthropic.com",
-        "console.anthropic.com",
-        "platform.claude.com",
-    ],
+    // API key and subscription logins; console.anthropic.com refreshes OAuth tokens.
+    api_hosts: &["api.anthropic.com:443", "console.anthropic.com:443"],
+    gateway: Some(GatewaySpec {
+        api: WireApi::Anthropic,
+        credential_vars: &[
+            ("ANTHROPIC_API_KEY", CredentialKind::ApiKey),
+            ("CLAUDE_CODE_OAUTH_TOKEN", CredentialKind::OAuthToken),
+        ],
+        base_url_var: "ANTHROPIC_BASE_URL",
+        login_files_hint: "; a subscription: `claude setup-token`, then CLAUDE_CODE_OAUTH_TOKEN",
+    }),
+    default_profile: true,
     version_args: &["--version"],
+    version_stub: None,
     tested_versions: Some(((2, 1, 59), (2, 1, 332))),
     login_hint: "run `claude` and `/login` on the host (or set the API key the identity names)",
     failure_text: FailureText {

@@ -25,7 +25,7 @@ use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
     unknown_object, value_text,
 };
-use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, ApiRetry, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
@@ -44,8 +44,24 @@ pub static SPEC: AgentSpec = AgentSpec {
     sibling_files: &[],
     api_key_env: &["OPENAI_API_KEY", "CODEX_API_KEY"],
     base_url: BaseUrl::CodexProvider,
-    api_hosts: &["api.openai.com", "chatgpt.com", "auth.openai.com"],
+    // API key (api.openai.com) and ChatGPT login (chatgpt.com, auth.openai.com).
+    api_hosts: &[
+        "api.openai.com:443",
+        "chatgpt.com:443",
+        "auth.openai.com:443",
+    ],
+    gateway: Some(GatewaySpec {
+        api: WireApi::OpenAiResponses,
+        credential_vars: &[
+            ("CODEX_API_KEY", CredentialKind::ApiKey),
+            ("OPENAI_API_KEY", CredentialKind::ApiKey),
+        ],
+        base_url_var: "OPENAI_BASE_URL",
+        login_files_hint: "",
+    }),
+    default_profile: true,
     version_args: &["--version"],
+    version_stub: None,
     tested_versions: Some(((0, 147, 0), (0, 147, 0))),
     login_hint: "run `codex login` on the host (or set the API key the identity names)",
     // codex-rs `CodexErr` display texts, as `codex exec --json` 0.147.0 prints them in

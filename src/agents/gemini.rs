@@ -20,7 +20,7 @@ use super::common::{
     event, one_line, parse_object, str_of, tool_summary, u64_of, unknown, unknown_object,
     value_text,
 };
-use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
 
@@ -39,12 +39,24 @@ pub static SPEC: AgentSpec = AgentSpec {
     sibling_files: &[],
     api_key_env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
     base_url: BaseUrl::Env("GOOGLE_GEMINI_BASE_URL"),
+    // API key (generativelanguage), Google login (Code Assist, OAuth token refresh).
     api_hosts: &[
-        "generativelanguage.googleapis.com",
-        "cloudcode-pa.googleapis.com",
-        "oauth2.googleapis.com",
+        "generativelanguage.googleapis.com:443",
+        "cloudcode-pa.googleapis.com:443",
+        "oauth2.googleapis.com:443",
     ],
+    gateway: Some(GatewaySpec {
+        api: WireApi::Gemini,
+        credential_vars: &[
+            ("GEMINI_API_KEY", CredentialKind::ApiKey),
+            ("GOOGLE_API_KEY", CredentialKind::ApiKey),
+        ],
+        base_url_var: "GOOGLE_GEMINI_BASE_URL",
+        login_files_hint: "",
+    }),
+    default_profile: true,
     version_args: &["--version"],
+    version_stub: None,
     tested_versions: Some(((0, 31, 0), (0, 31, u64::MAX))),
     login_hint: "run `gemini` and log in on the host (or set the API key the identity names)",
     failure_text: FailureText {

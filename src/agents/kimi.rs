@@ -24,7 +24,7 @@ use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
     unknown_object,
 };
-use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec};
 
@@ -51,8 +51,27 @@ pub static SPEC: AgentSpec = AgentSpec {
     sibling_files: &[],
     api_key_env: &["KIMI_API_KEY", "MOONSHOT_API_KEY"],
     base_url: BaseUrl::Env("KIMI_BASE_URL"),
-    api_hosts: &["api.moonshot.ai", "api.moonshot.cn", "api.kimi.com"],
+    api_hosts: &[
+        "api.moonshot.ai:443",
+        "api.moonshot.cn:443",
+        "api.kimi.com:443",
+    ],
+    gateway: Some(GatewaySpec {
+        api: WireApi::OpenAiChat,
+        credential_vars: &[
+            ("KIMI_API_KEY", CredentialKind::ApiKey),
+            ("MOONSHOT_API_KEY", CredentialKind::ApiKey),
+        ],
+        base_url_var: "KIMI_BASE_URL",
+        login_files_hint: "",
+    }),
+    default_profile: true,
     version_args: &["--version"],
+    // PyPI `kimi-cli` 1.52.0 is a stub that prints this and runs nothing.
+    version_stub: Some((
+        "no longer maintained",
+        "use an image with a working Kimi CLI (docs/agents.md: kimi-cli 1.52.0 on PyPI is a stub)",
+    )),
     tested_versions: None,
     login_hint: "run `kimi` and `/login` on the host (or set the API key the identity names)",
     // kimi-cli's print mode: `Error code: NNN - {…}` from the provider, `LLM not set`.

@@ -24,9 +24,12 @@ pub mod scrub;
 pub mod spec;
 
 pub use common::MAX_LINE_BYTES;
-pub use spec::{AgentSpec, BaseUrl, FailureText};
+pub use spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 
-/// The adapter for one CLI family: the one place that lists the CLIs.
+/// The registry: the adapter for each CLI id, and the one match on [`AgentType`] (ids are
+/// declared in `domain::agent`, everything else about a CLI is its adapter's
+/// [`AgentSpec`]). A new CLI is its adapter file, one line here, its id, its fake in
+/// `images/test/fake/polyphony-fake.sh`, its fixtures and a row in docs/agents.md.
 pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
     match t {
         AgentType::Claude => Box::new(claude::ClaudeAdapter),
@@ -314,6 +317,15 @@ mod tests {
             );
             assert!(!d.api_key_env.is_empty(), "{t}");
             assert!(d.login_hint.contains(d.command), "{t}");
+            assert!(
+                d.api_hosts.iter().all(|h| h.rsplit_once(':').is_some()),
+                "{t}: api_hosts are host:port"
+            );
+            if let Some(g) = d.gateway {
+                assert!(!g.credential_vars.is_empty(), "{t}");
+                assert!(!g.base_url_var.is_empty(), "{t}");
+            }
+            assert_eq!(t.as_str().parse::<AgentType>(), Ok(t));
         }
         let codex = descriptor(AgentType::Codex);
         assert_eq!(

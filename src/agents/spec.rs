@@ -25,6 +25,40 @@ pub enum BaseUrl {
     ConfigFile(&'static str),
 }
 
+/// The model API a CLI speaks with an API key (what the model gateway forwards, issue 26).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireApi {
+    /// Anthropic Messages (`POST /v1/messages`, SSE).
+    Anthropic,
+    /// OpenAI Responses (`POST /v1/responses`, SSE).
+    OpenAiResponses,
+    /// OpenAI-compatible Chat Completions (Moonshot/Kimi).
+    OpenAiChat,
+    /// Google Generative Language (`…:streamGenerateContent?alt=sse`).
+    Gemini,
+}
+
+/// What kind of credential a variable holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialKind {
+    ApiKey,
+    OAuthToken,
+}
+
+/// How the model gateway stands in for the CLI's model API (issue 26): the API, the
+/// variables the CLI reads its credential from (in the order they are tried) and the one
+/// it takes the API's base URL from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewaySpec {
+    pub api: WireApi,
+    pub credential_vars: &'static [(&'static str, CredentialKind)],
+    pub base_url_var: &'static str,
+    /// Said after "give the identity an api_keys entry …" when the CLI logs in with files
+    /// (Claude: how a subscription gets a token instead); may be empty.
+    pub login_files_hint: &'static str,
+}
+
 /// Words in the CLI's OWN error texts (structured error events, never agent text) that say
 /// which kind of failure it reported. Lower-case; matched as substrings of the lowered text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +91,20 @@ pub struct AgentSpec {
     pub api_key_env: &'static [&'static str],
     /// How its model endpoint is overridden.
     pub base_url: BaseUrl,
-    /// Hosts its default model API lives on (the egress allowlist of its profiles).
+    /// `host:port` entries its default model API lives on: the egress allowlist of its
+    /// profiles (docs/SECURITY.md "Egress").
     pub api_hosts: &'static [&'static str],
+    /// How the model gateway stands in for its API; `None`: the gateway cannot protect
+    /// its key (the key the identity names goes into the container).
+    pub gateway: Option<GatewaySpec>,
+    /// Whether a home without `agents.yaml` gets a profile for it (and puts it in the
+    /// default fallback chain). Off for a CLI never run against its real binary.
+    pub default_profile: bool,
     /// Prints the version: `[command] + version_args`.
     pub version_args: &'static [&'static str],
+    /// A package that installs a stub under the CLI's name: (words its version output
+    /// holds, the fix `doctor` gives).
+    pub version_stub: Option<(&'static str, &'static str)>,
     /// Real CLI versions the adapter was run or recorded against (docs/agents.md), as an
     /// inclusive `(major, minor, patch)` range; `None`: never against the real binary.
     pub tested_versions: Option<(Version, Version)>,

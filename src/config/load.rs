@@ -204,6 +204,7 @@ impl Config {
             None => AgentsFile {
                 agents: AgentType::ALL
                     .iter()
+                    .filter(|t| crate::agents::descriptor(**t).default_profile)
                     .map(|t| default_agent_config(*t))
                     .collect(),
             },

@@ -77,7 +77,7 @@ pub(super) fn build_identities(
                         "identity `{}` has a volume for unknown agent type `{agent_type}`",
                         id.name
                     ),
-                    "key volumes by agent type: claude, codex, kimi or gemini",
+                    format!("key volumes by agent type: {}", AgentType::names()),
                 ));
             }
             if host.chars().any(char::is_control) {
@@ -112,7 +112,7 @@ pub(super) fn build_identities(
                         "identity `{}` lists unknown agent type `{agent_type}` in whole_directory",
                         id.name
                     ),
-                    "list agent types (claude, codex, kimi or gemini) whose whole login directory may be staged, or remove the line",
+                    format!("list agent types ({}) whose whole login directory may be staged, or remove the line", AgentType::names()),
                 ));
             }
         }
@@ -239,7 +239,7 @@ pub(super) fn build_agents(
                 &at("agent_type"),
                 None,
                 format!("agent `{}`: {e}", a.name),
-                "set agent_type to claude, codex, kimi or gemini",
+                format!("set agent_type to {}", AgentType::names()),
             )
         })?;
         if let Some(id) = &a.identity {

@@ -5,30 +5,46 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-/// The CLI families Polyphony has adapters for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentType {
-    Claude,
-    Codex,
-    Kimi,
-    Gemini,
+/// Declares [`AgentType`]: each CLI's id, once. Everything else about a CLI is its
+/// adapter's descriptor (`agents::descriptor`); `agents::adapter_for` is the registry.
+macro_rules! agent_ids {
+    ($($variant:ident = $id:literal),+ $(,)?) => {
+        /// The id of an agent CLI: what profiles (`agent_type`), identities' `volumes` and
+        /// stored RunSpecs name it by. Only the ids live here (the stored form, read without
+        /// the adapters); `agents::adapter_for` maps each to its adapter, and its match is
+        /// the only one on this enum, so an id without an adapter does not compile.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum AgentType {
+            $(#[serde(rename = $id)] $variant,)+
+        }
+
+        impl AgentType {
+            pub const ALL: [AgentType; [$($id),+].len()] = [$(AgentType::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(AgentType::$variant => $id,)+
+                }
+            }
+        }
+    };
+}
+
+agent_ids! {
+    Claude = "claude",
+    Codex = "codex",
+    Kimi = "kimi",
+    Gemini = "gemini",
 }
 
 impl AgentType {
-    pub const ALL: [AgentType; 4] = [
-        AgentType::Claude,
-        AgentType::Codex,
-        AgentType::Kimi,
-        AgentType::Gemini,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentType::Claude => "claude",
-            AgentType::Codex => "codex",
-            AgentType::Kimi => "kimi",
-            AgentType::Gemini => "gemini",
+    /// Every id, in registry order, for "expected …" messages: `claude, codex, kimi or
+    /// gemini`.
+    pub fn names() -> String {
+        let ids: Vec<&str> = AgentType::ALL.iter().map(|t| t.as_str()).collect();
+        match ids.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => ids.join(""),
         }
     }
 }
@@ -46,9 +62,7 @@ impl FromStr for AgentType {
         AgentType::ALL
             .into_iter()
             .find(|t| t.as_str() == lower)
-            .ok_or_else(|| {
-                format!("unknown agent type `{s}` (expected claude, codex, kimi or gemini)")
-            })
+            .ok_or_else(|| format!("unknown agent type `{s}` (expected {})", AgentType::names()))
     }
 }
 
@@ -161,31 +175,6 @@ impl Default for EgressSpec {
             max_bytes: 4 * 1024 * 1024 * 1024,
             profile: String::new(),
         }
-    }
-}
-
-/// The model API hosts each CLI needs by default (docs/SECURITY.md "Egress").
-pub fn default_egress_hosts(agent: AgentType) -> &'static [&'static str] {
-    match agent {
-        // API key and subscription logins; console.anthropic.com refreshes OAuth tokens.
-        AgentType::Claude => &["api.anthropic.com:443", "console.anthropic.com:443"],
-        // API key (api.openai.com) and ChatGPT login (chatgpt.com, auth.openai.com).
-        AgentType::Codex => &[
-            "api.openai.com:443",
-            "chatgpt.com:443",
-            "auth.openai.com:443",
-        ],
-        AgentType::Kimi => &[
-            "api.moonshot.ai:443",
-            "api.moonshot.cn:443",
-            "api.kimi.com:443",
-        ],
-        // API key (generativelanguage), Google login (Code Assist, OAuth token refresh).
-        AgentType::Gemini => &[
-            "generativelanguage.googleapis.com:443",
-            "cloudcode-pa.googleapis.com:443",
-            "oauth2.googleapis.com:443",
-        ],
     }
 }
 

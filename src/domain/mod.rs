@@ -17,8 +17,8 @@ pub mod terminal;
 pub mod text;
 
 pub use agent::{
-    default_egress_hosts, AgentProfile, AgentType, EgressMode, EgressProfile, EgressSpec,
-    Invocation, NetworkMode, ResourceLimits,
+    AgentProfile, AgentType, EgressMode, EgressProfile, EgressSpec, Invocation, NetworkMode,
+    ResourceLimits,
 };
 pub use event::{EventKind, EventStream, TaskEvent};
 pub use identity::Identity;

@@ -26,8 +26,6 @@ pub mod pricing;
 pub mod proxy;
 pub mod usage;
 
-use serde::{Deserialize, Serialize};
-
 use crate::domain::AgentType;
 
 pub use auth::{new_placeholder, Credential};
@@ -35,29 +33,14 @@ pub use pricing::{Picos, Price, PriceTable};
 pub use proxy::{start, GatewayHandle, GatewaySettings, Hooks, Meter, NoHooks, RequestRecord};
 pub use usage::Usage;
 
-/// The wire protocol of a provider's API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// Anthropic Messages (`POST /v1/messages`, SSE).
-    Anthropic,
-    /// OpenAI Responses (`POST /v1/responses`, SSE).
-    OpenAiResponses,
-    /// OpenAI-compatible Chat Completions (Moonshot/Kimi).
-    OpenAiChat,
-    /// Google Generative Language (`…:streamGenerateContent?alt=sse`).
-    Gemini,
-}
+/// The wire protocol of a provider's API (each CLI's descriptor names the one it speaks).
+pub use crate::agents::WireApi as Api;
 
 impl Api {
-    /// The API each agent type's CLI speaks when it uses an API key.
-    pub fn of(agent: AgentType) -> Api {
-        match agent {
-            AgentType::Claude => Api::Anthropic,
-            AgentType::Codex => Api::OpenAiResponses,
-            AgentType::Kimi => Api::OpenAiChat,
-            AgentType::Gemini => Api::Gemini,
-        }
+    /// The API `agent`'s CLI speaks when it uses an API key; `None` when the gateway cannot
+    /// stand in for it (its descriptor has no `gateway`).
+    pub fn of(agent: AgentType) -> Option<Api> {
+        crate::agents::descriptor(agent).gateway.map(|g| g.api)
     }
 
     /// The real host, when the config names no other. A request's path is appended to it

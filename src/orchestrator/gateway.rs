@@ -169,7 +169,7 @@ impl AttemptGateway {
             .collect();
         spec.env_from_host
             .retain(|v| keep_env.contains(&v.name.as_str()));
-        let staging = crate::identity::staging_path(self.plan_agent_type());
+        let staging = crate::identity::staging_path(self.plan.agent);
         let kept: Vec<&str> = self
             .plan
             .volume_mounts
@@ -185,15 +185,6 @@ impl AttemptGateway {
         );
         spec.env
             .insert(self.plan.base_url_var.to_string(), self.handle.base_url());
-    }
-
-    fn plan_agent_type(&self) -> crate::domain::AgentType {
-        match self.plan.api {
-            gateway::Api::Anthropic => crate::domain::AgentType::Claude,
-            gateway::Api::OpenAiResponses => crate::domain::AgentType::Codex,
-            gateway::Api::OpenAiChat => crate::domain::AgentType::Kimi,
-            gateway::Api::Gemini => crate::domain::AgentType::Gemini,
-        }
     }
 
     /// Folds what the gateway metered into `exec`: the metered cost and tokens replace the

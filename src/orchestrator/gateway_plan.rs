@@ -5,7 +5,7 @@
 //! `api_keys` under one of the names the CLI reads ([`credential_vars`]) and its login
 //! directory is not staged whole (`whole_directory`). Then:
 //! - the container gets the attempt's placeholder under that same name, and the CLI's
-//!   base-URL variable ([`base_url_var`]) pointing at the gateway;
+//!   base-URL variable (its descriptor's `gateway.base_url_var`) pointing at the gateway;
 //! - the identity's own value of the base-URL variable, if it names one, becomes the
 //!   gateway's upstream (else the provider's real host);
 //! - every model credential of the overlay (any agent type's names) is removed from the
@@ -22,43 +22,15 @@ use crate::domain::{AgentType, EnvVar, VolumeMount};
 
 use crate::gateway::Api;
 
-/// Credential kinds of a variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    ApiKey,
-    OAuthToken,
-}
+/// Credential kinds of a variable (each CLI's descriptor says which its variables hold).
+pub use crate::agents::CredentialKind as Kind;
 
-/// The variables each CLI reads its model credential from, in the order they are tried.
+/// The variables each CLI reads its model credential from, in the order they are tried
+/// (its descriptor's `gateway`; none when the gateway cannot stand in for its API).
 pub fn credential_vars(agent: AgentType) -> &'static [(&'static str, Kind)] {
-    match agent {
-        AgentType::Claude => &[
-            ("ANTHROPIC_API_KEY", Kind::ApiKey),
-            ("CLAUDE_CODE_OAUTH_TOKEN", Kind::OAuthToken),
-        ],
-        AgentType::Codex => &[
-            ("CODEX_API_KEY", Kind::ApiKey),
-            ("OPENAI_API_KEY", Kind::ApiKey),
-        ],
-        AgentType::Gemini => &[
-            ("GEMINI_API_KEY", Kind::ApiKey),
-            ("GOOGLE_API_KEY", Kind::ApiKey),
-        ],
-        AgentType::Kimi => &[
-            ("KIMI_API_KEY", Kind::ApiKey),
-            ("MOONSHOT_API_KEY", Kind::ApiKey),
-        ],
-    }
-}
-
-/// The variable each CLI takes its API's base URL from.
-pub fn base_url_var(agent: AgentType) -> &'static str {
-    match agent {
-        AgentType::Claude => "ANTHROPIC_BASE_URL",
-        AgentType::Codex => "OPENAI_BASE_URL",
-        AgentType::Gemini => "GOOGLE_GEMINI_BASE_URL",
-        AgentType::Kimi => "KIMI_BASE_URL",
-    }
+    crate::agents::descriptor(agent)
+        .gateway
+        .map_or(&[], |g| g.credential_vars)
 }
 
 /// Every model-credential variable name any CLI reads (removed from a protected container).
@@ -72,6 +44,8 @@ fn all_credential_vars() -> impl Iterator<Item = &'static str> {
 /// How one attempt's model API goes through the gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The CLI the plan is for.
+    pub agent: AgentType,
     pub api: Api,
     /// The container variable the CLI reads its credential from (gets the placeholder).
     pub credential_var: String,
@@ -95,6 +69,9 @@ pub enum Unprotected {
     LoginFilesOnly,
     /// The login directory is staged whole (`whole_directory`).
     WholeDirectory,
+    /// The gateway cannot stand in for the CLI's model API (its descriptor has no
+    /// `gateway`).
+    NotSupported,
 }
 
 impl Unprotected {
@@ -104,14 +81,15 @@ impl Unprotected {
             Unprotected::LoginFilesOnly => format!(
                 "{agent} logs in with its login files, which are staged in the container: not gateway-protected (give the identity an api_keys entry {}{})",
                 names.join(" or "),
-                if agent == AgentType::Claude {
-                    "; a subscription: `claude setup-token`, then CLAUDE_CODE_OAUTH_TOKEN"
-                } else {
-                    ""
-                }
+                crate::agents::descriptor(agent)
+                    .gateway
+                    .map_or("", |g| g.login_files_hint)
             ),
             Unprotected::WholeDirectory => format!(
                 "{agent}'s login directory is staged whole (whole_directory): not gateway-protected"
+            ),
+            Unprotected::NotSupported => format!(
+                "the gateway cannot stand in for {agent}'s model API: not gateway-protected (its key goes into the container)"
             ),
         }
     }
@@ -123,15 +101,19 @@ pub fn plan(
     overlay: &[EnvVar],
     mounts: &[VolumeMount],
 ) -> Result<Plan, Unprotected> {
+    let gateway = crate::agents::descriptor(agent)
+        .gateway
+        .ok_or(Unprotected::NotSupported)?;
     let staging = crate::identity::staging_path(agent);
     if mounts.iter().any(|m| m.container_path == staging) {
         return Err(Unprotected::WholeDirectory);
     }
-    let (var, kind) = credential_vars(agent)
+    let (var, kind) = gateway
+        .credential_vars
         .iter()
         .find_map(|(name, kind)| overlay.iter().find(|v| v.name == *name).map(|v| (v, *kind)))
         .ok_or(Unprotected::LoginFilesOnly)?;
-    let base_var = base_url_var(agent);
+    let base_var = gateway.base_url_var;
     let upstream_from_host = overlay
         .iter()
         .find(|v| v.name == base_var)
@@ -151,7 +133,8 @@ pub fn plan(
         .cloned()
         .collect();
     Ok(Plan {
-        api: Api::of(agent),
+        agent,
+        api: gateway.api,
         credential_var: var.name.clone(),
         credential_from_host: var.from_host.clone(),
         kind,

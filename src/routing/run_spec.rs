@@ -17,9 +17,7 @@ use std::time::Duration;
 
 use super::rules::{repo_globset, repo_keys, RouteDecision};
 use crate::config::model::{GlobalConfig, RepoConfig, VerifyConfig};
-use crate::domain::{
-    default_egress_hosts, AgentProfile, EgressSpec, ResourceLimits, RunSpec, Task, VerifyCommand,
-};
+use crate::domain::{AgentProfile, EgressSpec, ResourceLimits, RunSpec, Task, VerifyCommand};
 use crate::identity::Brokered;
 
 /// Everything a RunSpec is built from.
@@ -216,7 +214,8 @@ pub fn egress_spec(
 ) -> Result<EgressSpec, RunSpecError> {
     let g = &global.egress;
     let mut allow: Vec<String> = Vec::new();
-    let defaults = default_egress_hosts(profile.agent_type)
+    let defaults = crate::agents::descriptor(profile.agent_type)
+        .api_hosts
         .iter()
         .map(|e| e.to_string());
     let repo_allow = repo

@@ -1,7 +1,8 @@
 //! The offline test image `polyphony-test` (images/test/): `FROM scratch`, the host's
 //! static busybox, the worker image's credential-staging entrypoint
-//! (`images/worker/entrypoint.sh`, the one copy) and fake `claude`, `codex`, `kimi`
-//! and `gemini` that speak the real stream formats. Built through bollard with a tar
+//! (`images/worker/entrypoint.sh`, the one copy) and one fake CLI per agent type
+//! (`/usr/local/bin/<id>` for every [`AgentType`]: a wrapper around the shared
+//! `fake/polyphony-fake.sh`, which speaks each CLI's real stream format). Built through bollard with a tar
 //! context, because no registry is reachable (DESIGN "Images").
 //!
 //! The image files are compiled into the binary (`include_str!`), so tests and the demo
@@ -17,6 +18,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::RuntimeError;
+use crate::domain::AgentType;
 
 /// Repository name of the test image.
 pub const TEST_IMAGE_REPO: &str = "polyphony-test";
@@ -28,22 +30,25 @@ const DOCKERFILE: &str = include_str!("../../images/test/Dockerfile");
 /// context as `entrypoint.sh`).
 const ENTRYPOINT: &str = include_str!("../../images/worker/entrypoint.sh");
 const FAKE_LIB: &str = include_str!("../../images/test/fake/polyphony-fake.sh");
-const FAKE_CLAUDE: &str = include_str!("../../images/test/fake/claude");
-const FAKE_CODEX: &str = include_str!("../../images/test/fake/codex");
-const FAKE_KIMI: &str = include_str!("../../images/test/fake/kimi");
-const FAKE_GEMINI: &str = include_str!("../../images/test/fake/gemini");
+
+/// The fake CLI `id`: sets `AGENT` and runs the shared body.
+fn fake_wrapper(id: &str) -> String {
+    format!(
+        "#!/bin/sh\n# Fake `{id}` CLI for Polyphony tests: see images/test/README.md.\nAGENT={id}\n. /usr/local/bin/polyphony-fake.sh\nfake_main \"$@\"\n"
+    )
+}
 
 /// The context files other than busybox: (path in the context, content, mode).
-fn context_files() -> [(&'static str, &'static str, u32); 7] {
-    [
-        ("Dockerfile", DOCKERFILE, 0o644),
-        ("entrypoint.sh", ENTRYPOINT, 0o755),
-        ("fake/polyphony-fake.sh", FAKE_LIB, 0o644),
-        ("fake/claude", FAKE_CLAUDE, 0o755),
-        ("fake/codex", FAKE_CODEX, 0o755),
-        ("fake/kimi", FAKE_KIMI, 0o755),
-        ("fake/gemini", FAKE_GEMINI, 0o755),
-    ]
+fn context_files() -> Vec<(String, String, u32)> {
+    let mut files = vec![
+        ("Dockerfile".to_string(), DOCKERFILE.to_string(), 0o644),
+        ("entrypoint.sh".into(), ENTRYPOINT.into(), 0o755),
+        ("fake/polyphony-fake.sh".into(), FAKE_LIB.into(), 0o644),
+    ];
+    for t in AgentType::ALL {
+        files.push((format!("fake/{t}"), fake_wrapper(t.as_str()), 0o755));
+    }
+    files
 }
 
 /// `polyphony-test:<hash of the context>` (busybox included).
@@ -72,7 +77,7 @@ fn build_context(busybox: &[u8]) -> Result<Vec<u8>, RuntimeError> {
     };
     add("busybox", busybox, 0o755)?;
     for (path, content, mode) in context_files() {
-        add(path, content.as_bytes(), mode)?;
+        add(&path, content.as_bytes(), mode)?;
     }
     tar.into_inner()
         .map_err(|e| RuntimeError::Build(format!("finishing the build context: {e}")))
@@ -166,6 +171,7 @@ mod tests {
             .collect();
         assert!(names.contains(&"busybox".to_string()));
         assert!(names.contains(&"fake/claude".to_string()));
-        assert_eq!(names.len(), 8);
+        assert!(names.contains(&"fake/kimi".to_string()));
+        assert_eq!(names.len(), 4 + AgentType::ALL.len());
     }
 }

@@ -297,12 +297,14 @@ pub fn cli_version_check(
         .find(|l| !l.is_empty())
         .unwrap_or("")
         .to_string();
-    if output.contains("no longer maintained") {
-        return Check::warn(
-            name,
-            format!("{line}: a deprecation stub that runs no task"),
-            "use an image with a working Kimi CLI (docs/agents.md: kimi-cli 1.52.0 on PyPI is a stub)",
-        );
+    if let Some((marker, fix)) = crate::agents::descriptor(agent).version_stub {
+        if output.contains(marker) {
+            return Check::warn(
+                name,
+                format!("{line}: a deprecation stub that runs no task"),
+                fix,
+            );
+        }
     }
     if code != Some(0) {
         let code = code.map_or_else(|| "no exit code".to_string(), |c| format!("exit {c}"));
