@@ -87,6 +87,11 @@ impl ScriptedAnthropic {
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr())
     }
+
+    /// The port the API listens on (a test reaches it by name through an egress proxy).
+    pub fn port(&self) -> u16 {
+        self.0.port()
+    }
 }
 
 fn app(state: Shared<Reply>) -> Router {

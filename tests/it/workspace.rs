@@ -1133,7 +1133,15 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
     };
     let ws = fx.prepare("check-full", 1);
     write(&ws.path.join("new.txt"), "x\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "work").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let sha = out.sha.unwrap();
     let dest = disk.path().join("check");
     let err = fx.mgr.checkout(&ws, &sha, &dest, None).unwrap_err();
@@ -1150,14 +1158,28 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
     let chunk = vec![7u8; 1 << 20];
     while f.write_all(&chunk).is_ok() {}
     drop(f);
-    let err = mgr.commit_all(&ws, &author(), "work").unwrap_err();
+    let err = mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap_err();
     assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
     assert!(
         git(&own_repo_path(&ws), &["for-each-ref", "refs/heads"]).is_empty(),
         "nothing was committed"
     );
     std::fs::remove_file(&filler).unwrap();
-    let out = mgr.commit_all(&ws, &author(), "work").unwrap();
+    let out = mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(
         out.empty,
         "the tree is whole again: {:?}",
