@@ -67,7 +67,14 @@ pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
         proxy_name,
         labels,
         config_json: serde_json::to_string(&config).unwrap_or_default(),
-        resolver_hosts: Vec::new(),
+        // The pins again, for the gateway's own resolver (the proxy checks pins first).
+        resolver_hosts: config
+            .pins
+            .iter()
+            .map(|(name, ip)| format!("{name}:{ip}"))
+            .collect(),
+        mounts: Vec::new(),
+        user: None,
     })
 }
 
@@ -116,14 +123,17 @@ pub struct Refused {
 }
 
 /// What an attempt's proxy log says: allowed hosts summed, refusals in order, and the
-/// gateway's own lines (issue 26) passed on untouched.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// model-API gateway's request records (issue 26), when it hosted one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EgressReport {
     pub allowed: Vec<AllowedHost>,
     pub refused: Vec<Refused>,
-    /// Lines whose `event` starts with `gateway`.
+    /// The proxy said it serves a gateway (`ready` with `gateway: true`).
     #[serde(skip)]
-    pub gateway: Vec<serde_json::Value>,
+    pub gateway_on: bool,
+    /// The `gateway` lines' records, in order.
+    #[serde(skip)]
+    pub gateway: Vec<crate::gateway::RequestRecord>,
 }
 
 impl EgressReport {
@@ -180,7 +190,18 @@ impl EgressReport {
                         .unwrap_or("")
                         .to_string(),
                 }),
-                e if e.starts_with("gateway") => report.gateway.push(value),
+                "ready" => {
+                    report.gateway_on =
+                        value.get("gateway").and_then(|g| g.as_bool()) == Some(true);
+                }
+                "gateway" => {
+                    if let Some(r) = value
+                        .get("record")
+                        .and_then(|r| serde_json::from_value(r.clone()).ok())
+                    {
+                        report.gateway.push(r);
+                    }
+                }
                 _ => {}
             }
         }
@@ -247,14 +268,14 @@ mod tests {
 
     #[test]
     fn the_log_sums_allowed_hosts_and_keeps_refusals_in_order() {
-        let log = br#"{"event":"ready","listen":"0.0.0.0:3128"}
+        let log = br#"{"event":"ready","listen":"0.0.0.0:3128","gateway":true}
 {"event":"allowed","host":"api.anthropic.com","port":443,"addr":"1.2.3.4:443"}
 {"event":"closed","host":"api.anthropic.com","port":443,"bytes_up":100,"bytes_down":2048}
 {"event":"allowed","host":"api.anthropic.com","port":443,"addr":"1.2.3.4:443"}
 {"event":"closed","host":"api.anthropic.com","port":443,"bytes_up":50,"bytes_down":0}
 {"event":"refused","host":"evil.example","port":443,"reason":"not_allowed","detail":""}
 not json at all
-{"event":"gateway","tokens":5}
+{"event":"gateway","record":{"seq":0,"at":"2026-12-01T12:00:00Z","api":"anthropic","method":"POST","path":"/v1/messages","model":"claude-x","status":200,"usage":{"input_tokens":3,"cache_write_tokens":0,"cache_read_tokens":0,"output_tokens":2},"cost_usd":0.5,"cost_picos":"500000000000","price_known":true,"duration_ms":1.0,"outcome":"ok","reset_at":null}}
 {"event":"refused","host":"10.0.0.1","port":80,"reason":"ip_literal","detail":""}
 "#;
         let r = EgressReport::from_log(log);
@@ -271,6 +292,8 @@ not json at all
         assert_eq!(r.refused.len(), 2);
         assert_eq!(r.refused[0].host, "evil.example");
         assert_eq!(r.gateway.len(), 1);
+        assert!(r.gateway_on);
+        assert_eq!(r.gateway[0].cost_picos, Some(500_000_000_000));
         assert_eq!(
             r.summary(),
             "api.anthropic.com:443 ×2 (150 B up, 2.0 KiB down); refused 2: evil.example:443, 10.0.0.1:80"

@@ -52,9 +52,9 @@ pub struct ProxyConfig {
     /// Bytes (both directions, all connections) the attempt may move.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
-    /// The model-API gateway's own configuration (issue 26), opaque here.
+    /// The model-API gateway (issue 26) served on [`GATEWAY_PORT`] by the same process.
     #[serde(default)]
-    pub gateway: Option<Value>,
+    pub gateway: Option<crate::gateway::GatewaySpec>,
 }
 
 fn default_listen() -> String {
@@ -587,8 +587,55 @@ async fn respond(client: &mut TcpStream, status: u16, text: &str) -> std::io::Re
     client.shutdown().await
 }
 
-/// `polyphony egress-proxy`: reads the config, binds, says `ready`, serves (and starts the
-/// gateway listener when configured). Never returns unless binding fails.
+/// The gateway's hooks inside the proxy: each request becomes a `gateway` log line (the
+/// daemon reads them live), and the daily remainder is re-read from the budget file the
+/// daemon keeps up to date.
+struct ProxyGatewayHooks {
+    log: EventLog,
+    budget_file: std::path::PathBuf,
+    /// Until the daemon writes the file: the remainder at the attempt's start.
+    initial: Option<f64>,
+}
+
+impl crate::gateway::Hooks for ProxyGatewayHooks {
+    fn daily_left(&self) -> Option<crate::gateway::Picos> {
+        let left = std::fs::read_to_string(&self.budget_file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::gateway::BudgetFile>(&t).ok())
+            .map_or(self.initial, |b| b.daily_left_usd);
+        left.map(|usd| crate::gateway::pricing::picos_of_usd(usd.max(0.0)))
+    }
+
+    fn on_request(&self, record: &crate::gateway::RequestRecord) {
+        self.log
+            .emit(json!({ "event": "gateway", "record": record }));
+    }
+}
+
+/// Starts the gateway of `spec` on `listener`: reads the real credential from its file
+/// (which the daemon deletes once the proxy is ready).
+fn start_gateway(
+    spec: &crate::gateway::GatewaySpec,
+    listener: TcpListener,
+    log: EventLog,
+) -> anyhow::Result<crate::gateway::GatewayHandle> {
+    let dir = std::path::Path::new(&spec.dir);
+    let path = dir.join(crate::gateway::spec::CREDENTIAL_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::anyhow!("gateway: cannot read {}: {e}", path.display()))?;
+    let secret = crate::gateway::spec::secret_of(&text)
+        .ok_or_else(|| anyhow::anyhow!("gateway: {} is empty", path.display()))?;
+    let hooks = ProxyGatewayHooks {
+        log,
+        budget_file: dir.join(crate::gateway::spec::BUDGET_FILE),
+        initial: spec.daily_left_usd,
+    };
+    crate::gateway::start(listener, spec.settings(secret), std::sync::Arc::new(hooks))
+        .map_err(|e| anyhow::anyhow!("gateway: {e}"))
+}
+
+/// `polyphony egress-proxy`: reads the config, binds, starts the model-API gateway when
+/// configured, says `ready`, serves. Never returns unless starting fails.
 pub async fn run(config: ProxyConfig) -> anyhow::Result<()> {
     let log = EventLog::stdout();
     let proxy = Proxy::new(&config, Box::new(SystemResolver), log.clone())
@@ -596,27 +643,22 @@ pub async fn run(config: ProxyConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
-    let gateway = match &config.gateway {
-        Some(_) => Some(
-            TcpListener::bind(("0.0.0.0", GATEWAY_PORT))
+    // Kept alive for the process's life (dropping the handle stops the gateway).
+    let _gateway = match &config.gateway {
+        Some(spec) => {
+            let listener = TcpListener::bind(("0.0.0.0", GATEWAY_PORT))
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on :{GATEWAY_PORT}: {e}"))?,
-        ),
+                .map_err(|e| anyhow::anyhow!("cannot listen on :{GATEWAY_PORT}: {e}"))?;
+            Some(start_gateway(spec, listener, log.clone())?)
+        }
         None => None,
     };
     log.emit(json!({
         "event": "ready",
         "listen": config.listen,
         "allow": config.allow,
-        "gateway": gateway.is_some(),
+        "gateway": _gateway.is_some(),
     }));
-    if let (Some(_listener), Some(_settings)) = (gateway, config.gateway.clone()) {
-        // The gateway of issue 26 mounts here (docs: /work/notes interface); until it
-        // lands, a configured gateway is refused rather than silently absent.
-        anyhow::bail!(
-            "this build has no model-API gateway; remove `gateway` from the egress config"
-        );
-    }
     proxy.serve(listener).await;
     Ok(())
 }

@@ -16,14 +16,20 @@
 //! 5. reports each request (method, path, model, status, tokens, cost, duration; never a
 //!    header value or a body) to its [`Hooks`].
 //!
-//! Pure: `auth`, `usage`, `pricing`, `budget`, `limits`. IO: `proxy` (axum in, hyper +
-//! rustls out).
+//! Where it runs: inside the attempt's egress proxy container (`egress::proxy`, port 3129
+//! on the attempt's internal network), configured by a [`GatewaySpec`]; the container
+//! outlives the daemon, so a re-attached attempt keeps its gateway. Under `egress: open`
+//! or `none` there is no proxy and the daemon hosts it (`orchestrator::gateway`).
+//!
+//! Pure: `auth`, `usage`, `pricing`, `budget`, `limits`, `spec`. IO: `proxy` (axum in,
+//! hyper + rustls out).
 
 pub mod auth;
 pub mod budget;
 pub mod limits;
 pub mod pricing;
 pub mod proxy;
+pub mod spec;
 pub mod usage;
 
 use crate::domain::AgentType;
@@ -31,6 +37,7 @@ use crate::domain::AgentType;
 pub use auth::{new_placeholder, Credential};
 pub use pricing::{Picos, Price, PriceTable};
 pub use proxy::{start, GatewayHandle, GatewaySettings, Hooks, Meter, NoHooks, RequestRecord};
+pub use spec::{BudgetFile, CredentialKind, GatewaySpec};
 pub use usage::Usage;
 
 /// The wire protocol of a provider's API (each CLI's descriptor names the one it speaks).

@@ -24,7 +24,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::auth::{self, Credential};
@@ -97,8 +97,10 @@ pub struct GatewaySettings {
     pub budget_resets_at: Option<DateTime<Utc>>,
 }
 
-/// One request as an event: never a header value, a query string or a body.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One request as an event: never a header value, a query string or a body. Written by
+/// the gateway in the egress proxy as one log line and read back by the daemon, so it
+/// round-trips through JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// 0, 1, … per attempt.
     pub seq: u64,
@@ -112,15 +114,38 @@ pub struct RequestRecord {
     pub usage: Option<Usage>,
     /// `None`: no usage, or the model's price is unknown (see `price_known`).
     pub cost_usd: Option<f64>,
-    #[serde(skip)]
+    /// The exact figure `cost_usd` rounds (pico-dollars), as a decimal string.
+    #[serde(default, with = "picos_text")]
     pub cost_picos: Option<Picos>,
     pub price_known: bool,
     pub duration_ms: f64,
     /// `ok`, `error` (the provider answered an error), `limited` (a usage limit), `cut`
     /// (the stream ended early), `upstream_failed`, `refused_budget`, `refused_credential`.
-    pub outcome: &'static str,
+    pub outcome: String,
     /// A limit's reset instant, from the answer's headers.
     pub reset_at: Option<DateTime<Utc>>,
+    /// Set on a `refused_budget` request: which budget, what it needed, what was left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetRefusal>,
+}
+
+/// Pico-dollar figures as decimal strings in JSON (u128 is past what every reader takes).
+mod picos_text {
+    use super::Picos;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Picos>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(p) => s.serialize_str(&p.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Picos>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| t.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 impl RequestRecord {
@@ -148,10 +173,11 @@ impl RequestRecord {
     }
 }
 
-/// A budget refusal: which budget, what the request needed, what was left.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// A budget refusal: which budget (`attempt` or `daily`), what the request needed, what
+/// was left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetRefusal {
-    pub limit: &'static str,
+    pub limit: String,
     pub needed_usd: f64,
     pub remaining_usd: f64,
 }
@@ -174,6 +200,46 @@ pub struct Meter {
     pub refused_credential: u64,
 }
 
+impl Meter {
+    /// Counts one finished request (pure): what the gateway does per request, and what the
+    /// daemon does again with the records read back from the proxy's log.
+    pub fn add(&mut self, record: &RequestRecord) {
+        self.requests += 1;
+        if let Some(u) = &record.usage {
+            self.usage.add(u);
+            match record.cost_picos {
+                Some(c) => {
+                    self.cost_picos += c;
+                    self.cost_usd = usd_of_picos(self.cost_picos);
+                }
+                None => {
+                    if let Some(model) = &record.model {
+                        self.unpriced_models.insert(model.clone());
+                    }
+                }
+            }
+        }
+        if let Some(at) = record.reset_at {
+            self.limit_reset = Some(self.limit_reset.map_or(at, |t| t.max(at)));
+        }
+        if record.outcome == "refused_credential" {
+            self.refused_credential += 1;
+        }
+        if let Some(b) = &record.budget {
+            self.budget_refusal.get_or_insert_with(|| b.clone());
+        }
+    }
+
+    /// The meter of a list of records.
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a RequestRecord>) -> Meter {
+        let mut m = Meter::default();
+        for r in records {
+            m.add(r);
+        }
+        m
+    }
+}
+
 struct Inner {
     settings: GatewaySettings,
     upstream_host: String,
@@ -192,27 +258,7 @@ impl Inner {
         {
             let mut m = self.meter();
             record.seq = m.requests;
-            m.requests += 1;
-            if let Some(u) = &record.usage {
-                m.usage.add(u);
-                match record.cost_picos {
-                    Some(c) => {
-                        m.cost_picos += c;
-                        m.cost_usd = usd_of_picos(m.cost_picos);
-                    }
-                    None => {
-                        if let Some(model) = &record.model {
-                            m.unpriced_models.insert(model.clone());
-                        }
-                    }
-                }
-            }
-            if let Some(at) = record.reset_at {
-                m.limit_reset = Some(m.limit_reset.map_or(at, |t| t.max(at)));
-            }
-            if record.outcome == "refused_credential" {
-                m.refused_credential += 1;
-            }
+            m.add(&record);
         }
         self.hooks.on_request(&record);
     }
@@ -366,7 +412,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     if path == "/api/hello" && (method == Method::HEAD || method == Method::GET) {
         return StatusCode::OK.into_response();
     }
-    let record = |status: u16, outcome: &'static str| RequestRecord {
+    let record = |status: u16, outcome: &str| RequestRecord {
         seq: 0,
         at,
         api,
@@ -379,8 +425,9 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         cost_picos: None,
         price_known: true,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        outcome,
+        outcome: outcome.to_string(),
         reset_at: None,
+        budget: None,
     };
     let (k_auth, k_budget, k_upstream) = kinds(api);
     if !auth::authorized(&parts.headers, &inner.settings.placeholder) {
@@ -425,14 +472,10 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             Limit::Daily => "daily",
         };
         let refusal = BudgetRefusal {
-            limit: which,
+            limit: which.to_string(),
             needed_usd: usd_of_picos(needed),
             remaining_usd: usd_of_picos(remaining),
         };
-        {
-            let mut m = inner.meter();
-            m.budget_refusal.get_or_insert(refusal);
-        }
         let resets = match (limit, inner.settings.budget_resets_at) {
             (Limit::Daily, Some(t)) => format!("; it resets at {}", t.to_rfc3339()),
             _ => String::new(),
@@ -441,8 +484,10 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             Limit::Attempt => "this attempt's budget (max_cost_usd_per_attempt)",
             Limit::Daily => "the identity's daily budget (cost_ceiling_usd_per_day)",
         };
+        let (needed_usd, remaining_usd) = (refusal.needed_usd, refusal.remaining_usd);
         let mut r = record(429, "refused_budget");
         r.model = facts.model.clone();
+        r.budget = Some(refusal);
         inner.finish(r);
         return api_error(
             api,
@@ -450,7 +495,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             k_budget,
             &format!(
                 "polyphony gateway: budget limit reached: this request may cost up to ${:.4} and {what} has ${:.4} left{resets}",
-                refusal.needed_usd, refusal.remaining_usd
+                needed_usd, remaining_usd
             ),
         );
     }
@@ -629,7 +674,8 @@ impl Guard {
             "cut"
         } else {
             "ok"
-        };
+        }
+        .to_string();
         record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         self.inner.finish(record);
     }

@@ -78,6 +78,8 @@ pub struct Orchestrator {
     pub policy: RetryPolicy,
     pub env: EnvLookup,
     pub clock: Clock,
+    /// What running attempts' model-API gateways metered so far (budgets across attempts).
+    pub(crate) spend: Arc<gateway::LiveSpend>,
 }
 
 impl Orchestrator {
@@ -125,6 +127,7 @@ impl Orchestrator {
             policy,
             env,
             clock: clock::system(),
+            spend: Arc::default(),
         })
     }
 

@@ -189,6 +189,12 @@ impl DockerRuntime {
         let host_config = HostConfig {
             network_mode: Some(plan.network.clone()),
             extra_hosts: Some(plan.resolver_hosts.clone()),
+            binds: (!plan.mounts.is_empty()).then(|| {
+                plan.mounts
+                    .iter()
+                    .map(|(host, container)| format!("{host}:{container}:ro"))
+                    .collect()
+            }),
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(true),
@@ -213,7 +219,11 @@ impl DockerRuntime {
                 plan.config_json
             )]),
             labels: Some(plan.labels.clone().into_iter().collect()),
-            user: Some("65534:65534".to_string()),
+            user: Some(
+                plan.user
+                    .clone()
+                    .unwrap_or_else(|| "65534:65534".to_string()),
+            ),
             host_config: Some(host_config),
             ..Default::default()
         };

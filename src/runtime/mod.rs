@@ -147,6 +147,11 @@ pub struct EgressPlan {
     /// `name:address` lines for the proxy container's own `/etc/hosts`: what its system
     /// resolver answers (tests inject DNS answers this way; still policy-checked).
     pub resolver_hosts: Vec<String>,
+    /// Host directories bind-mounted read-only into the proxy (`host path`, `container
+    /// path`): the gateway's private directory (issue 26, `gateway::spec`).
+    pub mounts: Vec<(String, String)>,
+    /// The proxy's `uid:gid` (`None`: `nobody`, 65534:65534).
+    pub user: Option<String>,
 }
 
 /// Where an attempt's agent finds its proxy.

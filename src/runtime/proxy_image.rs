@@ -28,6 +28,14 @@ ENTRYPOINT [\"/polyphony\", \"egress-proxy\"]
 /// glibc reads it for getaddrinfo: the container's /etc/hosts first, then DNS.
 const NSSWITCH: &str = "hosts: files dns\n";
 
+/// Where the host keeps its CA bundle (Debian, Fedora, Alpine/macOS spellings): copied into
+/// the image so the model-API gateway can verify the provider's TLS certificate.
+const CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
 /// The image tag for `binary`: `polyphony-egress:<16 hex>`.
 pub fn image_tag(binary: &Path) -> Result<String, RuntimeError> {
     let id = match build_id(binary) {
@@ -146,6 +154,9 @@ fn build_context(binary: &Path, libraries: &[PathBuf]) -> Result<Vec<u8>, Runtim
     };
     add("Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
     add("rootfs/etc/nsswitch.conf", NSSWITCH.as_bytes(), 0o644)?;
+    if let Some(bundle) = CA_BUNDLES.iter().find_map(|p| std::fs::read(p).ok()) {
+        add("rootfs/etc/ssl/certs/ca-certificates.crt", &bundle, 0o644)?;
+    }
     let bytes = std::fs::read(binary).map_err(|e| read_error(binary, e))?;
     add("rootfs/polyphony", &bytes, 0o755)?;
     for lib in libraries {

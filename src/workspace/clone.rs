@@ -141,7 +141,12 @@ impl WorkspaceManager {
             .run()?;
         // Issue 24: a parallel checkout exits 0 after failing to write a file on a full disk.
         // Still the orchestrator's clone (no agent ran): its index says what must be there.
-        super::verify_checkout::verify_checkout(Git::new("ls-files").current_dir(dir), dir)?;
+        let listing = Git::new("ls-files")
+            .current_dir(dir)
+            .args(super::disk::LIST_LOST)
+            .run()
+            .map_err(|e| super::disk::explain(e, dir))?;
+        super::disk::verify_checkout(&listing.stdout, dir)?;
         super::disk::ensure_room(
             dir,
             super::disk::MIN_FREE_BYTES,

@@ -5,10 +5,9 @@
 //! check checkout, the landing commit) is [`WorkspaceError::DiskFull`], which the
 //! orchestrator makes a permanent failure with the fix (`orchestrator/failure.rs`).
 //!
-//! - `verify_checkout` (in `verify_checkout.rs`, which runs git): `git ls-files --deleted
-//!   --modified` over an index its caller wrote (never the agent's: at prepare the agent
-//!   has not run, and the checks' index is a temporary file of the orchestrator's
-//!   repository). Entries whose stat data
+//! - [`verify_checkout`]: judges `git ls-files --deleted --modified` over an index the
+//!   caller wrote (never the agent's: at prepare the agent has not run, and the checks'
+//!   index is a temporary file of the orchestrator's repository). Entries whose stat data
 //!   git recorded cost one `lstat`; only entries git failed to write are hashed.
 //! - [`ensure_room`]: at least [`MIN_FREE_BYTES`] free after the checkout, and, before the
 //!   landing commit, more than [`FULL_BYTES`] (a filesystem the agent's run filled may
@@ -25,8 +24,11 @@ pub const MIN_FREE_BYTES: u64 = 64 << 20;
 /// Below this much free space after the agent ran, its working tree is not committed.
 pub const FULL_BYTES: u64 = 1 << 20;
 
+/// `git ls-files` arguments listing what a checkout failed to write ([`verify_checkout`]).
+pub(crate) const LIST_LOST: [&str; 4] = ["ls-files", "-z", "--deleted", "--modified"];
+
 /// How many lost paths an error names.
-pub(super) const NAMED: usize = 5;
+const NAMED: usize = 5;
 
 /// Bytes available to this user on the filesystem holding `path` (or its nearest existing
 /// ancestor); `None` when it cannot be read.
@@ -57,7 +59,7 @@ fn is_full_text(text: &str) -> bool {
     lower.contains("no space left on device") || lower.contains("disk quota exceeded")
 }
 
-pub(super) fn disk_full(path: &Path, what: String) -> WorkspaceError {
+fn disk_full(path: &Path, what: String) -> WorkspaceError {
     WorkspaceError::DiskFull {
         path: path.to_path_buf(),
         free: free_bytes(path),
@@ -102,6 +104,36 @@ pub(crate) fn ensure_room(path: &Path, need: u64, doing: &str) -> Result<(), Wor
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Judges `listing`, the output of `git ls-files -z --deleted --modified` over the index
+/// that wrote `work_tree` (the caller runs it: this module runs no git): every tracked path
+/// must be on disk as the index says. A lost path is `DiskFull` when the filesystem is
+/// under the floor, else `IncompleteCheckout`.
+pub(crate) fn verify_checkout(listing: &[u8], work_tree: &Path) -> Result<(), WorkspaceError> {
+    let mut lost: Vec<String> = Vec::new();
+    for p in listing.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        let p = String::from_utf8_lossy(p).into_owned();
+        if !lost.contains(&p) {
+            lost.push(p);
+        }
+    }
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let count = lost.len();
+    let mut named = lost.into_iter().take(NAMED).collect::<Vec<_>>().join(", ");
+    if count > NAMED {
+        named.push_str(&format!(" and {} more", count - NAMED));
+    }
+    let what = format!("the checkout is missing or truncated {count} tracked file(s): {named}");
+    match free_bytes(work_tree) {
+        Some(free) if free < MIN_FREE_BYTES => Err(disk_full(work_tree, what)),
+        _ => Err(WorkspaceError::IncompleteCheckout {
+            path: work_tree.to_path_buf(),
+            what,
+        }),
     }
 }
 

@@ -22,6 +22,7 @@
 mod cleanup;
 mod clone;
 mod commit;
+pub mod diff;
 pub mod disk;
 mod git;
 mod handoff;
@@ -38,7 +39,6 @@ mod seed;
 mod shared;
 mod snapshot;
 mod upstream;
-mod verify_checkout;
 mod worktree;
 
 pub use cleanup::disk_usage;

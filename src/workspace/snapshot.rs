@@ -324,13 +324,14 @@ impl WorkspaceManager {
                 .args(["checkout-index", "--all", "--force", "-u"])
                 .run()?;
             // Issue 24: what a full disk lost is never checked as if it were the commit.
-            super::verify_checkout::verify_checkout(
-                repo.git("ls-files")
-                    .env("GIT_INDEX_FILE", &index)
-                    .arg(&work_tree)
-                    .current_dir(dest),
-                dest,
-            )
+            let listing = repo
+                .git("ls-files")
+                .env("GIT_INDEX_FILE", &index)
+                .arg(&work_tree)
+                .current_dir(dest)
+                .args(super::disk::LIST_LOST)
+                .run()?;
+            super::disk::verify_checkout(&listing.stdout, dest)
         })()
         .map_err(|e| super::disk::explain(e, dest));
         let _ = std::fs::remove_file(&index);

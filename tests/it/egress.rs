@@ -110,6 +110,8 @@ fn plan(label: &str, attempt: u32, outbound: &str, config: &ProxyConfig) -> Egre
         config_json: serde_json::to_string(config).unwrap(),
         // The proxy's own resolver answers: a name allowed but resolving to a private address.
         resolver_hosts: vec!["private.test:10.9.9.9".to_string()],
+        mounts: Vec::new(),
+        user: None,
     }
 }
 

@@ -168,7 +168,7 @@ async fn only_the_placeholder_passes_and_only_the_real_key_goes_upstream() {
     assert_eq!(m.usage.output_tokens, OUTPUT_TOKENS);
     assert_eq!(m.cost_picos, scripted_cost());
     let records = hooks.records.lock().unwrap().clone();
-    let outcomes: Vec<&str> = records.iter().map(|r| r.outcome).collect();
+    let outcomes: Vec<&str> = records.iter().map(|r| r.outcome.as_str()).collect();
     assert_eq!(
         outcomes,
         [
@@ -234,7 +234,7 @@ async fn a_429_sets_the_reset_from_its_headers() {
     assert_eq!(gw.meter().limit_reset, Some(reset));
     let r = hooks.records.lock().unwrap()[0].clone();
     assert_eq!(
-        (r.status, r.outcome, r.reset_at),
+        (r.status, r.outcome.as_str(), r.reset_at),
         (429, "limited", Some(reset))
     );
 }

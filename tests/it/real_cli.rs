@@ -914,12 +914,25 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
     let cost = a[0]["cost_usd"].as_f64().expect("cost");
     assert_eq!(cost, polyphony::gateway::pricing::usd_of_picos(expected));
     assert!(cost < 1.0, "the forged cost counted: {cost}");
-    // The placeholder died with the attempt's gateway.
-    let gateway_addr = base.trim_start_matches("http://").to_string();
-    let reuse = tokio::net::TcpStream::connect(&gateway_addr).await;
+    // The gateway lived in the attempt's egress proxy, on the attempt's internal network
+    // (issue 25), and died with it: no container of the attempt is left.
     assert!(
-        reuse.is_err(),
-        "the gateway at {gateway_addr} still answers"
+        base.ends_with(":3129"),
+        "the gateway is not the proxy's: {base}"
+    );
+    let left = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=polyphony.task={id}"),
+        ])
+        .output()
+        .expect("docker ps");
+    assert!(
+        text(&left.stdout).trim().is_empty(),
+        "left: {}",
+        text(&left.stdout)
     );
     println!(
         "real_claude_behind_the_gateway_never_holds_the_key: {:?}",
@@ -952,9 +965,9 @@ fn codex_home(
     std::fs::write(
         path.join("config.yaml"),
         format!(
-            // The gateway points Codex at itself with OPENAI_BASE_URL, which Codex 0.147.0
-            // ignores (docs/agents.md): these tests hand the key to the CLI directly.
-            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ngateway:\n  enabled: false\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            // Issue 26: the gateway (in the attempt's egress proxy) holds the key; Codex is
+            // pointed at it by a model provider in its staged config.toml.
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
             // Issue 25: Codex reaches the scripted API by name through its egress proxy.
             polyphony::demo::egress_yaml(
                 &network.name,
@@ -984,12 +997,14 @@ fn codex_home(
         login
     };
     let first = login("login-codex", api);
-    let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n", first.display());
+    // The gateway's upstream: the identity's OPENAI_BASE_URL (the scripted API's address,
+    // reached from the proxy over the test network).
+    let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n      OPENAI_BASE_URL: POLYPHONY_TEST_OPENAI_URL\n", first.display());
     let mut agents = "agents:\n  - name: codex\n    agent_type: codex\n".to_string();
     let mut chain = "[]";
     if let Some(second) = fallback {
         let login2 = login("login-codex-b", second);
-        identities.push_str(&format!("  - name: second\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n", login2.display()));
+        identities.push_str(&format!("  - name: second\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n      OPENAI_BASE_URL: POLYPHONY_TEST_OPENAI_URL_2\n", login2.display()));
         agents.push_str("  - name: codex-b\n    agent_type: codex\n    identity: second\n");
         chain = "[codex-b]";
     }
@@ -1000,8 +1015,14 @@ fn codex_home(
         format!("default:\n  agent: codex\n  fallback: {chain}\n"),
     )
     .expect("routing.yaml");
+    let upstream = |a: &ScriptedOpenAi| a.base_url().trim_end_matches("/v1").to_string();
     let base = support::home::Home::at(dir, path, None)
         .with_env("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY)
+        .with_env("POLYPHONY_TEST_OPENAI_URL", &upstream(api))
+        .with_env(
+            "POLYPHONY_TEST_OPENAI_URL_2",
+            &fallback.map(upstream).unwrap_or_default(),
+        )
         .with_run_limit(RUN_LIMIT);
     Home { base, origin }
 }
@@ -1067,6 +1088,16 @@ async fn real_codex_lands_a_task() {
     assert!(transcript.contains("Fixed add()"), "{transcript}");
     assert!(transcript.contains("command_execution"), "{transcript}");
     assert!(!transcript.contains(OPENAI_KEY), "the key leaked");
+    // Issue 26: Codex went through the gateway in its proxy (its staged config.toml names
+    // the gateway's provider), which metered every Responses call.
+    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
+    let metered = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["data"]["gateway"]["path"] == "/v1/responses")
+        .count();
+    assert!(metered >= 2, "no gateway records:\n{events}");
+    assert!(a[0]["cost_usd"].as_f64().is_some(), "{a:#?}");
     println!("real_codex_lands_a_task: {:?}", started.elapsed());
 }
 

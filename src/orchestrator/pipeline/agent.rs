@@ -146,32 +146,29 @@ impl AttemptRun<'_> {
             &self.orch.home_label,
             &self.orch.default_user,
         );
-        // Issue 26: the model API goes through a gateway holding the real credential; the
-        // container gets a placeholder. (A re-attached attempt has none: see gateway.rs.)
-        let gateway = match reattach {
-            Some(_) => None,
-            None => self.start_gateway(spec).await?,
-        };
-        if let Some(gw) = &gateway {
-            gw.apply(&mut container);
-        }
         // Issue 25: under `allowlist` the agent's only network is the attempt's own
-        // internal one, whose one exit is the attempt's proxy. The model-API gateway still
-        // runs in the daemon on the host (issue 26), which that network cannot reach: an
-        // attempt behind the gateway keeps the profile's network until the gateway moves
-        // into the proxy (docs/SECURITY.md "Egress").
-        let egress = match &gateway {
-            None => crate::egress::plan(spec, &self.orch.home_label),
-            Some(_) => {
-                if spec.egress.mode == crate::domain::EgressMode::Allowlist {
-                    tracing::warn!(task = %self.task.id, "egress allowlist not applied: this attempt's model API goes through the in-daemon gateway");
-                }
-                None
-            }
+        // internal one, whose one exit is the attempt's proxy. Issue 26: the model API goes
+        // through a gateway holding the real credential (in that proxy; in the daemon under
+        // `open`/`none`); the container gets a placeholder. A re-attached attempt keeps the
+        // proxy, and with it its gateway.
+        let mut egress = crate::egress::plan(spec, &self.orch.home_label);
+        let home = self.orch.home().to_path_buf();
+        let scratch =
+            crate::orchestrator::gateway::proxy_dir(&home, &format!("{}-agent", container.name));
+        let mut gateway = match reattach {
+            Some(_) => None,
+            None => match self.prepare_gateway(spec)? {
+                None => None,
+                Some(prepared) => Some(match egress.as_mut() {
+                    Some(plan) => prepared.into_proxy(&home, plan).map_err(Failure::crash)?,
+                    None => prepared
+                        .in_daemon(self.orch.runtime.as_ref(), &spec.network, &self.orch.clock)
+                        .await
+                        .map_err(Failure::crash)?,
+                }),
+            },
         };
-        if gateway.is_none() {
-            container.network = crate::egress::agent_network(spec, egress.as_ref());
-        }
+        container.network = crate::egress::agent_network(spec, egress.as_ref());
         let config = &self.orch.config;
         let limits = RunLimits {
             deadline: Duration::from_secs(spec.deadline_seconds),
@@ -197,9 +194,19 @@ impl AttemptRun<'_> {
                 )?;
                 if let Some(plan) = &egress {
                     let started = std::time::Instant::now();
-                    let endpoint = rt.egress_up(plan).await.map_err(|e| {
-                        Failure::from(e).during("the attempt's egress network or proxy failed")
-                    })?;
+                    let endpoint = match rt.egress_up(plan).await {
+                        Ok(e) => e,
+                        Err(e) => {
+                            crate::orchestrator::gateway::remove_proxy_dir(&home, &plan.proxy_name);
+                            return Err(Failure::from(e)
+                                .during("the attempt's egress network or proxy failed"));
+                        }
+                    };
+                    if let Some(gw) = gateway.as_mut().filter(|g| g.in_proxy()) {
+                        // The proxy read the key before it said `ready`: it leaves the disk.
+                        crate::orchestrator::gateway::forget_credential(&home, &plan.proxy_name);
+                        gw.proxy_ready(endpoint.proxy_ip);
+                    }
                     tracing::info!(
                         task = %self.task.id,
                         attempt = spec.attempt,
@@ -210,6 +217,14 @@ impl AttemptRun<'_> {
                     );
                     for (name, value) in crate::egress::agent_env(endpoint.proxy_ip) {
                         container = container.env(name, value);
+                    }
+                }
+                if let Some(gw) = &gateway {
+                    if let Err(e) = gw.apply(&mut container, &scratch) {
+                        if let Some(plan) = &egress {
+                            self.collect_egress(spec, plan).await;
+                        }
+                        return Err(Failure::crash(e));
                     }
                 }
                 let created =
@@ -248,25 +263,56 @@ impl AttemptRun<'_> {
             cancel: self.opts.cancel.clone(),
             clock: self.orch.clock.clone(),
         };
-        let exec = match follow {
-            Follow::Start(id) => execute::start_created(run, &container, &id).await,
-            Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
+        let budget_file = egress.as_ref().map(|p| {
+            crate::orchestrator::gateway::proxy_dir(&home, &p.proxy_name)
+                .join(crate::gateway::spec::BUDGET_FILE)
+        });
+        self.orch
+            .spend
+            .join(&self.task.id, spec.attempt, &spec.identity, budget_file);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let agent = async {
+            let exec = match follow {
+                Follow::Start(id) => execute::start_created(run, &container, &id).await,
+                Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
+            };
+            let _ = stop.send(());
+            exec
         };
+        let live = async {
+            if let Some(plan) = &egress {
+                self.follow_proxy(spec, plan, stopped).await;
+            }
+        };
+        let (exec, ()) = tokio::join!(agent, live);
         // The proxy and the network go on every path (success, failure, cancel, deadline,
         // an engine error); what the proxy logged becomes the attempt's egress events.
         let report = match &egress {
             Some(plan) => self.collect_egress(spec, plan).await,
             None => None,
         };
+        self.orch.spend.leave(&self.task.id, spec.attempt);
+        crate::orchestrator::gateway::remove_proxy_dir(&home, &format!("{}-agent", container.name));
         let exec = exec.map(|mut exec| {
             if let Some(report) = &report {
                 explain_refusals(&mut exec, report, &spec.egress.profile);
             }
             exec
         });
-        let exec = match (exec, &gateway) {
-            (Ok(mut exec), Some(gw)) => {
-                let events = gw.fold(&mut exec);
+        // What the gateway metered: from the proxy's log when it hosted the gateway (a
+        // re-attached attempt included), else from the in-daemon gateway.
+        let records = match (&report, &gateway) {
+            (Some(r), _) if r.gateway_on => Some(r.gateway.clone()),
+            (_, Some(gw)) if !gw.in_proxy() => Some(gw.take_records()),
+            _ => None,
+        };
+        let exec = match (exec, records) {
+            (Ok(mut exec), Some(records)) => {
+                // After the egress events collect_egress stored.
+                if let Ok(next) = self.db().event_count(&self.task.id, spec.attempt) {
+                    exec.next_seq = exec.next_seq.max(next);
+                }
+                let events = crate::orchestrator::gateway::fold(&mut exec, records);
                 if let Err(e) = self
                     .db()
                     .append_events(&self.task.id, spec.attempt, &events)
@@ -307,6 +353,7 @@ impl AttemptRun<'_> {
                 return None;
             }
         };
+        crate::orchestrator::gateway::remove_proxy_dir(self.orch.home(), &plan.proxy_name);
         let report = crate::egress::EgressReport::from_log(&log);
         for a in &report.allowed {
             for _ in 0..a.connections {
@@ -334,11 +381,83 @@ impl AttemptRun<'_> {
         Some(report)
     }
 
-    /// The attempt's model-API gateway, when its CLI's credential can go through one.
-    async fn start_gateway(
+    /// Follows the attempt's proxy log while the agent runs (until `stop`): each model-API
+    /// request the gateway records is logged as it happens and its cost counted against the
+    /// identity's daily budget of every running attempt of that identity (their budget
+    /// files); each refusal is logged at once. The whole log is read again at the end.
+    async fn follow_proxy(
+        &self,
+        spec: &RunSpec,
+        plan: &crate::runtime::EgressPlan,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        use futures_util::StreamExt;
+        let mut logs = self.orch.runtime.logs(&plan.proxy_name, None);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut meter = crate::gateway::Meter::default();
+        loop {
+            let chunk = tokio::select! {
+                _ = &mut stop => return,
+                c = logs.next() => c,
+            };
+            let Some(Ok(chunk)) = chunk else {
+                // The proxy ended (or cannot be followed): wait for the agent.
+                let _ = stop.await;
+                return;
+            };
+            if chunk.stream != crate::domain::EventStream::Stdout {
+                continue;
+            }
+            pending.extend_from_slice(&chunk.bytes);
+            while let Some(at) = memchr::memchr(b'\n', &pending) {
+                let line: Vec<u8> = pending.drain(..=at).collect();
+                let report = crate::egress::EgressReport::from_log(&line);
+                for r in &report.refused {
+                    tracing::warn!(task = %self.task.id, attempt = spec.attempt, host = %r.host, port = r.port, reason = %r.reason, "egress refused");
+                }
+                for record in &report.gateway {
+                    tracing::info!(target: "polyphony::gateway", task = %self.task.id, attempt = spec.attempt, "{}", record.summary());
+                    meter.add(record);
+                }
+                if !report.gateway.is_empty() {
+                    self.share_budget(spec, meter.cost_picos);
+                }
+            }
+        }
+    }
+
+    /// This attempt metered `spent` so far: rewrites the budget file of every running
+    /// attempt of its identity (the identity's ceiling, less today's finished spend, less
+    /// what the other running attempts metered).
+    fn share_budget(&self, spec: &RunSpec, spent: crate::gateway::Picos) {
+        let files = self
+            .orch
+            .spend
+            .set_spent(&self.task.id, spec.attempt, spent);
+        let Some(ceiling) = self
+            .orch
+            .config
+            .identity(&spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day)
+        else {
+            return;
+        };
+        let day = crate::identity_policy::utc_day_start((self.orch.clock)());
+        let Ok(finished) = self.db().cost_spent_since(&spec.identity, day) else {
+            return;
+        };
+        for (file, others) in files {
+            crate::orchestrator::gateway::write_budget(&file, Some(ceiling - finished - others));
+        }
+    }
+
+    /// The attempt's model-API gateway decided, when its CLI's credential can go through
+    /// one: the daily remainder is the identity's ceiling less today's finished spend and
+    /// what its other running attempts metered so far.
+    fn prepare_gateway(
         &mut self,
         spec: &RunSpec,
-    ) -> Result<Option<crate::orchestrator::gateway::AttemptGateway>, Failure> {
+    ) -> Result<Option<crate::orchestrator::gateway::Prepared>, Failure> {
         let config = self.orch.config.clone();
         let ceiling = config
             .identities()
@@ -352,23 +471,23 @@ impl AttemptRun<'_> {
                     .db()
                     .cost_spent_since(&spec.identity, day)
                     .map_err(Failure::crash)?;
-                Some(ceiling - spent)
+                let others = self
+                    .orch
+                    .spend
+                    .others(&spec.identity, &self.task.id, spec.attempt);
+                Some(ceiling - spent - others)
             }
             None => None,
         };
-        let gw = crate::orchestrator::gateway::start(
+        Ok(crate::orchestrator::gateway::prepare(
             spec,
             crate::orchestrator::gateway::GatewayInputs {
                 config: &config,
-                runtime: self.orch.runtime.as_ref(),
                 env: &self.orch.env,
                 clock: &self.orch.clock,
                 daily_left_usd,
             },
-        )
-        .await
-        .map_err(Failure::crash)?;
-        Ok(gw)
+        ))
     }
 
     /// The container exists (not started yet): its id is recorded for recovery and the task
