@@ -83,6 +83,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     let opts = DaemonOptions {
         drain: false,
         exit_when_idle: true,
+        upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
 

@@ -156,6 +156,7 @@ async fn demo_in(
     let opts = DaemonOptions {
         drain: false,
         exit_when_idle: true,
+        upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "claude-b")?;
