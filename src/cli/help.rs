@@ -62,12 +62,17 @@ help!(
     "a new generation was made (or nothing needed one)"
 );
 help!(
+    CANCEL,
+    "  polyphony cancel local-3            # stop its attempt; CANCELLED, no failure counted\n  polyphony cancel owner/repo#42 --by alice --json",
+    "the task is CANCELLED"
+);
+help!(
     DAEMON,
     "  polyphony daemon --listen 127.0.0.1:8787\n  polyphony daemon --exit-when-idle --json\n  systemctl --user start polyphony    # see deploy/polyphony.service"
 );
 help!(
     DEMO,
-    "  polyphony demo                      # offline: test image, fake agents\n  polyphony demo --real-claude        # the real Claude Code CLI, scripted model API",
+    "  polyphony demo                      # offline: test image, fake agents\n  polyphony demo --real-claude        # the real Claude Code CLI, scripted model API\n  polyphony demo --real-codex         # the real Codex CLI, scripted Responses API",
     "every demo task ended as promised"
 );
 help!(
