@@ -352,7 +352,7 @@ mod tests {
             "an identity has an empty `name`: every identity in identities.yaml needs one",
         );
         check(ident("w", &[], &[]), "identity `w` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)");
-        check(ident("w", &[("cursor", "/a")], &[]), "identity `w`: volume key `cursor` is not an agent type (expected claude, codex, kimi or gemini)");
+        check(ident("w", &[("cursor", "/a")], &[]), "identity `w`: volume key `cursor` is not an agent type (expected claude, codex, kimi, gemini or opencode)");
         check(ident("w", &[("claude", "rel/dir")], &[]), "identity `w`: volume `claude` path `rel/dir` must be absolute after `~`/`$VAR` expansion");
         check(
             ident("w", &[("claude", "/a")], &[("KEY", "bad-name")]),

@@ -382,7 +382,7 @@ fn agents_yaml_errors() {
         InvalidValue,
         3,
         "unknown agent type `cursor`",
-        "claude, codex, kimi or gemini",
+        "claude, codex, kimi, gemini or opencode",
     );
     check_err(AGENTS_FILE, "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude\n    agent_type: codex\n", Duplicate, 4, "agent `claude` is defined twice", "unique");
     check_err(
