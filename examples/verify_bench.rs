@@ -3,7 +3,7 @@
 //! For a change of 1, 1,000 and 20,000 new files on a base of `BENCH_BASE_FILES` (default
 //! 2,000) tracked files, in `BENCH_REPS` (default 3) interleaved repetitions, times:
 //! 1. polyphony's host-side verification of a prepared workspace: the landing commit from
-//!    the working tree in the orchestrator's own repository (`commit_all`), the change list
+//!    the working tree in the orchestrator's own repository (`commit_once`), the change list
 //!    with sizes (`changes`), every changed blob read once for the gates (`read_blobs`,
 //!    one batched `cat-file`), and the clean checkout for a check (`checkout`);
 //! 2. `git add -A` + `git commit` of the same files in a scratch clone.
@@ -103,7 +103,12 @@ fn main() -> anyhow::Result<()> {
             })?;
             write_files(&ws.path, n, "ours")?;
             let started = Instant::now();
-            let out = manager.commit_all(&ws, &author, "bench")?;
+            let out = manager.commit_once(
+                &ws,
+                &author,
+                "bench",
+                polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+            )?;
             let committed = started.elapsed();
             let sha = out.sha.expect("a change");
             let changes = manager.changes(&ws, &sha)?;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check the architecture invariants of docs/ARCHITECTURE.md that a text search can decide.
+"""Check the architecture invariants of docs/ARCHITECTURE.md ("Invariants") that a text
+search can decide.
 
 Each check names the invariant, then lists the files (and lines) that break it. Test code
 (`#[cfg(test)] mod ...` to the end of a file, files named tests.rs) and comments are left
@@ -57,6 +58,24 @@ def offenders(pattern, files, allowed=()):
     return out
 
 
+def one_state_write():
+    """store/tasks.rs writes `state` in exactly one statement, inside `write_transition`."""
+    path = os.path.join(SRC, "store", "tasks.rs")
+    fn = None
+    hits = []
+    for n, code in code_lines(path):
+        m = re.match(r"\s*(?:pub(?:\([\w:]+\))?\s+)?fn\s+(\w+)", code)
+        if m:
+            fn = m.group(1)
+        if re.search(r"UPDATE\s+tasks\s+SET\b[^\"]*\bstate\s*=", code):
+            hits.append((n, fn, code.strip()))
+    if len(hits) == 1 and hits[0][1] == "write_transition":
+        return []
+    return [f"{rel(path)}:{n}: in {fn}: {c}" for n, fn, c in hits] or [
+        f"{rel(path)}: no state write found in write_transition"
+    ]
+
+
 def outside(folder_or_file, top=SRC):
     inside = os.path.join(SRC, folder_or_file)
     for path in rust_files():
@@ -89,6 +108,34 @@ CHECKS = [
     (
         "the store is opened through its handle (store::StoreHandle, issue 27), never by path",
         lambda: offenders(r"\bStore::open\(", outside("store")),
+    ),
+    (
+        "only src/workspace/ spawns git or uses git2",
+        lambda: offenders(r'Command::new\("git"\)|\bgit2::', outside("workspace")),
+    ),
+    (
+        "src/runtime/ names neither agents nor the orchestrator (it knows containers)",
+        lambda: offenders(r"\bcrate::(agents|orchestrator)\b", rust_files("runtime")),
+    ),
+    (
+        "the attempt pipeline names no tracker: it asks the task's Source (src/sources/mod.rs)",
+        lambda: offenders(
+            r"\bsources::github\b|\bSourceKind::Github\b|\bGithubSource\b",
+            list(rust_files("orchestrator/pipeline"))
+            + [
+                os.path.join(SRC, "orchestrator", f)
+                for f in ("land.rs", "intents.rs", "generation.rs", "daemon.rs")
+            ],
+        ),
+    ),
+    (
+        "a task's state is written only by each backend's write_transition (checks domain::state): store/tasks.rs, store/pg.rs",
+        lambda: offenders(
+            r"UPDATE\s+tasks\s+SET\b[^\"]*\bstate\s*=",
+            rust_files(),
+            allowed=("src/store/tasks.rs", "src/store/pg.rs"),
+        )
+        + one_state_write(),
     ),
     (
         "src/domain/ and src/routing/ do no IO: no clock, file system, network, process or Docker",

@@ -47,44 +47,15 @@ def non_test_text(path):
     return re.sub(r"//[^\n]*", "", text)
 
 
-def uses_in_braces(text, modules):
-    """`use crate::{a, b::c}` names a and b."""
-    found = set()
-    for m in re.finditer(r"\bcrate::\{", text):
-        depth, i = 1, m.end()
-        start = i
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        inner = text[start : i - 1]
-        # top-level items of the group only
-        level, item = 0, ""
-        for ch in inner + ",":
-            if ch == "{":
-                level += 1
-            elif ch == "}":
-                level -= 1
-            if ch == "," and level == 0:
-                name = re.match(r"\s*(\w+)", item)
-                if name and name.group(1) in modules:
-                    found.add(name.group(1))
-                item = ""
-            else:
-                item += ch
-    return found
-
-
 def graph():
     modules = top_modules()
     edges = {}
     for mod in modules:
         deps = set()
         for path in files_of(mod):
-            text = non_test_text(path)
-            for name in re.findall(r"\bcrate::(\w+)", text):
-                if name in modules:
-                    deps.add(name)
-            deps |= uses_in_braces(text, set(modules))
+            for p in use_paths(non_test_text(path), module_path(path)):
+                if p and p[0] in modules:
+                    deps.add(p[0])
         deps.discard(mod)
         edges[mod] = deps
     return modules, edges

@@ -4,8 +4,10 @@
 //!
 //! Compiled in, inert unless the variable is set: the variable is read once, and an unset
 //! variable costs one atomic load per point. Points are named after the window they
-//! expose (`claim-labels`, `container-created`, `failed`, `blocked-report`, …); the
-//! end-to-end tests list them.
+//! expose (`claim-labels`, `container-created`, `agent-output`, `commit-tree`, `failed`,
+//! `blocked-report`, `block-labels`, `land-pr`, `land-comment`, `land-labels`,
+//! `followup-reply`); `tests/it/e2e.rs` has one test per crash window and a seeded chaos
+//! test that kills at random points and moments.
 //!
 //! Must not: be set by anything but a test or a person reproducing a crash.
 

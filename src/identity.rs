@@ -11,10 +11,8 @@
 //! The GitHub token is not resolved here: its one rule is
 //! `sources::github::environment::resolve_token` (docs/ARCHITECTURE.md, `src/sources/`).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::config::model::IdentityConfig;
 use crate::domain::{AgentProfile, AgentType, EnvVar, Identity, VolumeMount};
 
 /// Where an identity's login directories are mounted (read-only) in the container:
@@ -45,12 +43,6 @@ pub enum IdentityError {
         identity: String,
         agent_type: String,
         path: String,
-    },
-    #[error("identity `{identity}`: cannot expand `{path}`: host variable `{var}` is not set")]
-    Expansion {
-        identity: String,
-        path: String,
-        var: String,
     },
     #[error("identity `{identity}`: api_keys entry `{container_var}: {host_var}` is not a valid pair of variable names")]
     BadApiKey {
@@ -93,63 +85,6 @@ fn valid_var_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Expands `~`, `~/…`, `$VAR` and `${VAR}` through `lookup` (HOME for `~`).
-pub fn expand_path(
-    identity: &str,
-    raw: &str,
-    lookup: &impl Fn(&str) -> Option<String>,
-) -> Result<PathBuf, IdentityError> {
-    let expanded = shellexpand::full_with_context(
-        raw,
-        || lookup("HOME"),
-        |var: &str| lookup(var).map(Some).ok_or(()),
-    )
-    .map_err(|e| IdentityError::Expansion {
-        identity: identity.into(),
-        path: raw.into(),
-        var: e.var_name,
-    })?;
-    if raw.starts_with('~') && expanded.starts_with('~') {
-        return Err(IdentityError::Expansion {
-            identity: identity.into(),
-            path: raw.into(),
-            var: "HOME".into(),
-        });
-    }
-    Ok(PathBuf::from(expanded.into_owned()))
-}
-
-/// Builds and validates a domain [`Identity`] from its config entry, expanding paths.
-pub fn from_config(
-    cfg: &IdentityConfig,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Identity, IdentityError> {
-    let name = cfg.name.trim();
-    if name.is_empty() {
-        return Err(IdentityError::MissingName);
-    }
-    let mut volumes = BTreeMap::new();
-    for (key, raw) in &cfg.volumes {
-        if raw.trim().is_empty() {
-            return Err(IdentityError::EmptyVolumePath {
-                identity: name.into(),
-                agent_type: key.clone(),
-            });
-        }
-        volumes.insert(key.clone(), expand_path(name, raw.trim(), &lookup)?);
-    }
-    let identity = Identity {
-        name: name.to_string(),
-        volumes,
-        api_keys: cfg.api_keys.clone(),
-        github_token_env: cfg.github_token_env.clone(),
-        cost_ceiling_usd_per_day: cfg.cost_ceiling_usd_per_day,
-        whole_directory: cfg.whole_directory.clone(),
-    };
-    validate(&identity)?;
-    Ok(identity)
 }
 
 /// Spec §7: a name and at least one volume; plus volume keys are agent types, paths are
@@ -369,14 +304,6 @@ mod tests {
     use super::*;
     use crate::domain::NetworkMode;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k: &str| map.get(k).cloned()
-    }
-
     fn ident(name: &str, volumes: &[(&str, &str)], keys: &[(&str, &str)]) -> Identity {
         Identity {
             name: name.into(),
@@ -416,24 +343,6 @@ mod tests {
     }
 
     #[test]
-    fn from_config_expands_and_validates() {
-        let cfg: IdentityConfig = serde_yaml::from_str(
-            "name: work\nvolumes: {claude: ~/.claude, codex: '${AUTH}/codex'}\napi_keys: {ANTHROPIC_API_KEY: WORK_KEY}\ncost_ceiling_usd_per_day: 25\n",
-        )
-        .unwrap();
-        let i = from_config(&cfg, env(&[("HOME", "/home/me"), ("AUTH", "/srv/auth")])).unwrap();
-        assert_eq!(i.volumes["claude"], PathBuf::from("/home/me/.claude"));
-        assert_eq!(i.volumes["codex"], PathBuf::from("/srv/auth/codex"));
-        assert_eq!(i.cost_ceiling_usd_per_day, Some(25.0));
-        assert_eq!(
-            from_config(&cfg, env(&[("HOME", "/home/me")]))
-                .unwrap_err()
-                .to_string(),
-            "identity `work`: cannot expand `${AUTH}/codex`: host variable `AUTH` is not set"
-        );
-    }
-
-    #[test]
     fn validation_per_spec_7() {
         fn check(i: Identity, expect: &str) {
             assert_eq!(validate(&i).unwrap_err().to_string(), expect);
@@ -443,7 +352,7 @@ mod tests {
             "an identity has an empty `name`: every identity in identities.yaml needs one",
         );
         check(ident("w", &[], &[]), "identity `w` has no volumes: give it at least one `volumes:` entry (agent type -> login directory, e.g. `claude: ~/.claude`) (spec §7)");
-        check(ident("w", &[("cursor", "/a")], &[]), "identity `w`: volume key `cursor` is not an agent type (expected claude, codex, kimi or gemini)");
+        check(ident("w", &[("cursor", "/a")], &[]), "identity `w`: volume key `cursor` is not an agent type (expected claude, codex, kimi, gemini or opencode)");
         check(ident("w", &[("claude", "rel/dir")], &[]), "identity `w`: volume `claude` path `rel/dir` must be absolute after `~`/`$VAR` expansion");
         check(
             ident("w", &[("claude", "/a")], &[("KEY", "bad-name")]),

@@ -42,6 +42,7 @@ pub mod routing;
 pub mod runtime;
 pub mod scripted_model;
 pub mod scripted_openai;
+pub mod scripted_server;
 pub mod sources;
 pub mod store;
 pub mod workspace;

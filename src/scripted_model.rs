@@ -15,8 +15,7 @@
 //! The server binds wherever the test says: the gateway of a Docker network the test created
 //! (so the agent container reaches it and nothing else of the host), or 127.0.0.1.
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::IpAddr;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -46,30 +45,17 @@ pub enum Reply {
     ServerError,
 }
 
-/// One agent turn as the model sees it.
-pub struct Turn<'a> {
-    /// 0 for the first agent request, 1 after the first tool result, ...
-    pub index: usize,
-    /// The request's `messages` (and `system`) as JSON text: search it for the prompt or
-    /// tool results.
-    pub transcript: &'a str,
-}
+pub use crate::scripted_server::Turn;
+use crate::scripted_server::{lock, ScriptedServer, Shared};
 
-type Script = dyn Fn(&Turn<'_>) -> Reply + Send + Sync;
+/// The scripted Anthropic Messages API; stops when dropped.
+pub struct ScriptedAnthropic(ScriptedServer<Reply>);
 
-struct ServerState {
-    script: Box<Script>,
-    turns: usize,
-    requests: Vec<String>,
-    /// The credential each request presented (`x-api-key` or the bearer token), for tests
-    /// that prove which key reached the API.
-    credentials: Vec<String>,
-}
-
-pub struct ScriptedAnthropic {
-    state: Arc<Mutex<ServerState>>,
-    addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+impl std::ops::Deref for ScriptedAnthropic {
+    type Target = ScriptedServer<Reply>;
+    fn deref(&self) -> &ScriptedServer<Reply> {
+        &self.0
+    }
 }
 
 /// Usage reported for every agent turn (input counts uncached + cache reads separately, like
@@ -84,8 +70,9 @@ impl ScriptedAnthropic {
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
-        ScriptedAnthropic::serve(listener, script)
+        ScriptedServer::start(ip, script, app)
+            .await
+            .map(ScriptedAnthropic)
     }
 
     /// Serves on a listener the caller bound (and must be inside a Tokio runtime).
@@ -93,70 +80,26 @@ impl ScriptedAnthropic {
         listener: tokio::net::TcpListener,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(ServerState {
-            script: Box::new(script),
-            turns: 0,
-            requests: Vec::new(),
-            credentials: Vec::new(),
-        }));
-        let app = Router::new().fallback(handle).with_state(state.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        Ok(ScriptedAnthropic {
-            state,
-            addr,
-            shutdown: Some(tx),
-        })
+        ScriptedServer::serve(listener, script, app).map(ScriptedAnthropic)
     }
 
     /// `ANTHROPIC_BASE_URL` for the CLI.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.addr())
     }
 
     /// The port the API listens on (a test reaches it by name through an egress proxy).
     pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// Agent turns answered so far (side requests not counted).
-    pub fn turns(&self) -> usize {
-        self.lock().turns
-    }
-
-    /// `METHOD path` of every request so far.
-    pub fn requests(&self) -> Vec<String> {
-        self.lock().requests.clone()
-    }
-
-    /// The credential every request so far presented (`x-api-key`, else the bearer
-    /// token; empty when none).
-    pub fn credentials(&self) -> Vec<String> {
-        self.lock().credentials.clone()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, ServerState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.port()
     }
 }
 
-impl Drop for ScriptedAnthropic {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
+fn app(state: Shared<Reply>) -> Router {
+    Router::new().fallback(handle).with_state(state)
 }
 
 async fn handle(
-    State(state): State<Arc<Mutex<ServerState>>>,
+    State(state): State<Shared<Reply>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -175,9 +118,8 @@ async fn handle(
         .unwrap_or("")
         .to_string();
     let reply = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        s.requests.push(format!("{method} {path}"));
-        s.credentials.push(credential);
+        let mut s = lock(&state);
+        s.record(format!("{method} {path}"), credential);
         if path != "/v1/messages" || method != Method::POST {
             None
         } else {
@@ -189,12 +131,7 @@ async fn handle(
             let is_agent_turn = request["tools"].as_array().is_some_and(|t| !t.is_empty());
             if is_agent_turn {
                 let transcript = format!("{}\n{}", request["system"], request["messages"]);
-                let turn = Turn {
-                    index: s.turns,
-                    transcript: &transcript,
-                };
-                let reply = (s.script)(&turn);
-                s.turns += 1;
+                let reply = s.turn(&transcript);
                 Some((model, reply, request["stream"].as_bool().unwrap_or(false)))
             } else {
                 Some((

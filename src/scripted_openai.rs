@@ -20,8 +20,7 @@
 //!
 //! The server binds wherever the test says (a Docker network's gateway, or 127.0.0.1).
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::IpAddr;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -51,27 +50,17 @@ pub enum Reply {
     DroppedStream,
 }
 
-/// One agent turn as the model sees it.
-pub struct Turn<'a> {
-    /// 0 for the first request, 1 after the first tool output, ...
-    pub index: usize,
-    /// The request's `instructions` and `input` as JSON text.
-    pub transcript: &'a str,
-}
+pub use crate::scripted_server::Turn;
+use crate::scripted_server::{lock, ScriptedServer, Shared};
 
-type Script = dyn Fn(&Turn<'_>) -> Reply + Send + Sync;
+/// The scripted OpenAI Responses API; stops when dropped.
+pub struct ScriptedOpenAi(ScriptedServer<Reply>);
 
-struct ServerState {
-    script: Box<Script>,
-    turns: usize,
-    requests: Vec<String>,
-    credentials: Vec<String>,
-}
-
-pub struct ScriptedOpenAi {
-    state: Arc<Mutex<ServerState>>,
-    addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+impl std::ops::Deref for ScriptedOpenAi {
+    type Target = ScriptedServer<Reply>;
+    fn deref(&self) -> &ScriptedServer<Reply> {
+        &self.0
+    }
 }
 
 /// Usage reported for every response.
@@ -85,60 +74,16 @@ impl ScriptedOpenAi {
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedOpenAi> {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(ServerState {
-            script: Box::new(script),
-            turns: 0,
-            requests: Vec::new(),
-            credentials: Vec::new(),
-        }));
-        let app = Router::new().fallback(handle).with_state(state.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        Ok(ScriptedOpenAi {
-            state,
-            addr,
-            shutdown: Some(tx),
+        ScriptedServer::start(ip, script, |state| {
+            Router::new().fallback(handle).with_state(state)
         })
+        .await
+        .map(ScriptedOpenAi)
     }
 
     /// The provider `base_url` for Codex (it POSTs `{base_url}/responses`).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    /// Requests to `/v1/responses` answered so far (retries included).
-    pub fn turns(&self) -> usize {
-        self.lock().turns
-    }
-
-    /// `METHOD path` of every request so far.
-    pub fn requests(&self) -> Vec<String> {
-        self.lock().requests.clone()
-    }
-
-    /// The bearer token every request presented.
-    pub fn credentials(&self) -> Vec<String> {
-        self.lock().credentials.clone()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, ServerState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Drop for ScriptedOpenAi {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        format!("http://{}/v1", self.addr())
     }
 }
 
@@ -151,7 +96,7 @@ pub fn codex_config_toml(base_url: &str, key_var: &str, model: &str) -> String {
 }
 
 async fn handle(
-    State(state): State<Arc<Mutex<ServerState>>>,
+    State(state): State<Shared<Reply>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -165,20 +110,14 @@ async fn handle(
         .unwrap_or("")
         .to_string();
     let reply = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        s.requests.push(format!("{method} {path}"));
-        s.credentials.push(credential);
+        let mut s = lock(&state);
+        s.record(format!("{method} {path}"), credential);
         if method != Method::POST || !path.ends_with("/responses") {
             None
         } else {
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let transcript = format!("{}\n{}", request["instructions"], request["input"]);
-            let turn = Turn {
-                index: s.turns,
-                transcript: &transcript,
-            };
-            let reply = (s.script)(&turn);
-            s.turns += 1;
+            let reply = s.turn(&transcript);
             let model = request["model"].as_str().unwrap_or("gpt-5.5").to_string();
             Some((model, reply, request["stream"].as_bool().unwrap_or(false)))
         }

@@ -168,8 +168,7 @@ async fn tell_source(config: &Config, db: &crate::store::StoreHandle, task: &cra
     if task.source != crate::domain::SourceKind::Github {
         return;
     }
-    let github =
-        crate::orchestrator::generation::github_source(config).map_err(|e| format!("{e:#}"));
+    let github = crate::sources::github::source_from_env(config).map_err(|e| format!("{e:#}"));
     let done = cancel::report(
         db,
         github.as_ref().map_err(String::as_str),

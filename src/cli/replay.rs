@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use crate::agents::adapter_for;
 use crate::agents::replay::{render_text, replay, ReplayStatus};
-use crate::domain::AgentType;
+use crate::domain::{AgentType, EventKind};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
@@ -24,6 +24,24 @@ pub struct ReplayArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The other CLI whose adapter recognises the most lines of the file, with how many.
+fn recognised_by(args: &ReplayArgs) -> Option<(AgentType, u64)> {
+    AgentType::ALL
+        .into_iter()
+        .filter(|t| *t != args.agent)
+        .filter_map(|t| {
+            let file = File::open(&args.file).ok()?;
+            let s = replay(
+                BufReader::with_capacity(1 << 20, file),
+                adapter_for(t).as_ref(),
+            )
+            .ok()?;
+            let known = s.lines - s.count(EventKind::Unknown);
+            (known > 0).then_some((t, known))
+        })
+        .max_by_key(|(_, n)| *n)
 }
 
 /// Runs the verb. Exit 0 when the transcript shows a successful run, 1 otherwise (failed,
@@ -45,6 +63,32 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<super::Outcome> {
                 "give the path of a saved .ndjson transcript file (e.g. $POLYPHONY_HOME/transcripts/<task>/<attempt>.ndjson)",
             )
         })?;
+    // Issue 24: random bytes or another CLI's transcript read as "incomplete" with every
+    // line unknown. Not one recognised line: say so, and which CLI's stream it is when
+    // another adapter (the same ones the live runtime uses) reads it.
+    if summary.lines > 0 && summary.count(EventKind::Unknown) == summary.lines {
+        let fix = match recognised_by(args) {
+            Some((other, n)) => format!(
+                "it reads as {other}'s stream ({n} of {} lines): `polyphony replay --agent {other} {}`",
+                summary.lines,
+                args.file.display()
+            ),
+            None => "no CLI Polyphony knows wrote it: give a saved .ndjson transcript \
+                     (e.g. $POLYPHONY_HOME/transcripts/<task>/<attempt>.ndjson) and the CLI \
+                     that wrote it in --agent"
+                .to_string(),
+        };
+        return Err(super::UsageError::new(
+            format!(
+                "{} is not a {} transcript: none of its {} lines is that CLI's output",
+                args.file.display(),
+                args.agent,
+                summary.lines
+            ),
+            fix,
+        )
+        .into());
+    }
     if args.json {
         let json = serde_json::to_string_pretty(&summary).context("cannot encode the summary")?;
         println!("{json}");

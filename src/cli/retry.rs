@@ -13,9 +13,8 @@ use chrono::Utc;
 
 use super::{block_on, print_json, Context, Outcome, UsageError};
 use crate::config::Config;
-use crate::domain::{SourceKind, TaskState};
+use crate::domain::TaskState;
 use crate::orchestrator::generation::{self, Retried};
-use crate::sources::github::GithubSource;
 use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
@@ -86,25 +85,13 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             .map(|t| t.id)
             .collect(),
     };
-    let needs_github = ids.iter().any(|id| {
-        store
-            .newest_generation(id)
-            .ok()
-            .flatten()
-            .is_some_and(|t| t.source == SourceKind::Github)
-    });
     // The GitHub client needs the runtime's reactor from its construction on.
     let (retried, skipped) = block_on(async {
-        let github: Result<GithubSource, String> = if needs_github {
-            generation::github_source(&config).map_err(|e| format!("{e:#}"))
-        } else {
-            Err("no GitHub task among them".into())
-        };
+        let sources = crate::sources::for_verb(&config);
         let mut retried: Vec<Retried> = Vec::new();
         let mut skipped: Vec<Skipped> = Vec::new();
         for id in &ids {
-            let github = github.as_ref().map_err(String::as_str);
-            match generation::retry(&store, github, id, Utc::now()).await? {
+            match generation::retry(&store, &sources, id, Utc::now()).await? {
                 Ok(done) => retried.push(done),
                 Err(why) => skipped.push(Skipped {
                     task: id.clone(),

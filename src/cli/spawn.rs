@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::{print_json, Context, Outcome, UsageError};
 use crate::config::Config;
-use crate::domain::Task;
+use crate::domain::{SourceKind, Task};
 use crate::home::DaemonLock;
 use crate::orchestrator::drive::{drive, NotDriven};
 use crate::orchestrator::pipeline::{describe, AttemptEnd, RunOptions};
@@ -175,8 +175,8 @@ async fn issue_task(
             "name the issue as owner/repo#N, e.g. octo/widgets#42",
         )
     })?;
-    let github = orch.github()?;
-    let fetched = github.fetch_task(&issue_ref).await?;
+    let source = orch.sources.get(SourceKind::Github)?;
+    let fetched = source.fetch(&issue_ref.to_string()).await?;
     // A retried issue is its newest generation (`polyphony retry`).
     if let Some(existing) = store.newest_generation(&fetched.id)? {
         return Ok(existing);

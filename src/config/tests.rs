@@ -58,8 +58,23 @@ fn templates_load_cleanly() {
     let personal = cfg.identity("personal").unwrap();
     assert_eq!(personal.volumes["claude"], Path::new("/home/op/.claude"));
     assert_eq!(cfg.routing.default.agent, "claude");
-    assert_eq!(cfg.routing.default.fallback, ["codex", "kimi"]);
+    assert_eq!(cfg.routing.default.fallback, ["codex"]);
     assert!(cfg.files().values().all(|read| *read));
+}
+
+/// Issue 29: the templates route no work to kimi, whose last CLI release cannot run a
+/// task (docs/agents.md): not as a rule's agent, not in any fallback chain.
+#[test]
+fn templates_route_nothing_to_an_agent_that_cannot_run() {
+    let cfg = load(&ConfigSources::templates()).unwrap();
+    let routing = cfg.routing();
+    let mut named: Vec<&str> = vec![routing.default.agent.as_str()];
+    named.extend(routing.default.fallback.iter().map(String::as_str));
+    for rule in &routing.rules {
+        named.push(rule.agent.as_str());
+        named.extend(rule.fallback.iter().map(String::as_str));
+    }
+    assert!(!named.contains(&"kimi"), "{named:?}");
 }
 
 #[test]
@@ -367,7 +382,7 @@ fn agents_yaml_errors() {
         InvalidValue,
         3,
         "unknown agent type `cursor`",
-        "claude, codex, kimi or gemini",
+        "claude, codex, kimi, gemini or opencode",
     );
     check_err(AGENTS_FILE, "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude\n    agent_type: codex\n", Duplicate, 4, "agent `claude` is defined twice", "unique");
     check_err(

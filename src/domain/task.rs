@@ -25,6 +25,14 @@ impl SourceKind {
             SourceKind::Local => "local",
         }
     }
+
+    /// The kind as a sentence names it ("a GitHub task").
+    pub fn title(self) -> &'static str {
+        match self {
+            SourceKind::Github => "GitHub",
+            SourceKind::Local => "local",
+        }
+    }
 }
 
 impl fmt::Display for SourceKind {

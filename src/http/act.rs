@@ -225,7 +225,7 @@ async fn cancel(s: &Shared, id: &str, actor: &Actor) -> Result<Done, ActFailure>
             if task.source == crate::domain::SourceKind::Github {
                 // The issue is told from here; a failure leaves it for the next start.
                 if let Ok(config) = crate::config::Config::load(&s.home) {
-                    let github = crate::orchestrator::generation::github_source(&config)
+                    let github = crate::sources::github::source_from_env(&config)
                         .map_err(|e| format!("{e:#}"));
                     let _ = cancelling::report(
                         &s.db,
@@ -282,9 +282,8 @@ async fn retry(s: &Shared, id: &str) -> Result<Done, ActFailure> {
             return Err(ActFailure::NotFound(wanted));
         }
         handle.block_on(async {
-            let github = generation::github_source(&config).map_err(|e| format!("{e:#}"));
-            let github = github.as_ref().map_err(String::as_str);
-            match generation::retry(&store, github, &wanted, Utc::now()).await {
+            let sources = crate::sources::for_verb(&config);
+            match generation::retry(&store, &sources, &wanted, Utc::now()).await {
                 Ok(Ok(done)) => Ok(done),
                 Ok(Err(why)) => Err(ActFailure::Refused(format!(
                     "cannot retry {wanted}: {}",

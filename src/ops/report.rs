@@ -43,7 +43,7 @@ pub fn kind_label(kind: EventKind) -> &'static str {
 pub fn event_line(e: &TaskEvent) -> String {
     let summary = match e.kind {
         EventKind::ToolResult => truncate(&e.summary, TOOL_RESULT_CHARS),
-        _ => one_line(&e.summary),
+        _ => collapse_whitespace(&e.summary),
     };
     let stream = match e.stream {
         EventStream::Stderr => "[stderr] ",
@@ -102,7 +102,7 @@ pub fn attempt_footer(a: &AttemptRecord) -> Option<String> {
         out.push_str(&format!(", {secs:.1}s"));
     }
     if let Some(reason) = &a.reason {
-        out.push_str(&format!(" — {}", one_line(reason)));
+        out.push_str(&format!(" — {}", collapse_whitespace(reason)));
     }
     Some(out)
 }
@@ -122,13 +122,13 @@ pub fn human_bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-fn one_line(s: &str) -> String {
+fn collapse_whitespace(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Whitespace collapsed, then cut to `max` characters with `…`.
 pub fn truncate(s: &str, max: usize) -> String {
-    let line = one_line(s);
+    let line = collapse_whitespace(s);
     if line.chars().count() <= max {
         return line;
     }

@@ -368,31 +368,29 @@ fn is_idle(store: &Store) -> anyhow::Result<bool> {
 }
 
 async fn poll_sources(orch: &Orchestrator, store: &Store) {
-    let Some(github) = orch.github.as_ref() else {
-        return;
-    };
-    if orch.config.global().github.repos.is_empty() {
-        return;
-    }
-    let (tasks, errors) = github.poll_all().await;
-    for (repo, e) in errors {
-        tracing::warn!(%repo, error = %e, "cannot poll GitHub");
-    }
-    let mut new = 0;
-    for task in tasks {
-        match store.insert_task(&task) {
-            Ok(true) => new += 1,
-            Ok(false) => match super::generation::reopen_if_relabelled(store, &task, orch.now()) {
-                Ok(reopened) => new += usize::from(reopened.is_some()),
-                Err(e) => {
-                    tracing::warn!(task = %task.id, error = %e, "cannot retry a re-labelled issue")
-                }
-            },
-            Err(e) => tracing::warn!(task = %task.id, error = %e, "cannot record task"),
+    for source in orch.sources.all() {
+        let polled = source.poll_each().await;
+        for (place, e) in polled.errors {
+            tracing::warn!(source = source.name(), %place, error = %e, "cannot poll the source");
         }
-    }
-    if new > 0 {
-        tracing::info!(new, "new GitHub tasks");
+        let mut new = 0;
+        for task in polled.tasks {
+            match store.insert_task(&task) {
+                Ok(true) => new += 1,
+                Ok(false) => {
+                    match super::generation::reopen_if_relabelled(store, &task, orch.now()) {
+                        Ok(reopened) => new += usize::from(reopened.is_some()),
+                        Err(e) => {
+                            tracing::warn!(task = %task.id, error = %e, "cannot retry a re-labelled issue")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(task = %task.id, error = %e, "cannot record task"),
+            }
+        }
+        if new > 0 {
+            tracing::info!(new, source = source.name(), "new tasks");
+        }
     }
 }
 

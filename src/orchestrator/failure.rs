@@ -721,7 +721,7 @@ mod tests {
                 image: "w:2".into()
             }
         );
-        let source = |e: GithubError| FailureKind::from(&SourceError::Github(e));
+        let source = |e: GithubError| FailureKind::from(&SourceError::from(e));
         assert_eq!(
             source(GithubError::Unauthorized {
                 token_var: "GITHUB_TOKEN".into(),

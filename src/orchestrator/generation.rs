@@ -9,9 +9,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::config::Config;
-use crate::domain::{generation, SourceKind, Task, TaskState};
-use crate::sources::github::{FaultPolicy, GithubClient, GithubSettings, GithubSource};
+use crate::domain::{generation, Task, TaskState};
+use crate::sources::Sources;
 use crate::store::{GenerationInsert, Store};
 
 /// What a retry made.
@@ -29,12 +28,12 @@ pub struct Retried {
 #[error("{0}")]
 pub struct NotRetryable(pub String);
 
-/// Retries the newest generation of `id`: for a GitHub task the issue is offered again
-/// first (ready label on, blocked off), then the new generation is recorded. `github` is
-/// the source, or why there is none.
+/// Retries the newest generation of `id`: for a task whose source reports back (a GitHub
+/// issue) the task is offered again there first (ready label on, blocked off), then the new
+/// generation is recorded. `sources` says why a source is missing.
 pub async fn retry(
     store: &Store,
-    github: Result<&GithubSource, &str>,
+    sources: &Sources,
     id: &str,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Result<Retried, NotRetryable>> {
@@ -57,7 +56,8 @@ pub async fn retry(
             newest.id, f.pull_task_id
         ))));
     }
-    if newest.source == SourceKind::Github {
+    let source = sources.of(&newest);
+    if source.as_ref().map_or(true, |s| s.reports_back()) {
         // A task released to another Polyphony instance (pipeline `claim_at_source`) is
         // that instance's issue: labelling it ready here would take it back.
         if store.released_at(&newest.id)?.is_some() {
@@ -66,19 +66,20 @@ pub async fn retry(
                 newest.id, newest.source_ref
             ))));
         }
-        let github = match github {
-            Ok(github) => github,
+        let source = match source {
+            Ok(source) => source,
             Err(why) => {
+                let kind = newest.source.title();
                 return Ok(Err(NotRetryable(format!(
-                    "{} is a GitHub task: retrying it labels the issue ready again, which \
-                     needs GitHub: {why}",
+                    "{} is a {kind} task: retrying it labels the issue ready again, which \
+                     needs {kind}: {why:#}",
                     newest.id
-                ))))
+                ))));
             }
         };
         // Before the new generation exists: if this fails nothing changed here, and the
         // command can be repeated.
-        if let Err(e) = github.offer_again(&newest).await {
+        if let Err(e) = source.offer_again(&newest).await {
             return Ok(Err(NotRetryable(format!(
                 "cannot label {} ready again: {e}",
                 newest.source_ref
@@ -146,22 +147,15 @@ pub fn reopen_if_relabelled(
     }
 }
 
-/// A GitHub source from the configuration and the environment, without Docker (for verbs
-/// that only talk to GitHub).
-pub fn github_source(config: &Config) -> anyhow::Result<GithubSource> {
-    let token_var = super::github_token_var(config);
-    let client = GithubClient::from_env(
-        token_var.as_deref(),
-        |n| std::env::var(n).ok(),
-        FaultPolicy::default(),
-    )?;
-    let settings = GithubSettings::from_config(&config.global().github, &config.global().repos)?;
-    Ok(GithubSource::new(client, settings))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::SourceKind;
+
+    /// The local queue only; other kinds are missing with `why`.
+    fn no_source(why: &'static str) -> Sources {
+        Sources::new(move |_| anyhow::anyhow!(why))
+    }
     use chrono::Duration;
 
     fn issue(id: &str, at: DateTime<Utc>) -> Task {
@@ -241,7 +235,7 @@ mod tests {
             .insert_followup("o/r#1", &issue("o/r#1-f1", t0), &plan, &keys, t0)
             .unwrap());
         block(&store, "o/r#1-f1", t0);
-        let refused = retry(&store, Err("no token"), "o/r#1-f1", t0)
+        let refused = retry(&store, &no_source("no token"), "o/r#1-f1", t0)
             .await
             .unwrap();
         assert!(refused.unwrap_err().0.contains("follow-up of o/r#1"));
@@ -258,7 +252,9 @@ mod tests {
         let local = Task::new("local-1", SourceKind::Local, "local:local-1", "/r", "t", t0);
         store.insert_task(&local).unwrap();
         block(&store, "local-1", t0);
-        let done = retry(&store, Err("no token"), "local-1", t0).await.unwrap();
+        let done = retry(&store, &no_source("no token"), "local-1", t0)
+            .await
+            .unwrap();
         assert_eq!(
             done,
             Ok(Retried {
@@ -268,7 +264,9 @@ mod tests {
             })
         );
         // Naming the old generation again means the newest, which is not BLOCKED.
-        let again = retry(&store, Err("no token"), "local-1", t0).await.unwrap();
+        let again = retry(&store, &no_source("no token"), "local-1", t0)
+            .await
+            .unwrap();
         assert!(again.unwrap_err().0.contains("retried as local-1.2"));
 
         store.insert_task(&issue("o/r#2", t0)).unwrap();
@@ -307,19 +305,25 @@ mod tests {
                 t0,
             )
             .unwrap();
-        let not_released = retry(&store, Err("no token"), "o/r#4", t0).await.unwrap();
+        let not_released = retry(&store, &no_source("no token"), "o/r#4", t0)
+            .await
+            .unwrap();
         assert!(not_released
             .unwrap_err()
             .0
             .contains("needs GitHub: no token"));
-        let refused = retry(&store, Err("no token"), "o/r#2", t0).await.unwrap();
+        let refused = retry(&store, &no_source("no token"), "o/r#2", t0)
+            .await
+            .unwrap();
         assert!(refused
             .unwrap_err()
             .0
             .contains("another Polyphony instance"));
         store.insert_task(&issue("o/r#3", t0)).unwrap();
         block(&store, "o/r#3", t0);
-        let no_token = retry(&store, Err("no token"), "o/r#3", t0).await.unwrap();
+        let no_token = retry(&store, &no_source("no token"), "o/r#3", t0)
+            .await
+            .unwrap();
         assert!(no_token.unwrap_err().0.contains("needs GitHub: no token"));
         assert!(store.get_task("o/r#3.2").unwrap().is_none());
     }

@@ -15,7 +15,8 @@
 //!   home's and the attempt's labels but was never recorded; the intent is over.
 //!
 //! Must not: change task state (reconciliation and the pipeline do), or post anything
-//! without the marker look-up the GitHub source does.
+//! but through the task's `Source`, whose writes are idempotent (GitHub's look up their
+//! marker first).
 
 use crate::domain::{Task, TaskState};
 use crate::sources::{Blocked, BlockedAttempt, ClaimError, ClaimInfo};
@@ -40,15 +41,15 @@ pub(crate) fn blocked_of(attempts: &[AttemptRecord]) -> Blocked {
     }
 }
 
-/// Posts the blocked report of a GitHub task; `true` once GitHub has it.
+/// Posts the blocked report of a task at its source; `true` once the source has it.
 pub(crate) async fn report_blocked(orch: &Orchestrator, task: &Task, blocked: &Blocked) -> bool {
-    let Ok(github) = orch.github() else {
+    let Ok(source) = orch.sources.of(task) else {
         return false;
     };
-    match github.block(task, blocked).await {
+    match source.block(task, blocked).await {
         Ok(_) => true,
         Err(e) => {
-            tracing::warn!(task = %task.id, error = %e, "cannot report the block on GitHub; the next start retries");
+            tracing::warn!(task = %task.id, source = source.name(), error = %e, "cannot report the block at the source; the next start retries");
             false
         }
     }
@@ -115,7 +116,7 @@ async fn finish_claim(
     payload: &serde_json::Value,
     attempt: u32,
 ) -> bool {
-    let Ok(github) = orch.github() else {
+    let Ok(source) = orch.sources.of(task) else {
         return false;
     };
     let info = ClaimInfo {
@@ -123,7 +124,7 @@ async fn finish_claim(
         attempt,
         claimant: orch.home_label.clone(),
     };
-    match github.claim_issue_resuming(task, &info, true).await {
+    match source.claim_resuming(task, &info, true).await {
         Ok(_) => {
             tracing::info!(task = %task.id, attempt, "finished the claim a crash interrupted");
             true

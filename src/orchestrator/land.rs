@@ -1,7 +1,7 @@
 //! Landing (spec §10, DESIGN.md "Proof of work and landing", issue 11): push exactly the
 //! verified commit, `<sha>:refs/heads/<branch>`, never force, then read the remote ref back
-//! and require it to equal the sha; for GitHub tasks, open the pull request with the
-//! evidence.
+//! and require it to equal the sha; for a task whose source reports back (a GitHub issue),
+//! report it there (open the pull request with the evidence).
 //!
 //! Functions take what they need and return the landed branch or a [`Refusal`]; they never
 //! touch the store or the task's state (the pipeline records what comes back). Must not
@@ -10,12 +10,11 @@
 use std::sync::Arc;
 
 use crate::domain::{AttemptStatus, CheckEvidence, RunResult, Task};
-use crate::sources::github::GithubSource;
-use crate::sources::Landed;
+use crate::sources::{Landed, Source};
 use crate::workspace::{Workspace, WorkspaceError, WorkspaceManager};
 
 use super::failure::FailureKind;
-use super::verify::{one_line, Refusal};
+use super::verify::{first_line, Refusal};
 
 /// What the land stage needs: the verified commit and where it goes.
 pub struct Landing<'a> {
@@ -29,8 +28,9 @@ pub struct Landing<'a> {
     /// The name pushed to when `ws.branch` is taken upstream by unrelated history.
     pub fallback: String,
     pub token: Option<String>,
-    /// Where the pull request is opened (GitHub tasks); `None` lands by the push alone.
-    pub github: Option<&'a GithubSource>,
+    /// Where the landing is reported (the pull request opened); `None` lands by the push
+    /// alone.
+    pub source: Option<&'a dyn Source>,
     pub task: &'a Task,
     pub attempt: u32,
     pub result: Option<&'a RunResult>,
@@ -45,8 +45,9 @@ pub struct Destination {
     pub pr_url: Option<String>,
 }
 
-/// The land stage: push the verified sha (read back from the remote), then open the pull
-/// request with the evidence when there is a GitHub source. Writes nothing to the store.
+/// The land stage: push the verified sha (read back from the remote), then report it at the
+/// source (the pull request with the evidence) when there is one. Writes nothing to the
+/// store.
 pub async fn land(l: Landing<'_>) -> Result<Destination, Refusal> {
     let branch = push(
         l.workspaces.clone(),
@@ -57,10 +58,10 @@ pub async fn land(l: Landing<'_>) -> Result<Destination, Refusal> {
     )
     .await
     .map_err(|r| r.with_evidence(l.evidence.to_vec()))?;
-    let pr_url = match l.github {
-        Some(github) => {
+    let pr_url = match l.source {
+        Some(source) => {
             let landed = landed(&branch, l.ws, l.attempt, l.result, l.evidence);
-            open_pull_request(github, l.task, &landed).await?
+            open_pull_request(source, l.task, &landed).await?
         }
         None => None,
     };
@@ -82,7 +83,7 @@ pub async fn push(
         .await
         .map_err(Refusal::crash)?
         .map_err(|(e, kind)| {
-            Refusal::failed(format!("cannot push {branch}: {}", one_line(&e))).of_kind(kind)
+            Refusal::failed(format!("cannot push {branch}: {}", first_line(&e))).of_kind(kind)
         })
 }
 
@@ -165,20 +166,24 @@ pub fn landed(
     }
 }
 
-/// Opens (or finds) the pull request and posts the landed comment; returns its URL.
+/// Reports the landing at the source: opens (or finds) the pull request and posts the
+/// landed comment; returns its URL.
 pub async fn open_pull_request(
-    github: &GithubSource,
+    source: &dyn Source,
     task: &Task,
     landed: &Landed,
 ) -> Result<Option<String>, Refusal> {
-    github
+    source
         .land(task, landed)
         .await
         .map(|reported| reported.pr_url)
         .map_err(|e| {
             Refusal::new(
                 AttemptStatus::Failed,
-                format!("cannot open the pull request: {}", one_line(&e.to_string())),
+                format!(
+                    "cannot open the pull request: {}",
+                    first_line(&e.to_string())
+                ),
             )
             .of_kind(FailureKind::from(&e))
             .with_evidence(landed.evidence.clone())

@@ -2,13 +2,16 @@
 //! daemon loop and reconciliation after a crash (spec §2–§12, DESIGN.md).
 //!
 //! [`Orchestrator`] holds what every attempt shares (config with its parsed prompt
-//! template, Docker, workspaces, router, GitHub source). [`pipeline`] takes one claimed task through one
-//! attempt; [`daemon`] runs many of them and recovers after a restart, finishing the
-//! side effects a kill left half-done through `intents` (issue 19).
+//! template, Docker, workspaces, router, the sources behind the `sources::Source` port,
+//! the clock). [`pipeline`] takes one claimed task through one attempt; [`daemon`] runs
+//! many of them and recovers after a restart, finishing the side effects a kill left
+//! half-done through `intents` (issue 19).
 //!
 //! Architecture Invariant: the orchestrator decides *what happens next* only through the
-//! pure modules ([`retry`], [`proof`], `domain::state`, `routing`); it changes task state
-//! only through `Store::transition` / claims, so every change has its transition row.
+//! pure modules ([`retry`], [`proof`], [`failure`], `domain::state`, `routing`); it
+//! changes task state only through `Store::transition`, `settle_failure`,
+//! `transition_completing` and claims, so every change has its transition row, and every
+//! reason it writes passes the scrubber first.
 //! Architecture Invariant: landing is idempotent: a restart finds the pushed branch, the
 //! open PR and the comments again instead of creating new ones.
 
@@ -44,9 +47,8 @@ use chrono::{DateTime, Utc};
 use crate::config::Config;
 use crate::routing::Router;
 use crate::runtime::{DockerRuntime, WorkerRuntime};
-use crate::sources::github::{
-    resolve_token, FaultPolicy, GithubClient, GithubSettings, GithubSource, ResolvedToken,
-};
+use crate::sources::github::GithubSource;
+use crate::sources::{Source, Sources};
 use crate::store::StoreHandle;
 use crate::workspace::WorkspaceManager;
 
@@ -68,10 +70,12 @@ pub struct Orchestrator {
     /// Where the queue lives, built once from the config (issue 27): every store
     /// connection of the daemon and its attempts is opened through it.
     pub store: StoreHandle,
-    /// Present when GitHub is configured (repos to poll) or a token is available.
+    /// Where tasks come from and are reported to, one per `SourceKind`: the pipeline
+    /// asks the source of each task (`sources.of(&task)`).
+    pub sources: Sources,
+    /// The GitHub source, for the PR shepherd (GitHub's alone); present when GitHub is
+    /// configured (repos to poll) or a token is available.
     pub github: Option<Arc<GithubSource>>,
-    /// The GitHub token (for pushes to GitHub remotes and for scrubbing).
-    pub github_token: Option<ResolvedToken>,
     /// `polyphony.home` label value of this home.
     pub home_label: String,
     /// `uid:gid` containers run as unless a profile says otherwise.
@@ -110,31 +114,7 @@ impl Orchestrator {
         let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root())
             .with_clone_mode(config.global().git.clone_mode);
         let store = StoreHandle::for_config(&config, |n| env(n))?;
-        let token_var = github_token_var(&config);
-        let github_token = resolve_token(token_var.as_deref(), |n| env(n)).ok();
-        let github = if config.global().github.repos.is_empty() && github_token.is_none() {
-            None
-        } else {
-            let lookup = |n: &str| env(n);
-            let client =
-                GithubClient::from_env(token_var.as_deref(), lookup, FaultPolicy::default());
-            match client {
-                Ok(client) => {
-                    let settings = GithubSettings::from_config(
-                        &config.global().github,
-                        &config.global().repos,
-                    )?;
-                    Some(Arc::new(GithubSource::new(client, settings)))
-                }
-                // Without repos to poll a missing token only matters for GitHub tasks,
-                // which then fail with this error.
-                Err(e) if config.global().github.repos.is_empty() => {
-                    tracing::debug!(error = %e, "no GitHub client");
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let (sources, github) = crate::sources::for_home(&config, env.clone())?;
         let home_label = crate::runtime::home_label(config.home());
         let default_user = crate::runtime::default_container_user();
         let policy = RetryPolicy {
@@ -147,8 +127,8 @@ impl Orchestrator {
             workspaces: Arc::new(workspaces),
             router,
             store,
+            sources,
             github,
-            github_token,
             home_label,
             default_user,
             policy,
@@ -166,34 +146,17 @@ impl Orchestrator {
         self.config.db_path()
     }
 
-    /// The GitHub source, or an error that says how to configure it.
+    /// `source` serves the tasks of its kind from now on (tests: `sources::memory`).
+    pub fn with_source(mut self, source: Arc<dyn Source>) -> Orchestrator {
+        self.sources = self.sources.clone().with(source);
+        self
+    }
+
+    /// The GitHub source (for the PR shepherd), or an error that says how to configure it.
     pub fn github(&self) -> anyhow::Result<&GithubSource> {
         self.github.as_deref().ok_or_else(|| {
-            // Say what is actually wrong (a bad GITHUB_API_URL, an unusable token, the unset
-            // variable a named identity needs) when building the client again shows it
-            // (issues 11, 12).
-            let var = github_token_var(&self.config);
-            let lookup = |n: &str| (self.env)(n);
-            if let Err(e) = GithubClient::from_env(var.as_deref(), lookup, FaultPolicy::default()) {
-                if !matches!(e, crate::sources::GithubError::MissingToken { .. }) {
-                    return anyhow::Error::new(e);
-                }
-            }
-            anyhow::Error::new(crate::error::UsageError::new(
-                "GitHub is not configured: no token was found",
-                "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \
-                 github_token_env names); set GITHUB_API_URL for GitHub Enterprise",
-            ))
+            let var = crate::sources::github::token_var(&self.config);
+            crate::sources::github::not_configured(var.as_deref(), &*self.env)
         })
     }
-}
-
-/// The variable the default identity names for its GitHub token, if any.
-fn github_token_var(config: &Config) -> Option<String> {
-    let identity = match config.global().default_identity.as_deref() {
-        Some(name) => config.identity(name),
-        None if config.identities().len() == 1 => config.identities().first(),
-        None => None,
-    };
-    identity.and_then(|i| i.github_token_env.clone())
 }

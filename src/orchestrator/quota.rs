@@ -10,6 +10,15 @@
 //! daemon (which sleeps until the next retry time) wakes for it. BLOCKED stays for work
 //! that failed on its merits.
 //!
+//! An attempt that ends `quota` records its pair out until the instant its CLI named
+//! ([`out_until`]; none, or one in the past: `quota_default_cooldown`; never beyond 31
+//! days; [`merge`] keeps a named reset over a later cool-down). Routing skips agents out
+//! under the identity they would run as, or that refused their login for this task (kv
+//! `agents_refused:<task>`); the fallback used is recorded (kv `quota_fallback:<task>`)
+//! and after the reset the preferred agent is first again unless
+//! `quota_return_to_preferred: false`. With `quota_handoff: continue` the next attempt's
+//! clone gets the limited attempt's changes (`workspace/handoff.rs`).
+//!
 //! The decisions ([`out_until`], [`merge`], [`pick`], [`wait_of`]) are pure and
 //! table-tested; the functions over a [`Store`] only read and write what they decide.
 //!
@@ -424,7 +433,7 @@ pub fn record_hit(
         agent: agent.to_string(),
         resets_at,
         reported,
-        message: crate::orchestrator::verify::one_line(message),
+        message: crate::orchestrator::verify::first_line(message),
         task_id: Some(task_id.to_string()),
         attempt: Some(attempt),
         hit_at: now,

@@ -51,12 +51,12 @@ impl Refusal {
     }
 
     pub fn crash(err: impl std::fmt::Display) -> Refusal {
-        Refusal::new(AttemptStatus::Crash, one_line(&err.to_string()))
+        Refusal::new(AttemptStatus::Crash, first_line(&err.to_string()))
     }
 
     /// A refusal over the agent's work (not an orchestrator fault): FAILED, retried.
     pub fn failed(err: impl std::fmt::Display) -> Refusal {
-        Refusal::new(AttemptStatus::Failed, one_line(&err.to_string()))
+        Refusal::new(AttemptStatus::Failed, first_line(&err.to_string()))
     }
 
     pub fn with_evidence(mut self, evidence: Vec<CheckEvidence>) -> Refusal {
@@ -235,7 +235,7 @@ fn gates_blocking(
 }
 
 /// Everything a check run needs from the attempt.
-pub struct CheckRun<'a> {
+pub struct CheckContext<'a> {
     pub runtime: &'a dyn WorkerRuntime,
     pub workspaces: Arc<WorkspaceManager>,
     pub ws: &'a Workspace,
@@ -276,7 +276,7 @@ pub enum ChecksStopped {
 
 /// Runs each check of `run.spec` in its own container over its own clean checkout of
 /// `run.sha` (removed afterwards); stops at the first failure. Returns the checks' evidence.
-pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksStopped> {
+pub async fn run_checks(run: CheckContext<'_>) -> Result<Vec<CheckEvidence>, ChecksStopped> {
     let mut evidence = Vec::new();
     for (n, check) in run.spec.verification.iter().enumerate() {
         let n = n as u32 + 1;
@@ -337,7 +337,7 @@ pub async fn run_checks(run: CheckRun<'_>) -> Result<Vec<CheckEvidence>, ChecksS
 }
 
 async fn prepare_check_dir(
-    run: &CheckRun<'_>,
+    run: &CheckContext<'_>,
     dir: &std::path::Path,
 ) -> Result<(), (String, FailureKind)> {
     // A leftover of a run the daemon did not finish: never reused.
@@ -377,7 +377,7 @@ async fn remove_dir(workspaces: &Arc<WorkspaceManager>, dir: &std::path::Path) {
 pub async fn prove(
     result_gate: CheckEvidence,
     rules: GateRules,
-    checks: CheckRun<'_>,
+    checks: CheckContext<'_>,
 ) -> Result<Vec<CheckEvidence>, Refusal> {
     let mut evidence = vec![result_gate];
     evidence.extend(
@@ -417,7 +417,7 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
         .map(|e| match e.exit_code {
             Some(code) if !e.command.is_empty() => format!("{} exited {code}", e.name),
             None if !e.command.is_empty() => format!("{} timed out", e.name),
-            _ => format!("{}: {}", e.name, one_line(&e.output_tail)),
+            _ => format!("{}: {}", e.name, first_line(&e.output_tail)),
         })
         .collect();
     let secret = evidence
@@ -444,8 +444,9 @@ pub fn verification_failure(evidence: Vec<CheckEvidence>) -> Refusal {
     }
 }
 
-/// The first line of a message, for transition reasons.
-pub fn one_line(text: &str) -> String {
+/// The first non-empty line of a message (at most 300 characters, ` …` when more lines
+/// followed), for transition reasons.
+pub fn first_line(text: &str) -> String {
     let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let mut out: String = line.trim().chars().take(300).collect();
     if text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {

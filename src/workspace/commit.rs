@@ -1,28 +1,15 @@
-//! `commit_all` (the workspace layer's plain "commit what the agent left", kept for callers
-//! that want no limit) and the checks every landing commit's author and message pass.
+//! The default change limit of a landing commit and the checks every landing commit's author
+//! and message pass (the commit itself is `snapshot::commit_once`).
 //!
 //! Issue 23 removed `harden`, the list of things deleted from or rewritten in the agent's
 //! `.git` before host-side git ran there: nothing runs there any more. The agent's `.git`
 //! is its own business inside its container; after it exits, the orchestrator reads only
 //! the working tree's files (`worktree.rs`) into its own repository (`own.rs`).
 
-use super::{Author, CommitOutcome, Workspace, WorkspaceError, WorkspaceManager};
+use super::{Author, WorkspaceError};
 
-/// The change limit of `commit_all`: `verify.max_changed_files`'s default.
+/// The default change limit of `commit_once`: `verify.max_changed_files`'s default.
 pub const DEFAULT_MAX_CHANGED_FILES: usize = 50_000;
-
-impl WorkspaceManager {
-    /// `commit_once` with the default change limit: the working tree's files, one commit on
-    /// the base in the orchestrator's repository, the paths changed since `ws.base_sha`.
-    pub fn commit_all(
-        &self,
-        ws: &Workspace,
-        author: &Author,
-        message: &str,
-    ) -> Result<CommitOutcome, WorkspaceError> {
-        self.commit_once(ws, author, message, DEFAULT_MAX_CHANGED_FILES)
-    }
-}
 
 pub(super) fn check_message(message: &str) -> Result<(), WorkspaceError> {
     if message.trim().is_empty() || message.contains('\0') {

@@ -186,7 +186,12 @@ mod tests {
             email: "p@e".into(),
         };
         let sha = manager
-            .commit_all(&ws, &author, "follow-up")
+            .commit_once(
+                &ws,
+                &author,
+                "follow-up",
+                crate::workspace::DEFAULT_MAX_CHANGED_FILES,
+            )
             .expect("commit")
             .sha
             .expect("sha");

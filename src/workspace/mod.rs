@@ -185,7 +185,7 @@ pub struct Author {
     pub email: String,
 }
 
-/// Result of `commit_once` / `commit_all`.
+/// Result of `commit_once`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOutcome {
     /// Branch tip to push when the diff against the base is non-empty.

@@ -200,7 +200,12 @@ mod tests {
 
         std::fs::write(ws.path.join("a.txt"), "uno ONE\ntwo\n").expect("write");
         let sha = manager
-            .commit_all(&ws, &author(), "follow-up")
+            .commit_once(
+                &ws,
+                &author(),
+                "follow-up",
+                crate::workspace::DEFAULT_MAX_CHANGED_FILES,
+            )
             .expect("commit")
             .sha
             .expect("sha");

@@ -47,6 +47,14 @@ impl Fixture {
         std::fs::write(root.join("bad-prompt.md"), "Do {nope}\n").unwrap();
         std::fs::write(root.join("backup.db"), "exists\n").unwrap();
         std::os::unix::fs::symlink("/etc", root.join("etc-link")).unwrap();
+        std::fs::copy(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/codex/gump_stream_success.ndjson"
+            ),
+            root.join("codex.ndjson"),
+        )
+        .unwrap();
         f.bin()
             .args(["enqueue", "--repo"])
             .arg(&repo)
@@ -307,6 +315,9 @@ fn cases() -> Vec<Case> {
         Case { name: "65 labels", args: enqueue_with_labels(&(0..65).map(|i| format!("l{i}")).collect::<Vec<_>>()), needles: &["65 labels", "--label", "64", FIX], ..C },
         Case { name: "400 KB of labels", args: enqueue_with_labels(&vec!["x".repeat(10_000); 40]), needles: &["--label", "400000 bytes", "4096", FIX], ..C },
         Case { name: "labels over 4096 bytes", args: enqueue_with_labels(&vec!["y".repeat(2049); 2]), needles: &["--label", "4098 bytes", "4096", FIX], ..C },
+        // ---- issue 24: replay says when a file is not that CLI's stream
+        Case { name: "replay of random bytes", args: &["replay", "--agent", "claude", "{root}/nul.txt"], needles: &["nul.txt", "not a claude transcript", "no CLI Polyphony knows", FIX], ..C },
+        Case { name: "replay of another CLI's transcript", args: &["replay", "--agent", "claude", "{root}/codex.ndjson"], needles: &["codex.ndjson", "not a claude transcript", "--agent codex", FIX], ..C },
         // ---- issue 24: the agent deadline bound in agents.yaml
         Case { name: "agents.yaml deadline 999999999999h", files: &[("agents.yaml", "agents:\n  - name: claude\n    agent_type: claude\n    deadline: 999999999999h\n")], args: check, needles: &["agents.yaml", "deadline", "30 days", FIX], ..C },
     ]

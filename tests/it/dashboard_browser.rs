@@ -762,3 +762,43 @@ async fn the_task_page_shows_the_timeline_the_diff_the_pull_request_and_links_bo
         assert!(page["overflow"].as_i64().unwrap() <= 0, "{page}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_on_a_running_slot_records_the_request_with_who_asked() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (dir, addr, _) = seeded(Some(TOKEN)).await;
+    let (unsigned_disabled, notice) = with_browser(binary, 1280, move |b| {
+        let slot = "#now li.slot.busy[data-task=\"local-2\"] form[action$=\"/cancel\"] button";
+        b.goto(&format!("http://{addr}/"));
+        let disabled = b
+            .eval(&format!(
+                "document.querySelector({}).disabled",
+                serde_json::to_string(slot).unwrap()
+            ))
+            .as_bool()
+            .unwrap();
+        b.goto(&format!("http://{addr}/login?next=/"));
+        b.eval(&format!(
+            "document.querySelector('input[name=token]').value = '{TOKEN}'"
+        ));
+        b.eval("document.querySelector('input[name=name]').value = 'ana'");
+        b.click_through("form.login button");
+        b.click_through(slot);
+        (disabled, b.text("#notice").unwrap_or_default())
+    })
+    .await;
+    assert!(unsigned_disabled);
+    // No daemon owns the attempt here: the request is recorded for the owner to apply.
+    assert!(notice.contains("local-2: cancel recorded"), "{notice}");
+    let store = Store::open(&dir.path().join("queue.db")).unwrap();
+    let request = store.cancel_request("local-2").unwrap().expect("recorded");
+    assert!(request.by.contains("ana"), "{request:?}");
+    let log = polyphony::ops::actions::actions(&store, "local-2").unwrap();
+    assert!(
+        log.iter()
+            .any(|r| r.action == "cancel" && r.by == "ana" && r.via == "console"),
+        "{log:?}"
+    );
+}

@@ -440,7 +440,12 @@ fn an_embedded_repository_is_refused_at_the_commit() {
     git(&nested, &["add", "x"]);
     git(&nested, &["commit", "-qm", "x"]);
     let err = manager
-        .commit_all(&ws, &author(), "land")
+        .commit_once(
+            &ws,
+            &author(),
+            "land",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
         .expect_err("refused");
     assert!(
         err.to_string()
@@ -466,11 +471,23 @@ fn a_fifo_in_git_is_never_opened_and_one_in_the_tree_is_refused() {
     mkfifo(&index);
     std::fs::write(ws.path.join("notes.txt"), "n\n").expect("w");
     let started = std::time::Instant::now();
-    let out = manager.commit_all(&ws, &author(), "land").expect("commit");
+    let out = manager
+        .commit_once(
+            &ws,
+            &author(),
+            "land",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .expect("commit");
     assert_eq!(out.changed_paths, ["notes.txt"]);
     mkfifo(&ws.path.join("pipe"));
     let err = manager
-        .commit_all(&ws, &author(), "land")
+        .commit_once(
+            &ws,
+            &author(),
+            "land",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
         .expect_err("refused");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(err.to_string().contains("/pipe\": it is a FIFO"), "{err}");
@@ -490,7 +507,12 @@ fn the_check_copy_holds_only_the_commit() {
     std::fs::create_dir_all(ws.path.join("target")).expect("mkdir");
     std::fs::write(ws.path.join("target/build.o"), "artefact").expect("w");
     let sha = manager
-        .commit_all(&ws, &author(), "land")
+        .commit_once(
+            &ws,
+            &author(),
+            "land",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
         .expect("commit")
         .sha
         .expect("sha");

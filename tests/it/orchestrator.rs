@@ -3,6 +3,10 @@
 //! over the scripted runtime (`runtime::scripted`) instead of Docker. Each agent plays a
 //! real CLI transcript from `tests/fixtures/` and edits the workspace as that agent did.
 //!
+//! Tasks come from the in-memory tracker (`sources::memory`) through the `Source` port, so
+//! the claim, the landing report and the blocked report run as for any tracker, and time is
+//! the test's clock (`World::now`), not the machine's. One test keeps the local queue.
+//!
 //! What needs the real engine (kill -9, SIGTERM, containers, the watchdog) stays in
 //! tests/e2e.rs.
 
@@ -21,6 +25,8 @@ use polyphony::orchestrator::drive::drive;
 use polyphony::orchestrator::pipeline::RunOptions;
 use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
 use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
+use polyphony::sources::memory::{MemorySource, Op};
+use polyphony::sources::SourceFailure;
 use polyphony::store::Store;
 use support::git::{git, git_as};
 use tokio::sync::watch;
@@ -48,12 +54,16 @@ fn claude_misses() -> AgentScript {
     transcript("claude/real_2.1.332_repair_1.ndjson").writes("NOTES.md", "looked at add()\n")
 }
 
-/// One home, one sample origin, one scripted runtime.
+/// One home, one sample origin, one scripted runtime, one in-memory tracker, one clock.
 struct World {
     _dir: tempfile::TempDir,
     home: PathBuf,
     origin: PathBuf,
     runtime: ScriptedRuntime,
+    /// Serves the tasks `offer` makes (of kind github, as a tracker's are).
+    tracker: MemorySource,
+    /// The orchestrator's clock: fixed at this time.
+    now: DateTime<Utc>,
     progress: Arc<RecordingProgress>,
 }
 
@@ -74,6 +84,8 @@ impl World {
             home,
             origin,
             runtime: ScriptedRuntime::new(),
+            tracker: MemorySource::new(SourceKind::Github),
+            now: at("2026-11-30T12:00:00Z"),
             progress: Arc::new(RecordingProgress::new()),
         }
     }
@@ -89,7 +101,7 @@ impl World {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Orchestrator::with_runtime(
+        let mut orch = Orchestrator::with_runtime(
             config,
             Arc::new(self.runtime.clone()),
             Arc::new(move |name: &str| {
@@ -97,14 +109,38 @@ impl World {
             }),
         )
         .expect("an orchestrator")
+        .with_source(Arc::new(self.tracker.clone()));
+        let now = self.now;
+        orch.clock = Arc::new(move || now);
+        orch
     }
 
     fn store(&self, orch: &Orchestrator) -> Store {
         Store::open(&orch.db_path()).expect("the store")
     }
 
+    /// Offers a task at the tracker (an issue of `octo/sample` on the sample origin) and
+    /// records it, as the daemon's poll would; returns its id.
+    fn offer(&self, store: &Store) -> String {
+        let n = self.tracker.offered().len() + 1;
+        let id = format!("octo/sample#{n}");
+        let mut task = Task::new(
+            &id,
+            SourceKind::Github,
+            id.clone(),
+            self.origin.display().to_string(),
+            "Fix add()",
+            self.now,
+        );
+        task.body = "add() subtracts; make `sh test.sh` pass.".into();
+        task.task_type = TaskType::Bugfix;
+        self.tracker.offer(task.clone());
+        store.insert_task(&task).expect("insert");
+        id
+    }
+
     /// Enqueues a local task on the sample origin; returns its id.
-    fn enqueue(&self, store: &Store) -> String {
+    fn enqueue_local(&self, store: &Store) -> String {
         let id = store.next_local_task_id().expect("an id");
         let mut task = Task::new(
             &id,
@@ -112,12 +148,18 @@ impl World {
             format!("local:{id}"),
             self.origin.display().to_string(),
             "Fix add()",
-            Utc::now(),
+            self.now,
         );
         task.body = "add() subtracts; make `sh test.sh` pass.".into();
         task.task_type = TaskType::Bugfix;
         store.insert_task(&task).expect("insert");
         id
+    }
+
+    /// The branch attempt `attempt` of `id` pushes to.
+    fn branch(&self, orch: &Orchestrator, id: &str, attempt: u32) -> String {
+        let key = polyphony::workspace::task_key(id).expect("a key");
+        polyphony::workspace::branch_name(&orch.config.global().git.branch_prefix, &key, attempt)
     }
 
     fn opts(&self) -> (RunOptions, watch::Sender<bool>) {
@@ -133,7 +175,7 @@ impl World {
     /// Claims `id` and runs one attempt of it.
     async fn attempt(&self, orch: &Orchestrator, store: &Store, id: &str) -> AttemptEnd {
         let claimed = store
-            .claim(id, Utc::now())
+            .claim(id, self.now)
             .expect("claim")
             .expect("claimable");
         let (opts, _cancel) = self.opts();
@@ -167,27 +209,41 @@ fn at(s: &str) -> DateTime<Utc> {
     s.parse().expect("a timestamp")
 }
 
-fn fixed_clock(orch: &mut Orchestrator, now: DateTime<Utc>) {
-    orch.clock = Arc::new(move || now);
-}
-
 #[tokio::test]
 async fn a_verified_fix_lands_on_the_origin() {
     let w = World::new();
     w.runtime.push(claude_fixes());
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
     let AttemptEnd::Landed { branch, pr_url } = end else {
         panic!("not landed: {end:?}")
     };
-    assert_eq!(pr_url, None);
+    // Reported at the tracker through the port: one claim, one landing with the evidence.
+    assert_eq!(pr_url.as_deref(), Some("memory://octo/sample#1/pull/1"));
     assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    let claims = w.tracker.claims();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert_eq!(
+        (
+            claims[0].task_id.as_str(),
+            claims[0].info.attempt,
+            claims[0].resuming
+        ),
+        (id.as_str(), 1, false)
+    );
+    assert_eq!(claims[0].info.agent, "claude");
+    let lands = w.tracker.lands();
+    assert_eq!(lands.len(), 1, "{lands:?}");
+    assert_eq!(lands[0].1.branch, branch);
+    assert!(lands[0].1.evidence.iter().all(|e| e.passed), "{lands:?}");
+    assert!(w.tracker.blocks().is_empty());
     let task = w.task(&store, &id);
     assert_eq!(task.state, TaskState::Landed);
+    assert_eq!(task.updated_at, w.now, "stamped by the test's clock");
     assert_eq!(
         w.progress.path_of(&id),
         vec![
@@ -215,15 +271,103 @@ async fn a_verified_fix_lands_on_the_origin() {
     assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
 }
 
+/// The local queue keeps no record of its own: no claim or report anywhere, and the push
+/// alone lands the task.
+#[tokio::test]
+async fn a_local_task_lands_by_the_push_alone() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.enqueue_local(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    let AttemptEnd::Landed { branch, pr_url } = end else {
+        panic!("not landed: {end:?}")
+    };
+    assert_eq!(pr_url, None);
+    assert_eq!(branch, w.branch(&orch, &id, 1));
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    assert_eq!(w.task(&store, &id).state, TaskState::Landed);
+    assert!(w.tracker.claims().is_empty() && w.tracker.lands().is_empty());
+}
+
+/// Another owner at the source: the claim answers "no longer ready", so the task is
+/// released (BLOCKED, not reported) before any agent runs.
+#[tokio::test]
+async fn a_claim_the_source_refuses_releases_the_task_before_any_agent_runs() {
+    let w = World::new();
+    w.tracker
+        .release_claims("claimed by another Polyphony instance");
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.offer(&store);
+
+    let end = w.attempt(&orch, &store, &id).await;
+
+    assert_eq!(
+        end,
+        AttemptEnd::Released {
+            reason: "released: claimed by another Polyphony instance".into()
+        }
+    );
+    assert_eq!(w.task(&store, &id).state, TaskState::Blocked);
+    assert_eq!(store.released_at(&id).expect("released"), Some(w.now));
+    assert!(
+        w.runtime.created().is_empty(),
+        "no container for a released task"
+    );
+    assert!(w.tracker.blocks().is_empty(), "a release is not reported");
+    assert!(w.origin_branch(&w.branch(&orch, &id, 1)).is_none());
+}
+
+/// The retry decision follows the kind of the source's failure, whatever its words: the
+/// tracker refusing our credentials while the landing is reported blocks at once; the
+/// tracker being unreachable is retried after the backoff.
+#[tokio::test]
+async fn a_landing_report_the_source_refuses_blocks_and_an_unreachable_one_retries() {
+    for (failure, blocks) in [
+        (SourceFailure::RefusedCredentials, true),
+        (SourceFailure::Transient, false),
+    ] {
+        let w = World::new();
+        w.runtime.push(claude_fixes());
+        w.tracker.fail_next(Op::Land, failure);
+        let orch = w.orchestrator();
+        let store = w.store(&orch);
+        let id = w.offer(&store);
+
+        let end = w.attempt(&orch, &store, &id).await;
+
+        let task = w.task(&store, &id);
+        if blocks {
+            assert!(
+                matches!(end, AttemptEnd::Blocked { .. }),
+                "{failure:?}: {end:?}"
+            );
+            assert_eq!(task.state, TaskState::Blocked, "{failure:?}");
+            assert_eq!(w.tracker.blocks().len(), 1, "the block is reported");
+        } else {
+            assert!(
+                matches!(&end, AttemptEnd::Retry { at, .. } if *at == w.now + chrono::Duration::seconds(10)),
+                "{failure:?}: {end:?}"
+            );
+            assert_eq!((task.state, task.failures), (TaskState::Failed, 1));
+        }
+        // The verified sha was pushed before the report failed.
+        assert!(w.origin_branch(&w.branch(&orch, &id, 1)).is_some());
+    }
+}
+
 #[tokio::test]
 async fn failed_checks_schedule_a_retry_after_the_backoff() {
     let w = World::new();
     w.runtime.push(claude_misses());
-    let mut orch = w.orchestrator();
-    let now = at("2026-11-30T12:00:00Z");
-    fixed_clock(&mut orch, now);
+    let orch = w.orchestrator();
+    let now = w.now;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
@@ -244,18 +388,17 @@ async fn failed_checks_schedule_a_retry_after_the_backoff() {
         .map(|e| e.name.as_str())
         .collect();
     assert_eq!(failed, vec!["test"]);
-    assert!(w.origin_branch("polyphony/local-1-a1").is_none());
+    assert!(w.origin_branch(&w.branch(&orch, &id, 1)).is_none());
 }
 
 #[tokio::test]
 async fn an_agent_crash_is_retried() {
     let w = World::new();
     w.runtime.push(AgentScript::default().exits(1));
-    let mut orch = w.orchestrator();
-    let now = at("2026-11-30T12:00:00Z");
-    fixed_clock(&mut orch, now);
+    let orch = w.orchestrator();
+    let now = w.now;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
@@ -276,11 +419,10 @@ async fn an_agent_out_of_quota_falls_back_to_the_next_agent_without_a_failure() 
     w.runtime
         .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
         .push(transcript("codex/gump_stream_success.ndjson").writes("calc.sh", FIXED_CALC));
-    let mut orch = w.orchestrator();
-    let now = at("2026-11-30T12:00:00Z");
-    fixed_clock(&mut orch, now);
+    let orch = w.orchestrator();
+    let now = w.now;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
     assert!(
@@ -320,20 +462,19 @@ async fn an_identity_over_its_daily_ceiling_waits_for_the_next_utc_day_without_a
     w.runtime.push(claude_fixes());
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let first = w.enqueue(&store);
+    let first = w.offer(&store);
     assert!(w.attempt(&orch, &store, &first).await.is_landed());
-    let second = w.enqueue(&store);
+    let second = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &second).await;
 
     let AttemptEnd::Retry { at: due, reason } = end else {
         panic!("not a wait: {end:?}")
     };
-    let tomorrow =
-        polyphony::identity_policy::utc_day_start(Utc::now()) + chrono::Duration::days(1);
+    let tomorrow = polyphony::identity_policy::utc_day_start(w.now) + chrono::Duration::days(1);
     assert_eq!(due, tomorrow);
     assert!(
-        reason.starts_with("identity `demo` spent $0.01 of its $0.01 daily ceiling; waits until 00:00 UTC (largest: local-1 attempt 1"),
+        reason.starts_with("identity `demo` spent $0.01 of its $0.01 daily ceiling; waits until 00:00 UTC (largest: octo/sample#1 attempt 1"),
         "{reason}"
     );
     let task = w.task(&store, &second);
@@ -354,7 +495,7 @@ async fn a_home_without_identities_runs_the_agent_without_credentials() {
     w.runtime.push(claude_fixes());
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
@@ -387,7 +528,7 @@ async fn an_agent_past_its_deadline_times_out_and_is_retried() {
     );
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
@@ -404,7 +545,7 @@ async fn a_taken_branch_name_lands_under_this_homes_variant() {
     w.runtime.push(claude_fixes());
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     let key = polyphony::workspace::task_key(&id).expect("a key");
     let taken = polyphony::workspace::branch_name(&orch.config.global().git.branch_prefix, &key, 1);
     // Unrelated history under the attempt's branch name (a reset home, another instance).
@@ -446,10 +587,7 @@ async fn cancelled_attempt(
 ) -> AttemptEnd {
     w.runtime
         .push(transcript("claude/real_2.1.332_lands_1.ndjson").hangs());
-    let claimed = store
-        .claim(id, Utc::now())
-        .expect("claim")
-        .expect("claimable");
+    let claimed = store.claim(id, w.now).expect("claim").expect("claimable");
     let (mut opts, cancel) = w.opts();
     opts.cancel_means_retry = means_retry;
     let progress = w.progress.clone();
@@ -469,11 +607,10 @@ async fn cancelled_attempt(
 #[tokio::test]
 async fn a_cancelled_attempt_is_held_and_a_shutdown_retries_at_once() {
     let w = World::new();
-    let mut orch = w.orchestrator();
-    let now = at("2026-11-30T12:00:00Z");
-    fixed_clock(&mut orch, now);
+    let orch = w.orchestrator();
+    let now = w.now;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = cancelled_attempt(&w, &orch, &store, &id, false).await;
     assert!(matches!(end, AttemptEnd::Held { .. }), "{end:?}");
@@ -515,7 +652,7 @@ async fn three_failures_block_the_task_through_spawns_loop() {
     // No backoff: the loop's waits are the policy's, not this test's.
     orch.policy.base = Duration::ZERO;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     let task = w.task(&store, &id);
     let (opts, cancel) = w.opts();
     let said = std::sync::Mutex::new(Vec::new());
@@ -535,6 +672,26 @@ async fn three_failures_block_the_task_through_spawns_loop() {
     let task = w.task(&store, &id);
     assert_eq!((task.state, task.failures), (TaskState::Blocked, 3));
     assert_eq!(store.attempts(&id).expect("attempts").len(), 3);
+    // Reported at the tracker once, with each attempt's reason; each attempt claimed.
+    let blocks = w.tracker.blocks();
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    let reasons: Vec<(u32, &str)> = blocks[0]
+        .1
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (1, "verification failed: test exited 1"),
+            (2, "verification failed: test exited 1"),
+            (3, "verification failed: test exited 1")
+        ]
+    );
+    let claimed: Vec<u32> = w.tracker.claims().iter().map(|c| c.info.attempt).collect();
+    assert_eq!(claimed, vec![1, 2, 3]);
+    assert!(store.block_reported_at(&id).expect("reported").is_some());
     let said = said.lock().expect("lock").clone();
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(
@@ -550,7 +707,7 @@ async fn a_failed_check_is_repaired_on_the_retry_whose_prompt_carries_it() {
     let mut orch = w.orchestrator();
     orch.policy.base = Duration::ZERO;
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     let (opts, cancel) = w.opts();
 
     let end = drive(
@@ -621,9 +778,14 @@ async fn spawn_waits_for_the_earliest_reset_when_every_agent_is_out_and_counts_n
         .push(transcript("claude/real_2.1.332_quota_1.ndjson"))
         .push(transcript("codex/usage_limit_constructed.ndjson"))
         .push(claude_fixes());
-    let orch = w.orchestrator();
+    let mut orch = w.orchestrator();
+    // The wait is real: the clock starts at the test's time and moves with the machine's.
+    let (start, ticking) = (w.now, std::time::Instant::now());
+    orch.clock = Arc::new(move || {
+        start + chrono::Duration::from_std(ticking.elapsed()).expect("a duration")
+    });
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     let task = w.task(&store, &id);
     let (opts, cancel) = w.opts();
     let said = std::sync::Mutex::new(Vec::new());
@@ -693,7 +855,7 @@ async fn secrets_behind_json_escapes_never_reach_the_store_logs_or_the_api() {
     w.runtime.push(script);
     let orch = w.orchestrator_with_env(&[("POLY_IT_LEAKED_KEY", key)]);
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     assert!(w.attempt(&orch, &store, &id).await.is_landed());
 
     let db = orch.db_path();
@@ -767,7 +929,7 @@ async fn a_check_command_missing_from_the_image_blocks_at_once_naming_it() {
     w.runtime.push(claude_fixes());
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
 
     let end = w.attempt(&orch, &store, &id).await;
 
@@ -782,7 +944,7 @@ async fn a_check_command_missing_from_the_image_blocks_at_once_naming_it() {
     let task = w.task(&store, &id);
     assert_eq!(task.state, TaskState::Blocked);
     assert_eq!(store.attempts(&id).expect("attempts").len(), 1);
-    assert!(w.origin_branch("polyphony/local-1-a1").is_none());
+    assert!(w.origin_branch(&w.branch(&orch, &id, 1)).is_none());
 }
 
 /// Issue 24: a forged result line reporting $1000 counts for no more than what is left
@@ -806,12 +968,12 @@ async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
     w.runtime.push(script);
     let orch = w.orchestrator();
     let store = w.store(&orch);
-    let id = w.enqueue(&store);
+    let id = w.offer(&store);
     assert!(w.attempt(&orch, &store, &id).await.is_landed());
     let attempts = store.attempts(&id).expect("attempts");
     let cost = attempts[0].cost_usd.expect("a cost");
     assert!((cost - 0.05).abs() < 1e-9, "counted {cost}");
-    let day = polyphony::identity_policy::utc_day_start(Utc::now());
+    let day = polyphony::identity_policy::utc_day_start(w.now);
     let spent = store.cost_spent_since("demo", day).expect("spent");
     assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
 }

@@ -110,7 +110,8 @@ fn sample_tasks_reach_the_promised_agents() {
                 r,
             ),
             "docs",
-            "kimi",
+            // Was kimi: the templates route nothing to kimi, which cannot run (issue 29).
+            "claude",
         ),
         (
             task(

@@ -136,7 +136,12 @@ fn clone_branch_commit_push_round_trip() {
     write(&ws.path.join("debug.log"), "ignored\n");
     let out = fx
         .mgr
-        .commit_all(&ws, &author(), "polyphony: owner/repo#42 attempt 1")
+        .commit_once(
+            &ws,
+            &author(),
+            "polyphony: owner/repo#42 attempt 1",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
         .unwrap();
     assert!(out.created_commit && !out.empty);
     assert_eq!(out.changed_paths, vec!["src/mod0.rs", "src/new.rs"]);
@@ -352,11 +357,25 @@ fn non_fast_forward_push_is_rejected() {
     let ws2 = fx.mgr.prepare(&req).unwrap();
 
     write(&ws1.path.join("one.txt"), "1\n");
-    fx.mgr.commit_all(&ws1, &author(), "attempt one").unwrap();
+    fx.mgr
+        .commit_once(
+            &ws1,
+            &author(),
+            "attempt one",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     fx.mgr.push(&ws1, None, None).unwrap();
 
     write(&ws2.path.join("two.txt"), "2\n");
-    fx.mgr.commit_all(&ws2, &author(), "attempt two").unwrap();
+    fx.mgr
+        .commit_once(
+            &ws2,
+            &author(),
+            "attempt two",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let err = fx.mgr.push(&ws2, Some("origin"), None).unwrap_err();
     match &err {
         WorkspaceError::PushRejected { reason, .. } => {
@@ -386,7 +405,14 @@ fn pre_receive_hook_rejection_is_an_error() {
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let ws = fx.prepare("hooked", 1);
     write(&ws.path.join("x.txt"), "x\n");
-    fx.mgr.commit_all(&ws, &author(), "x").unwrap();
+    fx.mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "x",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let err = fx.mgr.push(&ws, None, None).unwrap_err();
     assert!(matches!(err, WorkspaceError::PushRejected { .. }), "{err}");
     assert!(err.to_string().contains("policy: no pushes today"), "{err}");
@@ -475,7 +501,14 @@ fn token_authenticates_as_x_access_token_and_never_leaks() {
     // Push with a token to a failing remote: same.
     let ws = fx.prepare("secret", 3);
     write(&ws.path.join("f"), "f\n");
-    fx.mgr.commit_all(&ws, &author(), "f").unwrap();
+    fx.mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "f",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let (url, seen) = auth_recorder();
     let err = fx.mgr.push(&ws, Some(&url), Some(TOKEN)).unwrap_err();
     let text = format!("{err} {err:?}");
@@ -499,7 +532,12 @@ fn read_at_base_reads_the_base_not_the_branch() {
     let ws = fx.prepare("cfg", 1);
     write(&ws.path.join(".polyphony.yaml"), "from: agent\n");
     fx.mgr
-        .commit_all(&ws, &author(), "agent edits config")
+        .commit_once(
+            &ws,
+            &author(),
+            "agent edits config",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
         .unwrap();
     fx.mgr.push(&ws, None, None).unwrap();
     let origin = fx.origin();
@@ -541,13 +579,21 @@ fn read_at_base_reads_the_base_not_the_branch() {
 /// Issue 23: the landing commit is the working tree on the base, made in the orchestrator's
 /// repository; the agent's own commits, branches and HEAD never land and are never read.
 #[test]
-fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
+fn commit_once_takes_the_working_tree_whatever_the_agent_committed() {
     let fx = Fixture::new();
     let parent =
         |ws: &Workspace, sha: &str| git(&own_repo_path(ws), &["rev-parse", &format!("{sha}^@")]);
     // Nothing changed.
     let ws = fx.prepare("commits", 1);
-    let out = fx.mgr.commit_all(&ws, &author(), "nothing").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "nothing",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(out.empty && !out.created_commit && out.sha.is_none() && out.changed_paths.is_empty());
 
     // The agent committed one file itself and left another uncommitted: one commit of both,
@@ -557,7 +603,15 @@ fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
     git(&ws.path, &["add", "agent_committed.txt"]);
     git(&ws.path, &["commit", "-qm", "agent's own commit"]);
     write(&ws.path.join("left_over.txt"), "b\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "rest").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "rest",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(out.created_commit && !out.empty);
     assert_eq!(
         out.changed_paths,
@@ -574,7 +628,15 @@ fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
     let ws = fx.prepare("commits", 3);
     write(&ws.path.join("README.md"), "changed\n");
     git(&ws.path, &["commit", "-qam", "agent"]);
-    let out = fx.mgr.commit_all(&ws, &author(), "rest").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "rest",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(out.created_commit && !out.empty);
     assert_eq!(out.changed_paths, vec!["README.md"]);
     assert_eq!(parent(&ws, &out.sha.unwrap()), ws.base_sha);
@@ -584,14 +646,30 @@ fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
     write(&ws.path.join("README.md"), "changed\n");
     git(&ws.path, &["commit", "-qam", "agent"]);
     write(&ws.path.join("README.md"), "hello\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "revert").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "revert",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(!out.created_commit && out.empty && out.sha.is_none());
 
     // The agent wandered off to another branch: its files are what counts.
     let ws = fx.prepare("commits", 5);
     git(&ws.path, &["checkout", "-qb", "agent-branch"]);
     write(&ws.path.join("elsewhere.txt"), "e\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "elsewhere").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "elsewhere",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert_eq!(out.changed_paths, vec!["elsewhere.txt"]);
 
     // A deleted tracked file is a deletion; an ignored new file is not taken.
@@ -599,7 +677,15 @@ fn commit_all_takes_the_working_tree_whatever_the_agent_committed() {
     std::fs::remove_file(ws.path.join("README.md")).unwrap();
     write(&ws.path.join(".gitignore"), "*.o\n");
     write(&ws.path.join("build.o"), "artefact\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "delete").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "delete",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert_eq!(out.changed_paths, vec![".gitignore", "README.md"]);
     let changes = fx.mgr.changes(&ws, out.sha.as_deref().unwrap()).unwrap();
     assert_eq!(changes[1].status, 'D');
@@ -631,7 +717,14 @@ fn hostile_git_config_and_hooks_are_ignored() {
         ],
     );
     write(&ws.path.join("x.txt"), "x\n");
-    fx.mgr.commit_all(&ws, &author(), "x").unwrap();
+    fx.mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "x",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     fx.mgr.push(&ws, None, None).unwrap();
     assert!(
         !marker.exists(),
@@ -648,7 +741,15 @@ fn hostile_git_config_and_hooks_are_ignored() {
     let ws = fx.prepare("hostile", 2);
     std::os::unix::fs::symlink("/etc", ws.path.join(".git/objects/ee")).unwrap();
     write(&ws.path.join("y.txt"), "y\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "y").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "y",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert_eq!(out.changed_paths, vec!["y.txt"]);
 }
 
@@ -737,7 +838,15 @@ fn workspace_is_chowned_to_the_container_user() {
     }
     // Host-side git still works on a workspace owned by someone else.
     write(&ws.path.join("z.txt"), "z\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "z").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "z",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert_eq!(out.changed_paths, vec!["z.txt"]);
     fx.mgr.push(&ws, None, None).unwrap();
 }
@@ -781,7 +890,15 @@ fn shared_clone_borrows_the_mirror_and_pushes_complete_branches() {
     git(&ws.path, &["fsck", "--full", "--strict"]);
 
     write(&ws.path.join("src/shared.rs"), "pub fn shared() {}\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "shared change").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "shared change",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let tip = out.sha.unwrap();
     // The new commit lives in the orchestrator's repository, never in the mirror or the
     // workspace.
@@ -830,7 +947,15 @@ fn agent_rewritten_alternates_are_never_read() {
         &format!("{}/objects\n", evil.display()),
     );
     write(&ws.path.join("a.txt"), "a\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "a").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "a",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert_eq!(out.changed_paths, vec!["a.txt"]);
     assert_eq!(
         std::fs::read_to_string(own_repo_path(&ws).join("objects/info/alternates")).unwrap(),
@@ -875,7 +1000,15 @@ fn shared_workspace_survives_mirror_fetch_and_gc() {
     assert_eq!(git(&ws.path, &["rev-parse", "HEAD"]), develop);
     git(&ws.path, &["log", "--all", "--oneline"]);
     write(&ws.path.join("during.txt"), "d\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "during gc").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "during gc",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let remote = fresh_remote(&fx, "after-gc.git");
     fx.mgr
         .push(&ws, Some(&remote.display().to_string()), None)
@@ -1004,7 +1137,15 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
     };
     let ws = fx.prepare("check-full", 1);
     write(&ws.path.join("new.txt"), "x\n");
-    let out = fx.mgr.commit_all(&ws, &author(), "work").unwrap();
+    let out = fx
+        .mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     let sha = out.sha.unwrap();
     let dest = disk.path().join("check");
     let err = fx.mgr.checkout(&ws, &sha, &dest, None).unwrap_err();
@@ -1021,14 +1162,28 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
     let chunk = vec![7u8; 1 << 20];
     while f.write_all(&chunk).is_ok() {}
     drop(f);
-    let err = mgr.commit_all(&ws, &author(), "work").unwrap_err();
+    let err = mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap_err();
     assert!(matches!(&err, WorkspaceError::DiskFull { .. }), "{err:?}");
     assert!(
         git(&own_repo_path(&ws), &["for-each-ref", "refs/heads"]).is_empty(),
         "nothing was committed"
     );
     std::fs::remove_file(&filler).unwrap();
-    let out = mgr.commit_all(&ws, &author(), "work").unwrap();
+    let out = mgr
+        .commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+        .unwrap();
     assert!(
         out.empty,
         "the tree is whole again: {:?}",

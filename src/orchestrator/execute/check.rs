@@ -18,7 +18,7 @@ const CHECK_TAIL_BYTES: usize = 4096;
 
 /// The result of one proof-of-work command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckRun {
+pub struct CheckResult {
     pub exit_code: Option<i64>,
     /// The last ~4 KB of combined output, scrubbed, starting at a line boundary.
     pub output_tail: String,
@@ -34,7 +34,7 @@ pub async fn run_check(
     timeout: Duration,
     scrub: Scrub<'_>,
     now: DateTime<Utc>,
-) -> Result<CheckRun, RuntimeError> {
+) -> Result<CheckResult, RuntimeError> {
     let spec = &with_deadline(spec, timeout, now);
     let id = rt.create(spec).await?;
     let started = Instant::now();
@@ -54,7 +54,7 @@ async fn run_check_inner(
     timeout: Duration,
     scrub: Scrub<'_>,
     started: Instant,
-) -> Result<CheckRun, RuntimeError> {
+) -> Result<CheckResult, RuntimeError> {
     rt.start(id).await?;
     let mut tail: Vec<u8> = Vec::new();
     let mut truncated = false;
@@ -89,7 +89,7 @@ async fn run_check_inner(
         Ok(Err(e)) => return Err(e),
         Err(_) => None,
     };
-    Ok(CheckRun {
+    Ok(CheckResult {
         exit_code,
         output_tail: scrubbed_tail(&tail, truncated, scrub),
         duration: started.elapsed(),

@@ -11,6 +11,15 @@
 //! [`run_attempt`] and [`reattach`] take one [`AgentRun`]: the runtime, adapter, sink,
 //! limits, transcript, scrubber and cancel signal a container is followed with.
 //!
+//! Only the CLI's first final report is folded into the outcome (`AgentAdapter::is_final`):
+//! a process in the container can write forged report lines to `/proc/1/fd/1`; later ones
+//! are stored and counted in `lines_after_result`. Lines after which the outcome holds an
+//! `api_retry` do not restart the idle timer (an API failing forever ends as `stalled`), and
+//! a `hopeless` outcome (a refused API key) stops the container at once. The workspace size
+//! is measured every 5 s and at exit (`container.max_workspace_size`), stored output is
+//! capped (`container.max_output`), and the reported cost is clamped to
+//! `0..=max_cost_usd_per_attempt`. Any error after a container started kills and removes it.
+//!
 //! Must not: decide task state transitions, touch the store directly, or log line text
 //! before it is scrubbed.
 //!
@@ -32,7 +41,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-pub use check::{run_check, CheckRun};
+pub use check::{run_check, CheckResult};
 pub use policy::{decide, tree_size, RunLimits, Stop, WORKSPACE_CHECK_EVERY};
 pub use sinks::{EventSink, Scrub, ScrubOutput, VecSink};
 

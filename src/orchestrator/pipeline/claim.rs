@@ -1,6 +1,7 @@
-//! The claim at the source: GitHub issues are claimed and their text frozen.
+//! The claim at the source: a task of a source that reports back (a GitHub issue) is
+//! claimed there and its text frozen.
 
-use crate::domain::{AttemptStatus, SourceKind, TaskState};
+use crate::domain::{AttemptStatus, TaskState};
 use crate::orchestrator::failure::FailureKind;
 use crate::sources::{ClaimError, ClaimInfo};
 use crate::store::{BlockSettlement, IntentKind, Settlement};
@@ -12,16 +13,19 @@ impl AttemptRun<'_> {
     /// instance owns it.
     pub(super) async fn claim_at_source(&mut self) -> Result<Option<AttemptEnd>, Failure> {
         // A follow-up works on a pull request this home opened: nothing to claim.
-        if self.task.source != SourceKind::Github || self.followup.is_some() {
+        if self.followup.is_some() {
             return Ok(None);
         }
-        let github = self.orch.github().map_err(Failure::crash)?;
+        let source = self.orch.sources.of(&self.task).map_err(Failure::crash)?;
+        if !source.reports_back() {
+            return Ok(None);
+        }
         let info = ClaimInfo {
             agent: self.agent.clone(),
             attempt: self.attempt,
             claimant: self.orch.home_label.clone(),
         };
-        // Recorded before anything is written at GitHub; a claim this home left half-done
+        // Recorded before anything is written at the source; a claim this home left half-done
         // (killed between comment and labels) is finished, never taken for a release.
         let resuming = self
             .db()
@@ -36,9 +40,7 @@ impl AttemptRun<'_> {
                 self.orch.now(),
             )
             .map_err(Failure::crash)?;
-        let claim = github
-            .claim_issue_resuming(&self.task, &info, resuming)
-            .await;
+        let claim = source.claim_resuming(&self.task, &info, resuming).await;
         if matches!(claim, Ok(_) | Err(ClaimError::NoLongerReady { .. })) {
             self.db()
                 .complete_intent(
@@ -101,7 +103,11 @@ impl AttemptRun<'_> {
             }
             Err(ClaimError::Source(e)) => Err(Failure::new(
                 AttemptStatus::Crash,
-                format!("cannot claim {} at GitHub: {e}", self.task.source_ref),
+                format!(
+                    "cannot claim {} at {}: {e}",
+                    self.task.source_ref,
+                    source.name()
+                ),
             )
             .of_kind(FailureKind::from(&e))),
         }

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AttemptStatus, RunResult, SourceKind, TaskState};
+use crate::domain::{AttemptStatus, RunResult, TaskState};
 use crate::orchestrator::failure::Class;
 use crate::orchestrator::retry::Next;
-use crate::orchestrator::verify::one_line;
+use crate::orchestrator::verify::first_line;
 use crate::orchestrator::{failure, intents, proof, quota, retry};
 use crate::store::{BlockSettlement, IntentKind, Settlement};
 
@@ -35,7 +35,7 @@ impl AttemptRun<'_> {
             // A damaged database is never a task failure (issue 12): record nothing.
             return Err(crate::store::DatabaseDamaged {
                 path: self.orch.db_path(),
-                detail: one_line(&failure.reason),
+                detail: first_line(&failure.reason),
             }
             .into());
         }
@@ -129,7 +129,7 @@ impl AttemptRun<'_> {
         } else {
             self.discard_workspace().await;
         }
-        let report = self.task.source == SourceKind::Github && self.followup.is_none();
+        let report = self.reports_back();
         let settled = self
             .db()
             .settle_cancel(&self.task.id, self.state, &reason, report, now)
@@ -180,7 +180,7 @@ impl AttemptRun<'_> {
                 );
                 let block = BlockSettlement {
                     reason: block_reason.clone(),
-                    report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    report: self.reports_back(),
                     released: false,
                 };
                 return Ok((
@@ -275,7 +275,7 @@ impl AttemptRun<'_> {
                 let block = BlockSettlement {
                     reason: block_reason.clone(),
                     // A follow-up's block is the shepherd's to hand over, not the issue's.
-                    report: self.task.source == SourceKind::Github && self.followup.is_none(),
+                    report: self.reports_back(),
                     released: false,
                 };
                 (
@@ -320,12 +320,12 @@ impl AttemptRun<'_> {
     }
 
     pub(super) async fn report_blocked(&self) {
-        if self.task.source != SourceKind::Github || self.followup.is_some() {
+        if !self.reports_back() {
             return;
         }
         let attempts = self.db().attempts(&self.task.id).unwrap_or_default();
         let blocked = intents::blocked_of(&attempts);
-        // Done only once GitHub has it; otherwise the next start finishes the report.
+        // Done only once the source has it; otherwise the next start finishes the report.
         if intents::report_blocked(self.orch, &self.task, &blocked).await {
             // From now on the ready label on the issue can only be a person's: re-labelling
             // brings the task back as a new generation (`orchestrator::generation`).

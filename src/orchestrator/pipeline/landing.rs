@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::domain::{CheckEvidence, EnvVar, RunSpec, SourceKind, TaskState, VolumeMount};
-use crate::orchestrator::verify::one_line;
+use crate::domain::{CheckEvidence, EnvVar, RunSpec, TaskState, VolumeMount};
+use crate::orchestrator::verify::first_line;
 use crate::orchestrator::{land, proof, restarts, verify};
 use crate::store::IntentKind;
 use crate::workspace;
@@ -60,7 +60,7 @@ impl AttemptRun<'_> {
                 ),
             );
         };
-        let checks = verify::CheckRun {
+        let checks = verify::CheckContext {
             runtime: self.orch.runtime.as_ref(),
             workspaces: self.orch.workspaces.clone(),
             ws,
@@ -100,7 +100,7 @@ impl AttemptRun<'_> {
         };
         let message = format!(
             "{}\n\nPolyphony task {} ({}), attempt {} by {}.",
-            one_line(&self.task.title),
+            first_line(&self.task.title),
             self.task.id,
             self.task.source_ref,
             self.attempt,
@@ -138,15 +138,13 @@ impl AttemptRun<'_> {
     }
 
     /// The secrets a landing commit must not carry, by name: the env overlay's values and
-    /// the GitHub token.
+    /// the sources' tokens.
     fn named_secrets(&self, overlay: &[EnvVar], mounts: &[VolumeMount]) -> verify::NamedSecrets {
         let mut pairs: Vec<(String, String)> = overlay
             .iter()
             .filter_map(|v| (self.orch.env)(&v.from_host).map(|value| (v.name.clone(), value)))
             .collect();
-        if let Some(token) = &self.orch.github_token {
-            pairs.push(("the GitHub token".into(), token.secret().to_string()));
-        }
+        pairs.extend(self.orch.sources.secrets().iter().cloned());
         for value in crate::orchestrator::secrets::credential_tokens(mounts) {
             pairs.push(("a token from the identity's credential files".into(), value));
         }
@@ -180,7 +178,7 @@ impl AttemptRun<'_> {
                 .map_err(|e| {
                     Failure::from(verify::Refusal::failed(format!(
                         "cannot reply on the pull request: {}",
-                        one_line(&e.to_string())
+                        first_line(&e.to_string())
                     )))
                 })
             }
@@ -218,13 +216,10 @@ impl AttemptRun<'_> {
                 self.orch.now(),
             )
             .map_err(Failure::crash)?;
-        let github = match self.task.source {
-            // A follow-up lands on its pull request's branch: no pull request of its own.
-            SourceKind::Github if self.followup.is_none() => {
-                Some(self.orch.github().map_err(Failure::crash)?)
-            }
-            SourceKind::Github | SourceKind::Local => None,
-        };
+        let source = self.orch.sources.of(&self.task).map_err(Failure::crash)?;
+        // A follow-up lands on its pull request's branch: no pull request of its own. A
+        // source that keeps no record of its own (the local queue) lands by the push alone.
+        let report_to = (self.followup.is_none() && source.reports_back()).then_some(source);
         let destination = land::land(land::Landing {
             workspaces: self.orch.workspaces.clone(),
             ws,
@@ -242,8 +237,8 @@ impl AttemptRun<'_> {
                     &self.orch.home_label[..self.orch.home_label.len().min(6)]
                 ),
             },
-            token: self.token().map(String::from),
-            github,
+            token: source.push_token().map(String::from),
+            source: report_to,
             task: &self.task,
             attempt: self.attempt,
             result: Some(&ran.result),

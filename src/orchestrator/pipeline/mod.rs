@@ -15,8 +15,12 @@
 //! An [`AttemptRun`] is the attempt's context; its stages live one file per stretch:
 //! `prepare` (workspace, route, RunSpec), `claim` (the source), `agent` (the container),
 //! `landing` (commit, then the `verify` and `land` stages), `resume` (after a restart) and
-//! `conclude` (FAILED and what follows). Only this module writes to the store or moves the
-//! task; the stages in `verify` and `land` return evidence or a refusal.
+//! `conclude` (FAILED and what follows). Within an attempt only this module writes to the
+//! store or moves the task (the daemon's reconciliation, `generation`, the shepherd,
+//! intake and the HTTP API write too, each through `Store`); the stages in `verify` and
+//! `land` return evidence or a refusal. The source of the task is asked through the
+//! `sources::Source` port (`Orchestrator::sources`): claim, landing report, blocked report,
+//! push credential; nothing here names a tracker (`scripts/invariants.py`).
 //!
 //! Must not: decide transitions itself (the store checks the state machine), or let a
 //! secret reach the store, a log line or a transcript (everything passes the scrubber).
@@ -36,15 +40,13 @@ use tokio::sync::watch;
 
 use super::execute::AttemptExecution;
 use crate::agents::scrub::Scrubber;
-use crate::domain::{
-    AttemptStatus, CheckEvidence, RunResult, RunSpec, SourceKind, Task, TaskState,
-};
+use crate::domain::{AttemptStatus, CheckEvidence, RunResult, RunSpec, Task, TaskState};
 use crate::store::{AttemptRecord, Store};
 use crate::workspace::Workspace;
 
 use super::failure::FailureKind;
 use super::shepherd::followup::FollowUpRun;
-use super::verify::{self, one_line};
+use super::verify::{self, first_line};
 use super::{proof, quota, Orchestrator, Progress};
 
 /// How an attempt ended for the task.
@@ -140,7 +142,7 @@ impl Failure {
 
     /// A crash of our own with no bearing on a retry ([`FailureKind::Other`]).
     fn crash(err: impl std::fmt::Display) -> Failure {
-        Failure::new(AttemptStatus::Crash, one_line(&err.to_string()))
+        Failure::new(AttemptStatus::Crash, first_line(&err.to_string()))
     }
 
     /// A crash caused by a typed error, its kind taken from the error.
@@ -279,11 +281,26 @@ impl<'a> AttemptRun<'a> {
         Ok(())
     }
 
+    /// The credential a push to (or a clone from) the task's remote takes: its source's.
     fn token(&self) -> Option<&str> {
-        match self.task.source {
-            SourceKind::Github => self.orch.github_token.as_ref().map(|t| t.secret()),
-            SourceKind::Local => None,
-        }
+        self.orch
+            .sources
+            .of(&self.task)
+            .ok()
+            .and_then(|source| source.push_token())
+    }
+
+    /// Whether the claim and the outcome are reported at the task's source: not for a
+    /// follow-up (its pull request is the shepherd's) nor for a source that keeps no record
+    /// of its own (the local queue). A source that is not configured now is one that
+    /// reports back (only the local queue is always there): its report waits as an intent.
+    fn reports_back(&self) -> bool {
+        self.followup.is_none()
+            && self
+                .orch
+                .sources
+                .of(&self.task)
+                .map_or(true, |source| source.reports_back())
     }
 
     // ------------------------------------------------------------------ fresh attempt

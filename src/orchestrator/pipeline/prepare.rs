@@ -298,15 +298,13 @@ impl AttemptRun<'_> {
     }
 
     /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
-    /// values of its env overlay, the GitHub token and the tokens in its credential files.
+    /// values of its env overlay, the sources' tokens and the tokens in its credential files.
     pub(super) fn scrub_secrets_of(&mut self, overlay: &[EnvVar], mounts: &[VolumeMount]) {
         let mut secrets: Vec<String> = overlay
             .iter()
             .filter_map(|v| (self.orch.env)(&v.from_host))
             .collect();
-        if let Some(token) = &self.orch.github_token {
-            secrets.push(token.secret().to_string());
-        }
+        secrets.extend(self.orch.sources.secrets().iter().map(|(_, s)| s.clone()));
         secrets.extend(crate::orchestrator::secrets::credential_tokens(mounts));
         self.scrubber = Arc::new(Scrubber::new(secrets));
     }

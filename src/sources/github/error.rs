@@ -82,3 +82,32 @@ impl GithubError {
         )
     }
 }
+
+impl GithubError {
+    /// What kind of source failure this is, for callers that do not name GitHub.
+    pub fn failure(&self) -> crate::sources::SourceFailure {
+        use crate::sources::SourceFailure;
+        match self {
+            GithubError::Unauthorized { .. } | GithubError::Forbidden { .. } => {
+                SourceFailure::RefusedCredentials
+            }
+            e if e.is_config_error() => SourceFailure::Config,
+            GithubError::Server { .. }
+            | GithubError::Transport { .. }
+            | GithubError::RateLimited { .. } => SourceFailure::Transient,
+            _ => SourceFailure::Other,
+        }
+    }
+}
+
+impl From<GithubError> for crate::sources::SourceError {
+    fn from(e: GithubError) -> Self {
+        crate::sources::SourceError::Tracker(crate::sources::TrackerError::new(e.failure(), e))
+    }
+}
+
+impl From<GithubError> for crate::sources::ClaimError {
+    fn from(e: GithubError) -> Self {
+        crate::sources::ClaimError::Source(e.into())
+    }
+}

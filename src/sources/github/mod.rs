@@ -10,6 +10,23 @@
 //! conditional requests (`conditional`). Every write is idempotent: hidden markers in comments
 //! and the head branch of the pull request are looked up before anything is created, so a
 //! restart never posts twice.
+//!
+//! Architecture Invariant: a label swap adds the new label before it removes the old ones
+//! (`agent-ready` → `agent-claimed` → `agent-landed`/`agent-blocked`), so no instant exists
+//! in which an issue carries none of them (issue 19). Ownership is the earliest claim
+//! marker: a claim this home left half-done (`claim_resuming`, told by a pending claim
+//! intent) is finished, never taken for someone else's release.
+//! Architecture Invariant: hidden markers count only in comments by the token's own user
+//! (`GithubClient::viewer_login`); a redo finds the pull request by its head branch and
+//! each comment by its marker (`claim::ensure_comment` lists the comments again before
+//! retrying a POST whose outcome is unknown). Pagination follows `Link` URLs only on the
+//! API host.
+//! Architecture Invariant: one GitHub-token rule, `environment::resolve_token`: with no
+//! variable named, `GITHUB_TOKEN`, else `GH_TOKEN`; with one named (an identity's
+//! `github_token_env`, picked by [`token_var`]), only that one, never a fallback.
+//! Architecture Invariant: the agent's final message enters a PR body only through
+//! `landing::quote_agent_message` (quoted, capped, no closing keywords, @mentions or HTML
+//! comments).
 //! Must not: touch the store, git or Docker; log or store the token.
 
 pub mod checks;
@@ -38,8 +55,11 @@ pub use client::{
 };
 pub use landing::{render_blocked_comment, render_evidence_table, render_pr_body};
 
-use super::{ClaimError, ClaimInfo, ClaimedTask, Outcome, Reported, Source, SourceError};
+use super::{
+    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, Reported, Source, SourceError,
+};
 use crate::config::model::{GithubConfig, RepoConfig};
+use crate::config::Config;
 use crate::domain::{SourceKind, Task};
 
 /// A repository `owner/name`.
@@ -211,11 +231,23 @@ impl GithubSettings {
 pub struct GithubSource {
     client: GithubClient,
     settings: GithubSettings,
+    /// The token pushes to GitHub remotes take (`git push` over HTTPS).
+    push_token: Option<ResolvedToken>,
 }
 
 impl GithubSource {
     pub fn new(client: GithubClient, settings: GithubSettings) -> GithubSource {
-        GithubSource { client, settings }
+        GithubSource {
+            client,
+            settings,
+            push_token: None,
+        }
+    }
+
+    /// The token pushes of GitHub tasks take.
+    pub fn with_push_token(mut self, token: Option<ResolvedToken>) -> GithubSource {
+        self.push_token = token;
+        self
     }
 
     pub fn client(&self) -> &GithubClient {
@@ -351,35 +383,124 @@ impl Source for GithubSource {
         SourceKind::Github
     }
 
-    /// Fails only when nothing could be polled, or on a config error (bad token, unknown
-    /// repository) the operator must see; other per-repository failures are logged.
-    async fn poll(&self) -> Result<Vec<Task>, SourceError> {
+    fn name(&self) -> &'static str {
+        "GitHub"
+    }
+
+    fn reports_back(&self) -> bool {
+        true
+    }
+
+    async fn poll_each(&self) -> Polled {
         let (tasks, errors) = self.poll_all().await;
-        let all_failed = !errors.is_empty() && errors.len() == self.settings.repos.len();
-        let mut first = None;
-        for (repo, error) in errors {
-            if error.is_config_error() || all_failed {
-                first.get_or_insert(error);
-            } else {
-                tracing::warn!(%repo, %error, "GitHub poll failed for one repository");
-            }
-        }
-        match first {
-            Some(error) => Err(error.into()),
-            None => Ok(tasks),
+        Polled {
+            tasks,
+            errors: errors
+                .into_iter()
+                .map(|(repo, e)| (repo.to_string(), e.into()))
+                .collect(),
+            places: self.settings.repos.len(),
         }
     }
 
-    async fn claim(&self, task: &Task, info: &ClaimInfo) -> Result<ClaimedTask, ClaimError> {
-        self.claim_issue(task, info).await
+    async fn fetch(&self, reference: &str) -> Result<Task, SourceError> {
+        let issue = IssueRef::parse(reference)?;
+        Ok(self.fetch_task(&issue).await?)
     }
 
-    async fn report(&self, task: &Task, outcome: &Outcome) -> Result<Reported, SourceError> {
-        match outcome {
-            Outcome::Landed(landed) => self.land(task, landed).await,
-            Outcome::Blocked(blocked) => self.block(task, blocked).await,
+    async fn claim_resuming(
+        &self,
+        task: &Task,
+        info: &ClaimInfo,
+        resuming: bool,
+    ) -> Result<ClaimedTask, ClaimError> {
+        GithubSource::claim_issue_resuming(self, task, info, resuming).await
+    }
+
+    async fn land(&self, task: &Task, landed: &Landed) -> Result<Reported, SourceError> {
+        GithubSource::land(self, task, landed).await
+    }
+
+    async fn block(&self, task: &Task, blocked: &Blocked) -> Result<Reported, SourceError> {
+        GithubSource::block(self, task, blocked).await
+    }
+
+    async fn offer_again(&self, task: &Task) -> Result<(), SourceError> {
+        GithubSource::offer_again(self, task).await
+    }
+
+    fn push_token(&self) -> Option<&str> {
+        self.push_token.as_ref().map(|t| t.secret())
+    }
+}
+
+/// The variable the default identity names for its GitHub token, if any.
+pub fn token_var(config: &Config) -> Option<String> {
+    let identity = match config.global().default_identity.as_deref() {
+        Some(name) => config.identity(name),
+        None if config.identities().len() == 1 => config.identities().first(),
+        None => None,
+    };
+    identity.and_then(|i| i.github_token_env.clone())
+}
+
+/// The GitHub source of a home, from its configuration and `env`: present when GitHub is
+/// configured (repos to poll) or a token is available. Without repos to poll a client that
+/// cannot be built only matters for GitHub tasks, which then fail with [`not_configured`].
+pub fn from_config(
+    config: &Config,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> anyhow::Result<(Option<GithubSource>, Option<ResolvedToken>)> {
+    let var = token_var(config);
+    let token = resolve_token(var.as_deref(), env).ok();
+    if config.global().github.repos.is_empty() && token.is_none() {
+        return Ok((None, None));
+    }
+    match GithubClient::from_env(var.as_deref(), env, FaultPolicy::default()) {
+        Ok(client) => {
+            let settings =
+                GithubSettings::from_config(&config.global().github, &config.global().repos)?;
+            let source = GithubSource::new(client, settings).with_push_token(token.clone());
+            Ok((Some(source), token))
+        }
+        Err(e) if config.global().github.repos.is_empty() => {
+            tracing::debug!(error = %e, "no GitHub client");
+            Ok((None, token))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A GitHub source from the configuration and the process environment, without Docker
+/// (for verbs that only talk to GitHub); an error when no client can be built.
+pub fn source_from_env(config: &Config) -> anyhow::Result<GithubSource> {
+    let var = token_var(config);
+    let client = GithubClient::from_env(
+        var.as_deref(),
+        |n| std::env::var(n).ok(),
+        FaultPolicy::default(),
+    )?;
+    let settings = GithubSettings::from_config(&config.global().github, &config.global().repos)?;
+    Ok(GithubSource::new(client, settings))
+}
+
+/// Why a GitHub task cannot be handled: what is actually wrong (a bad GITHUB_API_URL, an
+/// unusable token, the unset variable a named identity needs) when building the client
+/// again shows it (issues 11, 12), else that no token was found.
+pub fn not_configured(
+    var: Option<&str>,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> anyhow::Error {
+    if let Err(e) = GithubClient::from_env(var, env, FaultPolicy::default()) {
+        if !matches!(e, GithubError::MissingToken { .. }) {
+            return anyhow::Error::new(e);
         }
     }
+    anyhow::Error::new(crate::error::UsageError::new(
+        "GitHub is not configured: no token was found",
+        "export GITHUB_TOKEN (or GH_TOKEN, or the variable your identity's \
+         github_token_env names); set GITHUB_API_URL for GitHub Enterprise",
+    ))
 }
 
 #[cfg(test)]
