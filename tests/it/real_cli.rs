@@ -161,8 +161,8 @@ struct Setup<'a> {
     /// Poll this fake GitHub repository (`github.repos`) every second.
     github: Option<(&'a FakeGithub, &'a str)>,
     /// Issue 25: the model-API gateway off, so the CLI reaches the scripted API by name
-    /// through its attempt's egress proxy (with the gateway on, the attempt keeps the
-    /// test network and reaches the gateway on its address).
+    /// through its attempt's egress proxy's allowlist (with the gateway on, the CLI talks
+    /// to the gateway in that proxy, which forwards to the identity's base URL).
     through_proxy: bool,
 }
 
@@ -376,6 +376,14 @@ async fn real_claude_lands_a_task() {
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(a[0]["status"], "succeeded");
     assert!(api.turns() >= 2, "{:?}", api.requests());
+    // The same summary in `status TASK --json` (a field added to each attempt).
+    let egress = &a[0]["egress"];
+    assert_eq!(egress["allowed"][0]["host"], MODEL_HOST, "{egress:#}");
+    assert!(egress["allowed"][0]["connections"].as_u64() >= Some(1), "{egress:#}");
+    assert!(
+        egress["summary"].as_str().unwrap_or("").starts_with(MODEL_HOST),
+        "{egress:#}"
+    );
     let branch = a[0]["branch"].as_str().expect("branch");
     assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
     let transcript = home.transcript(&id, 1);
@@ -788,8 +796,6 @@ async fn real_claude_runs_git_on_a_workspace_sharing_the_mirror() {
 /// real key on every request), the dump shows the placeholder instead, the forged cost
 /// changes nothing (the cost is the gateway's: scripted usage times the price table), and
 /// the placeholder is dead once the attempt is over.
-const GATEWAY_PRICES: &str =
-    "gateway:\n  prices:\n    claude: {input: 5, cache_write: 6.25, cache_read: 0.5, output: 25}\n";
 
 fn dump_everything_then_stop(turn: &Turn<'_>) -> Reply {
     if turn.transcript.contains("tool_result") {
@@ -816,11 +822,7 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
         .await
         .expect("scripted model API");
     let home = Home::new(&image, &net, &api, Setup::default());
-    // The CLI's default model (claude-opus-5-5 in 2.1.332) has no list price in the shipped
-    // table: the operator's price for every Claude model.
-    let mut config = std::fs::read_to_string(home.path.join("config.yaml")).expect("config");
-    config.push_str(GATEWAY_PRICES);
-    std::fs::write(home.path.join("config.yaml"), config).expect("config");
+    // The CLI's default model (claude-opus-5-5 in 2.1.332) is priced by the shipped table.
     let id = home
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
         .await;
@@ -875,16 +877,7 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
     // The cost is the gateway's: every request's scripted usage times the table's prices.
     let events = home.run(&["logs", &id, "--json"]).await;
     let events = text(&events.stdout);
-    let overrides = std::collections::BTreeMap::from([(
-        "claude".to_string(),
-        polyphony::gateway::Price {
-            input: 5.0,
-            cache_write: 6.25,
-            cache_read: 0.5,
-            output: 25.0,
-        },
-    )]);
-    let prices = polyphony::gateway::PriceTable::with_overrides(&overrides);
+    let prices = polyphony::gateway::PriceTable::with_overrides(&Default::default());
     let mut expected: u128 = 0;
     let mut requests = 0;
     for line in events.lines() {
