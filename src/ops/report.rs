@@ -226,7 +226,10 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("to allow it add"));
-        assert!(v["summary"].as_str().unwrap().starts_with("api.anthropic.com:443 ×2"));
+        assert!(v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("api.anthropic.com:443 ×2"));
         let mut detail = serde_json::json!({"attempts": [{"attempt": 1}, {"attempt": 2}]});
         super::add_egress(&mut detail, |n| {
             Ok::<_, ()>(if n == 1 { events.clone() } else { Vec::new() })
