@@ -17,6 +17,7 @@ pub mod codex;
 mod common;
 pub mod gemini;
 pub mod kimi;
+pub mod opencode;
 pub mod prompt;
 pub mod quota;
 pub mod replay;
@@ -36,6 +37,7 @@ pub fn adapter_for(t: AgentType) -> Box<dyn AgentAdapter> {
         AgentType::Codex => Box::new(codex::CodexAdapter),
         AgentType::Kimi => Box::new(kimi::KimiAdapter),
         AgentType::Gemini => Box::new(gemini::GeminiAdapter),
+        AgentType::OpenCode => Box::new(opencode::OpenCodeAdapter),
     }
 }
 
@@ -373,6 +375,14 @@ mod tests {
         assert!(!classify(
             AgentType::Kimi,
             r#"{"role":"assistant","content":"done"}"#
+        ));
+        assert!(classify(
+            AgentType::OpenCode,
+            r#"{"type":"done","timestamp":1,"sessionID":"s","reason":"idle"}"#
+        ));
+        assert!(!classify(
+            AgentType::OpenCode,
+            r#"{"type":"step_finish","part":{"reason":"stop"}}"#
         ));
     }
 }

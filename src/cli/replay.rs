@@ -18,7 +18,7 @@ use crate::domain::AgentType;
 pub struct ReplayArgs {
     /// Transcript file (NDJSON, one CLI output line per line).
     pub file: PathBuf,
-    /// Which CLI wrote it: claude, codex, kimi or gemini.
+    /// Which CLI wrote it: claude, codex, kimi, gemini or opencode.
     #[arg(long)]
     pub agent: AgentType,
     /// Print the summary as one JSON object.

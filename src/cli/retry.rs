@@ -146,54 +146,44 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 }
 
 /// `retry --now` of a task that is not BLOCKED: only a FAILED task with a next attempt
-/// scheduled can run now.
+/// scheduled can run now (`ops::actions::run_now`, shared with the API and the console).
 fn run_now(
     store: &Store,
     config: &Config,
     task: crate::domain::Task,
     json: bool,
 ) -> anyhow::Result<Outcome> {
+    use crate::ops::actions::{self, ActionError, ActionRecord};
     let now = Utc::now();
-    let waiting_until = match (task.state, task.next_attempt_at) {
-        (TaskState::Failed, Some(at)) => at,
-        (state, _) => {
+    let done = match actions::run_now(store, &task.id, now) {
+        Ok(done) => done,
+        Err(ActionError::Refused(why)) => {
             return Err(UsageError::new(
-                format!(
-                    "cannot run {} now: it is {state}{}",
-                    task.id,
-                    match state {
-                        TaskState::Failed => " with no attempt scheduled",
-                        _ => ", not waiting for an attempt",
-                    }
-                ),
+                why.0,
                 "`polyphony retry --now` takes a FAILED task waiting for its next attempt (or a BLOCKED one); `polyphony status TASK` shows where it is",
             )
             .into())
         }
+        Err(e) => return Err(e.into()),
     };
-    // A usage limit the task waits for is taken as over: the operator says so.
-    let mut cleared = Vec::new();
-    if let Some(wait) = store.quota_wait(&task.id)? {
-        for reset in &wait.resets {
-            store.update_quota(&reset.identity, &reset.agent, |stored| {
-                let mut row = stored.unwrap_or_else(|| crate::domain::AgentQuota {
-                    identity: reset.identity.clone(),
-                    agent: reset.agent.clone(),
-                    resets_at: now,
-                    reported: false,
-                    message: String::new(),
-                    task_id: None,
-                    attempt: None,
-                    hit_at: now,
-                });
-                row.resets_at = row.resets_at.min(now);
-                row
-            })?;
-            cleared.push(serde_json::json!({"identity": reset.identity, "agent": reset.agent}));
-        }
-        store.clear_quota_wait(&task.id)?;
-    }
-    store.set_retry(&task.id, task.failures, Some(now))?;
+    actions::record(
+        store,
+        &task.id,
+        ActionRecord {
+            at: now,
+            action: "run-now".into(),
+            by: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
+            via: "cli".into(),
+            from: None,
+            outcome: "ok".into(),
+        },
+    )?;
+    let waiting_until = done.was_waiting_until;
+    let cleared: Vec<serde_json::Value> = done
+        .limits_cleared
+        .iter()
+        .map(|(identity, agent)| serde_json::json!({"identity": identity, "agent": agent}))
+        .collect();
     let daemon_running = crate::home::DaemonLock::is_held(config.home());
     if daemon_running {
         crate::orchestrator::daemon::wake(config.home());

@@ -35,6 +35,7 @@ agent_ids! {
     Codex = "codex",
     Kimi = "kimi",
     Gemini = "gemini",
+    OpenCode = "opencode",
 }
 
 impl AgentType {

@@ -163,19 +163,22 @@ pub async fn unknown_route(request: Request) -> Response {
 }
 
 /// Every error the framework answers on its own (405, 413, 415, a rejected extractor) as
-/// `{"error", "fix"}` JSON like the handlers' errors, its text kept in `error`.
+/// `{"error", "fix"}` JSON like the handlers' errors, its text kept in `error`. The
+/// console's HTML pages (a wrong sign-in, a refused form) pass as they are.
 pub async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let json = response
+    // JSON errors, and the console's own error pages (HTML for a browser), are answers
+    // already; only the framework's plain-text ones are rewritten.
+    let ours = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if ours {
         return response;
     }
     let (mut parts, body) = response.into_parts();

@@ -1,19 +1,22 @@
 //! The daemon's HTTP surface (`polyphony daemon --listen ADDR`, `http:` in config.yaml;
 //! docs/api.md): a JSON API under `/api/v1/` with the same shapes as the CLI's `--json`,
 //! an attempt's events live as Server-Sent Events, Prometheus metrics at `/metrics`, and
-//! a server-rendered dashboard at `/`.
+//! the console at `/` (`console/`: server-rendered pages, live over SSE, with actions).
 //!
 //! Every handler reads the store on the blocking pool (one short-lived connection per
 //! request, WAL readers never wait for the pipeline's writer), so serving never stalls an
 //! attempt. Auth is decided by [`Access`], a pure function of the request and the
 //! settings: a token for every mutating request, and for reads unless the address is
-//! loopback and the config allows reads without it.
+//! loopback and the config allows reads without it. A browser signs in once and carries a
+//! session cookie instead; a change sent from another site's page is refused
+//! (`console::session`).
 //!
 //! Must not: write to the store (mutations go through the same library calls as the CLI),
 //! render agent or issue text without escaping it, or echo the token.
 
+mod act;
 mod api;
-mod dashboard;
+pub mod console;
 mod events;
 mod guard;
 
@@ -165,14 +168,18 @@ pub fn router(settings: ServerSettings) -> Router {
     let hub = events::Hub::new(settings.streams);
     let state = Arc::new(AppState { settings, hub });
     Router::new()
-        .route("/", get(dashboard::queue_page))
-        .route("/tasks/{id}", get(dashboard::task_page))
+        .route("/", get(console::home))
+        .route("/tasks/{id}", get(console::task::task_page))
+        .route("/tasks/{id}/{verb}", post(console::form_action))
+        .route("/login", get(console::login_form).post(console::login))
+        .route("/logout", post(console::logout))
+        .route("/live", get(console::live_stream))
         .route("/metrics", get(api::metrics))
         .route("/api/v1/health", get(api::health))
         .route("/api/v1/state", get(api::daemon_state))
         .route("/api/v1/tasks", get(api::list_tasks).post(api::enqueue))
         .route("/api/v1/tasks/{id}", get(api::show_task))
-        .route("/api/v1/tasks/{id}/retry", post(api::retry))
+        .route("/api/v1/tasks/{id}/{verb}", post(act::api_action))
         .route("/api/v1/tasks/{id}/events", get(events::stream))
         .fallback(guard::unknown_route)
         // A task body may be `max_body_bytes`; the JSON around it gets some room.
@@ -226,23 +233,35 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn authorize(State(state): State<Shared>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
+    use console::session::{self, Decision};
+    let headers = request.headers();
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(guard::bearer_token);
-    match access(
-        request.method(),
-        presented,
+    let decision = session::decide(
+        session::Request {
+            method: request.method(),
+            path: request.uri().path(),
+            bearer,
+            session: session::cookie(headers, session::SESSION),
+            origin: session::origin_of(headers),
+        },
         state.token.as_deref(),
         state.token_for_reads,
-    ) {
-        Access::Allowed => next.run(request).await,
-        Access::Unauthorized => {
+    );
+    match decision {
+        Decision::Allowed | Decision::AllowedBySession => next.run(request).await,
+        Decision::CrossOrigin => api::error_response(
+            StatusCode::FORBIDDEN,
+            "refused: this change was sent from another site's page",
+            "act from the daemon's own pages (its address in the browser) or send the API request without a foreign `Origin`",
+        ),
+        Decision::Unauthorized => {
             let mut response = api::error_response(
                 StatusCode::UNAUTHORIZED,
                 "a bearer token is required",
-                "send `Authorization: Bearer $TOKEN` with the value of the daemon's `http.token_env` variable",
+                "send `Authorization: Bearer $TOKEN` with the value of the daemon's `http.token_env` variable (in a browser: sign in at /login)",
             );
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -251,6 +270,13 @@ async fn authorize(State(state): State<Shared>, request: Request, next: Next) ->
             response.into_response()
         }
     }
+}
+
+/// A URL to link to, when it is http(s) (a PR URL comes from the source API, but a
+/// `javascript:` URL must never become clickable); templates escape it.
+pub fn safe_url(url: &str) -> Option<String> {
+    let lower = url.trim().to_ascii_lowercase();
+    (lower.starts_with("https://") || lower.starts_with("http://")).then(|| url.trim().to_string())
 }
 
 /// Everything but RFC 3986's unreserved characters.
@@ -298,6 +324,17 @@ mod tests {
                 "{method} presented={presented:?} token={token:?} reads={reads}"
             );
         }
+    }
+
+    #[test]
+    fn only_http_urls_become_links() {
+        assert_eq!(safe_url("javascript:alert(1)"), None);
+        assert_eq!(safe_url(" JavaScript:x"), None);
+        assert_eq!(safe_url("data:text/html,x"), None);
+        assert_eq!(
+            safe_url("https://github.com/o/r/pull/1?a=1&b=2").as_deref(),
+            Some("https://github.com/o/r/pull/1?a=1&b=2")
+        );
     }
 
     #[test]

@@ -178,6 +178,15 @@ impl Store {
             .optional()?)
     }
 
+    /// Every attempt started at or after `since`, oldest first (the console's pictures).
+    pub fn attempts_since(&self, since: DateTime<Utc>) -> Result<Vec<AttemptRecord>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLS} FROM attempts WHERE started_at >= ?1 ORDER BY started_at"
+        ))?;
+        let rows = stmt.query_map([ts(since)], attempt_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The latest attempt's agent and the cost of all attempts of a task (for the
     /// `status` table).
     pub fn attempt_brief(&self, task_id: &str) -> Result<(Option<String>, Option<f64>)> {

@@ -207,6 +207,43 @@ impl Store {
         })
     }
 
+    /// Transitions into `to` at or after `since`, oldest first (the console's pictures).
+    pub fn transitions_into_since(
+        &self,
+        to: TaskState,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<TransitionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+             WHERE to_state = ?1 AND at >= ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![to.as_str(), ts(since)], |r| {
+            Ok(TransitionRecord {
+                task_id: r.get(0)?,
+                from: parse_col(r, 1)?,
+                to: parse_col(r, 2)?,
+                reason: r.get(3)?,
+                at: time_col(r, 4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// (queued at, claimed at) of each claim of a DISCOVERED task at or after `since`: how
+    /// long tasks waited in the queue.
+    pub fn queue_waits_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT t.created_at, tr.at FROM transitions tr JOIN tasks t ON t.id = tr.task_id \
+             WHERE tr.from_state = 'DISCOVERED' AND tr.to_state = 'CLAIMED' AND tr.at >= ?1 \
+             ORDER BY tr.id",
+        )?;
+        let rows = stmt.query_map([ts(since)], |r| Ok((time_col(r, 0)?, time_col(r, 1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Transitions for one task, oldest first.
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
         let mut stmt = self.conn.prepare_cached(

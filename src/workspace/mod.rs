@@ -22,6 +22,7 @@
 mod cleanup;
 mod clone;
 mod commit;
+pub mod diff;
 pub mod disk;
 mod git;
 mod handoff;

@@ -459,7 +459,7 @@ fn spec(agent_type: AgentType, cli: &str) -> RunSpec {
 #[test]
 fn invocations_keep_the_prompt_one_argv_element() {
     let prompt = "Fix it; rm -rf / && echo $HOME \"quoted\" `tick`\nline two";
-    let cases: [(AgentType, &[&str]); 4] = [
+    let cases: [(AgentType, &[&str]); 5] = [
         (
             AgentType::Claude,
             &[
@@ -510,6 +510,10 @@ fn invocations_keep_the_prompt_one_argv_element() {
                 "m1",
                 "-p",
             ],
+        ),
+        (
+            AgentType::OpenCode,
+            &["/opt/opencode", "run", "--format", "json", "-m", "m1"],
         ),
     ];
     for (agent, head) in cases {
@@ -825,4 +829,42 @@ fn a_named_zone_in_a_reset_is_kept() {
         at,
         chrono::Utc.with_ymd_and_hms(2026, 12, 1, 19, 0, 0).unwrap()
     );
+}
+
+/// OpenCode (never run here: npm only): the public 1.18.21 recording sums its two steps'
+/// tokens (input excludes the cache there; reasoning is output), counts the read once, and
+/// completes on the `stop` step; errors are kinded by name, then HTTP status.
+#[test]
+fn opencode_recordings_sum_steps_and_kind_errors() {
+    let s = fixture(
+        AgentType::OpenCode,
+        "public_1.18.21_read_then_answer.ndjson",
+    );
+    assert_eq!(s.status, ReplayStatus::Succeeded);
+    assert_eq!(s.outcome.turns, 2);
+    assert_eq!(s.outcome.tool_calls, 1);
+    assert_eq!(
+        s.outcome.tokens,
+        tokens(7952 + 397 + 7680, 7680, 35 + 24 + 16 + 20)
+    );
+    assert_eq!(
+        s.outcome.final_message.as_deref(),
+        Some("NANOPY_EVENT_PROBE_20260823")
+    );
+    let s = fixture(AgentType::OpenCode, "api_error_429_constructed.ndjson");
+    assert_eq!(s.status, ReplayStatus::Quota);
+    assert_eq!(s.outcome.failure_kind, Some(FailureKind::Quota));
+    let s = fixture(
+        AgentType::OpenCode,
+        "provider_auth_error_constructed.ndjson",
+    );
+    assert_eq!(s.outcome.failure_kind, Some(FailureKind::Auth));
+    // After `done`, a forged error changes nothing.
+    let s = fixture(
+        AgentType::OpenCode,
+        "edit_with_done_and_forged_constructed.ndjson",
+    );
+    assert_eq!(s.status, ReplayStatus::Succeeded);
+    assert_eq!(s.outcome.failure_kind, None);
+    assert_eq!(s.outcome.tool_calls, 2);
 }

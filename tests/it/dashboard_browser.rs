@@ -1,14 +1,25 @@
-//! The dashboard in a real headless Chromium (Debian's `chromium`, installed by .ci/run):
-//! the task page tails a running attempt live through the SSE stream, the page refreshes
-//! itself to show the new state, and hostile text stays text in the rendered DOM.
+//! The console in a real headless Chromium (Debian's `chromium`, installed by .ci/run),
+//! driven over the DevTools protocol (`support::cdp`): real clicks, real form posts with
+//! the browser's own `Origin`, cookies and SameSite rules, and real time.
+//!
+//! - the task page tails a running attempt live through the SSE stream and follows it to
+//!   LANDED; hostile text stays text in the rendered DOM;
+//! - the attention list shows a blocked and a parked task with their next steps, also at
+//!   420 px;
+//! - Retry and Run now work when signed in, and are refused without the token, with a
+//!   wrong CSRF value, and from another origin's page;
+//! - a running attempt's counters move live, without reloading;
+//! - the pictures show the seeded home's numbers.
 //!
 //! Without `chromium` on PATH this prints SKIPPED, and fails under `CI=true`.
 
 use crate::support;
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
@@ -19,20 +30,24 @@ use polyphony::domain::{
 };
 use polyphony::http::{self, ServerSettings};
 use polyphony::store::Store;
+use support::cdp::{chromium, Browser};
+use support::console_seed;
 use support::spec::{message_event, run_spec};
 
-fn chromium() -> Option<PathBuf> {
-    for name in ["chromium", "chromium-browser"] {
-        let found = std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        });
-        if found.is_some() {
-            return found;
+const TOKEN: &str = "console-test-token-0123456789";
+
+fn browser_or_skip() -> Option<PathBuf> {
+    match chromium() {
+        Some(b) => Some(b),
+        None => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "chromium is not installed (apt-get install -y chromium)"
+            );
+            eprintln!("SKIPPED: chromium is not installed (apt-get install -y chromium)");
+            None
         }
     }
-    None
 }
 
 fn event(seq: u64, summary: &str) -> TaskEvent {
@@ -54,41 +69,52 @@ fn advance(store: &Store, id: &str, to: TaskState) {
     store.transition(id, from, to, "test", Utc::now()).unwrap();
 }
 
-/// Runs Chromium on `url` with a virtual-time budget and returns the DOM it rendered.
-async fn dump_dom(browser: &PathBuf, url: &str, budget_ms: u32) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let out = tokio::time::timeout(
-        std::time::Duration::from_secs(90),
-        tokio::process::Command::new(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-dev-shm-usage",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!("--virtual-time-budget={budget_ms}"))
-            .arg("--dump-dom")
-            .arg(url)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("chromium did not finish in 90 s")
-    .unwrap();
-    assert!(out.status.success(), "chromium failed: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+fn settings(dir: &Path, token: Option<&str>) -> ServerSettings {
+    ServerSettings {
+        home: dir.to_path_buf(),
+        db: dir.join("queue.db"),
+        body_limit: 256 * 1024,
+        token: token.map(str::to_string),
+        token_for_reads: false,
+        slots: 2,
+        identities: console_seed::identities(),
+        hosts: http::HostPolicy::loopback(),
+        streams: http::StreamLimits::default(),
+    }
 }
+
+async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    addr
+}
+
+/// Runs `f` with a browser on a blocking thread (the servers keep the runtime).
+async fn with_browser<T: Send + 'static>(
+    binary: PathBuf,
+    width: u32,
+    f: impl FnOnce(&mut Browser) -> T + Send + 'static,
+) -> T {
+    tokio::task::spawn_blocking(move || {
+        let mut b = Browser::launch(&binary, width, 900);
+        f(&mut b)
+    })
+    .await
+    .unwrap()
+}
+
+const SECONDS: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
-    let Some(browser) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is not installed (apt-get install -y chromium)"
-        );
-        eprintln!("SKIPPED: chromium is not installed (apt-get install -y chromium)");
+    let Some(binary) = browser_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -125,42 +151,31 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     // The server, with a layer that says when the browser opened the event stream.
     let streaming = Arc::new(AtomicBool::new(false));
     let seen = streaming.clone();
-    let app = http::router(ServerSettings {
-        home: dir.path().to_path_buf(),
-        db: db.clone(),
-        body_limit: 256 * 1024,
-        token: None,
-        token_for_reads: false,
-        slots: 2,
-        identities: vec![],
-        hosts: http::HostPolicy::loopback(),
-        streams: http::StreamLimits::default(),
-    })
-    .layer(middleware::from_fn(move |req: Request, next: Next| {
-        let seen = seen.clone();
-        async move {
-            if req.uri().path().ends_with("/events") {
-                seen.store(true, Ordering::SeqCst);
+    let app = http::router(settings(dir.path(), None)).layer(middleware::from_fn(
+        move |req: Request, next: Next| {
+            let seen = seen.clone();
+            async move {
+                if req.uri().path().ends_with("/events") {
+                    seen.store(true, Ordering::SeqCst);
+                }
+                next.run(req).await
             }
-            next.run(req).await
-        }
-    }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+        },
+    ));
+    let addr = serve(app).await;
 
     // While the page holds the stream open, the attempt prints one more line, is verified
-    // and lands; the stream then ends and the page's refresh shows LANDED.
+    // and lands; the stream then ends and the page shows LANDED without a reload.
     let writer = tokio::spawn(async move {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !streaming.load(Ordering::SeqCst) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the page never opened the stream"
             );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         store
             .append_events("local-1", 1, &[event(2, "all 12 tests pass")])
             .unwrap();
@@ -196,7 +211,21 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
         advance(&store, "local-1", TaskState::Landed);
     });
 
-    let dom = dump_dom(&browser, &format!("http://{addr}/tasks/local-1"), 8000).await;
+    let (dom, queue) = with_browser(binary, 1280, move |b| {
+        b.goto(&format!("http://{addr}/tasks/local-1"));
+        assert!(
+            b.wait_for(
+                "document.getElementById('tail-state').textContent === 'ended' && document.getElementById('state').textContent === 'LANDED'",
+                Duration::from_secs(30)
+            ),
+            "the page did not follow the attempt: {}",
+            b.html()
+        );
+        let dom = b.html();
+        b.goto(&format!("http://{addr}/"));
+        (dom, b.html())
+    })
+    .await;
     writer.await.unwrap();
 
     // The live tail (filled only by the page's script from the SSE stream).
@@ -218,9 +247,422 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
     assert!(!dom.contains("pwned</title>"), "{dom}");
     assert!(tail.contains("&lt;img src=x"), "{tail}");
 
-    // The queue page lists the task with its state.
-    let queue = dump_dom(&browser, &format!("http://{addr}/"), 1000).await;
+    // The front page lists the task with its state.
     assert!(queue.contains("local-1"), "{queue}");
     assert!(queue.contains(">LANDED<"), "{queue}");
     assert!(!queue.contains("<img src=\"x\""), "{queue}");
+}
+
+/// A seeded home served with a token.
+async fn seeded(token: Option<&str>) -> (tempfile::TempDir, SocketAddr, console_seed::Seeded) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("queue.db")).unwrap();
+    let seeded = console_seed::seed(&store, Utc::now());
+    let addr = serve(http::router(settings(dir.path(), token))).await;
+    (dir, addr, seeded)
+}
+
+fn card(kind: &str, task: &str) -> String {
+    format!("#attention li.card[data-kind=\"{kind}\"][data-task=\"{task}\"]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attention_list_shows_a_blocked_and_a_parked_task_with_next_steps() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (_dir, addr, seeded) = seeded(Some(TOKEN)).await;
+    let until = seeded.parked_until.format("%H:%M UTC").to_string();
+    for width in [1280u32, 420] {
+        let (blocked, parked, pull, first, overflow, buttons_inside) =
+            with_browser(binary.clone(), width, move |b| {
+                b.goto(&format!("http://{addr}/"));
+                let blocked = b.text(&card("blocked", "local-3")).unwrap_or_default();
+                let parked = b.text(&card("parked", "local-4")).unwrap_or_default();
+                let pull = b.text(&card("pull", "local-1")).unwrap_or_default();
+                // The attention list is the first section of the page.
+                let first = b
+                    .eval("document.querySelector('main section').id")
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let overflow = b
+                    .eval("document.documentElement.scrollWidth - window.innerWidth")
+                    .as_i64()
+                    .unwrap();
+                let inside = b
+                    .eval(
+                        "Array.from(document.querySelectorAll('#attention button, #queue td:nth-child(4)')).every(function(e){var r=e.getBoundingClientRect();return r.right <= window.innerWidth + 0.5 && r.width > 0})",
+                    )
+                    .as_bool()
+                    .unwrap();
+                (blocked, parked, pull, first, overflow, inside)
+            })
+            .await;
+        assert_eq!(first, "attention", "width {width}");
+        // BLOCKED: the reason in one line, and Retry.
+        assert!(
+            blocked.contains("verification failed 3 times: `pytest -q` exited 1"),
+            "{blocked}"
+        );
+        assert!(blocked.contains("fix the cause, then retry"), "{blocked}");
+        assert!(blocked.contains("Retry"), "{blocked}");
+        // Parked: the agent, the identity, the reset as a clock time and a countdown, Run now.
+        assert!(
+            parked.contains(&format!("waits for claude@demo's limit, resumes {until}")),
+            "{parked}"
+        );
+        assert!(
+            parked.contains("(in 52 min)") || parked.contains("(in 53 min)"),
+            "{parked}"
+        );
+        assert!(parked.contains("Run now"), "{parked}");
+        assert!(
+            !parked.contains(&seeded.parked_until.timestamp().to_string()),
+            "{parked}"
+        );
+        assert!(
+            !parked.contains("T0") && !parked.contains("+00:00"),
+            "{parked}"
+        );
+        // The pull request with failing checks and changes requested.
+        assert!(pull.contains("checks failing, changes requested"), "{pull}");
+        // At phone width nothing runs off the screen: no sideways scroll, every button
+        // and the queue's NEXT column inside the window.
+        assert!(
+            overflow <= 0,
+            "width {width}: the page is {overflow} px too wide"
+        );
+        assert!(
+            buttons_inside,
+            "width {width}: a button or NEXT cell is off screen"
+        );
+    }
+}
+
+/// Whether local-3 was retried (its next generation exists).
+fn retried(dir: &Path) -> bool {
+    let store = Store::open(&dir.join("queue.db")).unwrap();
+    store.get_task("local-3.2").unwrap().is_some()
+}
+
+fn next_attempt_of(dir: &Path, id: &str) -> Option<chrono::DateTime<Utc>> {
+    let store = Store::open(&dir.join("queue.db")).unwrap();
+    store.get_task(id).unwrap().unwrap().next_attempt_at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_and_run_now_work_and_are_refused_without_the_token_and_from_another_origin() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (dir, addr, seeded) = seeded(Some(TOKEN)).await;
+    let home = dir.path().to_path_buf();
+    // Another site's page (same host, another port: the browser sends the SameSite
+    // cookie, so only the Origin check stands between it and the action) that submits
+    // a Retry form to the daemon as soon as it loads.
+    let evil_target = format!("http://{addr}/tasks/local-3/retry");
+    let evil = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let target = evil_target.clone();
+            async move {
+                axum::response::Html(format!(
+                    "<form id=f method=post action=\"{target}\"><input name=csrf value=guess><input name=back value=/></form>\
+                     <script>document.getElementById('f').submit()</script>"
+                ))
+            }
+        }),
+    );
+    let evil_addr = serve(evil).await;
+
+    // 1. Not signed in: the buttons are disabled, and a form sent anyway is refused.
+    let (disabled, refused_status) = with_browser(binary.clone(), 1280, move |b| {
+        b.goto(&format!("http://{addr}/"));
+        let disabled = b
+            .eval(&format!(
+                "document.querySelector('{} button').disabled",
+                card("blocked", "local-3").replace('\'', "\\'")
+            ))
+            .as_bool()
+            .unwrap();
+        b.navigate_by(&format!(
+            "document.querySelector('{} form').submit()",
+            card("blocked", "local-3").replace('\'', "\\'")
+        ));
+        let body = b.text("body").unwrap_or_default();
+        (disabled, body)
+    })
+    .await;
+    assert!(disabled);
+    assert!(
+        refused_status.contains("a bearer token is required"),
+        "{refused_status}"
+    );
+    assert!(!retried(&home), "an action without the token went through");
+
+    // 2. Signed in; then another origin's page posts Retry: refused.
+    let (evil_body, wrong_csrf) = with_browser(binary.clone(), 1280, move |b| {
+        b.goto(&format!("http://{addr}/login?next=/"));
+        b.eval("document.querySelector('input[name=token]').value = 'wrong'");
+        b.click_through("form.login button");
+        assert!(b.text("#login-error").is_some(), "a wrong token signed in: {}", b.html());
+        b.eval(&format!("document.querySelector('input[name=token]').value = '{TOKEN}'"));
+        b.eval("document.querySelector('input[name=name]').value = 'ana'");
+        b.click_through("form.login button");
+        assert_eq!(b.text("#who").as_deref(), Some("signed in as ana"));
+        // A same-origin request with a wrong CSRF value (a script, not the form).
+        let wrong = b
+            .eval(
+                "fetch('/tasks/local-4/run-now',{method:'POST',body:new URLSearchParams({csrf:'nope',back:'/'})}).then(function(r){return r.status})",
+            )
+            .as_i64()
+            .unwrap();
+        // The evil page submits itself on load: wait for the daemon's answer to show.
+        b.goto(&format!("http://{evil_addr}/"));
+        assert!(
+            b.wait_for(&format!("location.port === '{}'", addr.port()), Duration::from_secs(30)),
+            "the evil page did not post"
+        );
+        b.wait_loaded();
+        (b.text("body").unwrap_or_default(), wrong)
+    })
+    .await;
+    assert_eq!(wrong_csrf, 403);
+    assert!(
+        evil_body.contains("another site"),
+        "the cross-origin post was not refused: {evil_body}"
+    );
+    assert!(!retried(&home), "a cross-origin post retried the task");
+    assert_eq!(next_attempt_of(&home, "local-4"), Some(seeded.parked_until));
+
+    // 3. Signed in, on the page: Retry and Run now work, and the log names ana.
+    let (notice_retry, notice_run) = with_browser(binary.clone(), 1280, move |b| {
+        b.goto(&format!("http://{addr}/login?next=/"));
+        b.eval(&format!(
+            "document.querySelector('input[name=token]').value = '{TOKEN}'"
+        ));
+        b.eval("document.querySelector('input[name=name]').value = 'ana'");
+        b.click_through("form.login button");
+        b.click_through(&format!("{} button", card("blocked", "local-3")));
+        let retry = b.text("#notice").unwrap_or_default();
+        b.click_through(&format!(
+            "{} form[action$=\"/run-now\"] button",
+            card("parked", "local-4")
+        ));
+        let run = b.text("#notice").unwrap_or_default();
+        (retry, run)
+    })
+    .await;
+    assert!(
+        notice_retry.contains("local-3 is back as local-3.2"),
+        "{notice_retry}"
+    );
+    assert!(notice_run.contains("local-4 runs now"), "{notice_run}");
+    assert!(retried(&home));
+    let next = next_attempt_of(&home, "local-4").unwrap();
+    assert!(next <= Utc::now(), "run now left it waiting until {next}");
+    let store = Store::open(&home.join("queue.db")).unwrap();
+    assert!(store.quota_wait("local-4").unwrap().is_none());
+    let log = polyphony::ops::actions::actions(&store, "local-4").unwrap();
+    let done: Vec<_> = log.iter().filter(|r| r.outcome == "ok").collect();
+    assert_eq!(done.len(), 1, "{log:?}");
+    assert_eq!(
+        (
+            done[0].action.as_str(),
+            done[0].by.as_str(),
+            done[0].via.as_str()
+        ),
+        ("run-now", "ana", "console")
+    );
+    let log3 = polyphony::ops::actions::actions(&store, "local-3").unwrap();
+    assert!(
+        log3.iter()
+            .any(|r| r.action == "retry" && r.by == "ana" && r.outcome == "ok"),
+        "{log3:?}"
+    );
+
+    // The API twins: the token, not the cookie; never from another origin.
+    let api = |path: &'static str, headers: Vec<(&'static str, String)>| async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<hyper::body::Bytes>>();
+        let mut req = hyper::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}{path}"));
+        for (k, v) in &headers {
+            req = req.header(*k, v.as_str());
+        }
+        let res = client
+            .request(
+                req.body(http_body_util::Full::new(hyper::body::Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        res.status().as_u16()
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    assert_eq!(api("/api/v1/tasks/local-5/hold", vec![]).await, 401);
+    assert_eq!(
+        api(
+            "/api/v1/tasks/local-5/hold",
+            vec![
+                ("authorization", bearer.clone()),
+                ("origin", format!("http://{evil_addr}"))
+            ]
+        )
+        .await,
+        403
+    );
+    assert_eq!(
+        api(
+            "/api/v1/tasks/local-5/hold",
+            vec![
+                ("authorization", bearer.clone()),
+                ("x-polyphony-actor", "bo".into())
+            ]
+        )
+        .await,
+        200
+    );
+    assert_eq!(next_attempt_of(&home, "local-5"), None);
+    assert_eq!(
+        api(
+            "/api/v1/tasks/local-5/hold",
+            vec![("authorization", bearer.clone())]
+        )
+        .await,
+        409
+    );
+    assert_eq!(
+        api(
+            "/api/v1/tasks/local-5/release",
+            vec![("authorization", bearer.clone())]
+        )
+        .await,
+        200
+    );
+    assert!(next_attempt_of(&home, "local-5").is_some());
+    let log5 = polyphony::ops::actions::actions(&store, "local-5").unwrap();
+    assert_eq!(log5[0].by, "bo");
+    assert_eq!(log5[0].via, "api");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_attempts_counters_move_live() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (dir, addr, _) = seeded(None).await;
+    let db = dir.path().join("queue.db");
+    let slot = "#now li.slot.busy[data-task=\"local-2\"]";
+    let (before, after, elapsed) = with_browser(binary, 1280, move |b| {
+        b.goto(&format!("http://{addr}/"));
+        let read = |b: &mut Browser| {
+            (
+                b.text(&format!("{slot} .turns")).unwrap_or_default(),
+                b.text(&format!("{slot} .tokens")).unwrap_or_default(),
+                b.text(&format!("{slot} .activity")).unwrap_or_default(),
+            )
+        };
+        let before = read(b);
+        let e1 = b.text(&format!("{slot} .elapsed")).unwrap_or_default();
+        // The attempt goes on: two more turns.
+        let store = Store::open(&db).unwrap();
+        store
+            .append_events(
+                "local-2",
+                1,
+                &[
+                    console_seed::assistant(3, "m4", "Running pytest", 7000, 400),
+                    console_seed::assistant(4, "m5", "All 15 tests pass", 7600, 300),
+                ],
+            )
+            .unwrap();
+        assert!(
+            b.wait_for(
+                &format!(
+                    "document.querySelector('{} .turns').textContent === '5'",
+                    slot.replace('\'', "\\'")
+                ),
+                SECONDS
+            ),
+            "the turns did not move: {}",
+            b.html()
+        );
+        let after = read(b);
+        std::thread::sleep(Duration::from_millis(1200));
+        let e2 = b.text(&format!("{slot} .elapsed")).unwrap_or_default();
+        (before, after, (e1, e2))
+    })
+    .await;
+    assert_eq!(before.0, "3");
+    assert_eq!(before.1, "16.7k", "{before:?}");
+    assert_eq!(before.2, "assistant: Editing calc/parse.py");
+    assert_eq!(after.0, "5");
+    assert_eq!(after.1, "32.0k", "{after:?}");
+    assert_eq!(after.2, "assistant: All 15 tests pass");
+    assert!(elapsed.0.starts_with("4m"), "{elapsed:?}");
+    assert_ne!(elapsed.0, elapsed.1, "the elapsed time stands still");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pictures_render_the_right_numbers_for_a_seeded_home() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (_dir, addr, seeded) = seeded(None).await;
+    let now = Utc::now();
+    let labels: Vec<String> = (0..7)
+        .rev()
+        .map(|back| {
+            (now - chrono::Duration::days(back))
+                .format("%m-%d")
+                .to_string()
+        })
+        .collect();
+    let today = labels[6].clone();
+    let (values, ceiling, landed, blocked, agents, drawn) = with_browser(binary, 1280, move |b| {
+        b.goto(&format!("http://{addr}/"));
+        let values = b.eval(
+            "Array.from(document.querySelectorAll('#cost-demo-7 rect[data-value]')).map(function(r){return [r.getAttribute('data-group'), parseFloat(r.getAttribute('data-value'))]})",
+        );
+        let ceiling = b.eval("parseFloat(document.querySelector('#cost-demo-7 line.ceiling').getAttribute('data-value'))");
+        let group = |b: &mut Browser, series: &str| {
+            b.eval(&format!(
+                "parseFloat(document.querySelector('#throughput rect[data-series=\"{series}\"][data-group=\"{today}\"]').getAttribute('data-value'))"
+            ))
+        };
+        let landed = group(b, "landed");
+        let blocked = group(b, "blocked");
+        let agents = b.text("#agents").unwrap_or_default();
+        // The SVG is drawn: the bars have a size on screen.
+        let drawn = b
+            .eval("document.querySelector('#cost-demo-7').getBoundingClientRect().height > 50")
+            .as_bool()
+            .unwrap();
+        (values, ceiling, landed, blocked, agents, drawn)
+    })
+    .await;
+    let values = values.as_array().unwrap().clone();
+    assert_eq!(values.len(), 7);
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(v[0].as_str().unwrap(), labels[i]);
+        let got = v[1].as_f64().unwrap();
+        assert!(
+            (got - seeded.demo_cost_7[i]).abs() < 1e-6,
+            "day {}: {got} != {}",
+            labels[i],
+            seeded.demo_cost_7[i]
+        );
+    }
+    assert_eq!(ceiling.as_f64(), Some(5.0));
+    assert_eq!(landed.as_f64(), Some(seeded.landed_today as f64));
+    assert_eq!(blocked.as_f64(), Some(seeded.blocked_today as f64));
+    // claude: 6 historic + local-1 succeeded, local-5 failed (local-4's usage limit is not
+    // counted) = 7 of 8; codex: 3 work + 0 of hist-b and local-3's 3 = 3 of 7.
+    assert!(agents.contains("claude88% of 8"), "{agents}");
+    assert!(agents.contains("codex43% of 7"), "{agents}");
+    assert!(drawn);
 }

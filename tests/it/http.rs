@@ -139,10 +139,14 @@ fn running_task(store: &Store, id: &str, title: &str, events: &[TaskEvent]) {
 }
 
 fn finish(store: &Store, id: &str) {
+    finish_as(store, id, "claude")
+}
+
+fn finish_as(store: &Store, id: &str, agent: &str) {
     let result = RunResult {
         task_id: id.into(),
         attempt: 1,
-        agent: "claude".into(),
+        agent: agent.into(),
         status: AttemptStatus::Succeeded,
         turns: 3,
         duration_seconds: 42.0,
@@ -428,20 +432,29 @@ async fn agent_and_issue_text_renders_inert_on_the_dashboard() {
     for page in [&queue.body, &task.body] {
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(!page.contains("<img src=x"), "{page}");
+        // askama's HTML escaper writes numeric entities (`<` is `&#60;`).
         assert!(
-            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            page.contains("&#60;script&#62;alert(1)&#60;/script&#62;"),
             "{page}"
         );
     }
     assert!(queue.body.contains("href=\"/tasks/octo%2Fw%237\""));
     // The PR link is shown as text, never as a javascript: href; evidence is escaped.
     assert!(!task.body.contains("href=\"javascript"), "{}", task.body);
-    assert!(task.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
-    assert!(task.body.contains("polyphony/x&quot;&gt;&lt;script&gt;"));
+    assert!(task.body.contains("&#60;img src=x onerror=alert(1)&#62;"));
+    assert!(task.body.contains("polyphony/x&#34;&#62;&#60;script&#62;"));
+    // Nothing of the hostile text reaches the page unescaped, anywhere.
+    for page in [&queue.body, &task.body] {
+        assert!(!page.contains("onerror=alert(2)>"), "{page}");
+        assert!(!page.contains("x\"><script>"), "{page}");
+    }
 }
 
 #[tokio::test]
 async fn metrics_parse_as_exposition_format_and_count_attempts() {
+    // The counters are process-wide and other tests of this binary finish `claude`
+    // attempts at the same time: this test's attempts carry an agent label of their own.
+    const AGENT: &str = "claude-metrics-test";
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
     let store = Store::open(&db).unwrap();
@@ -472,7 +485,7 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
     let attempts_before = value(
         &before.body,
         "polyphony_attempts_total",
-        &[("agent", "claude"), ("outcome", "succeeded")],
+        &[("agent", AGENT), ("outcome", "succeeded")],
     );
     assert_eq!(
         value(&before.body, "polyphony_tasks", &[("state", "RUNNING")]),
@@ -485,13 +498,13 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
         value(&during, "polyphony_tasks", &[("state", "RUNNING")]),
         1.0
     );
-    finish(&store, "local-1");
+    finish_as(&store, "local-1", AGENT);
     let after = get(addr, "/metrics").await.body;
     assert_eq!(
         value(
             &after,
             "polyphony_attempts_total",
-            &[("agent", "claude"), ("outcome", "succeeded")]
+            &[("agent", AGENT), ("outcome", "succeeded")]
         ),
         attempts_before + 1.0
     );
@@ -499,7 +512,7 @@ async fn metrics_parse_as_exposition_format_and_count_attempts() {
         value(
             &after,
             "polyphony_cost_usd_total",
-            &[("identity", "personal"), ("agent", "claude")]
+            &[("identity", "personal"), ("agent", AGENT)]
         ) >= 0.5
     );
     assert!(after.contains("polyphony_store_write_duration_seconds_bucket"));

@@ -11,6 +11,8 @@
 //! - [`fake_github`]: the stateful fake GitHub API.
 #![allow(dead_code)]
 
+pub mod cdp;
+pub mod console_seed;
 pub mod docker;
 pub mod fake_github;
 pub mod git;

@@ -1,4 +1,5 @@
-# polyphony-fake.sh: the shared body of the fake agent CLIs (claude, codex, kimi, gemini).
+# polyphony-fake.sh: the shared body of the fake agent CLIs (claude, codex, kimi, gemini,
+# opencode).
 # Sourced by /usr/local/bin/<agent> with AGENT set. busybox sh only. See README.md.
 #
 # The fakes accept the real argv, find the prompt (the -p/--prompt value, else the last
@@ -12,12 +13,15 @@ VALUE_FLAGS=" --output-format --input-format --max-turns --model -m --permission
 --system-prompt --config -c --sandbox -s --cd -C --approval-mode --session-id --resume -r \
 --work-dir -w --agent-file --mcp-config --add-dir --include-directories --max-budget-usd \
 --fallback-model --settings --color --output-last-message -o --profile --max-steps-per-turn \
---agent --mcp-config-file -i --prompt-interactive --max-ralph-iterations --skills-dir "
+--agent --mcp-config-file -i --prompt-interactive --max-ralph-iterations --skills-dir \
+--format --session --title --file -f --port --variant --dir "
 
 MODEL_CLAUDE="claude-sonnet-4-5-20250929"
 MODEL_CODEX="gpt-5-codex"
 MODEL_KIMI="kimi-k2-turbo-preview"
 MODEL_GEMINI="gemini-2.5-pro"
+# OpenCode: `run --format json` lines carry a ms timestamp and the session id.
+OC_SID="ses_fa4e00000001fakeFakeFake"
 
 # Fixed usage figures, so tests can assert them (README.md lists them). IN_TOK includes
 # the cached part, as Codex and Gemini count it; Claude reports the uncached rest.
@@ -59,8 +63,9 @@ parse_args() {
                 esac
                 ;;
             *)
-                # `codex exec …`: the subcommand is not the prompt.
-                if [ "$first_pos" = 1 ] && [ "$AGENT" = codex ] && [ "$a" = exec ]; then
+                # `codex exec …`, `opencode run …`: the subcommand is not the prompt.
+                if [ "$first_pos" = 1 ] && { { [ "$AGENT" = codex ] && [ "$a" = exec ]; } \
+                    || { [ "$AGENT" = opencode ] && [ "$a" = run ]; }; }; then
                     first_pos=0
                     continue
                 fi
@@ -103,6 +108,22 @@ j() {
 
 now_iso() { date -u +%Y-%m-%dT%H:%M:%S.000Z; }
 
+# OpenCode's envelope: `{"type":T,"timestamp":MS,"sessionID":S,` (the caller closes it).
+oc() { printf '{"type":"%s","timestamp":%s000,"sessionID":"%s",' "$1" "$(date +%s)" "$OC_SID"; }
+OC_STEP=0    # OpenCode: model requests (steps) so far
+# oc_step_start: a new step (one model request, one assistant message).
+oc_step_start() {
+    OC_STEP=$((OC_STEP + 1))
+    oc step_start
+    printf '"part":{"id":"prt_fake%03d_s","sessionID":"%s","messageID":"msg_fake%03d","type":"step-start"}}\n' "$OC_STEP" "$OC_SID" "$OC_STEP"
+}
+# oc_step_finish REASON COST INPUT OUTPUT CACHE_READ: the step's report (its own tokens).
+oc_step_finish() {
+    oc step_finish
+    printf '"part":{"id":"prt_fake%03d_f","sessionID":"%s","messageID":"msg_fake%03d","type":"step-finish","reason":"%s","cost":%s,"tokens":{"total":%d,"input":%d,"output":%d,"reasoning":0,"cache":{"write":0,"read":%d}}}}\n' \
+        "$OC_STEP" "$OC_SID" "$OC_STEP" "$1" "$2" "$(($3 + $4 + $5))" "$3" "$4" "$5"
+}
+
 # ---- per-CLI emitters ---------------------------------------------------------------
 
 INIT_DONE=0
@@ -120,6 +141,7 @@ emit_init() {
             printf '{"type":"turn.started"}\n'
             ;;
         kimi) ;; # Kimi's print mode starts with the first message.
+        opencode) oc_step_start ;;
         gemini)
             printf '{"type":"init","timestamp":"%s","session_id":"%s","model":"%s"}\n' "$(now_iso)" "$SID" "$MODEL_GEMINI"
             printf '{"type":"message","timestamp":"%s","role":"user","content":"%s"}\n' "$(now_iso)" "$(j "$PROMPT")"
@@ -142,6 +164,10 @@ emit_text() {
             ;;
         kimi)
             printf '{"role":"assistant","content":[{"type":"text","text":"%s"}]}\n' "$t"
+            ;;
+        opencode)
+            oc text
+            printf '"part":{"id":"prt_fake%03d","sessionID":"%s","messageID":"msg_fake%03d","type":"text","text":"%s","time":{"start":1,"end":2}}}\n' "$N" "$OC_SID" "$OC_STEP" "$t"
             ;;
         gemini)
             printf '{"type":"message","timestamp":"%s","role":"assistant","content":"%s","delta":true}\n' "$(now_iso)" "$t"
@@ -185,6 +211,7 @@ emit_tool() {
             fi
             printf '{"role":"assistant","content":[],"tool_calls":[{"type":"function","id":"tool_fake%03d","function":{"name":"%s","arguments":"%s"}}]}\n' "$N" "$name" "$args"
             ;;
+        opencode) ;; # `tool_use` comes once the call has finished (emit_tool_result).
         gemini)
             if [ "$1" = shell ]; then
                 printf '{"type":"tool_use","timestamp":"%s","tool_name":"run_shell_command","tool_id":"run_shell_command-fake%03d","parameters":{"command":"%s"}}\n' "$(now_iso)" "$N" "$a"
@@ -221,6 +248,22 @@ emit_tool_result() {
             body "$1"
             printf '"}],"tool_call_id":"tool_fake%03d"}\n' "$TOOL_ID"
             ;;
+        opencode)
+            # The finished call, then the step ends in tool calls and the next one starts.
+            if [ "$TOOL_KIND" = shell ]; then
+                tool=bash
+                input=$(printf '{"command":"%s","description":"Run %s"}' "$(j "$TOOL_ARG")" "$(j "$TOOL_ARG")")
+            else
+                tool=edit
+                input=$(printf '{"filePath":"%s/%s","oldString":"","newString":"(edited)"}' "$(j "$PWD")" "$(j "$TOOL_ARG")")
+            fi
+            oc tool_use
+            printf '"part":{"id":"prt_fake%03d_t","sessionID":"%s","messageID":"msg_fake%03d","type":"tool","callID":"call_fake%03d","tool":"%s","state":{"status":"completed","input":%s,"output":"' "$TOOL_ID" "$OC_SID" "$OC_STEP" "$TOOL_ID" "$tool" "$input"
+            body "$1"
+            printf '","title":"%s","metadata":{},"time":{"start":1,"end":2}}}}\n' "$(j "$TOOL_ARG")"
+            oc_step_finish tool-calls 0 0 0 0
+            oc_step_start
+            ;;
         gemini)
             if [ "$TOOL_KIND" = shell ]; then id="run_shell_command-fake"; else id="replace-fake"; fi
             printf '{"type":"tool_result","timestamp":"%s","tool_id":"%s%03d","status":"success","output":"' "$(now_iso)" "$id" "$TOOL_ID"
@@ -242,6 +285,12 @@ emit_result_ok() {
             printf '{"type":"turn.completed","usage":{"input_tokens":%d,"cached_input_tokens":%d,"output_tokens":%d}}\n' "$IN_TOK" "$CACHED_TOK" "$OUT_TOK"
             ;;
         kimi) ;; # the last assistant message (emitted by the caller) is the result
+        opencode)
+            # The last step carries the run's tokens and cost; `done` once the session idles.
+            oc_step_finish stop "$COST_USD" "$((IN_TOK - CACHED_TOK))" "$OUT_TOK" "$CACHED_TOK"
+            oc done
+            printf '"reason":"idle","rejected":[]}\n'
+            ;;
         gemini)
             printf '{"type":"result","timestamp":"%s","status":"success","stats":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"cached":%d,"input":%d,"duration_ms":2345,"tool_calls":%d}}\n' \
                 "$(now_iso)" "$((IN_TOK + OUT_TOK))" "$IN_TOK" "$OUT_TOK" "$CACHED_TOK" "$((IN_TOK - CACHED_TOK))" "$TOOLS"
@@ -275,6 +324,13 @@ emit_quota() {
             # kimi-cli's print mode reports provider errors as a plain line on stdout.
             emit_text "Let me run the tests first."
             echo "Error code: 429 - {'error': {'message': 'Your account org-fake request reached organization max RPM: 3, please try again after $left seconds', 'type': 'rate_limit_reached_error'}}"
+            ;;
+        opencode)
+            # The provider's 429 as OpenCode reports it: an `APIError` with the status, the
+            # response headers and body (message-v2.ts), then the session goes idle.
+            emit_text "Let me run the tests first."
+            oc error
+            printf '"error":{"name":"APIError","data":{"message":"This request would exceed your account'"'"'s rate limit. Please try again later.","statusCode":429,"isRetryable":false,"responseHeaders":{"retry-after":"%d","content-type":"application/json"},"responseBody":"{\\"type\\":\\"error\\",\\"error\\":{\\"type\\":\\"rate_limit_error\\",\\"message\\":\\"This request would exceed your account'"'"'s rate limit. Please try again later.\\"}}"}}}\n' "$left"
             ;;
         gemini)
             printf '{"type":"error","timestamp":"%s","severity":"warning","message":"Quota exceeded for quota metric '"'"'Gemini 2.5 Pro Requests'"'"'; falling back"}\n' "$(now_iso)"
@@ -551,6 +607,10 @@ fake_main() {
                 codex)
                     printf '{"type":"error","message":"unexpected status 401 Unauthorized: Missing bearer authentication in header"}\n'
                     printf '{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized"}}\n'
+                    ;;
+                opencode)
+                    oc error
+                    printf '"error":{"name":"APIError","data":{"message":"invalid x-api-key","statusCode":401,"isRetryable":false,"responseBody":"{\\"type\\":\\"error\\",\\"error\\":{\\"type\\":\\"authentication_error\\",\\"message\\":\\"invalid x-api-key\\"}}"}}}\n'
                     ;;
                 *)
                     echo "Error code: 401 - {'error': {'message': 'Invalid Authentication', 'type': 'invalid_authentication_error'}}"
