@@ -802,7 +802,6 @@ async fn real_claude_runs_git_on_a_workspace_sharing_the_mirror() {
 /// real key on every request), the dump shows the placeholder instead, the forged cost
 /// changes nothing (the cost is the gateway's: scripted usage times the price table), and
 /// the placeholder is dead once the attempt is over.
-
 fn dump_everything_then_stop(turn: &Turn<'_>) -> Reply {
     if turn.transcript.contains("tool_result") {
         Reply::Text("Fixed add().".into())
