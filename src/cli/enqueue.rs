@@ -51,7 +51,11 @@ pub struct Args {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let refused = |e: Refused| UsageError::new(e.message, e.fix);
-    let limit = body_limit(ctx);
+    // Issue 24: the queue's limits live in config.yaml, so a broken one refuses (exit 2,
+    // the file and field named) instead of storing under defaults nobody chose.
+    let limit = crate::config::Config::load(&ctx.home)?
+        .global()
+        .max_body_bytes;
     let body = match (&args.body, &args.body_file) {
         (Some(text), _) => text.clone(),
         (None, Some(path)) => read_body_file(path, limit)?,
@@ -74,7 +78,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let new = intake::check(new, limit, Surface::Cli).map_err(refused)?;
     let db = crate::config::db_path(&ctx.home);
     let store = Store::open(&db).with_context(|| format!("opening the queue {}", db.display()))?;
-    let task = intake::store(&store, new, Utc::now())?;
+    // The store's own error (a damaged file is `DatabaseDamaged`, exit 2), not a wrapper.
+    let task = intake::store(&store, new, Utc::now()).map_err(|e| match e {
+        intake::StoreFailure::Store(e) => anyhow::Error::new(e),
+        other => anyhow::Error::new(other),
+    })?;
     if args.json {
         print_json(&serde_json::json!({ "id": task.id }))?;
     } else {
@@ -83,18 +91,6 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     // A running daemon picks the task up at once instead of at its next poll.
     crate::orchestrator::daemon::wake(&ctx.home);
     Ok(Outcome::Success)
-}
-
-/// `max_body_bytes` from config.yaml; the default when the config does not load (enqueue
-/// works on a home whose YAML is broken, as `status` does).
-fn body_limit(ctx: &Context) -> u64 {
-    match crate::config::Config::load(&ctx.home) {
-        Ok(config) => config.global().max_body_bytes,
-        Err(e) => {
-            tracing::debug!(error = %e, "config not loaded; default body limit");
-            crate::config::model::DEFAULT_MAX_BODY_BYTES
-        }
-    }
 }
 
 /// Reads `--body-file`, refusing a file above `limit` before reading it all.

@@ -170,7 +170,58 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         quiet: cli.global.quiet,
     };
     let db = crate::config::db_path(&ctx.home);
-    let result = match command {
+    // Issue 24: every verb that reads the queue checks it first (the remembered verdict,
+    // `store::health`, keeps this one stat while the file is unchanged), so a damaged
+    // file is never read as if it were a shorter queue. The verdict is remembered only
+    // once the verb succeeded: a refused verb leaves the home as it was.
+    let sound = match reads_queue(&command) {
+        true => check_queue(&db),
+        false => Ok(None),
+    };
+    let result = sound.and_then(|sound| {
+        let result = dispatch(command, &ctx);
+        if let (Ok(_), Some(sound)) = (&result, sound) {
+            sound.remember();
+        }
+        result
+    });
+    // A damaged queue.db is reported the same way by every verb: the file and how to
+    // recover (issue 12), never as whatever query happened to meet it.
+    result.map_err(|e| match crate::store::damage_in(&e, &db) {
+        Some(damaged) => anyhow::Error::new(damaged),
+        None => e,
+    })
+}
+
+/// The verbs that read the queue (`daemon` checks the whole file at its start, `doctor`
+/// reports the damage as one of its checks).
+fn reads_queue(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Enqueue(_)
+            | Command::Status(_)
+            | Command::Route(_)
+            | Command::Spawn(_)
+            | Command::Retry(_)
+            | Command::Logs(_)
+            | Command::Cleanup(_)
+            | Command::Backup(_)
+    )
+}
+
+/// The queue's soundness verdict, `None` when there is no queue yet (each verb says what
+/// that means for it).
+fn check_queue(db: &std::path::Path) -> anyhow::Result<Option<crate::store::Sound>> {
+    if std::fs::symlink_metadata(db).is_err() {
+        return Ok(None);
+    }
+    let store = crate::store::Store::open(db)?;
+    Ok(Some(store.ensure_sound()?))
+}
+
+fn dispatch(command: Command, ctx: &Context) -> anyhow::Result<Outcome> {
+    let ctx = ctx.clone();
+    match command {
         Command::Init(args) => init::run(args, &ctx),
         Command::Config(args) => config::run(args, &ctx),
         Command::Enqueue(args) => enqueue::run(args, &ctx),
@@ -188,13 +239,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::EgressProxy(args) => egress_proxy::run(args),
         Command::Completions(args) => completions::run(args, &ctx),
         Command::Man(args) => completions::man(args, &ctx),
-    };
-    // A damaged queue.db is reported the same way by every verb: the file and how to
-    // recover (issue 12), never as whatever query happened to meet it.
-    result.map_err(|e| match crate::store::damage_in(&e, &db) {
-        Some(damaged) => anyhow::Error::new(damaged),
-        None => e,
-    })
+    }
 }
 
 /// The exit code for a failed run: 2 for configuration and usage errors, 1 otherwise.
@@ -205,6 +250,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || cause.is::<UsageError>()
             || cause.is::<crate::store::DatabaseDamaged>()
             || cause.is::<crate::home::LockError>()
+            || matches!(
+                cause.downcast_ref::<crate::store::StoreError>(),
+                Some(crate::store::StoreError::ReadOnly { .. })
+            )
             || cause
                 .downcast_ref::<GithubError>()
                 .is_some_and(GithubError::is_config_error)

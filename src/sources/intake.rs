@@ -101,6 +101,7 @@ pub fn check(mut new: NewTask, body_limit: u64, surface: Surface) -> Result<NewT
     }
     new.repo = normalize_repo(&new.repo, surface)?;
     check_body(&new.body, body_limit)?;
+    check_label_bounds(&new.labels, surface)?;
     for label in &new.labels {
         if label.trim().is_empty() {
             return Err(Refused::new(
@@ -112,6 +113,43 @@ pub fn check(mut new: NewTask, body_limit: u64, surface: Surface) -> Result<NewT
     }
     check_source(&new.repo, new.base.as_deref(), new.no_check, surface)?;
     Ok(new)
+}
+
+/// At most this many labels on one task (issue 24: 400 KB of labels were accepted).
+pub const MAX_LABELS: usize = 64;
+/// At most this many bytes in one task's labels together.
+pub const MAX_LABEL_BYTES: usize = 4096;
+
+fn check_label_bounds(labels: &[String], surface: Surface) -> Result<(), Refused> {
+    let field = match surface {
+        Surface::Cli => surface.name("label"),
+        Surface::Api => surface.name("labels"),
+    };
+    if labels.len() > MAX_LABELS {
+        return Err(Refused::new(
+            format!(
+                "{} labels ({field}), above the limit of {MAX_LABELS}",
+                labels.len()
+            ),
+            "keep the labels routing rules match and put the rest in the body",
+        ));
+    }
+    let bytes: usize = labels.iter().map(String::len).sum();
+    if bytes > MAX_LABEL_BYTES {
+        return Err(Refused::new(
+            format!(
+                "the labels ({field}) take {bytes} bytes, above the limit of {MAX_LABEL_BYTES}"
+            ),
+            "use short label names and put details in the body",
+        ));
+    }
+    if let Some(l) = labels.iter().find(|l| l.contains(['\0', '\n', '\r'])) {
+        return Err(Refused::new(
+            format!("a {field} `{}` holds a NUL or newline", l.escape_debug()),
+            "give each label one line of text",
+        ));
+    }
+    Ok(())
 }
 
 /// Why a checked task could not be stored.
@@ -247,6 +285,17 @@ fn normalize_repo(repo: &str, surface: Surface) -> Result<String, Refused> {
     let trimmed = repo.trim();
     if trimmed.contains("://") || is_scp_like(trimmed) {
         return Ok(trimmed.to_string());
+    }
+    // Issue 24: the daemon's working directory is nobody's choice, so an API path is
+    // absolute (the CLI resolves against the caller's own directory).
+    if surface == Surface::Api && !Path::new(trimmed).is_absolute() {
+        return Err(Refused::new(
+            format!(
+                "{} `{trimmed}` is a relative path: the daemon would resolve it against its own working directory",
+                surface.name("repo")
+            ),
+            "pass an absolute path (e.g. `/srv/src/app`) or a clone URL such as https://github.com/owner/name.git",
+        ));
     }
     std::fs::canonicalize(Path::new(trimmed))
         .map(|p| p.to_string_lossy().into_owned())

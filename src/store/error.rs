@@ -16,6 +16,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The home is on a read-only filesystem or not writable by this user (issue 24: it
+    /// was reported as "cannot create the directory"). SQLite writes its lock and log
+    /// beside the file even to read, so no verb that opens the queue can work there.
+    #[error("the Polyphony home {} is read-only (the queue database {} needs its write-ahead log and lock beside it, even to read) — fix: remount it read-write or make it writable for this user, or point --home (POLYPHONY_HOME) at a writable copy (`cp -a {} NEW_HOME`)", dir.display(), path.display(), dir.display())]
+    ReadOnly { dir: PathBuf, path: PathBuf },
     #[error("cannot open the queue database {path}: {source}")]
     Open {
         path: PathBuf,

@@ -63,6 +63,38 @@ pub fn damage_in(err: &anyhow::Error, db: &Path) -> Option<DatabaseDamaged> {
     })
 }
 
+/// `StoreError::ReadOnly` when opening `db` failed because its directory cannot be
+/// written (a read-only mount, or no write permission); anything else unchanged.
+pub(super) fn read_only_home(e: StoreError, db: &Path) -> StoreError {
+    if !matches!(e, StoreError::Io { .. } | StoreError::Open { .. }) {
+        return e;
+    }
+    let dir = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // The nearest existing directory: a home that is not created yet lives below it.
+    let mut probe = dir.to_path_buf();
+    while !probe.exists() {
+        match probe.parent() {
+            Some(p) => probe = p.to_path_buf(),
+            None => return e,
+        }
+    }
+    let Ok(c) = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()) else {
+        return e;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+    if writable {
+        return e;
+    }
+    StoreError::ReadOnly {
+        dir: probe,
+        path: db.to_path_buf(),
+    }
+}
+
 /// A clean verdict of [`Store::ensure_sound`], which the caller may remember.
 #[derive(Debug)]
 pub struct Sound {
@@ -210,7 +242,14 @@ impl Store {
     }
 
     fn damaged(&self, detail: String) -> StoreError {
-        let _ = std::fs::remove_file(sound_marker(&self.path));
+        // A verdict that still matches the files is withdrawn; a stale one is never trusted
+        // anyway and stays, so a refused verb changes nothing on disk (issue 24).
+        let marker = sound_marker(&self.path);
+        let current = files_identity(&self.path)
+            .is_some_and(|id| std::fs::read_to_string(&marker).is_ok_and(|m| m == id));
+        if current {
+            let _ = std::fs::remove_file(&marker);
+        }
         super::error::mark_damaged();
         StoreError::Damaged {
             path: self.path.clone(),

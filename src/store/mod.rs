@@ -81,6 +81,10 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
+        Store::open_writable(path).map_err(|e| health::read_only_home(e, path))
+    }
+
+    fn open_writable(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The store's directory is the home: owner-only (issue 11).
             crate::private::create_dir(dir).map_err(|source| StoreError::Io {

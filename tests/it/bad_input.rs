@@ -115,6 +115,8 @@ struct Case {
 enum Damage {
     None,
     Pages,
+    /// Pages 11–15 overwritten, the header and the schema intact (issue 24).
+    Pages11To15,
     Header,
 }
 
@@ -134,6 +136,53 @@ const FIX: &str = "fix:";
 
 fn config(text: &'static str) -> &'static [(&'static str, &'static str)] {
     Box::leak(Box::new([("config.yaml", text)]))
+}
+
+/// Arguments made at run time (a table row's are `'static`).
+fn leak(args: Vec<String>) -> &'static [&'static str] {
+    let args: Vec<&'static str> = args
+        .into_iter()
+        .map(|a| &*Box::leak(a.into_boxed_str()))
+        .collect();
+    Box::leak(args.into_boxed_slice())
+}
+
+/// `enqueue` of the fixture's repository with `labels`.
+fn enqueue_with_labels(labels: &[String]) -> &'static [&'static str] {
+    let mut args = vec!["enqueue".to_string(), "--repo".into(), "{root}/repo".into()];
+    for l in labels {
+        args.push(format!("--label={l}"));
+    }
+    args.push("T".into());
+    leak(args)
+}
+
+/// Issue 24: every verb that reads the queue, on a queue with pages 11–15 overwritten.
+fn damaged_queue_in_every_reading_verb() -> Vec<Case> {
+    let verbs: &[&'static [&'static str]] = &[
+        &["status"],
+        &["status", "--json"],
+        &["status", "local-1"],
+        &["status", "local-1", "--json"],
+        &["logs", "local-1"],
+        &["route", "local-1"],
+        &["retry", "local-1"],
+        &["retry", "--blocked"],
+        &["cleanup", "--dry-run"],
+        &["enqueue", "--repo", "{root}/repo", "T"],
+        &["spawn", "--task", "local-1"],
+        &["backup", "{root}/copy.db"],
+    ];
+    verbs
+        .iter()
+        .map(|args| Case {
+            name: Box::leak(format!("pages 11-15 damaged: {}", args.join(" ")).into_boxed_str()),
+            damage: Damage::Pages11To15,
+            args,
+            needles: &["queue.db", "damaged", "restore a backup", FIX],
+            ..C
+        })
+        .collect()
 }
 
 fn cases() -> Vec<Case> {
@@ -252,7 +301,18 @@ fn cases() -> Vec<Case> {
         Case { name: "not a database: status", damage: Damage::Header, args: &["status"], needles: &["queue.db", "damaged", "not a database", "restore a backup"], ..C },
         Case { name: "not a database: enqueue", damage: Damage::Header, args: &["enqueue", "--repo", "{root}/repo", "T"], needles: &["queue.db", "damaged", "restore a backup"], ..C },
         Case { name: "not a database: logs", damage: Damage::Header, args: &["logs", "local-1"], needles: &["queue.db", "damaged", "restore a backup"], ..C },
+        // ---- issue 24: enqueue's limits live in config.yaml; labels are bounded
+        Case { name: "enqueue with a broken config.yaml", files: config("max_body_bytes: [\n"), args: &["enqueue", "--repo", "{root}/repo", "T"], needles: &["config.yaml", FIX], ..C },
+        Case { name: "enqueue with an invalid config value", files: config("max_attempts: -1\n"), args: &["enqueue", "--repo", "{root}/repo", "T"], needles: &["config.yaml", "`max_attempts`", FIX], ..C },
+        Case { name: "65 labels", args: enqueue_with_labels(&(0..65).map(|i| format!("l{i}")).collect::<Vec<_>>()), needles: &["65 labels", "--label", "64", FIX], ..C },
+        Case { name: "400 KB of labels", args: enqueue_with_labels(&vec!["x".repeat(10_000); 40]), needles: &["--label", "400000 bytes", "4096", FIX], ..C },
+        Case { name: "labels over 4096 bytes", args: enqueue_with_labels(&vec!["y".repeat(2049); 2]), needles: &["--label", "4098 bytes", "4096", FIX], ..C },
+        // ---- issue 24: the agent deadline bound in agents.yaml
+        Case { name: "agents.yaml deadline 999999999999h", files: &[("agents.yaml", "agents:\n  - name: claude\n    agent_type: claude\n    deadline: 999999999999h\n")], args: check, needles: &["agents.yaml", "deadline", "30 days", FIX], ..C },
     ]
+    .into_iter()
+    .chain(damaged_queue_in_every_reading_verb())
+    .collect()
 }
 
 /// Makes queue.db big enough to damage mid-file, then damages it.
@@ -261,7 +321,7 @@ fn damage(f: &Fixture, how: Damage) {
         return;
     }
     let db = f.home.join("queue.db");
-    if how == Damage::Pages {
+    if matches!(how, Damage::Pages | Damage::Pages11To15) {
         // Twenty more tasks with long bodies: pages past the first few hold rows.
         for i in 0..20 {
             f.bin()
@@ -279,6 +339,7 @@ fn damage(f: &Fixture, how: Damage) {
     let mut bytes = std::fs::read(&db).unwrap();
     let (start, len) = match how {
         Damage::Header => (0, 100),
+        Damage::Pages11To15 => (4096 * 10, 4096 * 5),
         _ => (4096 * 3, bytes.len() - 4096 * 4),
     };
     for b in &mut bytes[start..start + len] {

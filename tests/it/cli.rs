@@ -884,3 +884,61 @@ fn retry_now_makes_a_parked_task_due_and_clears_its_limit() {
         TaskState::Discovered
     );
 }
+
+/// Issue 24: a read-only home was reported as "cannot create the directory" (or SQLite's
+/// "unable to open database file", exit 1). Every verb that opens the queue names the home,
+/// says it is read-only and how to fix it, exit 2; a home to be made below a read-only
+/// directory names that directory.
+#[test]
+fn a_read_only_home_is_reported_as_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = support::tmpfs::Tmpfs::mount(&dir.path().join("home"), "8m") else {
+        return;
+    };
+    let home = disk.path().to_path_buf();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    polyphony(&home).arg("init").assert().success();
+    polyphony(&home)
+        .args(["enqueue", "--repo"])
+        .arg(&repo)
+        .arg("T")
+        .assert()
+        .success();
+    disk.read_only();
+    let repo_arg = repo.display().to_string();
+    let verbs: Vec<Vec<&str>> = vec![
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["status", "local-1"],
+        vec!["enqueue", "--repo", &repo_arg, "U"],
+        vec!["logs", "local-1"],
+        vec!["route", "local-1"],
+        vec!["retry", "local-1"],
+        vec!["cleanup", "--dry-run"],
+    ];
+    for args in verbs {
+        let out = polyphony(&home).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("Polyphony home {} is read-only", home.display()))
+                && stderr.contains("fix:")
+                && !stderr.contains("cannot create the directory"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let below = home.join("new");
+    let out = polyphony(&below)
+        .args(["enqueue", "--repo", &repo_arg, "U"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is read-only", home.display())),
+        "{stderr}"
+    );
+}

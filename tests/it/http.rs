@@ -605,6 +605,20 @@ async fn post_tasks_enqueues_with_the_cli_checks_and_retry_brings_back_a_blocked
             "colour",
         ),
         (serde_json::json!({"title": "x"}), "repo"),
+        // Issue 24: a relative path would resolve against the daemon's working directory
+        // (here this crate's own git repository), and labels are bounded.
+        (
+            serde_json::json!({"repo": ".", "title": "x"}),
+            "relative path",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "x", "labels": vec!["x".repeat(3_000); 2]}),
+            "6000 bytes",
+        ),
+        (
+            serde_json::json!({"repo": repo, "title": "x", "labels": (0..65).map(|i| format!("l{i}")).collect::<Vec<_>>()}),
+            "65 labels (`labels`)",
+        ),
     ] {
         let refused = request(addr, "POST", "/api/v1/tasks", &auth, &body.to_string()).await;
         assert_eq!(refused.status, 400, "{body}: {}", refused.body);

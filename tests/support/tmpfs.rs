@@ -51,6 +51,16 @@ impl Tmpfs {
         assert!(st.success(), "remount {} to {size}", self.dir.display());
     }
 
+    /// Makes the filesystem read-only in place: `mount -o remount,ro`.
+    pub fn read_only(&self) {
+        let st = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "remount {} read-only", self.dir.display());
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
     }
