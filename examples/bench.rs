@@ -17,6 +17,8 @@
 //!   its memory with 50 SSE clients (examples/bench/http.rs).
 //! - `sse`: `/api/v1/health` latency and daemon CPU with 300 event streams, and what the
 //!   default stream caps admit (examples/bench/sse.rs).
+//! - `soak`: the daemon's VmRSS over 1,000 real attempts, and the disk it keeps with
+//!   retention on (examples/bench/soak.rs).
 //!
 //! Adding a section is one more function returning its Markdown and one arm in `main`,
 //! plus one line in bench/run.sh.
@@ -42,6 +44,8 @@ use rusqlite::{Connection, TransactionBehavior};
 mod attempts;
 #[path = "bench/http.rs"]
 mod http;
+#[path = "bench/soak.rs"]
+mod soak;
 #[path = "bench/sse.rs"]
 mod sse;
 
@@ -57,10 +61,11 @@ fn main() -> anyhow::Result<()> {
         "daemon" => attempts::daemon(&cfg)?,
         "http" => http::http(&cfg)?,
         "sse" => sse::sse(&cfg)?,
+        "soak" => soak::soak(&cfg)?,
         "claim-worker" => return claim_worker(),
         other => {
             bail!(
-                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon, http or sse)"
+                "unknown section `{other}` (expected queue, status, ingest, spawn, daemon, http, sse or soak)"
             )
         }
     };

@@ -26,7 +26,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
     let store = Store::open(&db).unwrap();
-    console_seed::seed(&store, Utc::now());
+    console_seed::seed(&store, Utc::now(), dir.path());
     let settings = ServerSettings {
         home: dir.path().to_path_buf(),
         db,

@@ -80,8 +80,17 @@ pub fn enqueue(
     store: &crate::store::Store,
     origin: &std::path::Path,
 ) -> Result<Vec<(String, DemoTask)>, crate::store::StoreError> {
+    enqueue_these(store, origin, tasks())
+}
+
+/// Enqueues `list` (some of [`tasks`]) like [`enqueue`].
+pub fn enqueue_these(
+    store: &crate::store::Store,
+    origin: &std::path::Path,
+    list: Vec<DemoTask>,
+) -> Result<Vec<(String, DemoTask)>, crate::store::StoreError> {
     let mut out = Vec::new();
-    for t in tasks() {
+    for t in list {
         let id = store.next_local_task_id()?;
         let mut task = crate::domain::Task::new(
             &id,
@@ -225,6 +234,74 @@ pub fn write_real_home(
     std::fs::write(
         home.join("routing.yaml"),
         "# The real Claude; a second Claude identity takes over when the first is out of quota.\ndefault:\n  agent: claude\n  fallback: [claude-b]\n",
+    )?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- demo --real-codex
+
+/// What the scripted Responses API does in `demo --real-codex`: the fix with `exec_command`,
+/// then (once the REAL Codex sent the command's output back) a closing message.
+pub fn real_codex_script(turn: &crate::scripted_openai::Turn<'_>) -> crate::scripted_openai::Reply {
+    use crate::scripted_openai::Reply;
+    if turn.transcript.contains("function_call_output") {
+        Reply::Text("Fixed add(): it now adds.".into())
+    } else {
+        Reply::Shell("sed -i 's/a - b/a + b/' calc.sh".into())
+    }
+}
+
+/// Host variables the real-Codex demo home's identity reads (the demo's own environment).
+pub const CODEX_KEY_VAR: &str = "POLYPHONY_DEMO_OPENAI_KEY";
+pub const CODEX_URL_VAR: &str = "POLYPHONY_DEMO_OPENAI_URL";
+
+/// A home whose one agent is the real Codex in `image`. Its login directory holds only a
+/// `config.toml` whose model provider is the scripted Responses API by the name
+/// [`SCRIPTED_MODEL_HOST`] (what an operator's `~/.codex/config.toml` does for a custom
+/// endpoint); the key and the API's address (the model gateway's upstream) come through the
+/// identity's `api_keys`. Egress `allowlist`: each attempt's proxy reaches `model` (on the
+/// Docker network `network`) by that name on its port, and nothing else.
+pub fn write_real_codex_home(
+    home: &Path,
+    dir: &Path,
+    image: &str,
+    network: &str,
+    model: (std::net::IpAddr, u16),
+    user: Option<&str>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(home)?;
+    let login = dir.join("logins").join("codex");
+    std::fs::create_dir_all(&login)?;
+    std::fs::write(
+        login.join("config.toml"),
+        crate::scripted_openai::codex_config_toml(
+            &format!("http://{SCRIPTED_MODEL_HOST}:{}/v1", model.1),
+            "OPENAI_API_KEY",
+            "gpt-5.5",
+        ),
+    )?;
+    let user = user.map_or(String::new(), |u| format!("  user: \"{u}\"\n"));
+    std::fs::write(
+        home.join("config.yaml"),
+        format!(
+            "# Written by `polyphony demo --real-codex`.\npoll_interval: 30s\nmax_concurrent_agents: 1\nevent_idle_timeout: 1m\nmax_attempts: 2\ndefault_identity: demo\ncontainer:\n  image: {image}\n{user}  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            egress_yaml(network, model.0, SCRIPTED_MODEL_HOST, &[model.1])
+        ),
+    )?;
+    std::fs::write(
+        home.join("identities.yaml"),
+        format!(
+            "identities:\n  - name: demo\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: {CODEX_KEY_VAR}\n      OPENAI_BASE_URL: {CODEX_URL_VAR}\n",
+            login.display()
+        ),
+    )?;
+    std::fs::write(
+        home.join("agents.yaml"),
+        "agents:\n  - name: codex\n    agent_type: codex\n",
+    )?;
+    std::fs::write(
+        home.join("routing.yaml"),
+        "# The real Codex CLI.\ndefault:\n  agent: codex\n  fallback: []\n",
     )?;
     Ok(())
 }

@@ -29,7 +29,7 @@ use super::{bytes, env_or, median, polyphony_db, Config};
 const IMAGE: &str = "polyphony-test:latest";
 
 /// Makes sure the offline test image exists (building it takes a few seconds, no registry).
-fn ensure_image() -> anyhow::Result<()> {
+pub(super) fn ensure_image() -> anyhow::Result<()> {
     let present = Command::new("docker")
         .args(["image", "inspect", IMAGE])
         .stdout(Stdio::null())
@@ -76,7 +76,7 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// `dir/origin.git`: a bare origin on `main` whose checks are `test: "true"`.
-fn write_origin(dir: &Path) -> anyhow::Result<PathBuf> {
+pub(super) fn write_origin(dir: &Path) -> anyhow::Result<PathBuf> {
     let work = dir.join("origin-src");
     std::fs::create_dir_all(&work)?;
     std::fs::write(work.join("calc.sh"), "add() {\n    echo $(($1 + $2))\n}\n")?;
@@ -103,7 +103,12 @@ fn write_origin(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(origin)
 }
 
-fn insert_task(store: &Store, id: &str, origin: &Path, body: &str) -> anyhow::Result<()> {
+pub(super) fn insert_task(
+    store: &Store,
+    id: &str,
+    origin: &Path,
+    body: &str,
+) -> anyhow::Result<()> {
     let mut task = Task::new(
         id,
         SourceKind::Local,
@@ -335,7 +340,7 @@ pub fn spawn(cfg: &Config) -> anyhow::Result<String> {
 // ---------------------------------------------------------------------- daemon
 
 /// VmRSS of `pid` in KiB (None once the process is gone).
-fn rss_kib(pid: u32) -> Option<u64> {
+pub(super) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
@@ -396,7 +401,7 @@ impl Drop for Sampler {
 }
 
 /// Stops the daemon with SIGTERM when dropped (a failed run leaves no daemon behind).
-struct Daemon(Child);
+pub(super) struct Daemon(pub(super) Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {

@@ -82,12 +82,14 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             }
             None => (None, None),
         };
+        let upkeep = config.retention().every.map(crate::ops::retention::upkeep);
         let orch = Arc::new(Orchestrator::connect(config).await?);
         let (tx, rx) = watch::channel(0u32);
         tokio::spawn(count_signals(tx));
         let opts = DaemonOptions {
             drain: args.drain,
             exit_when_idle: args.exit_when_idle,
+            upkeep,
         };
         // A person reads one line per state change; a log collector gets JSON events.
         let progress: Arc<dyn Progress> = if quiet {

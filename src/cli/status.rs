@@ -141,6 +141,15 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
         for line in quota_lines(&s.quota_out(now)?, now) {
             crate::println_printable!("{line}");
         }
+        // What the home takes on disk, as the daemon's last retention sweep measured it
+        // (issue 24; walking the workspaces here would make `status` slow).
+        if let Some(d) = s.disk_usage()? {
+            crate::println_printable!(
+                "disk: {} (measured {} ago by the daemon)",
+                crate::ops::retention::disk_line(&d),
+                age(d.measured_at, now)
+            );
+        }
     }
     Ok(Outcome::Success)
 }

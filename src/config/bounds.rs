@@ -20,6 +20,14 @@ pub const MAX_COOLDOWN: Duration = Duration::from_secs(31 * 24 * 3600);
 pub const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 /// `container.max_workspace_size` at least: 1 MiB (a clone needs room).
 pub const MIN_WORKSPACE_BYTES: u64 = 1024 * 1024;
+/// `retention.workspaces` and `retention.events` at most: 10 years (`never` keeps forever).
+pub const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+/// `retention.events` at least a day: a transcript goes by its last write, and a silent
+/// agent's may not have been written for hours.
+pub const MIN_RETENTION_EVENTS: Duration = Duration::from_secs(24 * 3600);
+/// `retention.every` at least 10 s (each sweep walks the workspace root) and at most a day.
+pub const MIN_RETENTION_EVERY: Duration = Duration::from_secs(10);
+pub const MAX_RETENTION_EVERY: Duration = Duration::from_secs(24 * 3600);
 /// GitHub's repository permissions, lowest first.
 pub const PERMISSIONS: [&str; 5] = ["read", "triage", "write", "maintain", "admin"];
 
@@ -48,6 +56,30 @@ pub(super) fn duration_max(
         ),
         format!("set it to at most {days}d, e.g. 30m or 2h"),
     ))
+}
+
+/// Refuses a duration outside `min..=max`.
+pub(super) fn duration_between(
+    doc: &Doc<'_>,
+    path: &[Seg<'_>],
+    field: &str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(err(
+            doc,
+            path,
+            format!(
+                "`{field}` is {}, below the bound of {}",
+                humantime::format_duration(value),
+                humantime::format_duration(min)
+            ),
+            format!("set it to at least {}", humantime::format_duration(min)),
+        ));
+    }
+    duration_max(doc, path, field, value, max)
 }
 
 /// Whether `name` can be an environment variable name.

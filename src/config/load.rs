@@ -216,6 +216,7 @@ impl Config {
 
         checks::check_values(&global, &agents_file, &docs.config, &docs.agents)?;
         super::quota::check(&global, &docs.config)?;
+        super::retention::check(&global, &docs.config)?;
         let resolved = resolve_global(home, &global, &docs.config, &env)?;
         super::egress::check_global(&global, &docs.config)?;
         super::bounds::check_global(&global, &resolved, &docs.config)?;

@@ -28,6 +28,7 @@ pub mod model;
 mod profiles;
 pub mod quota;
 mod resolve;
+pub mod retention;
 mod rules;
 pub mod shepherd;
 pub mod templates;

@@ -58,6 +58,8 @@ pub struct GlobalConfig {
     pub egress: EgressConfig,
     /// The model-API gateway (issue 26): real credentials stay out of the container.
     pub gateway: GatewayConfig,
+    /// What the daemon removes of finished tasks, and when (issue 24).
+    pub retention: RetentionConfig,
 }
 
 impl Default for GlobalConfig {
@@ -85,6 +87,33 @@ impl Default for GlobalConfig {
             shepherd: super::shepherd::ShepherdConfig::default(),
             egress: EgressConfig::default(),
             gateway: GatewayConfig::default(),
+            retention: RetentionConfig::default(),
+        }
+    }
+}
+
+/// `retention:` in config.yaml (issue 24; parsed and checked in `config::retention`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Grace after a task ended LANDED or BLOCKED before its workspaces (the attempt
+    /// clones, their check checkouts and `N.land.git` repositories) and its per-attempt
+    /// notes in the store are removed; `never` keeps them.
+    pub workspaces: String,
+    /// Events and transcripts of attempts that ended longer ago than this are removed;
+    /// `never` keeps them.
+    pub events: String,
+    /// How often the daemon applies the policy (and measures the disk it uses); `never`
+    /// turns it off.
+    pub every: String,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            workspaces: "24h".into(),
+            events: "30d".into(),
+            every: "1h".into(),
         }
     }
 }

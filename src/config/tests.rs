@@ -876,3 +876,67 @@ fn open_egress_needs_consent_and_then_warns() {
     assert_eq!(cfg.unsafe_settings().len(), 1);
     assert_eq!(cfg.agents()[0].network, NetworkMode::Named("my-net".into()));
 }
+
+#[test]
+fn retention_defaults_never_and_bounds() {
+    use super::retention::RetentionSettings;
+    let day = Duration::from_secs(86_400);
+    assert_eq!(
+        load(&ConfigSources::templates()).unwrap().retention(),
+        RetentionSettings {
+            workspaces: Some(day),
+            events: Some(30 * day),
+            every: Some(Duration::from_secs(3600)),
+        }
+    );
+    let cfg = load(&with(
+        CONFIG_FILE,
+        "retention:\n  workspaces: never\n  events: 90d\n  every: 10m\n",
+    ))
+    .unwrap();
+    assert_eq!(cfg.retention().workspaces, None);
+    assert_eq!(cfg.retention().events, Some(90 * day));
+    assert_eq!(cfg.retention().every, Some(Duration::from_secs(600)));
+    let bad = |text: &str, line: usize, message: &str, fix: &str| {
+        check_err(
+            CONFIG_FILE,
+            text,
+            ConfigErrorKind::InvalidValue,
+            line,
+            message,
+            fix,
+        )
+    };
+    bad(
+        "retention:\n  workspaces: forever\n",
+        2,
+        "`retention.workspaces` is neither a duration nor `never`",
+        "or `never`",
+    );
+    bad(
+        "retention:\n  events: 1h\n",
+        2,
+        "`retention.events` is 1h, below the bound of 1day",
+        "at least 1day",
+    );
+    bad(
+        "retention:\n  every: 1s\n",
+        2,
+        "`retention.every` is 1s, below the bound of 10s",
+        "at least 10s",
+    );
+    bad(
+        "retention:\n  workspaces: 100000d\n",
+        2,
+        "above the bound of 3650 days",
+        "at most 3650d",
+    );
+    check_err(
+        CONFIG_FILE,
+        "retention:\n  keep: 1d\n",
+        ConfigErrorKind::UnknownField,
+        2,
+        "keep",
+        "workspaces",
+    );
+}

@@ -5,8 +5,10 @@
 //! - `cleanup`: which leftover containers, workspaces and locks of a home to remove
 //! - `doctor`: environment checks (engine, images, git, config, credentials, token)
 //! - `report`: readable renderings of stored events (`logs`) and byte counts
+//! - `retention`: what the daemon removes of finished tasks, and the disk a home uses
 
 pub mod actions;
 pub mod cleanup;
 pub mod doctor;
 pub mod report;
+pub mod retention;

@@ -39,7 +39,34 @@ pub struct DaemonOptions {
     pub drain: bool,
     /// Exit once nothing is running, claimable or scheduled (demos, tests, cron use).
     pub exit_when_idle: bool,
+    /// Housekeeping run at start and then periodically beside the attempts (issue 24:
+    /// `ops::retention::upkeep`, which this layer cannot name).
+    pub upkeep: Option<Upkeep>,
 }
+
+/// One round of housekeeping, given the orchestrator (its config, clock and home).
+pub type UpkeepRound =
+    Arc<dyn Fn(Arc<Orchestrator>) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// Housekeeping the daemon runs at start and then every `every`, on its own task: a slow
+/// round never delays a claim. With `exit_when_idle` the daemon waits for the first round
+/// before it leaves.
+#[derive(Clone)]
+pub struct Upkeep {
+    pub every: Duration,
+    pub round: UpkeepRound,
+}
+
+impl std::fmt::Debug for Upkeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upkeep")
+            .field("every", &self.every)
+            .finish()
+    }
+}
+
+/// The longest an idle daemon waits for its first housekeeping round before it exits.
+const FIRST_UPKEEP_WAIT: Duration = Duration::from_secs(120);
 
 /// What one daemon run did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -121,6 +148,18 @@ pub async fn run(
         })
     };
     let _abort_watchdog = AbortOnDrop(watchdog);
+    // Retention (issue 24): at start, then every `every`; `rounds` counts finished rounds.
+    let (rounds_tx, rounds) = watch::channel(0u64);
+    let _abort_upkeep = opts.upkeep.clone().map(|upkeep| {
+        let orch = orch.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                (upkeep.round)(orch.clone()).await;
+                rounds_tx.send_modify(|n| *n += 1);
+                tokio::time::sleep(upkeep.every).await;
+            }
+        }))
+    });
 
     let poll_interval = orch.config.poll_interval();
     let mut next_poll = tokio::time::Instant::now();
@@ -176,6 +215,10 @@ pub async fn run(
             .and_then(|()| Ok(opts.exit_when_idle && attempts.is_empty() && is_idle(&store)?));
             match dispatched {
                 Ok(true) => {
+                    if opts.upkeep.is_some() && *rounds.borrow() == 0 {
+                        let mut first = rounds.clone();
+                        let _ = tokio::time::timeout(FIRST_UPKEEP_WAIT, first.changed()).await;
+                    }
                     tracing::info!("nothing left to run: exiting");
                     break;
                 }
@@ -246,10 +289,24 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// Hands the allocator's free pages back to the system (issue 24). The daemon keeps
+/// nothing per task (a heap profile of 300 attempts stays flat at about 2 MiB), but each
+/// attempt's work runs on tokio's blocking threads, which come and go, and glibc leaves
+/// the freed memory of their arenas resident: without this RSS crept up about 4 KiB per
+/// task. Called once per attempt that ends; costs well under a millisecond.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; no pointer is passed.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn record_end(
     joined: Result<(String, anyhow::Result<AttemptEnd>), tokio::task::JoinError>,
     summary: &mut DaemonSummary,
 ) {
+    release_free_memory();
     match joined {
         Ok((task, Ok(end))) => {
             match &end {

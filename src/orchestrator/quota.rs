@@ -26,6 +26,7 @@ use crate::config::model::QuotaHandoff;
 use crate::config::quota::QuotaSettings;
 use crate::config::Config;
 use crate::domain::{AgentQuota, AgentReset, AttemptStatus, QuotaWait};
+use crate::store::quota::handoff_key;
 use crate::store::{Store, StoreError};
 use crate::workspace::{Author, Handoff, Workspace};
 
@@ -461,11 +462,6 @@ pub fn handoff_text(agent: &str, attempt: u32, handoff: &Handoff) -> String {
         ));
     }
     out
-}
-
-/// kv: the handoff note of one attempt's prompt.
-fn handoff_key(task_id: &str, attempt: u32) -> String {
-    format!("quota_handoff:{task_id}:{attempt}")
 }
 
 /// The handoff note recorded for `attempt`, if its agent continues a limited attempt.

@@ -20,27 +20,27 @@ use serde::Serialize;
 
 use super::{Result, Store};
 
-fn workspace_key(task_id: &str, attempt: u32) -> String {
+pub(super) fn workspace_key(task_id: &str, attempt: u32) -> String {
     format!("workspace:{task_id}:{attempt}")
 }
 
-fn chain_key(task_id: &str) -> String {
+pub(super) fn chain_key(task_id: &str) -> String {
     format!("chain:{task_id}")
 }
 
-fn commit_key(task_id: &str, attempt: u32) -> String {
+pub(super) fn commit_key(task_id: &str, attempt: u32) -> String {
     format!("commit:{task_id}:{attempt}")
 }
 
-fn handling_key(task_id: &str, attempt: u32) -> String {
+pub(super) fn handling_key(task_id: &str, attempt: u32) -> String {
     format!("handling:{task_id}:{attempt}")
 }
 
-fn strikes_key(task_id: &str, attempt: u32) -> String {
+pub(super) fn strikes_key(task_id: &str, attempt: u32) -> String {
     format!("strikes:{task_id}:{attempt}")
 }
 
-fn giveups_key(task_id: &str) -> String {
+pub(super) fn giveups_key(task_id: &str) -> String {
     format!("giveups:{task_id}")
 }
 

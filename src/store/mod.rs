@@ -36,6 +36,7 @@ mod kv;
 mod landings;
 mod pulls;
 pub mod quota;
+mod retention;
 mod rows;
 pub mod schema;
 mod tasks;
@@ -53,6 +54,7 @@ pub use generations::{GenerationInsert, GenerationLinks};
 pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
+pub use retention::{DiskUsage, EndedTask};
 pub use tasks::TransitionRecord;
 pub use views::{
     FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,

@@ -28,6 +28,11 @@ pub fn fallback_key(task_id: &str) -> String {
     format!("quota_fallback:{task_id}")
 }
 
+/// kv: the handoff note of one attempt's prompt (`quota_handoff: continue`).
+pub fn handoff_key(task_id: &str, attempt: u32) -> String {
+    format!("quota_handoff:{task_id}:{attempt}")
+}
+
 const QUOTA_COLS: &str = "identity, agent, resets_at, reported, message, task_id, attempt, hit_at";
 const WAIT_COLS: &str = "task_id, until, agent, identity, resets, parked_at";
 

@@ -43,6 +43,14 @@ impl WorkspaceManager {
             freed += disk_usage(&own);
             std::fs::remove_dir_all(&own).map_err(io_err("remove", &own))?;
         }
+        // Check checkouts beside it (`N.check-K`) a killed daemon left behind (issue 24).
+        for check in check_checkouts_beside(&resolved) {
+            freed += disk_usage(&check);
+            if std::fs::remove_dir_all(&check).is_err() {
+                make_dirs_writable(&check);
+                std::fs::remove_dir_all(&check).map_err(io_err("remove", &check))?;
+            }
+        }
         if let Err(e) = std::fs::remove_dir_all(&resolved) {
             // The container user may have left read-only directories: open them up and retry.
             if e.kind() != std::io::ErrorKind::PermissionDenied {
@@ -69,6 +77,30 @@ impl WorkspaceManager {
         tracing::info!(path = %resolved.display(), freed, "workspace removed");
         Ok(freed)
     }
+}
+
+/// The real directories `{name}.check-{k}` beside attempt directory `dir` (`k` a number):
+/// the clean checkouts the checks ran in (`orchestrator::verify::check_dir`).
+fn check_checkouts_beside(dir: &Path) -> Vec<PathBuf> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}.check-");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix(&prefix)
+                    .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 /// Bytes allocated on disk under `path` (blocks, hard links counted once, symlinks not

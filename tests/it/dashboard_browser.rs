@@ -257,7 +257,7 @@ async fn the_task_page_tails_a_running_attempt_and_follows_it_to_landed() {
 async fn seeded(token: Option<&str>) -> (tempfile::TempDir, SocketAddr, console_seed::Seeded) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("queue.db")).unwrap();
-    let seeded = console_seed::seed(&store, Utc::now());
+    let seeded = console_seed::seed(&store, Utc::now(), dir.path());
     let addr = serve(http::router(settings(dir.path(), token))).await;
     (dir, addr, seeded)
 }
@@ -665,4 +665,100 @@ async fn the_pictures_render_the_right_numbers_for_a_seeded_home() {
     assert!(agents.contains("claude88% of 8"), "{agents}");
     assert!(agents.contains("codex43% of 7"), "{agents}");
     assert!(drawn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_page_shows_the_timeline_the_diff_the_pull_request_and_links_both_ways() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (_dir, addr, _) = seeded(Some(TOKEN)).await;
+    // local-3 is retried through the API: the generations link to each other.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<hyper::body::Bytes>>();
+    let res = client
+        .request(
+            hyper::Request::builder()
+                .method("POST")
+                .uri(format!("http://{addr}/api/v1/tasks/local-3/retry"))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(http_body_util::Full::new(hyper::body::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let (landed, blocked, next_gen) = with_browser(binary, 420, move |b| {
+        let mut read = |path: &str| {
+            b.goto(&format!("http://{addr}{path}"));
+            let js = "JSON.stringify({pull: (document.querySelector('#pull')||{}).textContent||'', \
+                diff: (document.querySelector('#diff pre')||{}).textContent||'', \
+                rows: Array.from(document.querySelectorAll('#timeline tbody tr[data-attempt]')).map(function(r){return r.textContent}), \
+                transcript: (document.querySelector('#transcript pre')||{}).textContent||'', \
+                links: Array.from(document.querySelectorAll('#links a')).map(function(a){return a.getAttribute('href')}), \
+                egress: (document.querySelector('#attempts ul.egress')||{}).textContent||'', \
+                overflow: document.documentElement.scrollWidth - window.innerWidth})";
+            serde_json::from_str::<serde_json::Value>(b.eval(js).as_str().unwrap()).unwrap()
+        };
+        (
+            read("/tasks/local-1"),
+            read("/tasks/local-3"),
+            read("/tasks/local-3.2"),
+        )
+    })
+    .await;
+    // The pull request with checks, review and mergeable.
+    let pull = landed["pull"].as_str().unwrap();
+    for want in ["#12", "failing", "changes_requested", "yes", "watching"] {
+        assert!(pull.contains(want), "{want}: {pull}");
+    }
+    // The diff that landed, read from the attempt's workspace.
+    let diff = landed["diff"].as_str().unwrap();
+    assert!(diff.contains("+++ b/calc/parse.py"), "{diff}");
+    assert!(diff.contains("+        return -int(text[1:])"), "{diff}");
+    assert!(
+        diff.contains("-    return int(text)") || diff.contains(" return int(text)"),
+        "{diff}"
+    );
+    // What the attempt's egress proxy refused.
+    let egress = landed["egress"].as_str().unwrap();
+    assert!(egress.contains("egress refused pypi.org:443"), "{egress}");
+    // The stored transcript.
+    let transcript = landed["transcript"].as_str().unwrap();
+    assert!(
+        transcript.contains("Ran pytest -q: 14 passed"),
+        "{transcript}"
+    );
+    // The timeline: one attempt for local-1; three failed ones for local-3.
+    assert_eq!(landed["rows"].as_array().unwrap().len(), 1);
+    let rows = blocked["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in rows {
+        let r = r.as_str().unwrap();
+        assert!(
+            r.contains("codex@demo") && r.contains("failed") && r.contains("2m 20s"),
+            "{r}"
+        );
+    }
+    // Generations link both ways.
+    assert!(
+        blocked["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "/tasks/local-3.2"),
+        "{blocked}"
+    );
+    assert!(
+        next_gen["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "/tasks/local-3"),
+        "{next_gen}"
+    );
+    // At 420 px the page does not scroll sideways.
+    for page in [&landed, &blocked, &next_gen] {
+        assert!(page["overflow"].as_i64().unwrap() <= 0, "{page}");
+    }
 }

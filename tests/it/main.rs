@@ -32,6 +32,7 @@ mod landing_own;
 mod orchestrator;
 mod quota;
 mod real_cli;
+mod retention;
 mod routing_explain;
 mod routing_sample;
 mod runtime;

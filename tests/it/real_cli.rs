@@ -267,7 +267,7 @@ impl Home {
         std::fs::read_to_string(
             self.path
                 .join("transcripts")
-                .join(id)
+                .join(polyphony::runtime::container_spec::container_key(id))
                 .join(format!("{attempt}.ndjson")),
         )
         .unwrap_or_default()
@@ -1072,6 +1072,38 @@ fn codex_home(
     api: &ScriptedOpenAi,
     fallback: Option<&ScriptedOpenAi>,
 ) -> Home {
+    codex_home_with(image, network, api, fallback, CodexKnobs::default())
+}
+
+/// What some real-Codex tests change in [`codex_home`]'s config (everything else, the
+/// gateway and egress lines included, is [`codex_home_with`]'s alone).
+struct CodexKnobs<'a> {
+    idle: &'a str,
+    max_attempts: u32,
+    /// The fake GitHub the home talks to (`GITHUB_API_URL`).
+    github: Option<&'a FakeGithub>,
+    /// Appended to config.yaml (e.g. a `shepherd:` section).
+    yaml: &'a str,
+}
+
+impl Default for CodexKnobs<'_> {
+    fn default() -> Self {
+        CodexKnobs {
+            idle: "1m",
+            max_attempts: 3,
+            github: None,
+            yaml: "",
+        }
+    }
+}
+
+fn codex_home_with(
+    image: &str,
+    network: &TestNetwork,
+    api: &ScriptedOpenAi,
+    fallback: Option<&ScriptedOpenAi>,
+    knobs: CodexKnobs<'_>,
+) -> Home {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("home");
     std::fs::create_dir_all(&path).expect("home");
@@ -1081,7 +1113,9 @@ fn codex_home(
         format!(
             // Issue 26: the gateway (in the attempt's egress proxy) holds the key; Codex is
             // pointed at it by a model provider in its staged config.toml.
-            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}",
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: {}\nmax_attempts: {}\ndefault_identity: scripted\ncontainer:\n  image: {image}\n  user: \"1000:1000\"\n  deadline: 3m\n  memory: 1g\n  cpus: 1\n{}{}",
+            knobs.idle,
+            knobs.max_attempts,
             // Issue 25: Codex reaches the scripted API by name through its egress proxy.
             polyphony::demo::egress_yaml(
                 &network.name,
@@ -1091,7 +1125,8 @@ fn codex_home(
                     .chain(fallback)
                     .map(|a| openai_port(a, network))
                     .collect::<Vec<_>>(),
-            )
+            ),
+            knobs.yaml,
         ),
     )
     .expect("config.yaml");
@@ -1130,7 +1165,7 @@ fn codex_home(
     )
     .expect("routing.yaml");
     let upstream = |a: &ScriptedOpenAi| a.base_url().trim_end_matches("/v1").to_string();
-    let base = support::home::Home::at(dir, path, None)
+    let base = support::home::Home::at(dir, path, knobs.github)
         .with_env("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY)
         .with_env("POLYPHONY_TEST_OPENAI_URL", &upstream(api))
         .with_env(
@@ -1298,4 +1333,269 @@ async fn real_codex_out_of_quota_falls_back_with_the_printed_reset() {
     // No retry on a usage limit: one request reached the limited API.
     assert_eq!(limited.turns(), 1, "{:?}", limited.requests());
     println!("real_codex_quota: {:?}", started.elapsed());
+}
+
+/// First attempt: a change that fixes nothing. Once the prompt carries the failing check's
+/// output (the repair attempt): the fix.
+fn codex_fix_only_when_shown_the_failure(
+    turn: &scripted_openai::Turn<'_>,
+) -> scripted_openai::Reply {
+    use scripted_openai::Reply;
+    let t = turn.transcript;
+    if t.contains("function_call_output") {
+        Reply::Text("Done.".into())
+    } else if t.contains("FAIL: add 2 3 gave -1") {
+        Reply::Shell(FIX.into())
+    } else {
+        Reply::Shell("echo 'add() looks fine to me' >> NOTES.md".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_lands_on_the_repair_retry() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cxrepair");
+    let api = ScriptedOpenAi::start(net.gateway, codex_fix_only_when_shown_the_failure)
+        .await
+        .expect("scripted Responses API");
+    let home = codex_home(&image, &net, &api, None);
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "codex-repair").await;
+    let v = home.task(&id).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(a[0]["status"], "failed");
+    assert!(
+        a[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("verification failed")),
+        "{:#}",
+        a[0]
+    );
+    assert!(a[0]["commit_sha"].is_null(), "attempt 1 must not land");
+    assert_eq!(a[1]["status"], "succeeded");
+    let branch = a[1]["branch"].as_str().expect("branch");
+    assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
+    // The script fixes only once a request carries the failing check's output: the repair
+    // prompt reached the model through the real CLI.
+    assert!(
+        !home.transcript(&id, 2).contains(OPENAI_KEY),
+        "the key leaked"
+    );
+    println!(
+        "real_codex_lands_on_the_repair_retry: {:?}",
+        started.elapsed()
+    );
+}
+
+/// The Responses API answers 500 forever: Codex retries (5 × 5 requests), then fails the
+/// turn with its "high demand" text; the attempt ends transient with that reason, in
+/// bounded time, and with `max_attempts: 1` the task ends with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_against_a_failing_api_ends_with_the_reason() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cx500");
+    let api = ScriptedOpenAi::start(net.gateway, |_: &scripted_openai::Turn<'_>| {
+        scripted_openai::Reply::ServerError
+    })
+    .await
+    .expect("scripted Responses API");
+    let home = codex_home_with(
+        &image,
+        &net,
+        &api,
+        None,
+        CodexKnobs {
+            max_attempts: 1,
+            ..CodexKnobs::default()
+        },
+    );
+    let id = home.enqueue("`add 2 3` prints -1.", "Fix add()").await;
+
+    let out = home.run(&["spawn", "--task", &id]).await;
+    home.dump(&id, "codex-server-error").await;
+    let v = home.task(&id).await;
+    assert!(!out.status.success(), "{}", output(&out));
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{v:#}");
+    assert_eq!(a[0]["status"], "failed", "{:#}", a[0]);
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("high demand"), "{reason}");
+    let secs = a[0]["duration_seconds"].as_f64().unwrap_or(f64::MAX);
+    assert!(secs < 120.0, "not bounded: {secs}s");
+    let state = v["task"]["state"].as_str().unwrap_or("");
+    assert!(
+        matches!(state, "FAILED" | "BLOCKED"),
+        "the task ends after its one attempt: {v:#}"
+    );
+    let last = v["task"]["last_error"]
+        .as_str()
+        .or_else(|| v["task"]["reason"].as_str())
+        .unwrap_or("");
+    assert!(
+        last.contains("high demand") || v.to_string().matches("high demand").count() >= 2,
+        "the task names the reason: {v:#}"
+    );
+    assert!(api.turns() >= 5, "Codex retried: {}", api.turns());
+    println!("real_codex_500: {:?}", started.elapsed());
+}
+
+/// The PR shepherd on real Codex: the task lands as a pull request on the fake GitHub; a
+/// trusted reviewer's inline comment then becomes one follow-up run by the real CLI, one
+/// verified commit on top of the PR's head, and one reply in that thread naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_runs_a_pr_shepherd_follow_up() {
+    const DOC: &str = "# add A B: prints A + B";
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("cxshep");
+    let api = ScriptedOpenAi::start(net.gateway, |turn: &scripted_openai::Turn<'_>| {
+        use scripted_openai::Reply;
+        let t = turn.transcript;
+        if t.contains("function_call_output") {
+            Reply::Text("Done: see the diff.".into())
+        } else if t.contains("Please document add()") {
+            Reply::Shell(format!("sed -i '1a {DOC}' calc.sh"))
+        } else {
+            Reply::Shell(FIX.into())
+        }
+    })
+    .await
+    .expect("scripted Responses API");
+    let fake = FakeGithub::start().await;
+    let home = codex_home_with(
+        &image,
+        &net,
+        &api,
+        None,
+        CodexKnobs {
+            github: Some(&fake),
+            yaml: "verify:\n  timeout: 1m\nshepherd:\n  enabled: true\n",
+            ..CodexKnobs::default()
+        },
+    );
+    let repo = "acme/calc-codex";
+    fake.add_repo(repo, &format!("file://{}", home.origin.display()), "main");
+    fake.set_permission(repo, "alice", "write");
+    let n = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add()")
+            .body("`add 2 3` prints -1.")
+            .labels(&["agent-ready"]),
+    );
+    let issue = format!("{repo}#{n}");
+    let out = home.run(&["spawn", &issue]).await;
+    let v = home.task(&issue).await;
+    assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    let pr = v["pull"]["number"]
+        .as_u64()
+        .expect("the pull request is watched");
+    let branch = v["pull"]["branch"].as_str().expect("branch").to_string();
+    let tip = |b: &str| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&home.origin)
+            .args(["rev-parse", &format!("refs/heads/{b}")])
+            .output()
+            .expect("git rev-parse");
+        text(&out.stdout).trim().to_string()
+    };
+    let head = tip(&branch);
+
+    let comment = fake.add_review_comment_as(
+        repo,
+        pr,
+        "alice",
+        "calc.sh",
+        5,
+        "Please document add() above it.",
+    );
+    let out = home.run(&["daemon", "--exit-when-idle"]).await;
+    assert!(out.status.success(), "daemon: {}", output(&out));
+
+    let v = home.task(&issue).await;
+    let followups = v["followups"].as_array().cloned().unwrap_or_default();
+    assert_eq!(followups.len(), 1, "{v:#}");
+    let fid = followups[0]["task_id"].as_str().expect("id").to_string();
+    home.dump(&fid, "codex-shepherd").await;
+    let f = home.task(&fid).await;
+    assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
+    assert_eq!(f["attempts"][0]["agent"], "codex", "{f:#}");
+    let new = tip(&branch);
+    assert_ne!(new, head, "a new commit on the PR branch");
+    assert_eq!(f["attempts"][0]["commit_sha"].as_str(), Some(new.as_str()));
+    let parent = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&home.origin)
+        .args(["rev-parse", &format!("{new}^")])
+        .output()
+        .expect("git rev-parse");
+    assert_eq!(text(&parent.stdout).trim(), head, "on top of the old head");
+    let calc = home.show(&format!("{new}:calc.sh"));
+    assert!(calc.contains(DOC) && calc.contains("a + b"), "{calc}");
+    let replies: Vec<_> = fake
+        .review_comments(repo, pr)
+        .into_iter()
+        .filter(|c| c.author == "polyphony-bot")
+        .collect();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].in_reply_to, Some(comment));
+    assert!(replies[0].body.contains(&new[..12]), "{}", replies[0].body);
+    println!(
+        "real_codex_runs_a_pr_shepherd_follow_up: {:?}",
+        started.elapsed()
+    );
+}
+
+/// `demo --real-codex`: the demo's first task lands on the real Codex CLI, and the demo
+/// removes the Docker network it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_real_codex_lands_its_task() {
+    let Some(_image) = image().await else { return };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let child = Command::new(BIN)
+        .args(["demo", "--real-codex", "--json", "--dir"])
+        .arg(dir.path())
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn demo");
+    let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("demo finished in time")
+        .expect("demo output");
+    assert!(out.status.success(), "{}", output(&out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("demo --json");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["state"], "LANDED", "{rows:#?}");
+    assert_eq!(rows[0]["agents"], serde_json::json!(["codex"]));
+    let err = text(&out.stderr);
+    assert!(err.contains("REAL Codex CLI, SCRIPTED model API"), "{err}");
+    let network = err
+        .split_whitespace()
+        .find(|w| w.starts_with("polyphony-demo-codex-"))
+        .expect("the demo names its network")
+        .trim_end_matches(';')
+        .to_string();
+    let ls = std::process::Command::new("docker")
+        .args(["network", "ls", "--format", "{{.Name}}"])
+        .output()
+        .expect("docker network ls");
+    assert!(
+        !text(&ls.stdout).lines().any(|n| n == network),
+        "{network} left behind"
+    );
+    println!("demo_real_codex_lands_its_task: {:?}", started.elapsed());
 }

@@ -682,10 +682,14 @@ fn remove_frees_bytes_and_stays_inside_the_root() {
     let ws = fx.prepare("cleanup", 1);
     // The orchestrator's own repository beside the attempt goes with it (issue 23).
     let own = own_repo_path(&ws);
-    let usage = disk_usage(&ws.path) + disk_usage(&own);
+    // So does a check checkout a killed daemon left beside it (issue 24).
+    let check = ws.path.with_file_name("1.check-2");
+    std::fs::create_dir_all(check.join("src")).unwrap();
+    write(&check.join("src/lib.rs"), "fn main() {}\n");
+    let usage = disk_usage(&ws.path) + disk_usage(&own) + disk_usage(&check);
     assert!(usage > disk_usage(&ws.path));
     assert_eq!(fx.mgr.remove(&ws.path).unwrap(), usage);
-    assert!(!ws.path.exists() && !own.exists());
+    assert!(!ws.path.exists() && !own.exists() && !check.exists());
     assert!(
         !ws.path.parent().unwrap().exists(),
         "empty task dir is removed too"

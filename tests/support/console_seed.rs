@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Duration, Utc};
 use polyphony::domain::{
@@ -88,9 +88,31 @@ pub fn attempt(
     cost: f64,
     evidence: &[CheckEvidence],
 ) {
-    store
-        .start_attempt(&spec(id, n, agent, identity), at)
-        .unwrap();
+    attempt_in(
+        store, id, n, agent, identity, at, secs, status, cost, evidence, None,
+    )
+}
+
+/// [`attempt`] with its workspace at `workspace`.
+#[allow(clippy::too_many_arguments)]
+pub fn attempt_in(
+    store: &Store,
+    id: &str,
+    n: u32,
+    agent: &str,
+    identity: &str,
+    at: DateTime<Utc>,
+    secs: f64,
+    status: AttemptStatus,
+    cost: f64,
+    evidence: &[CheckEvidence],
+    workspace: Option<&Path>,
+) {
+    let mut spec = spec(id, n, agent, identity);
+    if let Some(w) = workspace {
+        spec.workspace = w.to_path_buf();
+    }
+    store.start_attempt(&spec, at).unwrap();
     store
         .finish_attempt(
             &RunResult {
@@ -161,8 +183,40 @@ pub struct Seeded {
     pub parked_until: DateTime<Utc>,
 }
 
-/// Seeds `store` as of `now`.
-pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
+/// A git repository at `dir` whose last commit changes `calc/parse.py`; its SHA.
+fn landed_repo(dir: &Path) -> String {
+    let repo = git2::Repository::init(dir).unwrap();
+    let sig = git2::Signature::now("polyphony", "polyphony@example.com").unwrap();
+    let mut parent: Option<git2::Oid> = None;
+    let versions = [
+        ("calc: parse integers", "def parse(text):\n    return int(text)\n"),
+        (
+            "Fix the parser's negative numbers (local-1)",
+            "def parse(text):\n    text = text.strip()\n    if text.startswith(\"-\"):\n        return -int(text[1:])\n    return int(text)\n",
+        ),
+    ];
+    for (message, body) in versions {
+        std::fs::create_dir_all(dir.join("calc")).unwrap();
+        std::fs::write(dir.join("calc/parse.py"), body).unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("calc/parse.py")).unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let parents: Vec<git2::Commit> = parent
+            .iter()
+            .map(|p| repo.find_commit(*p).unwrap())
+            .collect();
+        let refs: Vec<&git2::Commit> = parents.iter().collect();
+        parent = Some(
+            repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &refs)
+                .unwrap(),
+        );
+    }
+    parent.unwrap().to_string()
+}
+
+/// Seeds `store` as of `now`; workspaces that must exist go under `dir`.
+pub fn seed(store: &Store, now: DateTime<Utc>, dir: &Path) -> Seeded {
     use TaskState::*;
     let day = |back: i64, hour: u32| {
         let d = (now - Duration::days(back)).date_naive();
@@ -300,7 +354,9 @@ pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
         "seed",
         t0,
     );
-    attempt(
+    let ws = dir.join("ws-local-1");
+    let sha = landed_repo(&ws);
+    attempt_in(
         store,
         "local-1",
         1,
@@ -311,7 +367,40 @@ pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
         AttemptStatus::Succeeded,
         0.84,
         &evidence(true),
+        Some(&ws),
     );
+    store
+        .append_events(
+            "local-1",
+            1,
+            &[
+                assistant(0, "m1", "Reading calc/parse.py", 3900, 180),
+                assistant(
+                    1,
+                    "m2",
+                    "A leading minus sign is read as part of the number",
+                    4400,
+                    260,
+                ),
+                assistant(
+                    2,
+                    "m3",
+                    "Editing calc/parse.py: negate after a leading '-'",
+                    5200,
+                    480,
+                ),
+                assistant(3, "m4", "Ran pytest -q: 14 passed", 6100, 120),
+                TaskEvent {
+                    seq: 4,
+                    kind: EventKind::Egress,
+                    stream: EventStream::Stdout,
+                    summary: "egress refused pypi.org:443 (not in the profile's allowlist): add `pypi.org` to egress.allow".into(),
+                    data: serde_json::json!({"host": "pypi.org", "port": 443, "outcome": "refused"}),
+                    at: Utc::now(),
+                },
+            ],
+        )
+        .unwrap();
     walk(
         store,
         "local-1",
@@ -323,7 +412,7 @@ pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
         .set_attempt_landing(
             "local-1",
             1,
-            "3f2a9c1d0b7e",
+            &sha,
             "polyphony/local-1-a1",
             Some("https://github.com/octo/calc/pull/12"),
             t0 + Duration::minutes(4),
@@ -336,7 +425,7 @@ pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
             12,
             "polyphony/local-1-a1",
             "main",
-            "3f2a9c1d0b7e",
+            &sha,
             t0 + Duration::minutes(4),
         ))
         .unwrap();
@@ -344,7 +433,7 @@ pub fn seed(store: &Store, now: DateTime<Utc>) -> Seeded {
         .update_pull(
             "local-1",
             &PullLook {
-                head_sha: "3f2a9c1d0b7e".into(),
+                head_sha: sha.clone(),
                 state: "open".into(),
                 checks: Some("failing".into()),
                 review: Some("changes_requested".into()),

@@ -48,13 +48,15 @@ pub struct BarChart {
     /// Formats a value for labels and tooltips (`$1.25`, `3`, `4m`).
     pub format: fn(f64) -> String,
     pub label_every: usize,
+    /// Whether the legend prints each series' total (not for medians, which do not add).
+    pub totals: bool,
 }
 
 const W: f64 = 360.0;
 const H: f64 = 150.0;
 const LEFT: f64 = 44.0;
 const BOTTOM: f64 = 20.0;
-const TOP: f64 = 22.0;
+const TOP: f64 = 34.0;
 
 /// A round top for the y axis: 1, 2 or 5 times a power of ten, at least `max`.
 pub fn nice_ceiling(max: f64) -> f64 {
@@ -136,7 +138,8 @@ pub fn bar_chart(chart: &BarChart) -> String {
                 esc(&(chart.format)(v)),
             );
         }
-        if chart.label_every > 0 && (g % chart.label_every == 0 || g + 1 == groups) {
+        // Every `label_every`-th label, counted back from the last, which is always shown.
+        if chart.label_every > 0 && (groups - 1 - g).is_multiple_of(chart.label_every) {
             let _ = write!(
                 out,
                 "<text x=\"{:.1}\" y=\"{H}\" class=\"ax\" text-anchor=\"middle\">{}</text>",
@@ -157,14 +160,19 @@ pub fn bar_chart(chart: &BarChart) -> String {
             l = esc(label),
         );
     }
-    // A legend with each series' total, so the figure is readable without hovering.
-    let mut x = LEFT + 60.0;
+    // A legend with each series' total, under the title, so the figure is readable
+    // without hovering.
+    let mut x = 0.0;
     for s in &chart.series {
         let total: f64 = s.values.iter().filter(|v| v.is_finite()).sum();
-        let text = format!("{} {}", s.name, (chart.format)(total));
+        let text = if chart.totals {
+            format!("{} {}", s.name, (chart.format)(total))
+        } else {
+            s.name.clone()
+        };
         let _ = write!(
             out,
-            "<rect x=\"{x:.1}\" y=\"5\" width=\"8\" height=\"8\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\" class=\"ax lg\" data-total=\"{}\">{}</text>",
+            "<rect x=\"{x:.1}\" y=\"18\" width=\"8\" height=\"8\" fill=\"{}\"/><text x=\"{:.1}\" y=\"26\" class=\"ax lg\" data-total=\"{}\">{}</text>",
             s.colour,
             x + 11.0,
             round4(total),
@@ -268,6 +276,7 @@ mod tests {
             line: Some((2.0, "ceiling $2.00".into())),
             format: dollars,
             label_every: 1,
+            totals: true,
         }
     }
 
@@ -310,10 +319,10 @@ mod tests {
         );
         // The axis tops at 5 (the ceiling 2 and the max 2.25 both fit), printed as money.
         assert!(svg.contains(">$5.00</text>"), "{svg}");
-        // 2.25 of 5 over a plot of 108 px is 48.6 px high; 0 draws nothing.
+        // 2.25 of 5 over a plot of 96 px is 43.2 px high; 0 draws nothing.
         assert!(
             svg.contains(
-                "height=\"48.6\" fill=\"#1a56db\" data-series=\"demo\" data-group=\"12-01\""
+                "height=\"43.2\" fill=\"#1a56db\" data-series=\"demo\" data-group=\"12-01\""
             ),
             "{svg}"
         );

@@ -44,6 +44,8 @@ pub struct TaskFacts {
     pub diff: Option<Result<(String, bool), String>>,
     /// The task JSON's `egress` summary, when present (issue 25/26).
     pub egress: Option<String>,
+    /// Each attempt's egress lines (the proxy's refusals and its summary), by attempt.
+    pub egress_lines: std::collections::BTreeMap<u32, Vec<String>>,
 }
 
 pub struct Fact {
@@ -68,6 +70,8 @@ pub struct AttemptView {
     pub left: u32,
     pub width: u32,
     pub evidence: Vec<EvidenceView>,
+    /// What its egress proxy allowed and refused (one line each).
+    pub egress: Vec<String>,
 }
 
 pub struct EvidenceView {
@@ -269,13 +273,14 @@ pub fn build<'a>(f: &TaskFacts, viewer: &'a Viewer) -> TaskT<'a> {
                 outcome,
                 outcome_class: class,
                 turns: a.turns.map_or("-".into(), |n| n.to_string()),
-                tokens: a.tokens.map_or("-".into(), |t| t.total().to_string()),
+                tokens: a.tokens.map_or("-".into(), |t| view::tokens(t.total())),
                 cost: a.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
                 reason: a
                     .reason
                     .as_deref()
                     .map(|r| one_line(r, 300))
                     .unwrap_or_default(),
+                egress: f.egress_lines.get(&a.attempt).cloned().unwrap_or_default(),
                 left: (left * 100.0).round().clamp(0.0, 99.0) as u32,
                 width: (width * 100.0).round().clamp(1.0, 100.0) as u32,
                 evidence: a
@@ -510,7 +515,19 @@ fn read(
             serde_json::Value::String(s) => s,
             other => serde_json::to_string_pretty(&other).unwrap_or_default(),
         });
+    let mut egress_lines = std::collections::BTreeMap::new();
+    for a in &attempts {
+        let lines: Vec<String> = store
+            .egress_events(id, a.attempt)?
+            .iter()
+            .map(|e| one_line(&e.summary, 300))
+            .collect();
+        if !lines.is_empty() {
+            egress_lines.insert(a.attempt, lines);
+        }
+    }
     Ok(Some(TaskFacts {
+        egress_lines,
         now: Utc::now(),
         generation: crate::domain::generation::number(&task),
         transitions: store.transitions(id)?,

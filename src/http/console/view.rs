@@ -416,7 +416,8 @@ fn plural(n: u32) -> &'static str {
     }
 }
 
-fn tokens(n: u64) -> String {
+/// A token count for people: `950`, `16.7k`, `1.20M`.
+pub fn tokens(n: u64) -> String {
     match n {
         0..=9_999 => n.to_string(),
         10_000..=999_999 => format!("{:.1}k", n as f64 / 1000.0),
@@ -626,6 +627,7 @@ pub fn pictures(f: &Facts) -> Vec<Picture> {
                     line: ceiling.map(|c| (c, format!("ceiling {}", money(c)))),
                     format: money,
                     label_every: if window <= 7 { 1 } else { 7 },
+                    totals: true,
                 }),
             });
         }
@@ -652,6 +654,7 @@ pub fn pictures(f: &Facts) -> Vec<Picture> {
             line: None,
             format: count,
             label_every: 3,
+            totals: true,
         }),
     });
     let rows: Vec<Row> = per_agent(&f.attempts)
@@ -703,6 +706,7 @@ pub fn pictures(f: &Facts) -> Vec<Picture> {
             line: None,
             format: minutes,
             label_every: 3,
+            totals: false,
         }),
     });
     out

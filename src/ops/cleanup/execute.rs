@@ -74,22 +74,7 @@ pub async fn execute(
             )),
         }
     }
-    for w in plan.workspaces {
-        let result = if dry_run {
-            Ok(crate::workspace::disk_usage(&w.path))
-        } else {
-            workspaces.remove(&w.path)
-        };
-        match result {
-            Ok(bytes) => {
-                report.bytes_freed += bytes;
-                report.workspaces.push(Removed { item: w, bytes });
-            }
-            Err(e) => report
-                .errors
-                .push(format!("workspace {}: {e}", w.path.display())),
-        }
-    }
+    remove_workspaces(plan.workspaces, workspaces, dry_run, &mut report);
     for l in plan.locks {
         match remove_lock(&l.path, dry_run) {
             Ok(Some(bytes)) => {
@@ -106,6 +91,32 @@ pub async fn execute(
         }
     }
     report
+}
+
+/// Removes (or, with `dry_run`, measures) `removals` into `report`: each freed byte count,
+/// or the error. Synchronous: the daemon's retention sweep calls it from a blocking thread.
+pub fn remove_workspaces(
+    removals: Vec<WorkspaceRemoval>,
+    workspaces: &WorkspaceManager,
+    dry_run: bool,
+    report: &mut Report,
+) {
+    for w in removals {
+        let result = if dry_run {
+            Ok(crate::workspace::disk_usage(&w.path))
+        } else {
+            workspaces.remove(&w.path)
+        };
+        match result {
+            Ok(bytes) => {
+                report.bytes_freed += bytes;
+                report.workspaces.push(Removed { item: w, bytes });
+            }
+            Err(e) => report
+                .errors
+                .push(format!("workspace {}: {e}", w.path.display())),
+        }
+    }
 }
 
 /// Removes a lock file while holding it, so a process that opened it earlier cannot take

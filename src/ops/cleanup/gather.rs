@@ -28,25 +28,30 @@ fn resolve(path: &Path) -> (PathBuf, bool) {
 pub fn task_facts(store: &Store) -> Result<Vec<TaskFact>, CleanupError> {
     let mut out = Vec::new();
     for task in store.list_tasks(None, None)? {
-        let attempts = store
-            .attempts(&task.id)?
-            .into_iter()
-            .map(|a| {
-                let (workspace, exists) = resolve(&a.workspace);
-                AttemptFact {
-                    attempt: a.attempt,
-                    workspace,
-                    exists,
-                }
-            })
-            .collect();
-        out.push(TaskFact {
-            id: task.id,
-            state: task.state,
-            attempts,
-        });
+        out.push(task_fact(store, task.id, task.state)?);
     }
     Ok(out)
+}
+
+/// One task (`id`, in `state`) with its recorded attempt workspaces.
+pub fn task_fact(store: &Store, id: String, state: TaskState) -> Result<TaskFact, CleanupError> {
+    let attempts = store
+        .attempts(&id)?
+        .into_iter()
+        .map(|a| {
+            let (workspace, exists) = resolve(&a.workspace);
+            AttemptFact {
+                attempt: a.attempt,
+                workspace,
+                exists,
+            }
+        })
+        .collect();
+    Ok(TaskFact {
+        id,
+        state,
+        attempts,
+    })
 }
 
 /// Containers carrying `polyphony.home=<home_label>`, any state.

@@ -28,8 +28,10 @@ use crate::store::StoreError;
 mod execute;
 mod gather;
 
-pub use execute::{execute, Removed, Report};
-pub use gather::{container_facts, lock_facts, network_facts, task_facts, workspace_dirs};
+pub use execute::{execute, remove_workspaces, Removed, Report};
+pub use gather::{
+    container_facts, lock_facts, network_facts, task_fact, task_facts, workspace_dirs,
+};
 
 /// Failures while gathering facts. Removal failures are collected in the [`Report`].
 #[derive(Debug, thiserror::Error)]

@@ -93,6 +93,36 @@ pub fn disk_check(what: &str, path: &Path, free: Result<u64, &str>) -> Check {
     }
 }
 
+/// The disk the home uses and the retention that bounds it (issue 24): a warning when
+/// finished workspaces are kept forever.
+pub fn disk_used_check(
+    used: &crate::store::DiskUsage,
+    retention: &crate::config::retention::RetentionSettings,
+) -> Check {
+    let name = "disk used";
+    let keep = |d: Option<std::time::Duration>| {
+        d.map_or("never".to_string(), |d| {
+            humantime::format_duration(d).to_string()
+        })
+    };
+    let detail = format!(
+        "{}; finished workspaces removed after: {}, events and transcripts after: {}",
+        crate::ops::retention::disk_line(used),
+        keep(retention.workspaces.filter(|_| retention.every.is_some())),
+        keep(retention.events.filter(|_| retention.every.is_some())),
+    );
+    if retention.every.is_none() || retention.workspaces.is_none() {
+        Check::warn(
+            name,
+            detail,
+            "finished workspaces stay until `polyphony cleanup`: set `retention.workspaces` \
+             (e.g. 24h) and `retention.every` (e.g. 1h) in config.yaml",
+        )
+    } else {
+        Check::pass(name, detail)
+    }
+}
+
 /// A setting `allow_unsafe: true` accepted: a warning naming where it is and the fix.
 pub fn unsafe_check(item: &crate::config::ConfigError) -> Check {
     let at = if item.line > 0 {

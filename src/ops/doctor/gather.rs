@@ -262,6 +262,11 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
             ));
         }
     }
+    if let Some(config) = &config {
+        // What the home takes (issue 24), measured now, beside the retention that bounds it.
+        let used = crate::ops::retention::measure(config, chrono::Utc::now());
+        checks.push(disk_used_check(&used, &config.retention()));
+    }
     checks
 }
 
