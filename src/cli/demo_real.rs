@@ -261,6 +261,7 @@ async fn codex_demo_in(
     let opts = DaemonOptions {
         drain: false,
         exit_when_idle: true,
+        upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "codex")?;
