@@ -4,17 +4,18 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status ingest clone spawn egress daemon http sse (default: all of them)
+#   SECTION: queue status ingest clone spawn egress daemon http sse soak (default: all of them)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
-#      examples/bench.rs and examples/bench/attempts.rs). spawn and daemon need a Docker engine.
+#      examples/bench.rs and examples/bench/attempts.rs), BENCH_SOAK_TASKS (1000),
+#      BENCH_SOAK_CONCURRENCY (4). spawn, daemon and soak need a Docker engine.
 #
 # Adding a section: write `section_NAME` printing its Markdown body, add NAME to ALL below.
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status ingest clone spawn egress daemon http sse"
+ALL="queue status ingest clone spawn egress daemon http sse soak"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -32,7 +33,7 @@ if [ "$quick" = 1 ]; then
   export BENCH_REPS="${BENCH_REPS:-1}" BENCH_TASKS="${BENCH_TASKS:-2000}"
   export BENCH_CLI_SAMPLE="${BENCH_CLI_SAMPLE:-20}" BENCH_STATUS_TASKS="${BENCH_STATUS_TASKS:-10000}"
   export BENCH_INGEST_MB="${BENCH_INGEST_MB:-10}" BENCH_COMMITS="${BENCH_COMMITS:-500}"
-  export BENCH_DAEMON_SECS="${BENCH_DAEMON_SECS:-3}"
+  export BENCH_DAEMON_SECS="${BENCH_DAEMON_SECS:-3}" BENCH_SOAK_TASKS="${BENCH_SOAK_TASKS:-20}"
 fi
 export BENCH_DIR="${BENCH_DIR:-/tmp/polyphony-bench}"
 command -v /usr/bin/time >/dev/null || { echo "bench/run.sh: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
@@ -129,6 +130,16 @@ section_daemon() {
   "$harness" daemon
 }
 
+section_soak() {
+  echo "Issue 24, a daemon that runs for weeks. \`polyphony daemon\` takes a long stream of small real"
+  echo "attempts; its resident memory is sampled against the tasks it finished."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_SOAK_TASKS BENCH_SOAK_CONCURRENCY)bench/run.sh soak\` (examples/bench/soak.rs)"
+  echo
+  "$harness" soak
+}
+
 # ------------------------------------------------------------------ plumbing
 
 # `NAME=value ...` for the variables that are set, so the recorded command reproduces the run.
@@ -154,6 +165,7 @@ heading() {
     daemon) echo "Daemon memory" ;;
     http) echo "HTTP API and dashboard" ;;
     sse) echo "Event streams under load" ;;
+    soak) echo "Daemon soak" ;;
   esac
 }
 

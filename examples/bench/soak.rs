@@ -22,7 +22,8 @@ use super::attempts::{ensure_image, insert_task, rss_kib, write_origin, Daemon};
 use super::{env_or, polyphony_db, Config};
 
 const IMAGE: &str = "polyphony-test:latest";
-const RETENTION: &str = "";
+/// Finished workspaces go a minute after their task ended, checked every 30 s.
+const RETENTION: &str = "retention:\n  workspaces: 1m\n  every: 30s\n";
 
 struct Sample {
     secs: f64,

@@ -29,6 +29,13 @@ pub struct Args {
 
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let config = Config::load(&ctx.home)?;
+    // Issue 24: what a SIGKILLed `backup` left (its process gone).
+    if !args.dry_run {
+        let stale = super::backup::remove_stale(&ctx.home);
+        if stale > 0 {
+            eprintln!("removed {stale} temporary file(s) of interrupted backups");
+        }
+    }
     let db = crate::config::db_path(&ctx.home);
     let tasks = if db.exists() {
         cleanup::task_facts(&Store::open(&db)?)?

@@ -62,6 +62,11 @@ help!(
     "a new generation was made (or nothing needed one)"
 );
 help!(
+    CANCEL,
+    "  polyphony cancel local-3            # stop its attempt; CANCELLED, no failure counted\n  polyphony cancel owner/repo#42 --by alice --json",
+    "the task is CANCELLED"
+);
+help!(
     DAEMON,
     "  polyphony daemon --listen 127.0.0.1:8787\n  polyphony daemon --exit-when-idle --json\n  systemctl --user start polyphony    # see deploy/polyphony.service"
 );

@@ -9,6 +9,7 @@
 //! API Boundary: every `--json` output (scripts parse it).
 
 mod backup;
+mod cancel;
 mod cleanup;
 mod completions;
 mod config;
@@ -101,6 +102,10 @@ pub enum Command {
     /// the old one (--blocked: every BLOCKED task).
     #[command(after_long_help = help::RETRY)]
     Retry(retry::Args),
+    /// Stop a task for good: its running attempt's container is killed, the task ends
+    /// CANCELLED (no failure counted) and its GitHub claim is released.
+    #[command(after_long_help = help::CANCEL)]
+    Cancel(cancel::Args),
     /// Run the supervisor: poll sources, dispatch attempts, recover after a crash.
     #[command(after_long_help = help::DAEMON)]
     Daemon(daemon::Args),
@@ -230,6 +235,7 @@ fn dispatch(command: Command, ctx: &Context) -> anyhow::Result<Outcome> {
         Command::Replay(args) => replay::run(&args),
         Command::Spawn(args) => spawn::run(args, &ctx),
         Command::Retry(args) => retry::run(args, &ctx),
+        Command::Cancel(args) => cancel::run(args, &ctx),
         Command::Daemon(args) => daemon::run(args, &ctx),
         Command::Demo(args) => demo::run(args, &ctx),
         Command::Logs(args) => logs::run(args, &ctx),

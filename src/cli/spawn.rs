@@ -68,14 +68,21 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
         (None, None) => unreachable!("clap requires one of them"),
     };
     let (cancel_tx, cancel_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!(
-                "\ninterrupted: stopping the attempt (container removed, cancellation recorded)"
-            );
-            let _ = cancel_tx.send(true);
-        }
-    });
+    let cancel_tx = Arc::new(cancel_tx);
+    {
+        let cancel_tx = cancel_tx.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "\ninterrupted: stopping the attempt (container removed, cancellation recorded)"
+                );
+                let _ = cancel_tx.send(true);
+            }
+        });
+    }
+    // `polyphony cancel` (issue 29) pokes the socket a daemon would listen on: this
+    // process owns the home's lock, so it is the one to stop its attempt.
+    let _socket = listen_for_cancel(&home, &orch.db_path(), &task.id, cancel_tx)?;
     let opts = RunOptions {
         progress: if quiet {
             Arc::new(QuietProgress)
@@ -117,6 +124,41 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
         Some(end) if end.is_landed() => Outcome::Success,
         _ => Outcome::NotLanded,
     })
+}
+
+/// Removes the socket file when `spawn` ends.
+struct Socket(std::path::PathBuf);
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Listens on `daemon.sock`; on each poke, a pending cancel request for `task` stops it.
+fn listen_for_cancel(
+    home: &std::path::Path,
+    db: &std::path::Path,
+    task: &str,
+    cancel: Arc<watch::Sender<bool>>,
+) -> anyhow::Result<Socket> {
+    let path = crate::orchestrator::daemon::wake_socket(home);
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
+    let (db, task) = (db.to_path_buf(), task.to_string());
+    tokio::spawn(async move {
+        while listener.accept().await.is_ok() {
+            let requested = Store::open(&db)
+                .and_then(|s| s.cancel_request(&task))
+                .ok()
+                .flatten();
+            if requested.is_some() {
+                let _ = cancel.send(true);
+            }
+        }
+    });
+    Ok(Socket(path))
 }
 
 /// Fetches the issue and records it as a task (or finds the one already tracked).

@@ -80,7 +80,7 @@ pub fn next(blocked: &Task, fresh: Option<&Task>, now: DateTime<Utc>) -> Task {
 /// Whether `task` may get a next generation now, or why not.
 pub fn may_retry(task: &Task) -> Result<(), String> {
     match task.state {
-        TaskState::Blocked => Ok(()),
+        TaskState::Blocked | TaskState::Cancelled => Ok(()),
         TaskState::Landed => Err(format!("{} is LANDED: there is nothing to retry", task.id)),
         TaskState::Failed if task.next_attempt_at.is_some() => Err(format!(
             "{} is FAILED with a retry already scheduled; it runs again by itself",

@@ -20,11 +20,14 @@ pub enum TaskState {
     Landed,
     Failed,
     Blocked,
+    /// Stopped by a person (`polyphony cancel`, `POST /api/v1/tasks/{id}/cancel`): terminal,
+    /// never the agent's failure. `polyphony retry` brings it back as a new generation.
+    Cancelled,
 }
 
 impl TaskState {
     /// Every state, in pipeline order.
-    pub const ALL: [TaskState; 9] = [
+    pub const ALL: [TaskState; 10] = [
         TaskState::Discovered,
         TaskState::Claimed,
         TaskState::Routed,
@@ -34,6 +37,7 @@ impl TaskState {
         TaskState::Landed,
         TaskState::Failed,
         TaskState::Blocked,
+        TaskState::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,12 +51,16 @@ impl TaskState {
             TaskState::Landed => "LANDED",
             TaskState::Failed => "FAILED",
             TaskState::Blocked => "BLOCKED",
+            TaskState::Cancelled => "CANCELLED",
         }
     }
 
-    /// LANDED and BLOCKED end a task; nothing leaves them.
+    /// LANDED, BLOCKED and CANCELLED end a task; nothing leaves them.
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Landed | TaskState::Blocked)
+        matches!(
+            self,
+            TaskState::Landed | TaskState::Blocked | TaskState::Cancelled
+        )
     }
 
     /// States in which an attempt is in flight (a worker owns the task).
@@ -74,9 +82,9 @@ impl fmt::Display for TaskState {
     }
 }
 
-/// A state name that is not one of the nine.
+/// A state name that is not one of the ten.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown task state `{0}` (expected one of DISCOVERED, CLAIMED, ROUTED, PROVISIONED, RUNNING, VERIFYING, LANDED, FAILED, BLOCKED)")]
+#[error("unknown task state `{0}` (expected one of DISCOVERED, CLAIMED, ROUTED, PROVISIONED, RUNNING, VERIFYING, LANDED, FAILED, BLOCKED, CANCELLED)")]
 pub struct UnknownState(pub String);
 
 impl FromStr for TaskState {
@@ -93,7 +101,8 @@ impl FromStr for TaskState {
 /// Whether `from -> to` is in the transition table.
 ///
 /// Spec §4 plus the failure edges a real run needs (no route, clone failed, container
-/// create failed): CLAIMED/ROUTED/PROVISIONED -> FAILED. Nothing else.
+/// create failed): CLAIMED/ROUTED/PROVISIONED -> FAILED; and a person's cancel (issue 29):
+/// every state that is not terminal -> CANCELLED. Nothing else.
 pub fn can_transition(from: TaskState, to: TaskState) -> bool {
     use TaskState::*;
     matches!(
@@ -111,6 +120,10 @@ pub fn can_transition(from: TaskState, to: TaskState) -> bool {
             | (Verifying, Failed)
             | (Failed, Claimed)
             | (Failed, Blocked)
+            | (
+                Discovered | Claimed | Routed | Provisioned | Running | Verifying | Failed,
+                Cancelled
+            )
     )
 }
 
@@ -151,10 +164,17 @@ mod tests {
         (Claimed, Failed),
         (Routed, Failed),
         (Provisioned, Failed),
+        (Discovered, Cancelled),
+        (Claimed, Cancelled),
+        (Routed, Cancelled),
+        (Provisioned, Cancelled),
+        (Running, Cancelled),
+        (Verifying, Cancelled),
+        (Failed, Cancelled),
     ];
 
     #[test]
-    fn all_81_pairs_match_the_table() {
+    fn all_100_pairs_match_the_table() {
         let mut checked = 0;
         for from in TaskState::ALL {
             for to in TaskState::ALL {
@@ -178,12 +198,12 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 81);
+        assert_eq!(checked, 100);
     }
 
     #[test]
     fn terminal_states_have_no_exit() {
-        for from in [Landed, Blocked] {
+        for from in [Landed, Blocked, Cancelled] {
             assert!(from.is_terminal());
             assert!(TaskState::ALL.iter().all(|&to| !can_transition(from, to)));
         }

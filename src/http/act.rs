@@ -1,4 +1,4 @@
-//! The operator's actions over HTTP — retry, run now, hold, release — shared by the API
+//! The operator's actions over HTTP — retry, run now, hold, release, cancel — shared by the API
 //! (`POST /api/v1/tasks/{id}/{verb}`, bearer token) and the console's forms (session
 //! cookie + CSRF value). Each goes through the library call the CLI uses
 //! (`generation::retry`, `ops::actions`), is recorded in the task's action log with who
@@ -16,8 +16,11 @@ use super::Shared;
 use crate::ops::actions::{self, ActionError, ActionRecord};
 use crate::store::Store;
 
-/// Whether `cancel` can be sent from here (it comes with the `cancel TASK` verb).
-pub const CANCEL_AVAILABLE: bool = false;
+/// Whether `cancel` can be sent from here (`orchestrator::cancel`, the `cancel TASK` verb).
+pub const CANCEL_AVAILABLE: bool = true;
+
+/// How long a cancel waits for a running attempt to stop before answering 202.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// An action's name in paths and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +29,7 @@ pub enum Verb {
     RunNow,
     Hold,
     Release,
+    Cancel,
 }
 
 impl Verb {
@@ -35,6 +39,7 @@ impl Verb {
             Verb::RunNow => "run-now",
             Verb::Hold => "hold",
             Verb::Release => "release",
+            Verb::Cancel => "cancel",
         }
     }
 }
@@ -42,10 +47,16 @@ impl Verb {
 impl std::str::FromStr for Verb {
     type Err = ();
     fn from_str(s: &str) -> Result<Verb, ()> {
-        [Verb::Retry, Verb::RunNow, Verb::Hold, Verb::Release]
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or(())
+        [
+            Verb::Retry,
+            Verb::RunNow,
+            Verb::Hold,
+            Verb::Release,
+            Verb::Cancel,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or(())
     }
 }
 
@@ -88,6 +99,7 @@ impl ActFailure {
 pub async fn perform(s: &Shared, verb: Verb, id: &str, actor: &Actor) -> Result<Done, ActFailure> {
     let done = match verb {
         Verb::Retry => retry(s, id).await,
+        Verb::Cancel => cancel(s, id, actor).await,
         other => {
             let (db, wanted) = (s.db.clone(), id.to_string());
             let home = s.home.clone();
@@ -121,7 +133,7 @@ pub async fn perform(s: &Shared, verb: Verb, id: &str, actor: &Actor) -> Result<
                         message: format!("{wanted} is released: its next attempt is due now"),
                         json: json!({"task": wanted, "held": false}),
                     }),
-                    Verb::Retry => unreachable!("retry is handled above"),
+                    Verb::Retry | Verb::Cancel => unreachable!("handled above"),
                 };
                 out.map_err(|e| match e {
                     ActionError::NotFound(id) => ActFailure::NotFound(id),
@@ -165,6 +177,90 @@ pub async fn perform(s: &Shared, verb: Verb, id: &str, actor: &Actor) -> Result<
         crate::orchestrator::daemon::wake(&s.home);
     }
     done
+}
+
+/// `orchestrator::cancel`, as `polyphony cancel` takes it: a waiting task is CANCELLED at
+/// once (its issue told); a running attempt's owner is woken to stop it, and the answer
+/// waits up to [`CANCEL_WAIT`] for that (`"pending": true` after, answered 202).
+async fn cancel(s: &Shared, id: &str, actor: &Actor) -> Result<Done, ActFailure> {
+    use crate::orchestrator::cancel::{self as cancelling, Begun, CancelAnswer, NotCancellable};
+    let request = crate::store::CancelRequest {
+        by: cancelling::by_whom(&actor.by, actor.via),
+        at: Utc::now(),
+    };
+    let (db, wanted, req) = (s.db.clone(), id.to_string(), request.clone());
+    let begun = tokio::task::spawn_blocking(move || {
+        let store = Store::open(&db)?;
+        cancelling::begin(&store, &wanted, &req)
+    })
+    .await
+    .map_err(|e| ActFailure::Unavailable(e.to_string()))?
+    .map_err(|e| ActFailure::Unavailable(format!("{e:#}")))?;
+    let answer = |task: &str, state, was, pending| {
+        let a = CancelAnswer {
+            task: task.to_string(),
+            state,
+            was,
+            by: request.by.clone(),
+            pending,
+        };
+        let message = if pending {
+            format!("{task}: cancel recorded; the daemon is stopping its attempt")
+        } else {
+            format!(
+                "{task} is CANCELLED ({}); no failure counted",
+                cancelling::reason(&request)
+            )
+        };
+        Done {
+            json: serde_json::to_value(&a).unwrap_or_default(),
+            message,
+        }
+    };
+    match begun {
+        Err(NotCancellable::NotFound(id)) => Err(ActFailure::NotFound(id)),
+        Err(why @ NotCancellable::Over { .. }) => {
+            Err(ActFailure::Refused(format!("cannot cancel {id}: {why}")))
+        }
+        Ok(Begun::Settled { task, from }) => {
+            if task.source == crate::domain::SourceKind::Github {
+                // The issue is told from here; a failure leaves it for the next start.
+                if let Ok(config) = crate::config::Config::load(&s.home) {
+                    let github = crate::orchestrator::generation::github_source(&config)
+                        .map_err(|e| format!("{e:#}"));
+                    let _ = cancelling::report(
+                        &s.db,
+                        github.as_ref().map_err(String::as_str),
+                        &task,
+                        Utc::now(),
+                    )
+                    .await;
+                }
+            }
+            Ok(answer(&task.id, task.state, from, false))
+        }
+        Ok(Begun::Requested { state: was }) => {
+            crate::orchestrator::daemon::wake(&s.home);
+            let ended = if cancelling::owner_runs(&s.home) {
+                cancelling::wait_ended(&s.db, id, CANCEL_WAIT)
+                    .await
+                    .map_err(|e| ActFailure::Unavailable(format!("{e:#}")))?
+            } else {
+                // No owner: the daemon's next start applies the request.
+                None
+            };
+            match ended {
+                Some(t) if t.state == crate::domain::TaskState::Cancelled => {
+                    Ok(answer(&t.id, t.state, was, false))
+                }
+                Some(t) if t.state.is_terminal() => Err(ActFailure::Refused(format!(
+                    "{id} ended {} before the cancel took effect",
+                    t.state
+                ))),
+                t => Ok(answer(id, t.map_or(was, |t| t.state), was, true)),
+            }
+        }
+    }
 }
 
 /// `generation::retry`: a BLOCKED task comes back as its next generation.
@@ -222,8 +318,9 @@ fn api_actor(headers: &HeaderMap, from: Option<String>) -> Actor {
     }
 }
 
-/// `POST /api/v1/tasks/{id}/{retry,run-now,hold,release}`: `200` with what changed, `404`,
-/// `409` with why the task's state forbids it.
+/// `POST /api/v1/tasks/{id}/{retry,run-now,hold,release,cancel}`: `200` with what changed
+/// (`202` for a cancel still being applied), `404`, `409` with why the task's state
+/// forbids it.
 pub async fn api_action(
     State(s): State<Shared>,
     Path((id, verb)): Path<(String, String)>,
@@ -234,7 +331,7 @@ pub async fn api_action(
         return ApiError::owned(
             StatusCode::NOT_FOUND,
             format!("no action `{verb}`"),
-            "the actions are retry, run-now, hold and release (docs/api.md)",
+            "the actions are retry, run-now, hold, release and cancel (docs/api.md)",
         )
         .into_response();
     };
@@ -243,6 +340,10 @@ pub async fn api_action(
         connect.map(|Extension(ConnectInfo(peer))| peer.ip().to_string()),
     );
     match perform(&s, verb, &id, &actor).await {
+        // A cancel whose attempt is still being stopped (`CancelAnswer::pending`).
+        Ok(done) if done.json["pending"] == serde_json::Value::Bool(true) => {
+            (StatusCode::ACCEPTED, Json(done.json)).into_response()
+        }
         Ok(done) => Json(done.json).into_response(),
         Err(ActFailure::NotFound(id)) => ApiError::owned(
             StatusCode::NOT_FOUND,

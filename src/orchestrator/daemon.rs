@@ -91,6 +91,26 @@ pub fn wake(home: &Path) {
 
 type Attempts = JoinSet<(String, anyhow::Result<AttemptEnd>)>;
 
+/// Each running attempt's own stop switch, by task id: a person's cancel flips one, a
+/// shutdown that stops attempts flips all.
+type Stops = std::collections::HashMap<String, watch::Sender<bool>>;
+
+/// The options of one attempt: `base` with a stop switch of its own, registered in `stops`.
+fn attempt_opts(base: &RunOptions, stops: &mut Stops, task: &str) -> RunOptions {
+    let (tx, rx) = watch::channel(false);
+    stops.insert(task.to_string(), tx);
+    RunOptions {
+        cancel: rx,
+        ..base.clone()
+    }
+}
+
+fn stop_all(stops: &Stops) {
+    for tx in stops.values() {
+        let _ = tx.send(true);
+    }
+}
+
 /// Runs the daemon until shutdown. `signals` counts SIGTERM/SIGINT received so far.
 pub async fn run(
     orch: Arc<Orchestrator>,
@@ -109,12 +129,13 @@ pub async fn run(
     let store = Store::open(&orch.db_path())?;
     // Never start work on a damaged queue (issue 12): the whole file, every start.
     store.ensure_sound_now()?;
-    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let (_never_tx, never_rx) = watch::channel(false);
     let run_opts = RunOptions {
         progress: progress.clone(),
-        cancel: cancel_rx,
+        cancel: never_rx,
         cancel_means_retry: true,
     };
+    let mut stops = Stops::new();
     let mut summary = DaemonSummary::default();
     let mut attempts: Attempts = JoinSet::new();
     let max = orch.config.max_concurrent_agents().max(1) as usize;
@@ -126,6 +147,7 @@ pub async fn run(
         &run_opts,
         &slots,
         &mut attempts,
+        &mut stops,
         &mut summary,
     )
     .await?;
@@ -171,7 +193,7 @@ pub async fn run(
             // stop the running attempts (they record nothing) and exit 2 below.
             tracing::error!(db = %orch.db_path().display(), "the queue database is damaged: no new claims; stopping running attempts");
             stopping = true;
-            let _ = cancel_tx.send(true);
+            stop_all(&stops);
         }
         if signal_count >= 1 && !stopping {
             stopping = true;
@@ -192,7 +214,14 @@ pub async fn run(
             }
         }
         if stopping && opts.drain && signal_count >= 2 {
-            let _ = cancel_tx.send(true);
+            stop_all(&stops);
+        }
+        if !crate::store::damaged() {
+            // A person's cancels (issue 29), after every wake: `polyphony cancel` and the
+            // API record them and poke the socket.
+            if let Err(e) = apply_cancels(&orch, &store, &stops).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot apply the cancel requests");
+            }
         }
         if stopping && attempts.is_empty() {
             break;
@@ -210,6 +239,7 @@ pub async fn run(
                 &run_opts,
                 &slots,
                 &mut attempts,
+                &mut stops,
                 &mut summary,
             )
             .and_then(|()| Ok(opts.exit_when_idle && attempts.is_empty() && is_idle(&store)?));
@@ -248,6 +278,8 @@ pub async fn run(
                 }
             }
             Some(joined) = attempts.join_next(), if !attempts.is_empty() => {
+                // Only ended attempts' switches go (a retry at once may run already).
+                stops.retain(|_, stop| !stop.is_closed());
                 record_end(joined, &mut summary);
             }
             changed = signals.changed() => {
@@ -370,6 +402,7 @@ fn dispatch(
     run_opts: &RunOptions,
     slots: &Arc<Semaphore>,
     attempts: &mut Attempts,
+    stops: &mut Stops,
     summary: &mut DaemonSummary,
 ) -> anyhow::Result<()> {
     loop {
@@ -384,7 +417,7 @@ fn dispatch(
             .state(&task.id, TaskState::Claimed, "claimed from the queue");
         summary.attempts += 1;
         let orch = orch.clone();
-        let opts = run_opts.clone();
+        let opts = attempt_opts(run_opts, stops, &task.id);
         attempts.spawn(async move {
             let _permit = permit;
             let id = task.id.clone();
@@ -402,6 +435,7 @@ async fn reconcile(
     run_opts: &RunOptions,
     slots: &Arc<Semaphore>,
     attempts: &mut Attempts,
+    stops: &mut Stops,
     summary: &mut DaemonSummary,
 ) -> anyhow::Result<()> {
     let labels = vec![(LABEL_HOME.to_string(), orch.home_label.clone())];
@@ -435,6 +469,13 @@ async fn reconcile(
         TaskState::Verifying,
     ] {
         for task in store.list_tasks(Some(state), None)? {
+            if let Some(request) = store.cancel_request(&task.id)? {
+                // Cancelled while no one ran it (issue 29): nothing is resumed.
+                live.remove(&(task.id.clone(), task.attempts));
+                proxies.remove(&(task.id.clone(), task.attempts));
+                cancel_here(orch, store, &task.id, &request).await?;
+                continue;
+            }
             let record = store.attempt(&task.id, task.attempts)?;
             let container = live.remove(&(task.id.clone(), task.attempts));
             // Only a container whose id was recorded and that was started is re-attached.
@@ -464,7 +505,7 @@ async fn reconcile(
                     summary.resumed += 1;
                     resumed.insert((task.id.clone(), task.attempts));
                     let orch = orch.clone();
-                    let opts = run_opts.clone();
+                    let opts = attempt_opts(run_opts, stops, &task.id);
                     tracing::info!(task = %task.id, %state, "resuming after a restart");
                     attempts.spawn(async move {
                         let _permit = permit;
@@ -521,6 +562,58 @@ async fn reconcile(
     // Side effects at the source a kill left half-done (issue 19).
     if let Err(e) = super::intents::finish_pending(orch, store).await {
         tracing::warn!(error = %format!("{e:#}"), "cannot finish pending intents");
+    }
+    Ok(())
+}
+
+/// Applies the pending cancel requests (`orchestrator::cancel`): a running attempt's stop
+/// switch is flipped (its conclusion settles CANCELLED); a task no attempt runs for is
+/// settled here; the request of a task that ended another way is dropped.
+async fn apply_cancels(orch: &Orchestrator, store: &Store, stops: &Stops) -> anyhow::Result<()> {
+    for (id, request) in store.cancel_requests()? {
+        if let Some(stop) = stops.get(&id) {
+            if !*stop.borrow() {
+                tracing::info!(task = %id, by = %request.by, "cancel requested: stopping the attempt");
+                let _ = stop.send(true);
+            }
+            continue;
+        }
+        match store.get_task(&id)? {
+            None => store.clear_cancel_request(&id)?,
+            Some(task) if task.state.is_terminal() => store.clear_cancel_request(&id)?,
+            // An attempt that is not this daemon's would have to be another process's:
+            // the lock says there is none, so it is stranded like after a crash.
+            Some(_) => cancel_here(orch, store, &id, &request).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Cancels a task no attempt of this process runs, and tells its source.
+async fn cancel_here(
+    orch: &Orchestrator,
+    store: &Store,
+    id: &str,
+    request: &crate::store::CancelRequest,
+) -> anyhow::Result<()> {
+    let settled = super::cancel::cancel_unowned(
+        store,
+        orch.runtime.as_ref(),
+        &orch.home_label,
+        id,
+        request,
+        orch.now(),
+    )
+    .await?;
+    if let Some((task, _)) = settled {
+        let github = orch.github().map_err(|e| format!("{e:#}"));
+        super::cancel::report(
+            &orch.db_path(),
+            github.as_deref().map_err(String::as_str),
+            &task,
+            orch.now(),
+        )
+        .await?;
     }
     Ok(())
 }

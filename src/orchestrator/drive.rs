@@ -25,6 +25,9 @@ pub enum NotDriven {
          `polyphony retry {0}` brings it back"
     )]
     Blocked(String),
+    /// Cancelled by a person: `polyphony retry` brings it back.
+    #[error("{0} was CANCELLED: `polyphony retry {0}` brings it back as a new generation")]
+    Cancelled(String),
     /// Another process is running it.
     #[error("{id} is {state}: another process is running it")]
     Busy { id: String, state: TaskState },
@@ -66,6 +69,10 @@ pub async fn drive(
             say(&NotDriven::Blocked(id).to_string());
             return Ok(None);
         }
+        TaskState::Cancelled => {
+            say(&NotDriven::Cancelled(id).to_string());
+            return Ok(None);
+        }
         TaskState::Failed if task.next_attempt_at.is_none() => {
             // Held (cancelled earlier): a person asked to run it again.
             store.set_retry(&id, task.failures, Some((orch.clock)()))?;
@@ -79,6 +86,9 @@ pub async fn drive(
         let current = store
             .get_task(&id)?
             .ok_or_else(|| anyhow::anyhow!("task {id} disappeared from the store"))?;
+        if let Some(end) = cancelled_end(store, &current)? {
+            return Ok(Some(end));
+        }
         if let (TaskState::Failed, Some(at)) = (current.state, current.next_attempt_at) {
             if let Some(wait) = wait_before(at, (orch.clock)()) {
                 // Parked for a usage limit (issue 14): no failure is counted for the wait.
@@ -101,6 +111,11 @@ pub async fn drive(
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = cancel.changed() => {
+                        // `polyphony cancel` (it settled the waiting task already), or Ctrl-C.
+                        let now = store.get_task(&id)?.unwrap_or(current.clone());
+                        if let Some(end) = cancelled_end(store, &now)? {
+                            return Ok(Some(end));
+                        }
                         store.set_retry(&id, current.failures, None)?;
                         return Ok(Some(AttemptEnd::Held { reason: "cancelled while waiting for a retry".into() }));
                     }
@@ -118,6 +133,19 @@ pub async fn drive(
         }
         say(&describe(&end));
     }
+}
+
+/// The end of a task a person cancelled while it waited (`orchestrator::cancel`).
+fn cancelled_end(store: &Store, task: &Task) -> anyhow::Result<Option<AttemptEnd>> {
+    if task.state != TaskState::Cancelled {
+        return Ok(None);
+    }
+    let reason = store
+        .transitions(&task.id)?
+        .pop()
+        .map(|t| t.reason)
+        .unwrap_or_else(|| "cancelled".into());
+    Ok(Some(AttemptEnd::Cancelled { reason }))
 }
 
 #[cfg(test)]

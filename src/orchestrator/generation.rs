@@ -123,7 +123,7 @@ pub fn reopen_if_relabelled(
     let Some(newest) = store.find_by_source_ref(&polled.source_ref)? else {
         return Ok(None);
     };
-    if newest.state != TaskState::Blocked {
+    if !matches!(newest.state, TaskState::Blocked | TaskState::Cancelled) {
         return Ok(None);
     }
     // `polled.created_at` is when this poll started listing.

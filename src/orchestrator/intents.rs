@@ -9,6 +9,8 @@
 //!   marker, never twice).
 //! - `land`: a VERIFYING task is resumed by reconciliation (verification again, then the
 //!   idempotent landing, which completes it with LANDED); otherwise it is over.
+//! - `cancel`: the cancelled comment of a CANCELLED task is posted and its claim released
+//!   (`orchestrator::cancel::report`).
 //! - `container`: reconciliation has already removed any container that carries this
 //!   home's and the attempt's labels but was never recorded; the intent is over.
 //!
@@ -67,6 +69,22 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                     true
                 } else {
                     finish_claim(orch, &task, &intent.payload, intent.attempt).await
+                }
+            }
+            IntentKind::Cancel => {
+                if task.state != TaskState::Cancelled {
+                    true
+                } else {
+                    let github = orch.github().map_err(|e| format!("{e:#}"));
+                    // `report` completes the intent itself once GitHub has it.
+                    super::cancel::report(
+                        &orch.db_path(),
+                        github.as_deref().map_err(String::as_str),
+                        &task,
+                        orch.now(),
+                    )
+                    .await?;
+                    false
                 }
             }
             IntentKind::Block => {

@@ -12,6 +12,7 @@
 //! Architecture Invariant: landing is idempotent: a restart finds the pushed branch, the
 //! open PR and the comments again instead of creating new ones.
 
+pub mod cancel;
 pub mod clock;
 pub mod daemon;
 pub mod drive;

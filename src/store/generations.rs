@@ -69,7 +69,7 @@ impl Store {
             if let Some(newer) = retried {
                 return Ok(GenerationInsert::AlreadyRetried(newer));
             }
-            if old.state != TaskState::Blocked {
+            if !matches!(old.state, TaskState::Blocked | TaskState::Cancelled) {
                 return Ok(GenerationInsert::NotBlocked(old.state));
             }
             if !self.insert_task(next)? {

@@ -272,9 +272,32 @@ impl Store {
                 path: dir.to_path_buf(),
                 source,
             })?;
+        self.backup_via(tmp.path(), dest)
+    }
+
+    /// [`Store::backup_to`] through the temporary file `tmp` the caller named (and may
+    /// remove on a signal, `cli::backup`): created here, renamed onto `dest` once checked,
+    /// removed with its journal on any error.
+    pub fn backup_via(&self, tmp: &Path, dest: &Path) -> Result<(), StoreError> {
+        let result = self.backup_into(tmp).and_then(|()| {
+            std::fs::rename(tmp, dest).map_err(|source| StoreError::Io {
+                path: dest.to_path_buf(),
+                source,
+            })
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_file(tmp);
+        }
+        let mut journal = tmp.as_os_str().to_owned();
+        journal.push("-journal");
+        let _ = std::fs::remove_file(PathBuf::from(journal));
+        result
+    }
+
+    fn backup_into(&self, tmp: &Path) -> Result<(), StoreError> {
         {
             let mut out = Connection::open_with_flags(
-                tmp.path(),
+                tmp,
                 OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
             )?;
             let backup = rusqlite::backup::Backup::new(&self.conn, &mut out)?;
@@ -292,6 +315,7 @@ impl Store {
                 }
             }
             drop(backup);
+            crate::failpoint::hit("backup-copied");
             // A plain rollback-journal file: one self-contained file to copy back.
             out.pragma_update(None, "journal_mode", "DELETE")?;
             let check: String = out.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
@@ -299,10 +323,6 @@ impl Store {
                 return Err(self.damaged(format!("the copy fails quick_check: {check}")));
             }
         }
-        tmp.persist(dest).map_err(|e| StoreError::Io {
-            path: dest.to_path_buf(),
-            source: e.error,
-        })?;
         Ok(())
     }
 }

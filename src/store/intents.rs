@@ -31,14 +31,18 @@ pub enum IntentKind {
     Land,
     /// The blocked comment and labels (recorded with BLOCKED, done once reported).
     Block,
+    /// The cancelled comment and the claim released (recorded with CANCELLED, done once
+    /// the source has it).
+    Cancel,
 }
 
 impl IntentKind {
-    pub const ALL: [IntentKind; 4] = [
+    pub const ALL: [IntentKind; 5] = [
         IntentKind::Claim,
         IntentKind::Container,
         IntentKind::Land,
         IntentKind::Block,
+        IntentKind::Cancel,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +51,7 @@ impl IntentKind {
             IntentKind::Container => "container",
             IntentKind::Land => "land",
             IntentKind::Block => "block",
+            IntentKind::Cancel => "cancel",
         }
     }
 

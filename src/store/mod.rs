@@ -25,6 +25,7 @@
 
 mod attempt_notes;
 mod attempts;
+mod cancels;
 mod claims;
 mod comments;
 mod error;
@@ -49,6 +50,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 pub use attempt_notes::Handling;
 pub use attempts::AttemptRecord;
+pub use cancels::CancelRequest;
 pub use error::StoreError;
 pub use generations::{GenerationInsert, GenerationLinks};
 pub use health::{damage_in, damaged, DatabaseDamaged, Sound};

@@ -942,3 +942,190 @@ fn a_read_only_home_is_reported_as_read_only() {
         "{stderr}"
     );
 }
+
+/// A home whose queue holds about `mib` MiB (a backup of it takes a while).
+fn home_with_a_big_queue(mib: usize) -> tempfile::TempDir {
+    let dir = initialised();
+    let store = polyphony::store::Store::open(&dir.path().join("queue.db")).unwrap();
+    for i in 0..mib {
+        let mut t = support::spec::local_task(&format!("local-{i}"), chrono::Utc::now());
+        t.body = format!("{i:08}").repeat(128 * 1024);
+        assert!(store.insert_task(&t).unwrap());
+    }
+    dir
+}
+
+/// Backup temporaries, journals and breadcrumbs left in `dirs`.
+fn backup_leftovers(dirs: &[&Path]) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in dirs {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".polyphony-backup-") || name.ends_with(".pending") {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 24: `backup --force` onto a character device replaced the device node with a
+/// regular file (as root, `/dev/full` itself). A device, FIFO, directory or symlink (to a
+/// device) is refused, `--force` or not, and left exactly as it was.
+#[test]
+fn backup_never_replaces_a_device_fifo_directory_or_symlink() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let home = initialised();
+    let repo = home.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    polyphony(home.path())
+        .args(["enqueue", "--repo"])
+        .arg(&repo)
+        .arg("T")
+        .assert()
+        .success();
+    let dir = tempfile::tempdir().unwrap();
+    let chr = dir.path().join("null");
+    let made = std::process::Command::new("mknod")
+        .arg(&chr)
+        .args(["c", "1", "3"])
+        .output()
+        .unwrap();
+    if !made.status.success() {
+        let why = String::from_utf8_lossy(&made.stderr).trim().to_string();
+        if std::env::var_os("CI").is_some() {
+            panic!("mknod is required under CI: {why}");
+        }
+        println!("SKIPPED: cannot mknod ({why})");
+        return;
+    }
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let sub = dir.path().join("dir");
+    std::fs::create_dir(&sub).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&chr, &link).unwrap();
+    for (target, kind) in [
+        (&chr, "a character device"),
+        (&fifo, "a FIFO"),
+        (&sub, "a directory"),
+        (&link, "a symlink"),
+    ] {
+        let before = std::fs::symlink_metadata(target).unwrap();
+        let out = polyphony(home.path())
+            .args(["backup", "--force"])
+            .arg(target)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {stderr}");
+        assert!(
+            stderr.contains(&target.display().to_string())
+                && stderr.contains(kind)
+                && stderr.contains("fix:"),
+            "{kind}: {stderr}"
+        );
+        let after = std::fs::symlink_metadata(target).unwrap();
+        assert_eq!(
+            (before.ino(), before.mode(), before.rdev()),
+            (after.ino(), after.mode(), after.rdev()),
+            "{kind} untouched"
+        );
+    }
+    assert!(std::fs::symlink_metadata(&chr)
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    assert_eq!(std::fs::read_dir(&sub).unwrap().count(), 0);
+    assert!(backup_leftovers(&[dir.path(), home.path()]).is_empty());
+}
+
+/// Issue 24: SIGTERM or SIGINT during a backup of a large queue left a 145 MB temporary
+/// and its journal. Now both go (and the breadcrumb), and the destination is never made.
+#[test]
+fn a_signal_during_a_backup_removes_its_temporary_and_journal() {
+    use std::os::unix::process::ExitStatusExt;
+    let home = home_with_a_big_queue(96);
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let out_dir = tempfile::tempdir().unwrap();
+        let dest = out_dir.path().join("copy.db");
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+            .env("POLYPHONY_HOME", home.path())
+            .env_remove("RUST_LOG")
+            .args(["backup"])
+            .arg(&dest)
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while backup_leftovers(&[out_dir.path()]).is_empty() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "the backup never started"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "finished before the signal"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "died of the signal: {status:?}");
+        assert!(
+            backup_leftovers(&[out_dir.path(), home.path()]).is_empty(),
+            "left: {:?}",
+            backup_leftovers(&[out_dir.path(), home.path()])
+        );
+        assert!(!dest.exists(), "no half backup");
+    }
+}
+
+/// Issue 24: a SIGKILLed backup (the failpoint after the copy) leaves its temporary; the
+/// next `cleanup` removes it, and the next `backup` removes one beside its file.
+#[test]
+fn backup_and_cleanup_remove_what_a_killed_backup_left() {
+    use std::os::unix::process::ExitStatusExt;
+    let home = home_with_a_big_queue(4);
+    let out_dir = tempfile::tempdir().unwrap();
+    let killed = |name: &str| {
+        let out = polyphony(home.path())
+            .env("POLYPHONY_FAILPOINT", "backup-copied")
+            .arg("backup")
+            .arg(out_dir.path().join(name))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+        let left = backup_leftovers(&[out_dir.path(), home.path()]);
+        assert!(left.len() >= 2, "a temporary and its breadcrumb: {left:?}");
+    };
+    killed("a.db");
+    polyphony(home.path())
+        .args(["cleanup"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("interrupted backups"));
+    assert!(backup_leftovers(&[out_dir.path(), home.path()]).is_empty());
+
+    killed("b.db");
+    // Without the breadcrumb, the temporary beside the file still goes.
+    for e in std::fs::read_dir(home.path()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".pending") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    polyphony(home.path())
+        .arg("backup")
+        .arg(out_dir.path().join("c.db"))
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("interrupted backups"));
+    assert!(backup_leftovers(&[out_dir.path(), home.path()]).is_empty());
+    assert!(out_dir.path().join("c.db").is_file());
+}

@@ -2794,3 +2794,218 @@ async fn a_full_disk_at_prepare_blocks_and_never_lands_a_deletion() {
         "the landed branch keeps the file whole"
     );
 }
+
+/// The last transition's reason.
+fn last_reason(v: &Value) -> String {
+    v["transitions"]
+        .as_array()
+        .and_then(|t| t.last())
+        .and_then(|t| t["reason"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Issue 29: `polyphony cancel` of a running attempt goes through the daemon: its
+/// container is killed, the task is CANCELLED with no failure counted, who did it is
+/// recorded, the issue is told once and its claim released (claimed and ready labels
+/// off). The daemon runs on, and a second cancel is refused with exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_through_the_daemon_kills_the_attempt_and_releases_the_claim() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = github_repo(&fake, "calc-cancel", &origin);
+    let n = ready_issue(
+        &fake,
+        &repo,
+        "Fix add() very slowly",
+        &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 60"),
+    );
+    let home = polling_home(&image, &fake, &repo);
+    let id = format!("{repo}#{n}");
+    let mut daemon = home.start(&["daemon", "--json"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    wait_until(Duration::from_secs(20), "the agent printed", log, || {
+        progress_events(&home, &id) >= 1
+    })
+    .await;
+    assert_eq!(home.containers().len(), 1, "one agent container runs");
+    let asked = Instant::now();
+    let out = home.run(&["cancel", &id, "--by", "alice", "--json"]).await;
+    assert!(out.status.success(), "cancel: {}\n{}", output(&out), log());
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("cancel --json");
+    assert_eq!(answer["state"], "CANCELLED", "{answer}");
+    assert_eq!(answer["was"], "RUNNING", "{answer}");
+    assert_eq!(answer["by"], "alice (cli)", "{answer}");
+    assert_eq!(answer["pending"], false, "{answer}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "the cancel took {:?}",
+        asked.elapsed()
+    );
+    wait_until(Duration::from_secs(10), "no container left", log, || {
+        home.containers().is_empty()
+    })
+    .await;
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "CANCELLED");
+    assert_eq!(
+        v["task"]["failures"], 0,
+        "a cancel is not the agent's failure"
+    );
+    assert!(v["task"]["next_attempt_at"].is_null());
+    assert_eq!(last_reason(&v), "cancelled by alice (cli)");
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["status"], "cancelled", "{a:#?}");
+    // The daemon tells the issue right after it settled the task.
+    wait_until(
+        Duration::from_secs(10),
+        "the cancelled comment",
+        log,
+        || count_containing(&fake.comments(&repo, n), "polyphony:cancelled") > 0,
+    )
+    .await;
+    let comments = fake.comments(&repo, n);
+    assert_eq!(
+        count_containing(&comments, "polyphony:cancelled"),
+        1,
+        "{comments:#?}"
+    );
+    assert!(
+        comments.iter().any(|c| c.contains("alice (cli)")),
+        "the comment names who: {comments:#?}"
+    );
+    let labels = fake.issue_labels(&repo, n);
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l == "agent-ready" || l.contains("claimed") || l.contains("progress")),
+        "the claim is released and the issue no longer offered: {labels:?}"
+    );
+    // Over: a second cancel is refused.
+    let again = home.run(&["cancel", &id]).await;
+    assert_eq!(again.status.code(), Some(2), "{}", output(&again));
+    assert!(
+        text(&again.stderr).contains("already CANCELLED"),
+        "{}",
+        output(&again)
+    );
+    // The daemon ran on; polls do not take the issue again.
+    wait_for_polls(&fake, 2, &log).await;
+    assert_eq!(state(&home.task(&id).await), "CANCELLED");
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    println!("cancel_through_daemon: {:?}", started.elapsed());
+}
+
+/// Issue 29: with no daemon running (a SIGTERM left the attempt's container running for
+/// the next start), `polyphony cancel` takes the home's lock and removes the container
+/// itself; the next daemon start has nothing to re-attach or run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_without_a_daemon_removes_the_container_a_restart_would_reattach() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 60"),
+            "Fix add() very slowly",
+        )
+        .await;
+    let mut daemon = home.start(&["daemon"]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    wait_until(Duration::from_secs(20), "the agent printed", log, || {
+        progress_events(&home, &id) >= 1
+    })
+    .await;
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    assert_eq!(home.containers().len(), 1, "the container runs on");
+    let out = home.run(&["cancel", &id, "--json"]).await;
+    assert!(out.status.success(), "cancel: {}", output(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("cancel --json");
+    assert_eq!(
+        (answer["state"].as_str(), answer["was"].as_str()),
+        (Some("CANCELLED"), Some("RUNNING")),
+        "{answer}"
+    );
+    assert!(home.containers().is_empty(), "the container was removed");
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "CANCELLED");
+    assert_eq!(v["task"]["failures"], 0);
+    assert_eq!(attempts(&v)[0]["status"], "cancelled");
+    let mut next = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let status = next.wait(Duration::from_secs(60)).await;
+    assert!(status.success(), "daemon: {}", next.log());
+    let summary: Value = next
+        .log()
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["resumed"].is_number())
+        })
+        .expect("JSON summary");
+    assert_eq!(
+        (summary["resumed"].as_u64(), summary["attempts"].as_u64()),
+        (Some(0), Some(0)),
+        "{summary}"
+    );
+    // `retry` brings a CANCELLED task back as its next generation.
+    let out = home.run(&["retry", &id, "--json"]).await;
+    assert!(out.status.success(), "retry: {}", output(&out));
+    let retried: Value = serde_json::from_slice(&out.stdout).expect("retry --json");
+    assert_eq!(retried["retried"][0]["generation"], 2, "{retried}");
+    println!("cancel_without_daemon: {:?}", started.elapsed());
+}
+
+/// Issue 29: a `spawn` in the foreground owns its task: `polyphony cancel` pokes it and it
+/// stops its attempt; spawn exits 1 with the task CANCELLED, not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_spawn_in_the_foreground() {
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None);
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: slow\npolyphony-fake-sleep: 60"),
+            "Fix add() very slowly",
+        )
+        .await;
+    let mut spawn = home.start(&["spawn", "--task", &id]);
+    let log = || daemon_log(&home);
+    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    let out = home.run(&["cancel", &id, "--by", "bob"]).await;
+    assert!(
+        out.status.success(),
+        "cancel: {}\n{}",
+        output(&out),
+        spawn.log()
+    );
+    assert!(text(&out.stdout).contains("CANCELLED"), "{}", output(&out));
+    let status = spawn.wait(Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(1), "{}", spawn.log());
+    assert!(home.containers().is_empty(), "the container was removed");
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "CANCELLED");
+    assert_eq!(last_reason(&v), "cancelled by bob (cli)");
+    assert_eq!(v["task"]["failures"], 0);
+}

@@ -920,3 +920,82 @@ async fn event_streams_are_capped_and_places_come_back() {
         tokio::time::sleep(support::wait::POLL).await;
     }
 }
+
+/// Issue 29: `POST /api/v1/tasks/{id}/cancel` is `polyphony cancel` over HTTP: token
+/// required, a waiting task CANCELLED at once with who did it (`X-Polyphony-Actor`), a
+/// running one with no daemon to stop it answered 202 with the request recorded for the
+/// next start, unknown 404 and over 409, every refusal `{error, fix}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_over_http_needs_the_token_and_records_who() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    polyphony(&home).arg("init").assert().success();
+    let db = home.join("queue.db");
+    let store = Store::open(&db).unwrap();
+    let waiting = Task::new(
+        "local-1",
+        SourceKind::Local,
+        "local:local-1",
+        "/srv/repo",
+        "Waiting",
+        Utc::now(),
+    );
+    store.insert_task(&waiting).unwrap();
+    running_task(&store, "local-2", "Running", &[]);
+    let addr = start(settings(db.clone(), Some("tok-123"), false)).await;
+    let cancel = |id: &'static str, actor: &'static str| async move {
+        let mut headers = vec![("authorization", "Bearer tok-123")];
+        if !actor.is_empty() {
+            headers.push(("x-polyphony-actor", actor));
+        }
+        request(
+            addr,
+            "POST",
+            &format!("/api/v1/tasks/{id}/cancel"),
+            &headers,
+            "",
+        )
+        .await
+    };
+    let refused = request(addr, "POST", "/api/v1/tasks/local-1/cancel", &[], "").await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert_eq!(
+        store.get_task("local-1").unwrap().unwrap().state,
+        TaskState::Discovered
+    );
+    let done = cancel("local-1", "carol").await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let answer = done.json();
+    assert_eq!(answer["task"], "local-1");
+    assert_eq!(answer["state"], "CANCELLED");
+    assert_eq!(answer["was"], "DISCOVERED");
+    assert_eq!(answer["by"], "carol (api)");
+    assert_eq!(answer["pending"], false);
+    let last = store.transitions("local-1").unwrap().pop().unwrap();
+    assert_eq!(last.reason, "cancelled by carol (api)");
+    let detail = get(addr, "/api/v1/tasks/local-1").await.json();
+    assert_eq!(detail["task"]["state"], "CANCELLED");
+
+    let again = cancel("local-1", "").await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("already CANCELLED"));
+    let unknown = cancel("local-9", "").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+
+    // Running, and no daemon holds the home: recorded for the next start.
+    let pending = cancel("local-2", "").await;
+    assert_eq!(pending.status, 202, "{}", pending.body);
+    assert_eq!(pending.json()["pending"], true);
+    assert_eq!(pending.json()["by"], "api");
+    assert_eq!(
+        store.get_task("local-2").unwrap().unwrap().state,
+        TaskState::Running
+    );
+    assert_eq!(
+        store.cancel_request("local-2").unwrap().map(|r| r.by),
+        Some("api".to_string())
+    );
+}

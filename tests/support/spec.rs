@@ -78,5 +78,6 @@ pub fn path_to(state: TaskState) -> &'static [TaskState] {
         Landed => &[Claimed, Routed, Provisioned, Running, Verifying, Landed],
         Failed => &[Claimed, Failed],
         Blocked => &[Claimed, Failed, Blocked],
+        Cancelled => &[Cancelled],
     }
 }

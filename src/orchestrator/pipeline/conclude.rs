@@ -39,6 +39,11 @@ impl AttemptRun<'_> {
             }
             .into());
         }
+        // A person's cancel (issue 29) ends the attempt whatever it died of.
+        let cancel = self.db().cancel_request(&self.task.id)?;
+        if let Some(request) = cancel {
+            return self.conclude_cancelled(&request, &failure).await;
+        }
         let now = (self.orch.clock)();
         let mut reason = self.scrubber.scrub_line(&failure.reason).into_owned();
         // A permanent failure carries its fix everywhere it is shown: the attempt, the
@@ -94,6 +99,57 @@ impl AttemptRun<'_> {
             self.report_blocked().await;
         }
         Ok(end)
+    }
+
+    /// CANCELLED by a person (`orchestrator::cancel`): the attempt is recorded as
+    /// cancelled, no failure is counted, the source is told and the claim released.
+    async fn conclude_cancelled(
+        &mut self,
+        request: &crate::store::CancelRequest,
+        failure: &Failure,
+    ) -> anyhow::Result<AttemptEnd> {
+        let now = (self.orch.clock)();
+        let reason = crate::orchestrator::cancel::reason(request);
+        tracing::info!(task = %self.task.id, attempt = self.attempt, ended = %failure.status, "{reason}");
+        if self.spec.is_some() {
+            let mut result = self.result.take().unwrap_or_else(|| RunResult {
+                duration_seconds: self.started.elapsed().as_secs_f64(),
+                ..RunResult::new(
+                    &self.task.id,
+                    self.attempt,
+                    &self.agent,
+                    AttemptStatus::Cancelled,
+                )
+            });
+            result.status = AttemptStatus::Cancelled;
+            result.reason = Some(reason.clone());
+            self.result = Some(result);
+            self.record_attempt(&[proof::gate("result", false, reason.clone())])
+                .context("cannot record the attempt")?;
+        } else {
+            self.discard_workspace().await;
+        }
+        let report = self.task.source == SourceKind::Github && self.followup.is_none();
+        let settled = self
+            .db()
+            .settle_cancel(&self.task.id, self.state, &reason, report, now)
+            .with_context(|| format!("cannot move {} to CANCELLED", self.task.id))?;
+        self.task = settled;
+        self.state = self.task.state;
+        self.opts
+            .progress
+            .state(&self.task.id, TaskState::Cancelled, &reason);
+        if report {
+            let github = self.orch.github().map_err(|e| format!("{e:#}"));
+            crate::orchestrator::cancel::report(
+                &self.orch.db_path(),
+                github.as_deref().map_err(String::as_str),
+                &self.task,
+                self.orch.now(),
+            )
+            .await?;
+        }
+        Ok(AttemptEnd::Cancelled { reason })
     }
 
     /// What follows a failure: the attempt end and what the store records with FAILED

@@ -65,6 +65,8 @@ pub enum AttemptEnd {
     Blocked { reason: String },
     /// Another Polyphony instance owns the issue: BLOCKED here, nothing reported.
     Released { reason: String },
+    /// A person cancelled it (`polyphony cancel`): CANCELLED, no failure counted.
+    Cancelled { reason: String },
 }
 
 impl AttemptEnd {
@@ -80,6 +82,7 @@ impl AttemptEnd {
                 | AttemptEnd::Blocked { .. }
                 | AttemptEnd::Released { .. }
                 | AttemptEnd::Held { .. }
+                | AttemptEnd::Cancelled { .. }
         )
     }
 }
@@ -468,5 +471,6 @@ pub fn describe(end: &AttemptEnd) -> String {
         AttemptEnd::Held { reason } => format!("FAILED ({reason}); held"),
         AttemptEnd::Blocked { reason } => format!("BLOCKED: {reason}"),
         AttemptEnd::Released { reason } => format!("released: {reason}"),
+        AttemptEnd::Cancelled { reason } => format!("CANCELLED: {reason}"),
     }
 }

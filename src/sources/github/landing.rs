@@ -27,6 +27,11 @@ pub fn blocked_marker(task_id: &str) -> String {
     format!("<!-- polyphony:blocked task={task_id} -->")
 }
 
+/// Hidden marker of the cancelled comment.
+pub fn cancelled_marker(task_id: &str) -> String {
+    format!("<!-- polyphony:cancelled task={task_id} -->")
+}
+
 /// Hidden marker in the pull request body.
 pub fn pr_marker(task_id: &str) -> String {
     format!("<!-- polyphony:pr task={task_id} -->")
@@ -174,6 +179,33 @@ pub async fn block(
     crate::failpoint::hit("block-labels");
     remove_label(client, issue, &labels.ready).await?;
     remove_label(client, issue, &labels.claimed).await?;
+    Ok(Reported {
+        pr_url: None,
+        pr_number: None,
+        comment_ids: vec![comment_id],
+        created,
+    })
+}
+
+/// Tell the issue a person cancelled its task (`polyphony cancel`) and release the claim:
+/// one comment saying who, the claimed and ready labels off (the issue is no longer
+/// offered; labelling it ready again starts a new generation). Safe to repeat.
+pub async fn cancelled(
+    client: &GithubClient,
+    labels: &Labels,
+    issue: &IssueRef,
+    task_id: &str,
+    reason: &str,
+) -> Result<Reported, GithubError> {
+    let marker = cancelled_marker(task_id);
+    let body = format!(
+        "Polyphony stopped work on this issue: {}.\n\nNo attempt runs any more. Label it `{}` again (or run `polyphony retry {task_id}`) to start anew.\n{marker}\n",
+        inline_agent_text(reason),
+        labels.ready
+    );
+    let (comment_id, created) = ensure_comment(client, issue, &marker, &body, None).await?;
+    remove_label(client, issue, &labels.claimed).await?;
+    remove_label(client, issue, &labels.ready).await?;
     Ok(Reported {
         pr_url: None,
         pr_number: None,

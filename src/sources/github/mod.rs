@@ -304,6 +304,19 @@ impl GithubSource {
 }
 
 impl GithubSource {
+    /// Say the task was cancelled and release the claim (see [`landing::cancelled`]).
+    pub async fn cancelled(&self, task: &Task, reason: &str) -> Result<Reported, SourceError> {
+        let issue = issue_of(task)?;
+        Ok(landing::cancelled(
+            &self.client,
+            &self.settings.labels,
+            &issue,
+            &task.id,
+            reason,
+        )
+        .await?)
+    }
+
     /// Offer the issue behind a BLOCKED task again (`polyphony retry`): the ready label
     /// on, the blocked and claimed labels off, as a person re-labelling it would. Safe to
     /// repeat.
