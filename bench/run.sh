@@ -4,7 +4,7 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status ingest clone spawn daemon http sse soak (default: all of them)
+#   SECTION: queue status ingest clone spawn egress daemon http sse soak (default: all of them)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
@@ -15,7 +15,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status ingest clone spawn daemon http sse soak"
+ALL="queue status ingest clone spawn egress daemon http sse soak"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -110,6 +110,16 @@ section_spawn() {
   "$harness" spawn
 }
 
+section_egress() {
+  echo "Issue 25. One no-op attempt with \`egress: allowlist\` (its own network and egress proxy) beside"
+  echo "the same attempt with \`egress: open\`, in one run."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS)bench/run.sh egress\` (examples/bench/attempts.rs \`egress\`)"
+  echo
+  "$harness" egress
+}
+
 section_daemon() {
   echo "Issue 8 item 4. Resident memory of \`polyphony daemon\` idle and with 16 concurrent fake agents"
   echo "streaming output, then with transcripts about 10 times larger."
@@ -151,6 +161,7 @@ heading() {
     ingest) echo "Ingestion through replay" ;;
     clone) echo "Clone per attempt" ;;
     spawn) echo "Spawn overhead" ;;
+    egress) echo "Egress: allowlist against open" ;;
     daemon) echo "Daemon memory" ;;
     http) echo "HTTP API and dashboard" ;;
     sse) echo "Event streams under load" ;;

@@ -57,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         "status" => status(&cfg)?,
         "ingest" => ingest(&cfg)?,
         "spawn" => attempts::spawn(&cfg)?,
+        "egress" => attempts::egress(&cfg)?,
         "daemon" => attempts::daemon(&cfg)?,
         "http" => http::http(&cfg)?,
         "sse" => sse::sse(&cfg)?,

@@ -608,3 +608,133 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
     )?;
     Ok(md)
 }
+
+// ---------------------------------------------------------------------- egress
+
+/// `egress` (issue 25): one no-op attempt with `egress: allowlist` (its own internal network
+/// and egress proxy, created and removed around the agent) beside the same attempt with
+/// `egress: open` (Docker's bridge, no proxy), in one run, interleaved; plus the network and
+/// proxy setup the daemon logs (`egress network and proxy up ... elapsed_ms`).
+pub fn egress(cfg: &Config) -> anyhow::Result<String> {
+    ensure_image()?;
+    let dir = cfg.scratch("egress")?;
+    let origin = write_origin(&dir)?;
+    let pid = std::process::id();
+    let body =
+        "A no-op task: the fake agent appends a note and exits.\n\npolyphony-fake: succeed\n";
+    let reps = env_or("BENCH_REPS", 7)?.max(1);
+    // Two homes, the same but for their egress mode.
+    let mut homes = Vec::new();
+    for (name, yaml) in [
+        ("allowlist", "egress:\n  mode: allowlist\n"),
+        ("open", "allow_unsafe: true\negress:\n  mode: open\n"),
+    ] {
+        let home = dir.join(format!("home-{name}"));
+        polyphony::demo::write_home(&home, &dir.join(format!("logins-{name}")), IMAGE)?;
+        let path = home.join("config.yaml");
+        let text = std::fs::read_to_string(&path)?;
+        ensure!(
+            text.contains("egress:\n  mode: none\n"),
+            "demo::write_home no longer writes `egress: mode: none`; update this bench"
+        );
+        std::fs::write(&path, text.replace("egress:\n  mode: none\n", yaml))?;
+        homes.push((name, home));
+    }
+    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, Option<f64>)> {
+        let store = Store::open(&polyphony_db(home))?;
+        let id = format!("bench{pid}-{mode}-{n}");
+        insert_task(&store, &id, &origin, body)?;
+        let log = dir.join(format!("{id}.log"));
+        let t = Instant::now();
+        let status = Command::new(&cfg.bin)
+            .args(["--home"])
+            .arg(home)
+            .args(["-v", "spawn", "--task", &id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .status()?;
+        let wall = t.elapsed().as_secs_f64();
+        ensure!(
+            status.success(),
+            "polyphony spawn --task {id} ({mode}) did not land (see {})",
+            log.display()
+        );
+        let setup = std::fs::read_to_string(&log)?
+            .lines()
+            .filter(|l| l.contains("egress network and proxy up"))
+            .find_map(|l| {
+                let at = l.find("elapsed_ms=")? + "elapsed_ms=".len();
+                l[at..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .map(|ms| ms / 1e3);
+        Ok((wall, setup))
+    };
+    eprintln!("egress: warm-up (builds the proxy image once) ...");
+    for (mode, home) in &homes {
+        run(home, mode, 0)?;
+    }
+    let mut allow = Vec::new();
+    let mut open = Vec::new();
+    let mut setup = Vec::new();
+    for n in 1..=reps {
+        eprintln!("egress: pair {n}/{reps} ...");
+        let order: Vec<&(&str, PathBuf)> = if n % 2 == 1 {
+            homes.iter().collect()
+        } else {
+            homes.iter().rev().collect()
+        };
+        for (mode, home) in order {
+            let (wall, s) = run(home, mode, n)?;
+            if *mode == "allowlist" {
+                allow.push(wall);
+                setup.push(s.context("no `egress network and proxy up` line in the log")?);
+            } else {
+                open.push(wall);
+            }
+        }
+    }
+    let am = median(&mut allow.clone());
+    let om = median(&mut open.clone());
+    let sm = median(&mut setup.clone());
+    let ratio = am / om;
+    let all = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.iter()
+            .map(|s| format!("{s:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut md = String::new();
+    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network and its egress proxy container, from the `polyphony-egress` image made of this binary, up before the agent and removed after it) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`.\n")?;
+    writeln!(md, "| One no-op attempt | median | vs open |")?;
+    writeln!(md, "|---|---|---|")?;
+    writeln!(md, "| `egress: allowlist` | {am:.3} s | {ratio:.2}x |")?;
+    writeln!(md, "| `egress: open` | {om:.3} s | 1.00x |")?;
+    writeln!(
+        md,
+        "| network + proxy setup (create the network, create the proxy, connect it to the outbound network, start it, wait for `ready`, read its address) | {:.0} ms | |",
+        sm * 1e3
+    )?;
+    writeln!(md)?;
+    writeln!(
+        md,
+        "All runs (s): allowlist {}; open {}; setup {}.\n",
+        all(&allow),
+        all(&open),
+        all(&setup)
+    )?;
+    writeln!(
+        md,
+        "Targets (issue 25): at most 1.2x `open`: **{}** ({ratio:.2}x); setup under 300 ms: **{}** ({:.0} ms).",
+        if ratio <= 1.2 { "met" } else { "missed" },
+        if sm < 0.3 { "met" } else { "missed" },
+        sm * 1e3
+    )?;
+    Ok(md)
+}

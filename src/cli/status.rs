@@ -226,7 +226,9 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let store = store.ok_or_else(not_found)?;
     let sound = store.ensure_sound()?;
     if json {
-        let detail = store.task_detail_json(id)?.ok_or_else(not_found)?;
+        let mut detail = store.task_detail_json(id)?.ok_or_else(not_found)?;
+        // Issue 25: each attempt's egress summary and refusals (a field added).
+        crate::ops::report::add_egress(&mut detail, |n| store.egress_events(id, n))?;
         // Remembered only for a task that exists: a refusal leaves the home as it was.
         sound.remember();
         print_json(&detail)?;

@@ -87,6 +87,10 @@ impl Price {
 /// (public list prices, USD per million tokens). Overridden or extended by `gateway.prices`
 /// in config.yaml.
 pub const DEFAULT_PRICES: &[(&str, Price)] = &[
+    // Claude Code 2.1.332's default model. Its list price as that CLI computes it (its result
+    // line's `costBasis: "list"`): 2400 input + 10000 cache-read + 80 output tokens cost
+    // $0.0132, i.e. $4 / $0.20 / $20 per MTok; cache write at the usual 1.25 × input.
+    ("claude-opus-5-5", Price::new(4.0, 5.0, 0.20, 20.0)),
     // Anthropic (Claude Code). Cache write = 1.25 × input, cache read = 0.1 × input.
     ("claude-opus-4-5", Price::new(5.0, 6.25, 0.50, 25.0)),
     ("claude-opus-4-1", Price::new(15.0, 18.75, 1.50, 75.0)),
@@ -187,6 +191,18 @@ mod tests {
             cache_read_tokens: r,
             output_tokens: o,
         }
+    }
+
+    #[test]
+    fn claude_codes_default_model_costs_what_the_cli_itself_reports() {
+        // Claude Code 2.1.332 against the scripted API (tests/it/real_cli.rs): two requests
+        // of 1200 input, 5000 cache-read and 40 output tokens; its result said $0.0132.
+        let t = PriceTable::with_overrides(&BTreeMap::new());
+        let c = t
+            .cost("claude-opus-5-5", &usage(2400, 0, 10_000, 80))
+            .unwrap();
+        assert_eq!(usd_of_picos(c), 0.0132);
+        assert!(t.price("claude-opus-5-5-20261101").is_some());
     }
 
     #[test]

@@ -253,7 +253,15 @@ fn not_found(id: &str) -> Response {
 
 pub async fn show_task(State(s): State<Shared>, Path(id): Path<String>) -> Response {
     let wanted = id.clone();
-    match with_store(s.db.clone(), move |store| store.task_detail_json(&wanted)).await {
+    let read = move |store: &Store| -> Result<Option<serde_json::Value>, StoreError> {
+        let Some(mut detail) = store.task_detail_json(&wanted)? else {
+            return Ok(None);
+        };
+        // Issue 25: each attempt's egress summary and refusals (`attempts[].egress`).
+        crate::ops::report::add_egress(&mut detail, |n| store.egress_events(&wanted, n))?;
+        Ok(Some(detail))
+    };
+    match with_store(s.db.clone(), read).await {
         Ok(Some(detail)) => Json(detail).into_response(),
         Ok(None) => not_found(&id),
         Err(r) => r.into_response(),

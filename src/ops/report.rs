@@ -137,8 +137,108 @@ pub fn truncate(s: &str, max: usize) -> String {
     out
 }
 
+/// An attempt's egress as `status TASK --json` and `GET /api/v1/tasks/ID` show it (pure,
+/// from its stored `egress` events): `summary` (the `status TASK` line), `allowed` (host,
+/// port, connections, bytes up and down) and `refused` (host, port, reason, detail and the
+/// `suggestion` line saying what to add). `null` when the attempt had no proxy or it
+/// logged nothing.
+pub fn egress_json(events: &[TaskEvent]) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let mut allowed = Value::Array(Vec::new());
+    let mut summary = Value::Null;
+    let mut refused = Vec::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Egress) {
+        match e.data.get("egress").and_then(|v| v.as_str()) {
+            Some("summary") => {
+                summary = Value::String(
+                    e.summary
+                        .strip_prefix("egress: ")
+                        .unwrap_or(&e.summary)
+                        .to_string(),
+                );
+                allowed = e.data.get("allowed").cloned().unwrap_or(allowed);
+            }
+            Some("refused") => refused.push(json!({
+                "host": e.data.get("host"),
+                "port": e.data.get("port"),
+                "reason": e.data.get("reason"),
+                "detail": e.data.get("detail"),
+                "suggestion": e.summary,
+            })),
+            _ => {}
+        }
+    }
+    if summary.is_null() && refused.is_empty() {
+        return Value::Null;
+    }
+    json!({ "summary": summary, "allowed": allowed, "refused": refused })
+}
+
+/// Adds each attempt's [`egress_json`] to a task detail (`{"attempts": [...]}`) as its
+/// `egress` field; `events(attempt)` reads that attempt's egress events.
+pub fn add_egress<E>(
+    detail: &mut serde_json::Value,
+    mut events: impl FnMut(u32) -> Result<Vec<TaskEvent>, E>,
+) -> Result<(), E> {
+    let Some(attempts) = detail.get_mut("attempts").and_then(|a| a.as_array_mut()) else {
+        return Ok(());
+    };
+    for a in attempts {
+        let Some(n) = a.get("attempt").and_then(|n| n.as_u64()) else {
+            continue;
+        };
+        let value = egress_json(&events(n as u32)?);
+        if let Some(obj) = a.as_object_mut() {
+            obj.insert("egress".into(), value);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn egress_json_sums_the_stored_egress_events() {
+        use crate::domain::{EventKind, EventStream, TaskEvent};
+        let ev = |summary: &str, data: serde_json::Value| TaskEvent {
+            seq: 0,
+            kind: EventKind::Egress,
+            stream: EventStream::Stdout,
+            summary: summary.into(),
+            data,
+            at: chrono::Utc::now(),
+        };
+        assert!(super::egress_json(&[]).is_null());
+        let events = vec![
+            ev(
+                "refused evil.example:443 (not on the allowlist) — to allow it add \"evil.example:443\" to egress.allow of profile claude in agents.yaml",
+                serde_json::json!({"egress": "refused", "host": "evil.example", "port": 443, "reason": "not_allowed", "detail": ""}),
+            ),
+            ev(
+                "egress: api.anthropic.com:443 ×2 (1 B up, 2 B down); refused 1: evil.example:443",
+                serde_json::json!({"egress": "summary", "allowed": [{"host": "api.anthropic.com", "port": 443, "connections": 2, "bytes_up": 1, "bytes_down": 2}], "refused": 1}),
+            ),
+        ];
+        let v = super::egress_json(&events);
+        assert_eq!(v["allowed"][0]["connections"], 2);
+        assert_eq!(v["refused"][0]["reason"], "not_allowed");
+        assert!(v["refused"][0]["suggestion"]
+            .as_str()
+            .unwrap()
+            .contains("to allow it add"));
+        assert!(v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("api.anthropic.com:443 ×2"));
+        let mut detail = serde_json::json!({"attempts": [{"attempt": 1}, {"attempt": 2}]});
+        super::add_egress(&mut detail, |n| {
+            Ok::<_, ()>(if n == 1 { events.clone() } else { Vec::new() })
+        })
+        .unwrap();
+        assert_eq!(detail["attempts"][0]["egress"]["allowed"][0]["port"], 443);
+        assert!(detail["attempts"][1]["egress"].is_null());
+    }
+
     use super::*;
     use chrono::{TimeZone, Utc};
     use serde_json::json;

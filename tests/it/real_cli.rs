@@ -161,8 +161,8 @@ struct Setup<'a> {
     /// Poll this fake GitHub repository (`github.repos`) every second.
     github: Option<(&'a FakeGithub, &'a str)>,
     /// Issue 25: the model-API gateway off, so the CLI reaches the scripted API by name
-    /// through its attempt's egress proxy (with the gateway on, the attempt keeps the
-    /// test network and reaches the gateway on its address).
+    /// through its attempt's egress proxy's allowlist (with the gateway on, the CLI talks
+    /// to the gateway in that proxy, which forwards to the identity's base URL).
     through_proxy: bool,
 }
 
@@ -376,6 +376,20 @@ async fn real_claude_lands_a_task() {
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(a[0]["status"], "succeeded");
     assert!(api.turns() >= 2, "{:?}", api.requests());
+    // The same summary in `status TASK --json` (a field added to each attempt).
+    let egress = &a[0]["egress"];
+    assert_eq!(egress["allowed"][0]["host"], MODEL_HOST, "{egress:#}");
+    assert!(
+        egress["allowed"][0]["connections"].as_u64() >= Some(1),
+        "{egress:#}"
+    );
+    assert!(
+        egress["summary"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(MODEL_HOST),
+        "{egress:#}"
+    );
     let branch = a[0]["branch"].as_str().expect("branch");
     assert!(home.show(&format!("{branch}:calc.sh")).contains("a + b"));
     let transcript = home.transcript(&id, 1);
@@ -788,9 +802,6 @@ async fn real_claude_runs_git_on_a_workspace_sharing_the_mirror() {
 /// real key on every request), the dump shows the placeholder instead, the forged cost
 /// changes nothing (the cost is the gateway's: scripted usage times the price table), and
 /// the placeholder is dead once the attempt is over.
-const GATEWAY_PRICES: &str =
-    "gateway:\n  prices:\n    claude: {input: 5, cache_write: 6.25, cache_read: 0.5, output: 25}\n";
-
 fn dump_everything_then_stop(turn: &Turn<'_>) -> Reply {
     if turn.transcript.contains("tool_result") {
         Reply::Text("Fixed add().".into())
@@ -816,11 +827,7 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
         .await
         .expect("scripted model API");
     let home = Home::new(&image, &net, &api, Setup::default());
-    // The CLI's default model (claude-opus-5-5 in 2.1.332) has no list price in the shipped
-    // table: the operator's price for every Claude model.
-    let mut config = std::fs::read_to_string(home.path.join("config.yaml")).expect("config");
-    config.push_str(GATEWAY_PRICES);
-    std::fs::write(home.path.join("config.yaml"), config).expect("config");
+    // The CLI's default model (claude-opus-5-5 in 2.1.332) is priced by the shipped table.
     let id = home
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
         .await;
@@ -875,16 +882,7 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
     // The cost is the gateway's: every request's scripted usage times the table's prices.
     let events = home.run(&["logs", &id, "--json"]).await;
     let events = text(&events.stdout);
-    let overrides = std::collections::BTreeMap::from([(
-        "claude".to_string(),
-        polyphony::gateway::Price {
-            input: 5.0,
-            cache_write: 6.25,
-            cache_read: 0.5,
-            output: 25.0,
-        },
-    )]);
-    let prices = polyphony::gateway::PriceTable::with_overrides(&overrides);
+    let prices = polyphony::gateway::PriceTable::with_overrides(&Default::default());
     let mut expected: u128 = 0;
     let mut requests = 0;
     for line in events.lines() {
@@ -926,6 +924,11 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
             "-aq",
             "--filter",
             &format!("label=polyphony.task={id}"),
+            "--filter",
+            &format!(
+                "label=polyphony.home={}",
+                polyphony::runtime::home_label(&home.path)
+            ),
         ])
         .output()
         .expect("docker ps");
@@ -936,6 +939,117 @@ async fn real_claude_behind_the_gateway_never_holds_the_key() {
     );
     println!(
         "real_claude_behind_the_gateway_never_holds_the_key: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 25/26: the gateway lives in the attempt's egress proxy, which outlives the daemon.
+/// The daemon is killed with SIGKILL while the real Claude runs a slow tool step between
+/// its two model requests; the restarted daemon re-attaches, the CLI's second request goes
+/// through the same gateway (the real key upstream, metered), the task lands with one
+/// attempt, and once it ends no container or network of that attempt is left.
+fn sleep_then_fix(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Fixed add().".into())
+    } else {
+        Reply::Bash(format!("sleep 15; {FIX}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_keeps_its_gateway_across_a_daemon_kill_9() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("gwkill9");
+    let api = ScriptedAnthropic::start(net.gateway, sleep_then_fix)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+    let mut first = home.start(&["daemon"]);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while api.turns() < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no model request: {}",
+            first.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The CLI is in its `sleep 15` now: the daemon dies.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.child.start_kill().expect("kill -9");
+    first.wait(Duration::from_secs(10)).await;
+    let label = polyphony::runtime::home_label(&home.path);
+    let of_attempt = |kind: &str| {
+        let out = std::process::Command::new("docker")
+            .args([
+                kind,
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label=polyphony.task={id}"),
+                "--filter",
+                &format!("label=polyphony.home={label}"),
+            ])
+            .args((kind == "container").then_some("-a"))
+            .output()
+            .expect("docker ls");
+        text(&out.stdout).split_whitespace().count()
+    };
+    assert_eq!(
+        of_attempt("container"),
+        2,
+        "the agent and its proxy outlive the daemon"
+    );
+    assert_eq!(
+        of_attempt("network"),
+        1,
+        "the attempt's network outlives the daemon"
+    );
+
+    let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let status = second.wait(Duration::from_secs(120)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", second.log());
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "one attempt, the re-attached one: {a:#?}");
+    assert!(api.turns() >= 2, "{:?}", api.requests());
+    // Both requests went through the gateway, before and after the restart.
+    let creds = api.credentials();
+    assert!(
+        creds.iter().all(|c| c == API_KEY),
+        "{} credential(s)",
+        creds.len()
+    );
+    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
+    let metered = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["data"]["gateway"]["path"] == "/v1/messages" && e["data"]["gateway"]["status"] == 200
+        })
+        .count();
+    assert!(
+        metered >= 2,
+        "the gateway metered {metered} request(s):\n{events}"
+    );
+    assert!(a[0]["cost_usd"].as_f64() > Some(0.0), "{a:#?}");
+    // Red team (issue 25): nothing of the attempt is left once it ends.
+    assert_eq!(of_attempt("container"), 0, "containers left");
+    assert_eq!(of_attempt("network"), 0, "networks left");
+    assert!(
+        !home.path.join("run").join("gateway").exists()
+            || std::fs::read_dir(home.path.join("run").join("gateway"))
+                .map(|d| d.count() == 0)
+                .unwrap_or(true),
+        "the gateway's directory is left"
+    );
+    println!(
+        "real_claude_keeps_its_gateway_across_a_daemon_kill_9: {:?}",
         started.elapsed()
     );
 }
