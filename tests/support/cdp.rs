@@ -147,6 +147,19 @@ impl Browser {
     }
 
     fn send(&mut self, method: &str, params: Value, session: Option<String>) -> Value {
+        match self.send_result(method, params, session) {
+            Ok(v) => v,
+            Err(e) => panic!("{method} failed: {e}"),
+        }
+    }
+
+    /// `send`, with Chromium's error answer returned instead of a panic.
+    fn send_result(
+        &mut self,
+        method: &str,
+        params: Value,
+        session: Option<String>,
+    ) -> Result<Value, Value> {
         self.next += 1;
         let id = self.next;
         let mut msg = json!({"id": id, "method": method, "params": params});
@@ -162,9 +175,9 @@ impl Browser {
             match self.from.recv_timeout(left) {
                 Ok(v) if v["id"] == id => {
                     if let Some(e) = v.get("error") {
-                        panic!("{method} failed: {e}");
+                        return Err(e.clone());
                     }
-                    return v["result"].clone();
+                    return Ok(v["result"].clone());
                 }
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => panic!("{method}: no answer in 60 s"),
@@ -225,12 +238,23 @@ impl Browser {
     pub fn wait_for(&mut self, js: &str, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            let r = self.call(
+            let s = self.session.clone();
+            // A form submission may still be replacing the document: Chromium then answers
+            // "Inspected target navigated or closed" (or a destroyed context), which only
+            // means "not yet".
+            match self.send_result(
                 "Runtime.evaluate",
                 json!({"expression": js, "returnByValue": true}),
-            );
-            if r["result"]["value"] == Value::Bool(true) {
-                return true;
+                Some(s),
+            ) {
+                Ok(r) if r["result"]["value"] == Value::Bool(true) => return true,
+                Ok(_) => {}
+                Err(e) => {
+                    let m = e["message"].as_str().unwrap_or("");
+                    if !(m.contains("navigated or closed") || m.contains("context")) {
+                        panic!("Runtime.evaluate failed: {e}");
+                    }
+                }
             }
             if Instant::now() >= deadline {
                 return false;
