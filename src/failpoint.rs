@@ -6,7 +6,7 @@
 //! variable costs one atomic load per point. Points are named after the window they
 //! expose (`claim-labels`, `container-created`, `agent-output`, `commit-tree`, `failed`,
 //! `blocked-report`, `block-labels`, `land-pr`, `land-comment`, `land-labels`,
-//! `followup-reply`); `tests/it/e2e.rs` has one test per crash window and a seeded chaos
+//! `followup-reply`, `egress-up`); `tests/it/e2e.rs` has one test per crash window and a seeded chaos
 //! test that kills at random points and moments.
 //!
 //! Must not: be set by anything but a test or a person reproducing a crash.

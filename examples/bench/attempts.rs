@@ -640,7 +640,19 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         std::fs::write(&path, text.replace("egress:\n  mode: none\n", yaml))?;
         homes.push((name, home));
     }
-    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, Option<f64>)> {
+    // Seconds from the daemon's `elapsed_ms=` field of the first log line containing `what`.
+    let elapsed = |log: &str, what: &str| -> Option<f64> {
+        log.lines().filter(|l| l.contains(what)).find_map(|l| {
+            let at = l.find("elapsed_ms=")? + "elapsed_ms=".len();
+            l[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<f64>()
+                .ok()
+                .map(|ms| ms / 1e3)
+        })
+    };
+    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, [Option<f64>; 3])> {
         let store = Store::open(&polyphony_db(home))?;
         let id = format!("bench{pid}-{mode}-{n}");
         insert_task(&store, &id, &origin, body)?;
@@ -660,19 +672,15 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             "polyphony spawn --task {id} ({mode}) did not land (see {})",
             log.display()
         );
-        let setup = std::fs::read_to_string(&log)?
-            .lines()
-            .filter(|l| l.contains("egress network and proxy up"))
-            .find_map(|l| {
-                let at = l.find("elapsed_ms=")? + "elapsed_ms=".len();
-                l[at..]
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .map(|ms| ms / 1e3);
-        Ok((wall, setup))
+        let text = std::fs::read_to_string(&log)?;
+        Ok((
+            wall,
+            [
+                elapsed(&text, "egress network made beside the workspace"),
+                elapsed(&text, "egress network and proxy up"),
+                elapsed(&text, "egress proxy and network removed"),
+            ],
+        ))
     };
     eprintln!("egress: warm-up (builds the proxy image once) ...");
     for (mode, home) in &homes {
@@ -680,7 +688,9 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     }
     let mut allow = Vec::new();
     let mut open = Vec::new();
+    let mut network = Vec::new();
     let mut setup = Vec::new();
+    let mut teardown = Vec::new();
     for n in 1..=reps {
         eprintln!("egress: pair {n}/{reps} ...");
         let order: Vec<&(&str, PathBuf)> = if n % 2 == 1 {
@@ -689,10 +699,15 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             homes.iter().rev().collect()
         };
         for (mode, home) in order {
-            let (wall, s) = run(home, mode, n)?;
+            let (wall, [net, s, down]) = run(home, mode, n)?;
             if *mode == "allowlist" {
                 allow.push(wall);
+                network.push(
+                    net.context("no `egress network made beside the workspace` line in the log")?,
+                );
                 setup.push(s.context("no `egress network and proxy up` line in the log")?);
+                teardown
+                    .push(down.context("no `egress proxy and network removed` line in the log")?);
             } else {
                 open.push(wall);
             }
@@ -701,6 +716,8 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     let am = median(&mut allow.clone());
     let om = median(&mut open.clone());
     let sm = median(&mut setup.clone());
+    let nm = median(&mut network.clone());
+    let tm = median(&mut teardown.clone());
     let ratio = am / om;
     let all = |v: &[f64]| {
         let mut v = v.to_vec();
@@ -711,29 +728,47 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .join(", ")
     };
     let mut md = String::new();
-    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network and its egress proxy container, from the `polyphony-egress` image made of this binary, up before the agent and removed after it) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`.\n")?;
+    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network, made while the workspace is cloned, and its egress proxy container, from the `polyphony-egress` image made of this binary, started before the agent; both removed while the attempt is verified and landed) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`; the setup and teardown figures are the daemon's own (`-v` log, `elapsed_ms`).\n")?;
     writeln!(md, "| One no-op attempt | median | vs open |")?;
     writeln!(md, "|---|---|---|")?;
     writeln!(md, "| `egress: allowlist` | {am:.3} s | {ratio:.2}x |")?;
     writeln!(md, "| `egress: open` | {om:.3} s | 1.00x |")?;
     writeln!(
         md,
-        "| network + proxy setup (create the network, create the proxy, connect it to the outbound network, start it, wait for `ready`, read its address) | {:.0} ms | |",
+        "| setup on the critical path: the proxy (create it, connect it to the outbound network, start it, wait for `ready` while reading its address) | {:.0} ms | |",
         sm * 1e3
+    )?;
+    writeln!(
+        md,
+        "| the network (look for a leftover, create it; beside the workspace's clone, off the critical path) | {:.0} ms | |",
+        nm * 1e3
+    )?;
+    writeln!(
+        md,
+        "| network + proxy setup in all | {:.0} ms | |",
+        (sm + nm) * 1e3
+    )?;
+    writeln!(
+        md,
+        "| teardown (remove the stopped proxy and the network; beside verification and landing, off the critical path) | {:.0} ms | |",
+        tm * 1e3
     )?;
     writeln!(md)?;
     writeln!(
         md,
-        "All runs (s): allowlist {}; open {}; setup {}.\n",
+        "All runs (s): allowlist {}; open {}; proxy setup {}; network {}; teardown {}.\n",
         all(&allow),
         all(&open),
-        all(&setup)
+        all(&setup),
+        all(&network),
+        all(&teardown)
     )?;
     writeln!(
         md,
-        "Targets (issue 25): at most 1.2x `open`: **{}** ({ratio:.2}x); setup under 300 ms: **{}** ({:.0} ms).",
+        "Targets (issue 25): at most 1.2x `open`: **{}** ({ratio:.2}x); network + proxy setup under 300 ms: **{}** ({:.0} ms in all, {:.0} ms of it on the critical path).",
         if ratio <= 1.2 { "met" } else { "missed" },
-        if sm < 0.3 { "met" } else { "missed" },
+        if sm + nm < 0.3 { "met" } else { "missed" },
+        (sm + nm) * 1e3,
         sm * 1e3
     )?;
     Ok(md)

@@ -67,6 +67,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         daemon_running: crate::home::DaemonLock::is_held(&ctx.home),
     };
     let plan = cleanup::plan(&facts, args.all);
+    let kept = cleanup::kept_attempt_prefixes(&facts, &plan);
     let workspaces = WorkspaceManager::new(config.workspace_root(), config.mirror_root());
     let mut report = super::block_on(cleanup::execute(
         plan,
@@ -74,6 +75,21 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         &workspaces,
         args.dry_run,
     ))?;
+    // Issue 25/26: a gateway key a killed daemon left before its proxy read it, and the
+    // gateway directories of attempts that are over. Only with no daemon running (it may be
+    // starting a proxy) and with the engine answering (so the live attempts are known).
+    if !args.dry_run && !facts.daemon_running && docker_error.is_none() {
+        let swept = crate::orchestrator::gateway::sweep_stale(&ctx.home, |name| {
+            kept.iter().any(|prefix| name.starts_with(prefix))
+        });
+        if !swept.is_empty() {
+            eprintln!(
+                "removed {} leftover(s) of the model-API gateway under {}",
+                swept.len(),
+                ctx.home.join("run").join("gateway").display()
+            );
+        }
+    }
     if let Some(e) = docker_error {
         report.errors.push(format!(
             "containers not checked: {e}; start the engine and run cleanup again"

@@ -36,18 +36,23 @@ pub fn names(task_id: &str, attempt: u32, home_label: &str) -> (String, String) 
     )
 }
 
+/// The labels of an attempt's network and proxy: home, task, attempt and role `egress`.
+pub fn labels(task_id: &str, attempt: u32, home_label: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_TASK.to_string(), task_id.to_string()),
+        (LABEL_ATTEMPT.to_string(), attempt.to_string()),
+        (LABEL_HOME.to_string(), home_label.to_string()),
+        (LABEL_ROLE.to_string(), Role::Egress.as_str().to_string()),
+    ])
+}
+
 /// The attempt's network and proxy when its egress is `allowlist`; `None` otherwise.
 pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
     if run.egress.mode != EgressMode::Allowlist {
         return None;
     }
     let (network, proxy_name) = names(&run.task_id, run.attempt, home_label);
-    let labels = BTreeMap::from([
-        (LABEL_TASK.to_string(), run.task_id.clone()),
-        (LABEL_ATTEMPT.to_string(), run.attempt.to_string()),
-        (LABEL_HOME.to_string(), home_label.to_string()),
-        (LABEL_ROLE.to_string(), Role::Egress.as_str().to_string()),
-    ]);
+    let labels = labels(&run.task_id, run.attempt, home_label);
     let config = ProxyConfig {
         allow: run.egress.allow.clone(),
         // Checked at config load; an address that does not parse is left out.

@@ -557,6 +557,24 @@ async fn reconcile(
         }
         Err(e) => tracing::warn!(error = %e, "cannot list this home's networks"),
     }
+    // The model-API gateway's directories (issue 25/26): a key a killed daemon wrote for a
+    // proxy that never started, and the directories of attempts that are over. A resumed
+    // attempt keeps its directories (its budget file), without the key.
+    let kept: Vec<String> = resumed
+        .iter()
+        .map(|(task, attempt)| {
+            format!(
+                "{}-",
+                crate::runtime::container_spec::container_name(task, *attempt, None)
+            )
+        })
+        .collect();
+    let swept = super::gateway::sweep_stale(orch.home(), |name| {
+        kept.iter().any(|prefix| name.starts_with(prefix))
+    });
+    for path in swept {
+        tracing::info!(path = %path.display(), "removed a leftover of the model-API gateway");
+    }
     // Side effects at the source a kill left half-done (issue 19).
     if let Err(e) = super::intents::finish_pending(orch, store).await {
         tracing::warn!(error = %format!("{e:#}"), "cannot finish pending intents");

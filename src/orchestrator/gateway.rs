@@ -289,6 +289,34 @@ pub(crate) fn remove_proxy_dir(home: &Path, proxy_name: &str) {
     }
 }
 
+/// Sweeps `<home>/run/gateway/` of what attempts left behind (issue 25/26): a daemon
+/// killed between writing a proxy's key and the proxy reading it leaves the key on disk.
+/// Directories `keep` says are a live attempt's lose only their key (their proxy read it
+/// before it said `ready`, and their agent started after that); every other directory
+/// goes. Call it only when no attempt of this home is starting (daemon start, `cleanup`
+/// with no daemon running). Returns the paths removed.
+pub(crate) fn sweep_stale(home: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let root = home.join("run").join("gateway");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let gone = if keep(&name) {
+            let key = path.join(gateway::spec::CREDENTIAL_FILE);
+            std::fs::remove_file(&key).is_ok().then_some(key)
+        } else if path.is_dir() {
+            std::fs::remove_dir_all(&path).is_ok().then_some(path)
+        } else {
+            std::fs::remove_file(&path).is_ok().then_some(path)
+        };
+        removed.extend(gone);
+    }
+    removed
+}
+
 /// The next UTC midnight after `now`: when a daily budget resets.
 pub(crate) fn next_day(now: DateTime<Utc>) -> DateTime<Utc> {
     crate::identity_policy::utc_day_start(now) + chrono::Duration::days(1)
@@ -596,6 +624,25 @@ pub(crate) fn write_budget(path: &Path, daily_left_usd: Option<f64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sweep_keeps_live_attempts_directories_without_their_key() {
+        let home = tempfile::tempdir().unwrap();
+        for name in ["polyphony-a-1-0123abcd-egress", "polyphony-b-2-0123abcd-egress"] {
+            let dir = proxy_dir(home.path(), name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(gateway::spec::CREDENTIAL_FILE), "sk\n").unwrap();
+            std::fs::write(dir.join(gateway::spec::BUDGET_FILE), "{}").unwrap();
+        }
+        let removed = sweep_stale(home.path(), |name| name.starts_with("polyphony-a-1-"));
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        let live = proxy_dir(home.path(), "polyphony-a-1-0123abcd-egress");
+        assert!(!live.join(gateway::spec::CREDENTIAL_FILE).exists());
+        assert!(live.join(gateway::spec::BUDGET_FILE).exists());
+        assert!(!proxy_dir(home.path(), "polyphony-b-2-0123abcd-egress").exists());
+        // Nothing to sweep: no error, nothing removed.
+        assert!(sweep_stale(&home.path().join("missing"), |_| false).is_empty());
+    }
 
     #[test]
     fn live_spend_gives_each_attempt_what_the_identitys_others_metered() {

@@ -52,6 +52,9 @@ pub struct DockerRuntime {
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
     /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
+    /// Egress networks `egress_network` made ahead of their proxy and no `egress_up` has
+    /// used yet (issue 25): `egress_up` of such a network only starts the proxy.
+    early_networks: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl DockerRuntime {
@@ -70,6 +73,7 @@ impl DockerRuntime {
             staged: Arc::default(),
             proxy_image: Arc::default(),
             proxy_binary: None,
+            early_networks: Arc::default(),
         }
     }
 
@@ -184,8 +188,38 @@ impl DockerRuntime {
         }
     }
 
-    async fn start_proxy(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
-        let image = self.proxy_image().await?;
+    /// Creates the attempt's internal network (issue 25), replacing a leftover of this home
+    /// under its name (a crash). Engines before API 1.44 create a second network of the
+    /// same name instead of refusing one, so the name is looked up first.
+    async fn create_egress_network(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.remove_network_and_members(name).await?;
+        let request = bollard::models::NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".into()),
+            internal: Some(true),
+            // No address for the host on this bridge: `--internal` alone still lets a
+            // container reach host listeners on other interfaces' addresses (the INPUT
+            // chain; tests/it/egress.rs), so the host must not be on this network at all.
+            options: Some(HashMap::from([(
+                "com.docker.network.bridge.inhibit_ipv4".to_string(),
+                "true".to_string(),
+            )])),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        let created = self.docker.create_network(request).await;
+        crate::metrics::egress_network(created.is_ok());
+        created.map_err(|e| engine("create egress network", e))?;
+        Ok(())
+    }
+
+    /// Creates the proxy container of `plan` on its network; a leftover of this home under
+    /// its name (a crash) is removed and the create tried again.
+    async fn create_proxy(&self, plan: &EgressPlan, image: String) -> Result<String, RuntimeError> {
         let host_config = HostConfig {
             network_mode: Some(plan.network.clone()),
             extra_hosts: Some(plan.resolver_hosts.clone()),
@@ -230,12 +264,23 @@ impl DockerRuntime {
         let options = CreateContainerOptionsBuilder::default()
             .name(&plan.proxy_name)
             .build();
-        let created = self
+        let mut created = self
             .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| engine("create egress proxy", e))?;
-        let id = created.id;
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if matches!(&created, Err(e) if is_status(e, 409)) {
+            self.remove(&plan.proxy_name).await?;
+            created = self.docker.create_container(Some(options), body).await;
+        }
+        Ok(created.map_err(|e| engine("create egress proxy", e))?.id)
+    }
+
+    async fn start_proxy(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
+        let mut steps = Steps::start();
+        let image = self.proxy_image().await?;
+        steps.mark("image");
+        let id = self.create_proxy(plan, image).await?;
+        steps.mark("create");
         let connect = bollard::models::NetworkConnectRequest {
             container: id.clone(),
             endpoint_config: None,
@@ -244,8 +289,11 @@ impl DockerRuntime {
             .connect_network(&plan.outbound, connect)
             .await
             .map_err(|e| engine("connect the egress proxy to its outbound network", e))?;
+        steps.mark("connect");
         self.start(&id).await?;
-        // Ready when it says so (it binds before writing `ready`).
+        steps.mark("start");
+        // Ready when it says so (it binds before writing `ready`); its address is read
+        // meanwhile (the engine assigned it at the start).
         let ready = tokio::time::timeout(PROXY_READY_TIMEOUT, async {
             let mut logs = self.logs(&id, None);
             let mut seen = Vec::new();
@@ -263,28 +311,32 @@ impl DockerRuntime {
                     String::from_utf8_lossy(&seen).trim()
                 ),
             })
-        })
-        .await
-        .map_err(|_| RuntimeError::Engine {
+        });
+        let address = async {
+            let inspect = self
+                .docker
+                .inspect_container(&id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| engine("inspect egress proxy", e))?;
+            inspect
+                .network_settings
+                .and_then(|n| n.networks)
+                .and_then(|mut n| n.remove(&plan.network))
+                .and_then(|e| e.ip_address)
+                .and_then(|ip| ip.parse().ok())
+                .ok_or_else(|| RuntimeError::Engine {
+                    op: "inspect egress proxy",
+                    message: format!("the proxy has no address on {}", plan.network),
+                })
+        };
+        let (ready, proxy_ip) = tokio::join!(ready, address);
+        ready.map_err(|_| RuntimeError::Engine {
             op: "start egress proxy",
             message: format!("the proxy did not listen within {PROXY_READY_TIMEOUT:?}"),
-        })?;
-        ready?;
-        let inspect = self
-            .docker
-            .inspect_container(&id, None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| engine("inspect egress proxy", e))?;
-        let proxy_ip = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .and_then(|mut n| n.remove(&plan.network))
-            .and_then(|e| e.ip_address)
-            .and_then(|ip| ip.parse().ok())
-            .ok_or_else(|| RuntimeError::Engine {
-                op: "inspect egress proxy",
-                message: format!("the proxy has no address on {}", plan.network),
-            })?;
+        })??;
+        let proxy_ip = proxy_ip?;
+        steps.mark("ready");
+        tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress proxy started");
         Ok(EgressEndpoint {
             proxy_id: id,
             proxy_ip,
@@ -410,6 +462,36 @@ impl DockerRuntime {
             host_config: Some(host_config),
             ..Default::default()
         })
+    }
+}
+
+/// Milliseconds per step of a proxy's start, for the daemon's debug log.
+struct Steps {
+    last: std::time::Instant,
+    done: Vec<(&'static str, u128)>,
+}
+
+impl Steps {
+    fn start() -> Steps {
+        Steps {
+            last: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        let now = std::time::Instant::now();
+        self.done.push((step, (now - self.last).as_millis()));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, ms)) in self.done.iter().enumerate() {
+            write!(f, "{}{step} {ms} ms", if i == 0 { "" } else { ", " })?;
+        }
+        Ok(())
     }
 }
 
@@ -597,32 +679,45 @@ impl WorkerRuntime for DockerRuntime {
         })
     }
 
+    fn egress_network<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let (made, image) =
+                tokio::join!(self.create_egress_network(name, labels), self.proxy_image());
+            made?;
+            image?;
+            if let Ok(mut early) = self.early_networks.lock() {
+                early.insert(name.to_string());
+            }
+            Ok(())
+        })
+    }
+
     fn egress_up<'a>(
         &'a self,
         plan: &'a EgressPlan,
     ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
         Box::pin(async move {
-            // Leftovers of an earlier try of this attempt (a crash): the proxy, then the
-            // network with whatever of this home is still on it.
-            self.remove(&plan.proxy_name).await?;
-            self.remove_network_and_members(&plan.network).await?;
-            let request = bollard::models::NetworkCreateRequest {
-                name: plan.network.clone(),
-                driver: Some("bridge".into()),
-                internal: Some(true),
-                // No address for the host on this bridge: `--internal` alone still lets a
-                // container reach host listeners on other interfaces' addresses (the INPUT
-                // chain; tests/it/egress.rs), so the host must not be on this network at all.
-                options: Some(HashMap::from([(
-                    "com.docker.network.bridge.inhibit_ipv4".to_string(),
-                    "true".to_string(),
-                )])),
-                labels: Some(plan.labels.clone().into_iter().collect()),
-                ..Default::default()
-            };
-            let created = self.docker.create_network(request).await;
-            crate::metrics::egress_network(created.is_ok());
-            created.map_err(|e| engine("create egress network", e))?;
+            let early = self
+                .early_networks
+                .lock()
+                .map(|mut e| e.remove(&plan.network))
+                .unwrap_or(false);
+            if !early {
+                // The image is looked at (once per process) while the network is made.
+                let (made, image) = tokio::join!(
+                    self.create_egress_network(&plan.network, &plan.labels),
+                    self.proxy_image()
+                );
+                made?;
+                if let Err(e) = image {
+                    let _ = self.remove_network_and_members(&plan.network).await;
+                    return Err(e);
+                }
+            }
             match self.start_proxy(plan).await {
                 Ok(endpoint) => Ok(endpoint),
                 Err(e) => {
@@ -634,11 +729,7 @@ impl WorkerRuntime for DockerRuntime {
         })
     }
 
-    fn egress_down<'a>(
-        &'a self,
-        proxy: &'a str,
-        network: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
+    fn egress_stop<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
         Box::pin(async move {
             let mut out = Vec::new();
             match self.kill(proxy).await {
@@ -655,10 +746,21 @@ impl WorkerRuntime for DockerRuntime {
                     Err(e) => return Err(e),
                 }
             }
-            drop(logs);
-            self.remove(proxy).await?;
-            self.remove_network_and_members(network).await?;
             Ok(out)
+        })
+    }
+
+    fn egress_remove<'a>(
+        &'a self,
+        proxy: &'a str,
+        network: &'a str,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            if let Ok(mut early) = self.early_networks.lock() {
+                early.remove(network);
+            }
+            self.remove(proxy).await?;
+            self.remove_network_and_members(network).await
         })
     }
 
@@ -690,7 +792,12 @@ impl WorkerRuntime for DockerRuntime {
     }
 
     fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move { self.remove_network_and_members(name).await })
+        Box::pin(async move {
+            if let Ok(mut early) = self.early_networks.lock() {
+                early.remove(name);
+            }
+            self.remove_network_and_members(name).await
+        })
     }
 
     fn host_address<'a>(

@@ -205,8 +205,23 @@ pub trait WorkerRuntime: Send + Sync {
 
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>>;
 
-    /// Creates the attempt's internal network and starts its proxy (replacing leftovers of
-    /// this home under the same names); returns once the proxy listens.
+    /// Creates an attempt's internal network ahead of its proxy (replacing a leftover of
+    /// this home under the name) and readies what the proxy needs (its image), so that a
+    /// later `egress_up` of a plan on this network only starts the proxy. The pipeline
+    /// calls it beside the workspace's preparation, off the attempt's critical path.
+    /// Runtimes that make no networks do nothing here.
+    fn egress_network<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (name, labels);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Creates the attempt's internal network (unless `egress_network` just made it) and
+    /// starts its proxy (replacing leftovers of this home under the same names); returns
+    /// once the proxy listens.
     fn egress_up<'a>(
         &'a self,
         plan: &'a EgressPlan,
@@ -220,15 +235,35 @@ pub trait WorkerRuntime: Send + Sync {
         })
     }
 
-    /// Stops the proxy, returns its log (stdout: one JSON event per line), removes it and
-    /// the network. Missing pieces are not an error (an empty log then).
+    /// Stops the proxy and returns its log (stdout: one JSON event per line), leaving the
+    /// stopped container and the network for [`WorkerRuntime::egress_remove`]. A missing
+    /// proxy is not an error (an empty log then).
+    fn egress_stop<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
+        let _ = proxy;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Removes the (stopped) proxy and the network. Missing pieces are not an error.
+    fn egress_remove<'a>(
+        &'a self,
+        proxy: &'a str,
+        network: &'a str,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (proxy, network);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// [`WorkerRuntime::egress_stop`], then [`WorkerRuntime::egress_remove`]: the log.
     fn egress_down<'a>(
         &'a self,
         proxy: &'a str,
         network: &'a str,
     ) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
-        let _ = (proxy, network);
-        Box::pin(async { Ok(Vec::new()) })
+        Box::pin(async move {
+            let log = self.egress_stop(proxy).await?;
+            self.egress_remove(proxy, network).await?;
+            Ok(log)
+        })
     }
 
     /// Networks carrying every given `key=value` label.

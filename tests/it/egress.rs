@@ -306,3 +306,343 @@ echo "docker_socket=$(r test -e /var/run/docker.sock -o -e /run/docker.sock)"
         assert!(!out.status.success(), "proxy {name} left behind");
     }
 }
+
+/// The host's address on Docker's `bridge`: its gateway, or (the engine's default bridge
+/// lists only a subnet) the subnet's first address, which the engine gives the host.
+fn bridge_gateway() -> IpAddr {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Gateway}} {{.Subnet}}{{end}}",
+            "bridge",
+        ])
+        .output()
+        .expect("docker");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    let first = words.next().unwrap_or_default();
+    if let Ok(ip) = first.parse() {
+        return ip;
+    }
+    let subnet = if first.contains('/') {
+        first
+    } else {
+        words.next().unwrap_or_default()
+    };
+    let base: std::net::Ipv4Addr = subnet
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("the bridge network's subnet: {text}"));
+    IpAddr::V4(std::net::Ipv4Addr::from(u32::from(base) + 1))
+}
+
+/// The daemon's HTTP API (the real router, over a real queue file) listening on every host
+/// address, as `http.listen: 0.0.0.0:PORT` makes it: an agent behind its proxy reaches it at
+/// none of them, directly or through the proxy, while a container on Docker's `bridge` (where
+/// agents ran before issue 25) reaches it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_http_api_is_unreachable_from_an_attempt() {
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let image = support::docker::image(&rt).await;
+    let rt: DockerRuntime = rt.with_proxy_binary(BIN);
+    let pid = std::process::id();
+    let label = format!("egressapi{pid:07x}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("queue.db");
+    polyphony::store::Store::open(&db).expect("queue");
+    let settings = crate::http::settings(db, Some("api-token-egress-it"), true);
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind");
+    let api = listener.local_addr().unwrap().port();
+    tokio::spawn(polyphony::http::serve(
+        listener,
+        settings,
+        std::future::pending(),
+    ));
+    let out = Net::create(&format!("polyphony-it-egress-api-{pid}"), false);
+    let config = ProxyConfig {
+        allow: vec!["model.test:443".to_string()],
+        ..ProxyConfig::default()
+    };
+    let one = plan(&label, 1, &out.name, &config);
+    let up = rt.egress_up(&one).await.expect("egress up");
+    let env = polyphony::egress::agent_env(up.proxy_ip);
+    let bridge = bridge_gateway();
+    let gw = out.gateway;
+    let proxy = up.proxy_ip;
+    // `h` prints ok when an HTTP answer (any status) comes back from the API.
+    let probe_script = |through_proxy: bool| {
+        let via = if through_proxy {
+            format!(
+                r#"echo "proxy_bridge=$(printf 'CONNECT {bridge}:{api} HTTP/1.1\r\n\r\n' | nc -w 3 {proxy} 3128 | head -1 | tr -d '\r')"
+echo "proxy_host_name=$(printf 'CONNECT host.docker.internal:{api} HTTP/1.1\r\n\r\n' | nc -w 3 {proxy} 3128 | head -1 | tr -d '\r')"
+echo "proxy_forward=$(printf 'GET http://{bridge}:{api}/api/v1/health HTTP/1.1\r\nHost: {bridge}:{api}\r\n\r\n' | nc -w 3 {proxy} 3128 | head -1 | tr -d '\r')"
+unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy
+"#
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"{via}
+h() {{ if printf 'GET /api/v1/health HTTP/1.0\r\n\r\n' | nc -w 3 "$1" {api} | head -1 | grep -q '^HTTP/'; then echo ok; else echo fail; fi; }}
+echo "api_bridge=$(h {bridge})"
+echo "api_outbound_gateway=$(h {gw})"
+"#
+        )
+    };
+    let confined = probe(&image, &one.network, &env, &probe_script(true));
+    // The control: the same probe from Docker's `bridge`, where agents ran before.
+    let control = probe(&image, "bridge", &[], &probe_script(false));
+    let log = rt
+        .egress_down(&one.proxy_name, &one.network)
+        .await
+        .expect("egress down");
+    let report = EgressReport::from_log(&log);
+    assert_eq!(
+        line(&control, "api_bridge"),
+        "ok",
+        "the control failed: a container on Docker's bridge should reach a host listener on {bridge}:{api} (is a host firewall dropping it?)\n{control}"
+    );
+    for key in ["api_bridge", "api_outbound_gateway"] {
+        assert_eq!(line(&confined, key), "fail", "{key}: {confined}");
+    }
+    for key in ["proxy_bridge", "proxy_host_name", "proxy_forward"] {
+        assert!(
+            line(&confined, key).starts_with("HTTP/1.1 403"),
+            "{key}: {confined}"
+        );
+    }
+    let reasons: Vec<(&str, &str)> = report
+        .refused
+        .iter()
+        .map(|r| (r.host.as_str(), r.reason.as_str()))
+        .collect();
+    let bridge_text = bridge.to_string();
+    assert!(
+        reasons.contains(&(bridge_text.as_str(), "ip_literal")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("host.docker.internal", "not_allowed")),
+        "{reasons:?}"
+    );
+}
+
+/// This home's egress networks (label `polyphony.home`).
+fn networks_of(label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=polyphony.home={label}"),
+        ])
+        .output()
+        .expect("docker network ls");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A PR shepherd follow-up runs under the same confinement as the attempt that opened the
+/// pull request: its agent is on an internal network of its own whose one exit is its
+/// proxy (the daemon brings them up and down for the follow-up's task, and its RunSpec
+/// says `allowlist`), and nothing of it is left once it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pr_shepherd_follow_up_runs_behind_its_own_proxy() {
+    use support::fake_github::{FakeGithub, NewIssue};
+    use support::home::{output, Home, Origin};
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    let origin = Origin::new();
+    let fake = FakeGithub::start().await;
+    let repo = "acme/calc-egress";
+    fake.add_repo(repo, &origin.url(), "main");
+    fake.set_permission(repo, "alice", "write");
+    let n = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add()")
+            .body(&format!(
+                "`add 2 3` prints -1.\n\npolyphony-fake: succeed\n{}\n",
+                polyphony::demo::FIX_DIRECTIVE
+            ))
+            .labels(&["agent-ready"]),
+    );
+    let (dir, path) = Home::temp();
+    polyphony::demo::write_home(&path, dir.path(), &image).expect("home");
+    std::fs::write(
+        path.join("config.yaml"),
+        format!(
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 2\ndefault_identity: demo\negress:\n  mode: allowlist\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\nverify:\n  timeout: 1m\nshepherd:\n  enabled: true\n"
+        ),
+    )
+    .expect("config.yaml");
+    std::fs::write(
+        path.join("routing.yaml"),
+        "default:\n  agent: claude\n  fallback: []\n",
+    )
+    .expect("routing.yaml");
+    let home = Home::at(dir, path, Some(&fake));
+    let issue = format!("{repo}#{n}");
+    let out = home.run(&["spawn", &issue]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let v = home.task(&issue).await;
+    let pr = v["pull"]["number"]
+        .as_u64()
+        .expect("a watched pull request");
+    fake.add_review_comment_as(
+        repo,
+        pr,
+        "alice",
+        "calc.sh",
+        5,
+        "Please document add() above it.\n\npolyphony-fake-sed: calc.sh 1a # add A B: prints A + B",
+    );
+    let out = home.run(&["-v", "daemon", "--exit-when-idle"]).await;
+    assert!(out.status.success(), "daemon: {}", output(&out));
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v = home.task(&issue).await;
+    let followups = v["followups"].as_array().cloned().unwrap_or_default();
+    assert_eq!(followups.len(), 1, "{v:#}");
+    let id = followups[0]["task_id"].as_str().expect("id").to_string();
+    let f = home.task(&id).await;
+    assert_eq!(f["task"]["state"], "LANDED", "{f:#}");
+    // The daemon brought up the follow-up's own internal network and proxy ...
+    let (network, _) = polyphony::egress::names(&id, 1, &home.label);
+    let up = log
+        .lines()
+        .find(|l| l.contains("egress network and proxy up") && l.contains(&id))
+        .unwrap_or_else(|| panic!("no egress network for the follow-up {id}:\n{log}"));
+    assert!(up.contains(&network), "{up}");
+    // ... ran the follow-up's agent under `allowlist` (its recorded RunSpec) ...
+    let spec: String = home
+        .db()
+        .query_row(
+            "SELECT run_spec FROM attempts WHERE task_id = ?1 AND attempt = 1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("the follow-up's attempt");
+    let spec: serde_json::Value = serde_json::from_str(&spec).expect("run_spec");
+    assert_eq!(spec["egress"]["mode"], "allowlist", "{spec:#}");
+    // ... removed that network and proxy once it ended ...
+    assert!(
+        log.lines()
+            .any(|l| l.contains("egress proxy and network removed")
+                && l.contains(&id)
+                && l.contains(&network)),
+        "{log}"
+    );
+    // ... and nothing of it is left.
+    assert!(home.containers().is_empty(), "containers left");
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+}
+
+/// The gateway keys (issue 26) on disk under `home/run/gateway/`, and its directories.
+fn gateway_leftovers(home: &std::path::Path) -> (Vec<std::path::PathBuf>, Vec<String>) {
+    let root = home.join("run").join("gateway");
+    let mut keys = Vec::new();
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        dirs.push(entry.file_name().to_string_lossy().into_owned());
+        let key = entry.path().join("credential");
+        if key.exists() {
+            keys.push(key);
+        }
+    }
+    (keys, dirs)
+}
+
+/// A daemon killed after an attempt's gateway key is written for its proxy and before the
+/// proxy read it (the `egress-up` failpoint: SIGKILL, as `kill -9`) leaves the key on disk;
+/// `cleanup` sweeps it, and so does the next daemon start (whose retry then lands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_key_left_by_a_killed_daemon_is_swept_by_cleanup_and_at_start() {
+    use std::os::unix::process::ExitStatusExt;
+    use support::home::{output, Home, Origin};
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    let origin = Origin::new();
+    let (dir, path) = Home::temp();
+    polyphony::demo::write_home(&path, dir.path(), &image).expect("home");
+    std::fs::write(
+        path.join("config.yaml"),
+        format!(
+            "poll_interval: 30s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\negress:\n  mode: allowlist\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
+        ),
+    )
+    .expect("config.yaml");
+    let identities = std::fs::read_to_string(path.join("identities.yaml")).expect("identities");
+    std::fs::write(
+        path.join("identities.yaml"),
+        format!("{identities}    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_EGRESS_IT_KEY\n"),
+    )
+    .expect("identities.yaml");
+    std::fs::write(
+        path.join("routing.yaml"),
+        "default:\n  agent: claude\n  fallback: []\n",
+    )
+    .expect("routing.yaml");
+    let home = Home::at(dir, path.clone(), None).with_env(
+        "POLYPHONY_EGRESS_IT_KEY",
+        "sk-ant-egress-it-0123456789abcdef",
+    );
+    let body = format!(
+        "`add 2 3` prints -1.\n\npolyphony-fake: succeed\n{}\n",
+        polyphony::demo::FIX_DIRECTIVE
+    );
+    let killed_in_the_window = |id: String| {
+        let home = &home;
+        async move {
+            let args = ["spawn", "--task", id.as_str()];
+            let mut cmd = home.cmd(&args);
+            cmd.env(polyphony::failpoint::ENV, "egress-up");
+            let out = home.finish(cmd, &args).await;
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGKILL),
+                "expected a kill at `egress-up`: {}",
+                output(&out)
+            );
+            let (keys, _) = gateway_leftovers(&home.path);
+            assert_eq!(keys.len(), 1, "the key the killed daemon left: {keys:?}");
+        }
+    };
+
+    let first = home.enqueue(&origin, &body, "Fix add()").await;
+    killed_in_the_window(first.clone()).await;
+    let out = home.run(&["cleanup"]).await;
+    assert!(out.status.success(), "cleanup: {}", output(&out));
+    let (keys, dirs) = gateway_leftovers(&path);
+    assert!(
+        keys.is_empty() && dirs.is_empty(),
+        "cleanup left {keys:?} {dirs:?}"
+    );
+
+    let second = home.enqueue(&origin, &body, "Fix add() again").await;
+    killed_in_the_window(second.clone()).await;
+    let out = home.run(&["daemon", "--exit-when-idle"]).await;
+    assert!(out.status.success(), "daemon: {}", output(&out));
+    for id in [&first, &second] {
+        let v = home.task(id).await;
+        assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+    }
+    let (keys, dirs) = gateway_leftovers(&path);
+    assert!(
+        keys.is_empty() && dirs.is_empty(),
+        "the daemon start left {keys:?} {dirs:?}"
+    );
+    assert!(home.containers().is_empty(), "containers left");
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+}

@@ -211,6 +211,28 @@ pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
     out
 }
 
+/// Name prefixes (`polyphony-<key>-<attempt>-`) of the attempts whose containers `plan`
+/// keeps: their directories under `<home>/run/gateway/` stay (issue 25/26). Pure.
+pub fn kept_attempt_prefixes(facts: &Facts, plan: &CleanupPlan) -> Vec<String> {
+    let removed: BTreeSet<&str> = plan.containers.iter().map(|c| c.id.as_str()).collect();
+    let mut out: Vec<String> = facts
+        .containers
+        .iter()
+        .filter(|c| !removed.contains(c.id.as_str()))
+        .filter_map(|c| {
+            let name = crate::runtime::container_spec::container_name(
+                c.task.as_deref()?,
+                c.attempt?,
+                None,
+            );
+            Some(format!("{name}-"))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Which of `items` (containers, or networks) to remove: the same ownership rule for both.
 fn plan_owned(
     facts: &Facts,

@@ -83,6 +83,13 @@ fn explain_refusals(
     });
 }
 
+/// The attempt's egress network, made while the workspace is prepared (issue 25): only
+/// the proxy is left to start when the agent's stage comes.
+pub(super) struct EarlyNetwork {
+    name: String,
+    made: tokio::task::JoinHandle<Result<(), crate::runtime::RuntimeError>>,
+}
+
 /// How the agent's container is followed: started fresh, or re-attached after a restart
 /// (its id and the events already stored).
 enum Follow {
@@ -109,6 +116,95 @@ impl AttemptRun<'_> {
             return cap;
         };
         crate::agents::cost_room(cap, ceiling, spent)
+    }
+
+    /// Begins making this attempt's egress network (`WorkerRuntime::egress_network`) while
+    /// the workspace is prepared, when some agent profile runs under `egress: allowlist`
+    /// (the one routed to may not: the network is removed again, [`Self::take_early_network`]).
+    pub(super) fn egress_early(&mut self) {
+        let allowlist = self
+            .orch
+            .config
+            .agents()
+            .iter()
+            .any(|a| a.egress.mode == crate::domain::EgressMode::Allowlist);
+        if !allowlist {
+            return;
+        }
+        let home = &self.orch.home_label;
+        let (name, _) = crate::egress::names(&self.task.id, self.attempt, home);
+        let labels = crate::egress::labels(&self.task.id, self.attempt, home);
+        let rt = self.orch.runtime.clone();
+        let network = name.clone();
+        let task = self.task.id.clone();
+        let made = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let made = rt.egress_network(&network, &labels).await;
+            if made.is_ok() {
+                tracing::info!(%task, %network, elapsed_ms = started.elapsed().as_millis() as u64, "egress network made beside the workspace");
+            }
+            made
+        });
+        self.early_network = Some(EarlyNetwork { name, made });
+    }
+
+    /// Waits for the early network: kept when `plan` runs on it, else removed after the
+    /// attempt ([`Self::teardown`]). A network that failed early is made again by
+    /// `egress_up`.
+    async fn take_early_network(&mut self, plan: Option<&crate::runtime::EgressPlan>) {
+        let Some(early) = self.early_network.take() else {
+            return;
+        };
+        let made = early.made.await;
+        let used = plan.is_some_and(|p| p.network == early.name);
+        match made {
+            Ok(Ok(())) if used => {}
+            Ok(Err(e)) if used => {
+                tracing::debug!(task = %self.task.id, network = %early.name, error = %e, "the early egress network failed; it is made again with the proxy");
+            }
+            _ => self.teardown(None, early.name),
+        }
+    }
+
+    /// Removes the attempt's egress proxy (when given) and network in the background; the
+    /// attempt waits for it only once its result is recorded ([`Self::settle`]). A daemon
+    /// killed before it finishes leaves them to reconciliation and `cleanup`.
+    fn teardown(&self, proxy: Option<String>, network: String) {
+        let rt = self.orch.runtime.clone();
+        let task = self.task.id.clone();
+        let handle = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let removed = match &proxy {
+                Some(proxy) => rt.egress_remove(proxy, &network).await,
+                None => rt.remove_network(&network).await,
+            };
+            match removed {
+                Ok(()) => {
+                    tracing::info!(%task, %network, elapsed_ms = started.elapsed().as_millis() as u64, "egress proxy and network removed");
+                }
+                Err(e) => {
+                    tracing::warn!(%task, %network, error = %e, "cannot remove the attempt's egress proxy or network; cleanup will");
+                }
+            }
+        });
+        self.teardowns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(handle);
+    }
+
+    /// Finishes the attempt's teardowns (and removes an early network no stage took).
+    pub(super) async fn settle(&mut self) {
+        self.take_early_network(None).await;
+        let handles = std::mem::take(
+            &mut *self
+                .teardowns
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for handle in handles {
+            let _ = handle.await;
+        }
     }
 
     pub(super) fn previous_failures(&self) -> Vec<CheckEvidence> {
@@ -152,6 +248,9 @@ impl AttemptRun<'_> {
         // `open`/`none`); the container gets a placeholder. A re-attached attempt keeps the
         // proxy, and with it its gateway.
         let mut egress = crate::egress::plan(spec, &self.orch.home_label);
+        if reattach.is_none() {
+            self.take_early_network(egress.as_ref()).await;
+        }
         let home = self.orch.home().to_path_buf();
         let scratch =
             crate::orchestrator::gateway::proxy_dir(&home, &format!("{}-agent", container.name));
@@ -193,6 +292,9 @@ impl AttemptRun<'_> {
                     self.orch.now(),
                 )?;
                 if let Some(plan) = &egress {
+                    // The window where a gateway's key is on disk for a proxy not started yet
+                    // (swept at the next daemon start and by `cleanup`).
+                    crate::failpoint::hit("egress-up");
                     let started = std::time::Instant::now();
                     let endpoint = match rt.egress_up(plan).await {
                         Ok(e) => e,
@@ -341,15 +443,14 @@ impl AttemptRun<'_> {
         spec: &RunSpec,
         plan: &crate::runtime::EgressPlan,
     ) -> Option<crate::egress::EgressReport> {
-        let log = match self
-            .orch
-            .runtime
-            .egress_down(&plan.proxy_name, &plan.network)
-            .await
-        {
+        // The log is read now (it decides the attempt's events and failure reason); the
+        // stopped proxy and the network are removed off the critical path.
+        let stopped = self.orch.runtime.egress_stop(&plan.proxy_name).await;
+        self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
+        let log = match stopped {
             Ok(log) => log,
             Err(e) => {
-                tracing::warn!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot remove the attempt's egress proxy; cleanup will");
+                tracing::warn!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot stop the attempt's egress proxy; it is removed all the same");
                 return None;
             }
         };

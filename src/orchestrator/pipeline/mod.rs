@@ -189,6 +189,12 @@ struct AttemptRun<'a> {
     started: Instant,
     /// A follow-up on a pull request this home opened (issue 15): see `shepherd::followup`.
     followup: Option<FollowUpRun>,
+    /// Issue 25: the attempt's egress network, made while the workspace is prepared
+    /// (`agent::EarlyNetwork`); the agent's stage takes it.
+    early_network: Option<agent::EarlyNetwork>,
+    /// Removals of the attempt's egress proxy and network, begun once the proxy's log is
+    /// read and finished before the attempt returns ([`AttemptRun::settle`]).
+    teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Orchestrator {
@@ -202,7 +208,10 @@ impl Orchestrator {
         );
         let mut run = AttemptRun::new(self, task, opts)?;
         let outcome = run.fresh().await;
-        run.conclude(outcome).await
+        let end = run.conclude(outcome).await;
+        // The result is recorded (and the task landed): the network goes after it.
+        run.settle().await;
+        end
     }
 
     /// Resumes an attempt after a daemon restart: re-attaches to its container (running
@@ -215,7 +224,9 @@ impl Orchestrator {
     ) -> anyhow::Result<AttemptEnd> {
         let mut run = AttemptRun::new(self, task, opts)?;
         let outcome = run.resumed(record).await;
-        run.conclude(outcome).await
+        let end = run.conclude(outcome).await;
+        run.settle().await;
+        end
     }
 
     /// Ends an attempt that will not go on (issue 24; a lease another instance found
@@ -233,7 +244,9 @@ impl Orchestrator {
     ) -> anyhow::Result<AttemptEnd> {
         let mut run = AttemptRun::new(self, task, opts)?;
         let outcome = run.interrupted(record, why).await;
-        run.conclude(outcome).await
+        let end = run.conclude(outcome).await;
+        run.settle().await;
+        end
     }
 }
 
@@ -259,6 +272,8 @@ impl<'a> AttemptRun<'a> {
             scrubber: Arc::new(Scrubber::new(Vec::<String>::new())),
             started: Instant::now(),
             followup,
+            early_network: None,
+            teardowns: Mutex::default(),
         })
     }
 
@@ -306,6 +321,7 @@ impl<'a> AttemptRun<'a> {
     // ------------------------------------------------------------------ fresh attempt
 
     async fn fresh(&mut self) -> Result<AttemptEnd, Failure> {
+        self.egress_early();
         let ws = self.prepare_workspace().await?;
         self.ws = Some(ws.clone());
         if self.attempt > 1 {
