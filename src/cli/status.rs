@@ -527,10 +527,11 @@ fn fit_titles(rows: &mut [[String; COLUMNS]], width: Option<usize>) {
     }
 }
 
-/// `text` in at most `max` characters: whole, or its first `max - 1` and `…`. Control
-/// characters (a title is user text) become spaces so a row stays one line.
+/// `text` in at most `max` characters: whole, or its first `max - 1` and `…`. Measured as
+/// printed: a title is user text, so terminal controls are stripped first (issue 11) and
+/// any control character left becomes a space, keeping the row one line.
 fn cut(text: &str, max: usize) -> String {
-    let clean: String = text
+    let clean: String = crate::domain::terminal::printable(text)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
