@@ -628,7 +628,10 @@ mod tests {
     #[test]
     fn the_sweep_keeps_live_attempts_directories_without_their_key() {
         let home = tempfile::tempdir().unwrap();
-        for name in ["polyphony-a-1-0123abcd-egress", "polyphony-b-2-0123abcd-egress"] {
+        for name in [
+            "polyphony-a-1-0123abcd-egress",
+            "polyphony-b-2-0123abcd-egress",
+        ] {
             let dir = proxy_dir(home.path(), name);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(gateway::spec::CREDENTIAL_FILE), "sk\n").unwrap();
