@@ -815,7 +815,7 @@ fn interrupt_because(
         next_attempt_at: Some(now),
         block: None,
     };
-    store.settle_failure(&task.id, state, &reason, &settlement, now)?;
+    store.settle_failure(&task.id, state, reason, &settlement, now)?;
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }
