@@ -176,24 +176,24 @@ impl Store {
 
     /// The pull request `task_id` opened, if the shepherd knows it.
     pub fn pull(&self, task_id: &str) -> Result<Option<PullRecord>> {
-        Ok(self.db.query_opt(
+        self.db.query_opt(
             &format!("SELECT {PULL_COLS} FROM pulls WHERE task_id = ?1"),
             params![task_id],
             pull_from_row,
-        )?)
+        )
     }
 
     /// Every pull request, newest first (for `status`).
     pub fn pulls(&self) -> Result<Vec<PullRecord>> {
         let stmt_sql = &format!("SELECT {PULL_COLS} FROM pulls ORDER BY rowid DESC");
-        let rows = self.db.query_map(&stmt_sql, params![], pull_from_row)?;
+        let rows = self.db.query_map(stmt_sql, params![], pull_from_row)?;
         Ok(rows.into_iter().collect())
     }
 
     /// The pull requests still watched (open, as far as the last look knew).
     pub fn watched_pulls(&self) -> Result<Vec<PullRecord>> {
         let stmt_sql = &format!("SELECT {PULL_COLS} FROM pulls WHERE watching = 1 ORDER BY rowid");
-        let rows = self.db.query_map(&stmt_sql, params![], pull_from_row)?;
+        let rows = self.db.query_map(stmt_sql, params![], pull_from_row)?;
         Ok(rows.into_iter().collect())
     }
 
@@ -223,7 +223,7 @@ impl Store {
         let stmt_sql = "SELECT key FROM pull_handled WHERE pull_task_id = ?1";
         let rows = self
             .db
-            .query_map(&stmt_sql, params![pull_task_id], |r| r.get::<String>(0))?;
+            .query_map(stmt_sql, params![pull_task_id], |r| r.get::<String>(0))?;
         Ok(rows.into_iter().collect())
     }
 
@@ -298,11 +298,11 @@ impl Store {
 
     /// The follow-up `task_id` is, if it is one.
     pub fn followup(&self, task_id: &str) -> Result<Option<FollowUpRecord>> {
-        Ok(self.db.query_opt(
+        self.db.query_opt(
             &format!("{FOLLOWUP_SELECT} WHERE f.task_id = ?1"),
             params![task_id],
             followup_from_row,
-        )?)
+        )
     }
 
     /// A pull request's follow-ups, oldest first.
@@ -310,7 +310,7 @@ impl Store {
         let stmt_sql = &format!("{FOLLOWUP_SELECT} WHERE f.pull_task_id = ?1 ORDER BY f.seq");
         let rows = self
             .db
-            .query_map(&stmt_sql, params![pull_task_id], followup_from_row)?;
+            .query_map(stmt_sql, params![pull_task_id], followup_from_row)?;
         Ok(rows.into_iter().collect())
     }
 

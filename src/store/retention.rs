@@ -74,7 +74,7 @@ impl Store {
              ORDER BY t.updated_at LIMIT ?2";
         let rows = self
             .db
-            .query_map(&stmt_sql, params![ts(cutoff), limit as i64], |r| {
+            .query_map(stmt_sql, params![ts(cutoff), limit as i64], |r| {
                 Ok(EndedTask {
                     id: r.get(0)?,
                     state: parse_col(r, 1)?,
@@ -93,7 +93,7 @@ impl Store {
             let stmt_sql = "DELETE FROM kv WHERE key = ?1";
             let mut n = 0;
             for k in &keys {
-                n += conn.execute(&stmt_sql, params![k])?;
+                n += conn.execute(stmt_sql, params![k])?;
             }
             Ok(n)
         })
@@ -113,7 +113,7 @@ impl Store {
              ORDER BY a.finished_at LIMIT ?2";
         let rows = self
             .db
-            .query_map(&stmt_sql, params![ts(cutoff), limit as i64], |r| {
+            .query_map(stmt_sql, params![ts(cutoff), limit as i64], |r| {
                 Ok((r.get::<String>(0)?, r.get::<i64>(1)?.max(0) as u32))
             })?;
         Ok(rows)
@@ -123,10 +123,10 @@ impl Store {
     /// evidence and event count in `status`) stays.
     pub fn delete_attempt_events(&self, task_id: &str, attempt: u32) -> Result<usize> {
         self.atomic(|conn| {
-            Ok(conn.execute(
+            conn.execute(
                 "DELETE FROM events WHERE task_id = ?1 AND attempt = ?2",
                 params![task_id, attempt],
-            )?)
+            )
         })
     }
 

@@ -21,6 +21,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use super::{Result, StoreError};
 
@@ -41,7 +42,7 @@ pub(super) enum Db {
 }
 
 pub(super) struct PgConn {
-    client: RefCell<postgres::Client>,
+    client: Mutex<postgres::Client>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_tx: Cell<bool>,
 }
@@ -411,10 +412,28 @@ pub(super) fn render_postgres(sql: &str) -> String {
     out
 }
 
+impl PgConn {
+    /// Runs `f` on the client. The `postgres` client blocks on a runtime of its own, which
+    /// tokio refuses inside another runtime's context (an async task of the daemon calling
+    /// the store): there, `f` runs on a plain thread of its own while this one waits, as
+    /// it would on SQLite's file lock.
+    fn call<T: Send>(&self, f: impl FnOnce(&mut postgres::Client) -> T + Send) -> T {
+        let client = &self.client;
+        let run = || f(&mut client.lock().unwrap_or_else(|p| p.into_inner()));
+        if tokio::runtime::Handle::try_current().is_err() {
+            return run();
+        }
+        std::thread::scope(|s| match s.spawn(run).join() {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    }
+}
+
 impl Db {
     pub(super) fn postgres(client: postgres::Client) -> Db {
         Db::Postgres(Box::new(PgConn {
-            client: RefCell::new(client),
+            client: Mutex::new(client),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
         }))
@@ -450,7 +469,7 @@ impl Db {
             return Ok(s.clone());
         }
         let rendered = render_postgres(sql);
-        let stmt = pg.client.borrow_mut().prepare(&rendered)?;
+        let stmt = pg.call(|c| c.prepare(&rendered))?;
         pg.statements
             .borrow_mut()
             .insert(sql.to_string(), stmt.clone());
@@ -472,10 +491,7 @@ impl Db {
                 .execute(rusqlite::params_from_iter(params.iter()))?),
             Db::Postgres(pg) => {
                 let stmt = Db::pg_statement(pg, sql)?;
-                Ok(pg
-                    .client
-                    .borrow_mut()
-                    .execute(&stmt, &Db::pg_params(params))? as usize)
+                Ok(pg.call(|c| c.execute(&stmt, &Db::pg_params(params)))? as usize)
             }
         }
     }
@@ -484,7 +500,7 @@ impl Db {
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Db::Postgres(pg) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
+            Db::Postgres(pg) => Ok(pg.call(|c| c.batch_execute(sql))?),
         }
     }
 
@@ -513,9 +529,7 @@ impl Db {
                 let stmt = Db::pg_statement(pg, sql)?;
                 // Collected before `f` runs, so `f` may use this connection again.
                 let rows = pg
-                    .client
-                    .borrow_mut()
-                    .query(&stmt, &Db::pg_params(params))
+                    .call(|c| c.query(&stmt, &Db::pg_params(params)))
                     .map_err(StoreError::from)?;
                 for row in &rows {
                     f(&Row::Postgres(row))?;
@@ -558,10 +572,7 @@ impl Db {
             }
             Db::Postgres(pg) => {
                 let stmt = Db::pg_statement(pg, sql)?;
-                let rows = pg
-                    .client
-                    .borrow_mut()
-                    .query(&stmt, &Db::pg_params(params))?;
+                let rows = pg.call(|c| c.query(&stmt, &Db::pg_params(params)))?;
                 match rows.first() {
                     Some(row) => f(&Row::Postgres(row)).map(Some),
                     None => Ok(None),
@@ -595,12 +606,10 @@ impl Db {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
             Db::Postgres(pg) => {
-                pg.client.borrow_mut().batch_execute("BEGIN")?;
+                pg.call(|c| c.batch_execute("BEGIN"))?;
                 pg.in_tx.set(true);
-                let locked = pg
-                    .client
-                    .borrow_mut()
-                    .execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]);
+                let locked =
+                    pg.call(|c| c.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]));
                 if let Err(e) = locked {
                     self.rollback();
                     return Err(e.into());
@@ -614,7 +623,7 @@ impl Db {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
             Db::Postgres(pg) => {
-                let done = pg.client.borrow_mut().batch_execute("COMMIT");
+                let done = pg.call(|c| c.batch_execute("COMMIT"));
                 pg.in_tx.set(false);
                 Ok(done?)
             }
@@ -629,7 +638,7 @@ impl Db {
                 let _ = c.execute_batch("ROLLBACK");
             }
             Db::Postgres(pg) => {
-                let _ = pg.client.borrow_mut().batch_execute("ROLLBACK");
+                let _ = pg.call(|c| c.batch_execute("ROLLBACK"));
                 pg.in_tx.set(false);
             }
         }

@@ -146,7 +146,7 @@ impl Store {
         };
         self.db
             .for_each(&sql, params![limit, state.map(TaskState::as_str)], |row| {
-                let summary = summary_from_row(row).map_err(StoreError::from)?;
+                let summary = summary_from_row(row)?;
                 each(&summary)
             })
     }
@@ -190,7 +190,7 @@ impl Store {
 
     pub fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
         let stmt_sql = "SELECT state, COUNT(*) FROM tasks GROUP BY state";
-        let rows = self.db.query_map(&stmt_sql, params![], |r| {
+        let rows = self.db.query_map(stmt_sql, params![], |r| {
             Ok((parse_col::<TaskState>(r, 0)?, r.get::<i64>(1)? as u64))
         })?;
         Ok(rows.into_iter().collect())
@@ -247,9 +247,7 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        self.db.for_each(sql, params, |row| {
-            each(row.get_bytes(0).map_err(StoreError::from)?)
-        })
+        self.db.for_each(sql, params, |row| each(row.get_bytes(0)?))
     }
 
     /// Attempts that started and have not ended, oldest first.
@@ -258,7 +256,7 @@ impl Store {
              FROM attempts a JOIN tasks t ON t.id = a.task_id \
              WHERE a.status IS NULL AND t.state IN ('PROVISIONED', 'RUNNING', 'VERIFYING') \
              ORDER BY a.started_at";
-        let rows = self.db.query_map(&stmt_sql, params![], |r| {
+        let rows = self.db.query_map(stmt_sql, params![], |r| {
             Ok(RunningAttempt {
                 task_id: r.get(0)?,
                 title: r.get(1)?,
@@ -306,11 +304,11 @@ impl Store {
 
     /// The highest attempt number of a task, if it has any.
     pub fn latest_attempt(&self, task_id: &str) -> Result<Option<u32>> {
-        Ok(self.db.query_row(
+        self.db.query_row(
             "SELECT MAX(attempt) FROM attempts WHERE task_id = ?1",
             params![task_id],
             |r| r.get(0),
-        )?)
+        )
     }
 }
 
