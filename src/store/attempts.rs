@@ -140,6 +140,8 @@ impl Store {
         )
     }
 
+    /// Runs one UPDATE of an attempt and rewrites its task's summary (which shows the
+    /// attempts' agent and cost) in the same transaction.
     fn update_attempt(
         &self,
         task_id: &str,
@@ -147,14 +149,16 @@ impl Store {
         sql: &str,
         params: &[Value<'_>],
     ) -> Result<()> {
-        let changed = self.db.execute(sql, params)?;
-        if changed == 0 {
-            return Err(StoreError::AttemptNotFound {
-                task_id: task_id.to_string(),
-                attempt,
-            });
-        }
-        Ok(())
+        self.atomic(|conn| {
+            let changed = conn.execute(sql, params)?;
+            if changed == 0 {
+                return Err(StoreError::AttemptNotFound {
+                    task_id: task_id.to_string(),
+                    attempt,
+                });
+            }
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// All attempts of a task, first to last.

@@ -68,6 +68,11 @@ pub struct TaskSummary<'a> {
     pub pull: Option<PullBrief<'a>>,
     /// The pull request a follow-up task works on (issue 15).
     pub followup_of: Option<FollowUpOf<'a>>,
+    /// The agent profile of the task's latest attempt; null before the first (issue 29).
+    pub agent: Option<&'a str>,
+    /// Dollars its attempts cost so far, as their CLIs reported; null when none reported
+    /// a cost (issue 29).
+    pub cost_usd: Option<f64>,
 }
 
 /// Why a parked task waits, in a listing: the agent whose reset comes first, under its
@@ -111,7 +116,12 @@ const SUMMARY_COLS: &str = "tasks.id, tasks.title, tasks.source_ref, tasks.state
      tasks.task_type, tasks.risk, tasks.labels, tasks.attempts, tasks.failures, \
      tasks.created_at, tasks.updated_at, tasks.next_attempt_at, w.until, w.agent, w.identity, \
      p.number, p.state, p.checks, p.review, p.mergeable, p.followups, p.watching, \
-     f.pull_task_id, fp.number";
+     f.pull_task_id, fp.number, \
+     (SELECT a.agent FROM attempts a WHERE a.task_id = tasks.id ORDER BY a.attempt DESC LIMIT 1), \
+     (SELECT SUM(a.cost_usd) FROM attempts a WHERE a.task_id = tasks.id)";
+
+/// The column after [`SUMMARY_COLS`] the summary writers select: the task's rowid.
+const SEQ_COL: usize = 26;
 
 /// The tasks table with the quota wait of the FAILED ones (a parked task's), the pull
 /// request each landed and, for a follow-up, the pull request it works on.
@@ -321,7 +331,12 @@ pub(super) fn refresh_summary(db: &Db, task_id: &str) -> Result<()> {
     let summary = db.query_opt(
         &format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1"),
         params![task_id],
-        |row| Ok((row.get::<i64>(24)?, summary_json(&summary_from_row(row)?)?)),
+        |row| {
+            Ok((
+                row.get::<i64>(SEQ_COL)?,
+                summary_json(&summary_from_row(row)?)?,
+            ))
+        },
     )?;
     match summary {
         Some((seq, json)) => db.execute(
@@ -344,7 +359,7 @@ pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
         |row| {
             let summary = summary_from_row(row)?;
             rows.push((
-                row.get::<i64>(24)?,
+                row.get::<i64>(SEQ_COL)?,
                 summary.id.to_string(),
                 summary_json(&summary)?,
             ));
@@ -412,5 +427,7 @@ fn summary_from_row<'r>(r: &Row<'r>) -> Result<TaskSummary<'r>> {
             }),
             None => None,
         },
+        agent: opt_str_col(r, 24)?,
+        cost_usd: r.get(25)?,
     })
 }
