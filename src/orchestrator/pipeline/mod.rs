@@ -69,6 +69,10 @@ pub enum AttemptEnd {
     Released { reason: String },
     /// A person cancelled it (`polyphony cancel`): CANCELLED, no failure counted.
     Cancelled { reason: String },
+    /// This daemon no longer (safely) holds the task's lease (issue 27): it stopped before
+    /// any push and recorded nothing; the daemon holding the lease, or the one taking the
+    /// expired lease over, goes on with the task.
+    LeaseLost { reason: String },
 }
 
 impl AttemptEnd {
@@ -114,6 +118,9 @@ struct Failure {
     /// Not the agent's doing (issue 24): the attempt was interrupted and given up (restarts
     /// it caused, a lost lease). The next attempt runs at once; no failure is counted.
     interrupted: bool,
+    /// This daemon's lease on the task is gone or about to expire (issue 27): nothing is
+    /// recorded, the task is another daemon's to go on with.
+    lease_lost: bool,
 }
 
 impl Failure {
@@ -125,6 +132,14 @@ impl Failure {
             wait_until: None,
             kind: FailureKind::Other,
             interrupted: false,
+            lease_lost: false,
+        }
+    }
+
+    fn lease_lost(lost: super::lease::LeaseLost) -> Failure {
+        Failure {
+            lease_lost: true,
+            ..Failure::new(AttemptStatus::Crash, lost.to_string())
         }
     }
 
@@ -247,6 +262,23 @@ impl Orchestrator {
         let end = run.conclude(outcome).await;
         run.settle().await;
         end
+    }
+}
+
+impl Orchestrator {
+    /// Goes on with an attempt of a lost machine whose expired lease this daemon took over
+    /// (issue 27): a landing it pushed is finished (the pull request found, not opened
+    /// again); otherwise the next attempt is due at once, not counted as a failure.
+    pub async fn adopt_lost(
+        &self,
+        task: Task,
+        record: AttemptRecord,
+        why: String,
+        opts: &RunOptions,
+    ) -> anyhow::Result<AttemptEnd> {
+        let mut run = AttemptRun::new(self, task, opts)?;
+        let outcome = run.adopted(record, why).await;
+        run.conclude(outcome).await
     }
 }
 
@@ -377,14 +409,14 @@ impl<'a> AttemptRun<'a> {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
-            // The agent CLI's own words are the only text read (foreign text, issue 30).
-            // What the adapter read from the CLI's structured lines decides (issue 28).
-            let kind = FailureKind::of_agent(
-                exec.outcome.failure_kind,
+            // The agent CLI's own words are the only text read (foreign text, issue 30),
+            // never our reason around them; what the adapter read from the CLI's
+            // structured lines decides first (issue 28).
+            let kind = FailureKind::of_agent_outcome(
+                &exec.outcome,
                 self.spec
                     .as_ref()
                     .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
-                result.reason.as_deref().unwrap_or(""),
             );
             let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];
@@ -462,6 +494,7 @@ impl From<verify::Refusal> for Failure {
             wait_until: None,
             kind: r.kind,
             interrupted: false,
+            lease_lost: false,
         }
     }
 }
@@ -505,5 +538,6 @@ pub fn describe(end: &AttemptEnd) -> String {
         AttemptEnd::Blocked { reason } => format!("BLOCKED: {reason}"),
         AttemptEnd::Released { reason } => format!("released: {reason}"),
         AttemptEnd::Cancelled { reason } => format!("CANCELLED: {reason}"),
+        AttemptEnd::LeaseLost { reason } => format!("stopped, nothing recorded: {reason}"),
     }
 }
