@@ -391,7 +391,7 @@ unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy
         };
         format!(
             r#"{via}
-h() {{ if printf 'GET /api/v1/health HTTP/1.0\r\n\r\n' | nc -w 3 "$1" {api} | head -1 | grep -q '^HTTP/'; then echo ok; else echo fail; fi; }}
+h() {{ if printf 'GET /api/v1/health HTTP/1.0\r\n\r\n' | nc -w 10 "$1" {api} | head -1 | grep -q '^HTTP/'; then echo ok; else echo fail; fi; }}
 echo "api_bridge=$(h {bridge})"
 echo "api_outbound_gateway=$(h {gw})"
 "#
