@@ -1335,7 +1335,8 @@ fn sleep_long_then_fix(turn: &Turn<'_>) -> Reply {
     if turn.transcript.contains("tool_result") {
         Reply::Text("Fixed add().".into())
     } else {
-        Reply::Bash(format!("sleep 40; {FIX}"))
+        // Not a leading `sleep`: Claude Code 2.1.332 blocks long ones.
+        Reply::Bash(format!("timeout 40 tail -f /dev/null; {FIX}"))
     }
 }
 
