@@ -62,6 +62,15 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
         let Some(task) = store.get_task(&intent.task_id)? else {
             continue;
         };
+        // Issue 27: an active task another daemon of the fleet holds is that daemon's
+        // (reconciliation took over every claim this one may act on before this runs).
+        if task.state.is_active()
+            && store
+                .claim_of(&task.id)?
+                .is_some_and(|c| c.owner != orch.leases.owner.key())
+        {
+            continue;
+        }
         let done = match intent.kind {
             IntentKind::Container => true,
             IntentKind::Land => task.state != TaskState::Verifying,
@@ -76,15 +85,8 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                 if task.state != TaskState::Cancelled {
                     true
                 } else {
-                    let github = orch.github().map_err(|e| format!("{e:#}"));
-                    // `report` completes the intent itself once GitHub has it.
-                    super::cancel::report(
-                        &orch.store,
-                        github.as_deref().map_err(String::as_str),
-                        &task,
-                        orch.now(),
-                    )
-                    .await?;
+                    // `report` completes the intent itself once the source has it.
+                    super::cancel::report(&orch.store, &orch.sources, &task, orch.now()).await?;
                     false
                 }
             }

@@ -31,6 +31,13 @@ impl AttemptRun<'_> {
             Ok(end) => return Ok(end),
             Err(failure) => failure,
         };
+        if failure.lease_lost {
+            // Issue 27: the task is not this daemon's to write any more.
+            tracing::warn!(task = %self.task.id, attempt = self.attempt, "{}", failure.reason);
+            return Ok(AttemptEnd::LeaseLost {
+                reason: failure.reason,
+            });
+        }
         if crate::store::damaged() {
             // A damaged database is never a task failure (issue 12): record nothing.
             return Err(crate::store::DatabaseDamaged {
@@ -140,10 +147,9 @@ impl AttemptRun<'_> {
             .progress
             .state(&self.task.id, TaskState::Cancelled, &reason);
         if report {
-            let github = self.orch.github().map_err(|e| format!("{e:#}"));
             crate::orchestrator::cancel::report(
                 &self.orch.store,
-                github.as_deref().map_err(String::as_str),
+                &self.orch.sources,
                 &self.task,
                 self.orch.now(),
             )
