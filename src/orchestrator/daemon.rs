@@ -233,6 +233,11 @@ pub async fn run(
                 crate::orchestrator::shepherd::watch::round(&orch, &store).await;
                 next_poll = tokio::time::Instant::now() + poll_interval;
             }
+            // Issue 24: a signal met during those awaits stops claiming now, not after this
+            // round's claims (a drain once ran a retry claimed after its signal).
+            if *signals.borrow() > signal_count {
+                continue;
+            }
             let dispatched = dispatch(
                 &orch,
                 &store,
