@@ -28,11 +28,13 @@ mib() { echo "$1" | awk '{ printf "%.1f MiB", $1 / 1048576 }'; }
 # The legacy queue: WAL before any auto_vacuum mode, as every queue was made until now.
 sqlite3 "$dir/legacy/queue.db" 'PRAGMA journal_mode = WAL;' >/dev/null
 for q in new legacy; do
-  POLYPHONY_HOME="$dir/$q" "$bin" status >/dev/null
+  POLYPHONY_HOME="$dir/$q" "$bin" init >/dev/null
+  POLYPHONY_HOME="$dir/$q" "$bin" enqueue --no-check --repo https://example.com/a/b.git "make the queue" >/dev/null
 done
 
-# 100 tasks, one attempt each, events of about 1 KB until the queue holds $mb MB.
-rows=$((mb * 1000 / 100))
+# 100 tasks, one attempt each, events of about 500 bytes (a CLI line) until the queue holds
+# about $mb MB.
+rows=$((mb * 1700 / 100))
 fill() {
   sqlite3 "$1" <<SQL >/dev/null
 PRAGMA journal_mode = WAL;
@@ -50,7 +52,7 @@ SELECT id, 1, 'claude', 'demo', '{}', '/w', 'b', '2026-01-01T00:00:00.000000Z',
        '2026-01-01T00:00:00.000000Z' FROM tasks;
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $rows - 1)
 INSERT INTO events (task_id, attempt, seq, kind, stream, summary, data, at)
-SELECT id, 1, i, 'message', 'stdout', 'progress', printf('{"text":"%d %s"}', i, hex(randomblob(480))),
+SELECT id, 1, i, 'message', 'stdout', 'progress', printf('{"text":"%d %s"}', i, hex(randomblob(200))),
        '2026-01-01T00:00:00.000000Z' FROM tasks, n;
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);

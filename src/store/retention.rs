@@ -8,15 +8,17 @@
 //!
 //! **Giving the space back** ([`Store::reclaim_space`], SQLite only): deleted rows leave
 //! free pages inside `queue.db`, which SQLite reuses but never returns, so without this the
-//! file only grows. The choice, measured on a 115 MB queue with half its events removed
-//! (docs/benchmarks.md "Queue space"):
+//! file only grows. The choice, measured on a 94 MiB queue with half its events removed
+//! (docs/benchmarks.md "Queue space", `bench/vacuum.sh`):
 //! - a full `VACUUM` rewrites the whole file: it needs free disk about twice the file (a
-//!   temporary copy, then the copy in the WAL) and holds the write lock throughout (3.0 s
-//!   for 115 MB here, so about 30 s, the busy timeout of every other writer, near 1 GB);
+//!   temporary copy, then the copy in the WAL) and holds the write lock throughout (4.0 s
+//!   for 94 MiB on the loaded build machine, so the 30 s busy timeout of every other
+//!   writer near 700 MB);
 //! - `auto_vacuum = INCREMENTAL` keeps a map of page owners, so `PRAGMA
 //!   incremental_vacuum(N)` moves N pages from the end into free slots and truncates: the
-//!   cost is the pages freed, not the file, it needs no extra disk, and taken in steps of
-//!   [`RECLAIM_STEP_PAGES`] the lock is held a fraction of a second at a time.
+//!   cost is the pages moved, not the file, it needs no extra disk, and taken in steps of
+//!   [`RECLAIM_STEP_PAGES`] the lock is held under a second at a time (4.4 s in all for the
+//!   same 94 MiB, at most 740 ms per step).
 //!
 //! So new queues are made incremental (`Store::open`, before the first table; the mode can
 //! change only then or by a `VACUUM`), and each retention sweep frees the free pages in
@@ -59,7 +61,7 @@ pub const RECLAIM_STEP_PAGES: u64 = 2048;
 pub const CONVERT_MIN_FREE: u64 = 16 << 20;
 
 /// Nor when it is larger than this: its `VACUUM` would hold the write lock too long.
-pub const CONVERT_MAX_BYTES: u64 = 512 << 20;
+pub const CONVERT_MAX_BYTES: u64 = 256 << 20;
 
 /// What [`Store::reclaim_space`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -286,7 +288,7 @@ impl Store {
             0 if free > 0 => {
                 let size = done.file_before;
                 let worth = file(free) >= CONVERT_MIN_FREE && free * 4 >= pragma("page_count")?;
-                let room = disk_free.map_or(true, |d| d >= size.saturating_mul(2));
+                let room = disk_free.is_none_or(|d| d >= size.saturating_mul(2));
                 if worth && size <= CONVERT_MAX_BYTES && room {
                     self.conn
                         .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
