@@ -23,8 +23,9 @@ pub struct Args {
     /// Print JSON: an array of task summaries (id, title, source_ref, state, task_type,
     /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
     /// quota_wait, pull {number, state, checks, review, mergeable, followups, watching},
-    /// followup_of {task_id, number}), or, for one TASK, {task, transitions, attempts, landing, quota, pull,
-    /// followups, followup_of} in full.
+    /// followup_of {task_id, number}, agent, cost_usd), or, for one TASK, {task,
+    /// transitions, attempts, landing, quota, pull, followups, followup_of} in full. The
+    /// table cuts titles to the terminal's width (or `COLUMNS`).
     #[arg(long)]
     json: bool,
 }
@@ -64,7 +65,6 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
             let created = DateTime::parse_from_rfc3339(t.created_at)
                 .map(|c| age(c.with_timezone(&Utc), now))
                 .unwrap_or_else(|_| "?".to_string());
-            let (agent, cost) = s.attempt_brief(t.id)?;
             let next = t
                 .next_attempt_at
                 .and_then(|n| DateTime::parse_from_rfc3339(n).ok())
@@ -77,12 +77,14 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
             };
             rows.push([
                 t.id.to_string(),
+                t.title.to_string(),
                 t.source_ref.to_string(),
                 t.state.to_string(),
-                agent.unwrap_or_else(|| "-".into()),
+                t.agent.unwrap_or("-").to_string(),
                 t.attempts.to_string(),
                 created,
-                cost.map_or_else(|| "-".into(), |c| format!("${c:.2}")),
+                t.cost_usd
+                    .map_or_else(|| "-".into(), |c| format!("${c:.2}")),
                 match (t.state, retried_as) {
                     (TaskState::Blocked, Some(new)) => format!("retried as {new}"),
                     (TaskState::Blocked, None) => format!("polyphony retry {}", t.id),
@@ -101,12 +103,8 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
         // Every row read: the next look skips the whole-file check until a write.
         sound.remember();
     }
-    print_table(
-        &[
-            "ID", "SOURCE", "STATE", "AGENT", "ATTEMPT", "AGE", "COST", "NEXT",
-        ],
-        &rows,
-    );
+    fit_titles(&mut rows, table_width());
+    print_table(&HEADER, &rows);
     if let Some(s) = store.filter(|_| args.state.is_none()) {
         let pulls: Vec<_> = s.pulls()?.into_iter().filter(|p| p.watching).collect();
         if !pulls.is_empty() {
@@ -183,7 +181,7 @@ fn quota_lines(out: &[crate::domain::AgentQuota], now: DateTime<Utc>) -> Vec<Str
 
 /// `status --json`: a JSON array of [`crate::store::TaskSummary`] (id, title, source_ref,
 /// state, task_type, risk, labels, attempts, failures, created/updated/next_attempt_at,
-/// quota_wait, pull, followup_of;
+/// quota_wait, pull, followup_of, agent, cost_usd;
 /// `status TASK --json` has the full task). The store keeps each summary's JSON as text,
 /// so listing copies stored bytes into a buffered stdout: 100k tasks must list in under
 /// 100 ms (docs/benchmarks.md "Status: profile and fix").
@@ -470,7 +468,81 @@ fn print_generation(t: &Task, generation: u32, links: &crate::store::GenerationL
 }
 
 /// Columns of the `status` table.
-const COLUMNS: usize = 8;
+const COLUMNS: usize = 9;
+
+/// The header of the `status` table.
+const HEADER: [&str; COLUMNS] = [
+    "ID", "TITLE", "SOURCE", "STATE", "AGENT", "ATTEMPT", "AGE", "COST", "NEXT",
+];
+
+/// The TITLE column of the `status` table.
+const TITLE: usize = 1;
+
+/// The width a title keeps however narrow the table must be, and the most it takes when
+/// the width is unknown (output not on a terminal and no `COLUMNS`).
+const TITLE_MIN: usize = 12;
+const TITLE_UNBOUNDED: usize = 48;
+
+/// The width the table must fit: `COLUMNS` when set (shells export it to scripts only if
+/// asked; tests set it), else the terminal's, else unknown.
+fn table_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        return Some(n);
+    }
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct it is given; fd 1 is open.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(size.ws_col as usize)
+}
+
+/// Cuts the TITLE cells so the table fits `width` (every other column whole: they are
+/// short, and NEXT is the step to take), never below [`TITLE_MIN`] characters; a cut title
+/// ends in `…`. With no width known, titles longer than [`TITLE_UNBOUNDED`] are cut.
+fn fit_titles(rows: &mut [[String; COLUMNS]], width: Option<usize>) {
+    let others: usize = (0..COLUMNS)
+        .filter(|c| *c != TITLE)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([HEADER[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .sum::<usize>()
+        + 2 * (COLUMNS - 1);
+    let room = match width {
+        Some(w) => w.saturating_sub(others).max(TITLE_MIN),
+        None => TITLE_UNBOUNDED,
+    };
+    for row in rows {
+        row[TITLE] = cut(&row[TITLE], room);
+    }
+}
+
+/// `text` in at most `max` characters: whole, or its first `max - 1` and `…`. Measured as
+/// printed: a title is user text, so terminal controls are stripped first (issue 11) and
+/// any control character left becomes a space, keeping the row one line.
+fn cut(text: &str, max: usize) -> String {
+    let clean: String = crate::domain::terminal::printable(text)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if clean.chars().count() <= max {
+        return clean;
+    }
+    let mut out: String = clean.chars().take(max.saturating_sub(1)).collect();
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
 
 /// What happens next to a task, in a few words.
 fn next_step(state: TaskState, next: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {

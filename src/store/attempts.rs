@@ -143,6 +143,8 @@ impl Store {
         )
     }
 
+    /// Runs one UPDATE of an attempt and rewrites its task's summary (which shows the
+    /// attempts' agent and cost) in the same transaction.
     fn update_attempt(
         &self,
         task_id: &str,
@@ -150,14 +152,16 @@ impl Store {
         sql: &str,
         params: impl rusqlite::Params,
     ) -> Result<()> {
-        let changed = self.conn.prepare_cached(sql)?.execute(params)?;
-        if changed == 0 {
-            return Err(StoreError::AttemptNotFound {
-                task_id: task_id.to_string(),
-                attempt,
-            });
-        }
-        Ok(())
+        self.atomic(|conn| {
+            let changed = conn.prepare_cached(sql)?.execute(params)?;
+            if changed == 0 {
+                return Err(StoreError::AttemptNotFound {
+                    task_id: task_id.to_string(),
+                    attempt,
+                });
+            }
+            super::refresh_summary(conn, task_id)
+        })
     }
 
     /// All attempts of a task, first to last.

@@ -183,9 +183,9 @@ impl Store {
             for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
                 tx.execute_batch(sql)?;
                 let version = i as i64 + 1;
-                if version == schema::RUST_SUMMARIES {
-                    // The triggers are gone: the store writes every summary from now on,
-                    // starting with all of them, in the same transaction.
+                if schema::SUMMARY_REBUILDS.contains(&version) {
+                    // The triggers are gone (7), or the summaries gained fields (9): the
+                    // store writes every summary, in the same transaction.
                     views::rebuild_summaries(tx)?;
                 }
                 tx.pragma_update(None, "user_version", version)?;

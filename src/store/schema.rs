@@ -339,11 +339,18 @@ CREATE TABLE pins (
     machine TEXT NOT NULL
 );
 "#,
+    // 9: `status --json` summaries gain `agent` (the latest attempt's) and `cost_usd` (all
+    // attempts', issue 29). No table changes: `Store::migrate` rewrites every summary.
+    "",
 ];
 
 /// The version whose migration hands the summaries to the store: after it, every summary
 /// is rebuilt in Rust.
 pub const RUST_SUMMARIES: i64 = 7;
+
+/// The versions after whose migration every stored summary is rewritten: the hand-over to
+/// Rust, then each version whose summaries gained fields.
+pub const SUMMARY_REBUILDS: &[i64] = &[RUST_SUMMARIES, 9];
 
 /// The schema version this binary writes.
 pub fn latest() -> i64 {

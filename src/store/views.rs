@@ -68,6 +68,11 @@ pub struct TaskSummary<'a> {
     pub pull: Option<PullBrief<'a>>,
     /// The pull request a follow-up task works on (issue 15).
     pub followup_of: Option<FollowUpOf<'a>>,
+    /// The agent profile of the task's latest attempt; null before the first (issue 29).
+    pub agent: Option<&'a str>,
+    /// Dollars its attempts cost so far, as their CLIs reported; null when none reported
+    /// a cost (issue 29).
+    pub cost_usd: Option<f64>,
 }
 
 /// Why a parked task waits, in a listing: the agent whose reset comes first, under its
@@ -111,7 +116,12 @@ const SUMMARY_COLS: &str = "tasks.id, tasks.title, tasks.source_ref, tasks.state
      tasks.task_type, tasks.risk, tasks.labels, tasks.attempts, tasks.failures, \
      tasks.created_at, tasks.updated_at, tasks.next_attempt_at, w.until, w.agent, w.identity, \
      p.number, p.state, p.checks, p.review, p.mergeable, p.followups, p.watching, \
-     f.pull_task_id, fp.number";
+     f.pull_task_id, fp.number, \
+     (SELECT a.agent FROM attempts a WHERE a.task_id = tasks.id ORDER BY a.attempt DESC LIMIT 1), \
+     (SELECT SUM(a.cost_usd) FROM attempts a WHERE a.task_id = tasks.id)";
+
+/// The column after [`SUMMARY_COLS`] the summary writers select: the task's rowid.
+const SEQ_COL: usize = 26;
 
 /// The tasks table with the quota wait of the FAILED ones (a parked task's), the pull
 /// request each landed and, for a follow-up, the pull request it works on.
@@ -343,7 +353,7 @@ pub(super) fn refresh_summary(conn: &Connection, task_id: &str) -> Result<()> {
             .execute([task_id])?;
         return Ok(());
     };
-    let seq: i64 = row.get(24)?;
+    let seq: i64 = row.get(SEQ_COL)?;
     let json = summary_json(&summary_from_row(row)?)?;
     conn.prepare_cached(
         "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
@@ -365,7 +375,7 @@ pub(super) fn rebuild_summaries(conn: &Connection) -> Result<()> {
     while let Some(row) = rows.next()? {
         let summary = summary_from_row(row)?;
         insert.execute(params![
-            row.get::<_, i64>(24)?,
+            row.get::<_, i64>(SEQ_COL)?,
             summary.id,
             summary_json(&summary)?
         ])?;
@@ -374,7 +384,7 @@ pub(super) fn rebuild_summaries(conn: &Connection) -> Result<()> {
 }
 
 /// The summary of a task as the PostgreSQL core stores it: the same object, from the
-/// task's own fields (that backend keeps no quota waits or pull requests yet).
+/// task's own fields (that backend keeps no quota waits, pull requests or attempts yet).
 pub(super) fn summary_of_task(task: &crate::domain::Task) -> Result<String> {
     let (created, updated) = (super::ts(task.created_at), super::ts(task.updated_at));
     let next = task.next_attempt_at.map(super::ts);
@@ -398,6 +408,8 @@ pub(super) fn summary_of_task(task: &crate::domain::Task) -> Result<String> {
         quota_wait: None,
         pull: None,
         followup_of: None,
+        agent: None,
+        cost_usd: None,
     })
 }
 
@@ -453,5 +465,7 @@ fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
             }),
             None => None,
         },
+        agent: opt_str_col(r, 24)?,
+        cost_usd: r.get(25)?,
     })
 }

@@ -1129,3 +1129,64 @@ fn backup_and_cleanup_remove_what_a_killed_backup_left() {
     assert!(backup_leftovers(&[out_dir.path(), home.path()]).is_empty());
     assert!(out_dir.path().join("c.db").is_file());
 }
+
+/// Issue 29: `status` has a TITLE column, cut to fit the width (`COLUMNS`) with `…`, every
+/// other column whole; a short title is shown whole.
+#[test]
+fn status_shows_titles_cut_to_fit() {
+    let home = initialised();
+    let long = "Make the parser keep the last line of every file it reads, including files \
+                without a trailing newline";
+    for title in [long, "Short one"] {
+        polyphony(home.path())
+            .args([
+                "enqueue",
+                "--repo",
+                "https://example.com/a/b.git",
+                "--no-check",
+            ])
+            .arg(title)
+            .assert()
+            .success();
+    }
+    let table = |columns: &str| {
+        let out = polyphony(home.path())
+            .env("COLUMNS", columns)
+            .arg("status")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = table("120");
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["ID", "TITLE", "SOURCE", "STATE", "AGENT", "ATTEMPT", "AGE", "COST", "NEXT"],
+        "{out}"
+    );
+    for line in &lines[..3] {
+        assert!(
+            line.chars().count() <= 120,
+            "wider than 120: {line:?}\n{out}"
+        );
+    }
+    let row = lines.iter().find(|l| l.starts_with("local-1 ")).unwrap();
+    assert!(row.contains("Make the parser keep"), "{out}");
+    assert!(
+        row.contains('…') && !row.contains("trailing newline"),
+        "{out}"
+    );
+    // The other columns stay whole, NEXT included.
+    assert!(
+        row.contains("local:local-1") && row.contains("DISCOVERED"),
+        "{out}"
+    );
+    assert!(row.contains("no daemon: run `polyphony daemon`"), "{out}");
+    let short = lines.iter().find(|l| l.starts_with("local-2 ")).unwrap();
+    assert!(short.contains("Short one  "), "{out}");
+    // Wide enough: the whole title.
+    let wide = table("300");
+    assert!(wide.contains(long), "{wide}");
+}

@@ -818,3 +818,113 @@ fn schema_6_home_upgrades_in_place_and_status_json_only_gains_fields() {
         );
     }
 }
+
+/// The stored summary of `id`, as `status --json` prints it.
+fn summary_of(store: &Store, id: &str) -> serde_json::Value {
+    serde_json::from_str(&store.summary_json(id).unwrap().unwrap()).unwrap()
+}
+
+/// Issue 29: a summary names the agent of the task's latest attempt and what its attempts
+/// cost, kept current by every attempt write (null before the first, or before a cost).
+#[test]
+fn summaries_carry_the_latest_agent_and_the_cost() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("t")).unwrap();
+    let s = summary_of(&store, "t");
+    assert_eq!(s["agent"], serde_json::Value::Null, "{s}");
+    assert_eq!(s["cost_usd"], serde_json::Value::Null, "{s}");
+    store
+        .start_attempt(&spec("t", 1, "personal"), t0())
+        .unwrap();
+    let s = summary_of(&store, "t");
+    assert_eq!(s["agent"], "claude", "{s}");
+    assert_eq!(s["cost_usd"], serde_json::Value::Null, "{s}");
+    let ended = |attempt: u32, agent: &str, cost: Option<f64>| RunResult {
+        cost_usd: cost,
+        ..RunResult::new("t", attempt, agent, AttemptStatus::Failed)
+    };
+    store
+        .finish_attempt(&ended(1, "claude", Some(0.25)), &[], t0())
+        .unwrap();
+    assert_eq!(summary_of(&store, "t")["cost_usd"], 0.25);
+    store
+        .start_attempt(
+            &RunSpec {
+                agent: "codex-main".into(),
+                ..spec("t", 2, "work")
+            },
+            t0(),
+        )
+        .unwrap();
+    let s = summary_of(&store, "t");
+    assert_eq!(
+        (s["agent"].as_str(), s["cost_usd"].as_f64()),
+        (Some("codex-main"), Some(0.25))
+    );
+    store
+        .finish_attempt(&ended(2, "codex-main", Some(0.5)), &[], t0())
+        .unwrap();
+    assert_eq!(summary_of(&store, "t")["cost_usd"], 0.75);
+    // The listing and the table read the same fields.
+    let mut seen = Vec::new();
+    store
+        .for_each_task_summary(None, None, |t| -> Result<(), StoreError> {
+            seen.push((t.agent.map(str::to_string), t.cost_usd));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, [(Some("codex-main".to_string()), Some(0.75))]);
+}
+
+/// Issue 29: opening a home whose summaries predate `agent` and `cost_usd` (schema 8)
+/// rewrites them with both.
+#[test]
+fn migration_9_adds_agent_and_cost_to_stored_summaries() {
+    let (dir, store) = temp_store();
+    store.insert_task(&task("t")).unwrap();
+    store
+        .start_attempt(&spec("t", 1, "personal"), t0())
+        .unwrap();
+    store
+        .finish_attempt(
+            &RunResult {
+                cost_usd: Some(1.5),
+                ..RunResult::new("t", 1, "claude", AttemptStatus::Failed)
+            },
+            &[],
+            t0(),
+        )
+        .unwrap();
+    drop(store);
+    let db = dir.path().join("home/queue.db");
+    {
+        // The summary as schema 8 wrote it: without the two fields.
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let json: String = conn
+            .query_row("SELECT json FROM task_summaries WHERE id = 't'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let o = old.as_object_mut().unwrap();
+        o.remove("agent");
+        o.remove("cost_usd");
+        conn.execute(
+            "UPDATE task_summaries SET json = ?1 WHERE id = 't'",
+            [old.to_string()],
+        )
+        .unwrap();
+        conn.pragma_update(None, "user_version", 8).unwrap();
+    }
+    let store = Store::open(&db).unwrap();
+    assert_eq!(
+        store.schema_version().unwrap(),
+        polyphony::store::schema::latest()
+    );
+    let s = summary_of(&store, "t");
+    assert_eq!(
+        (s["agent"].as_str(), s["cost_usd"].as_f64()),
+        (Some("claude"), Some(1.5)),
+        "{s}"
+    );
+}
