@@ -211,7 +211,7 @@ pub fn render_text(s: &ReplaySummary, source: &str) -> String {
         let resets = q
             .resets_at
             .as_deref()
-            .map(|r| format!(" (resets {r})"))
+            .map(|r| format!(" (resets {})", crate::domain::when::reset_absolute(r)))
             .unwrap_or_default();
         out.push_str(&format!("quota: {}{resets}\n", q.message));
     }

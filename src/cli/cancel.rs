@@ -75,6 +75,22 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             Begun::Requested { state } => stop_running(&config, &args, &request, state).await,
         }
     })??;
+    // Who cancelled it, in the task's action log (issue 29).
+    let outcome = if answer.state == TaskState::Cancelled {
+        "ok".to_string()
+    } else if answer.pending {
+        format!("requested; still {} when the wait ended", answer.state)
+    } else {
+        format!("not cancelled: it ended {} first", answer.state)
+    };
+    crate::ops::actions::record(
+        &store,
+        &answer.task,
+        crate::ops::actions::ActionRecord {
+            by: crate::ops::actions::clean_actor(&who).unwrap_or_else(|| "cli".into()),
+            ..crate::ops::actions::ActionRecord::cli("cancel", outcome, request.at)
+        },
+    )?;
     if args.json {
         print_json(&answer)?;
     } else if answer.state == TaskState::Cancelled {

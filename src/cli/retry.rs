@@ -91,12 +91,30 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut retried: Vec<Retried> = Vec::new();
         let mut skipped: Vec<Skipped> = Vec::new();
         for id in &ids {
-            match generation::retry(&store, &sources, id, Utc::now()).await? {
-                Ok(done) => retried.push(done),
-                Err(why) => skipped.push(Skipped {
-                    task: id.clone(),
-                    reason: why.0,
-                }),
+            let now = Utc::now();
+            let outcome = match generation::retry(&store, &sources, id, now).await? {
+                Ok(done) => {
+                    let outcome = format!("ok: retried as {}", done.task);
+                    retried.push(done);
+                    outcome
+                }
+                Err(why) => {
+                    let outcome = why.0.clone();
+                    skipped.push(Skipped {
+                        task: id.clone(),
+                        reason: why.0,
+                    });
+                    outcome
+                }
+            };
+            // Who retried it, in the old generation's action log (issue 29); a task
+            // that does not exist has no log.
+            if store.get_task(id)?.is_some() {
+                crate::ops::actions::record(
+                    &store,
+                    id,
+                    crate::ops::actions::ActionRecord::cli("retry", outcome, now),
+                )?;
             }
         }
         anyhow::Ok((retried, skipped))
@@ -153,18 +171,7 @@ fn run_now(
         }
         Err(e) => return Err(e.into()),
     };
-    actions::record(
-        store,
-        &task.id,
-        ActionRecord {
-            at: now,
-            action: "run-now".into(),
-            by: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
-            via: "cli".into(),
-            from: None,
-            outcome: "ok".into(),
-        },
-    )?;
+    actions::record(store, &task.id, ActionRecord::cli("run-now", "ok", now))?;
     let waiting_until = done.was_waiting_until;
     let cleared: Vec<serde_json::Value> = done
         .limits_cleared
@@ -207,9 +214,9 @@ fn run_now(
             )
         };
         println!(
-            "{}: due now (was waiting until {} UTC){limits}; {who}",
+            "{}: due now (was waiting until {}){limits}; {who}",
             task.id,
-            waiting_until.format("%Y-%m-%d %H:%M")
+            crate::domain::when::human(waiting_until, now)
         );
     }
     Ok(Outcome::Success)

@@ -67,6 +67,10 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
         })?,
         (None, None) => unreachable!("clap requires one of them"),
     };
+    let task = match args.task {
+        Some(_) => run_now_if_waiting(&store, task)?,
+        None => task,
+    };
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancel_tx = Arc::new(cancel_tx);
     {
@@ -124,6 +128,46 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
         Some(end) if end.is_landed() => Outcome::Success,
         _ => Outcome::NotLanded,
     })
+}
+
+/// `spawn --task` of a FAILED task waiting for its next attempt (a backoff, a usage
+/// limit's reset, a cost ceiling's midnight) runs it now, as `retry --now` does: the
+/// person asked for it (issue 29; it used to wait the hour out). The action is recorded.
+fn run_now_if_waiting(store: &Store, task: Task) -> anyhow::Result<Task> {
+    use crate::ops::actions::{self, ActionRecord};
+    let now = chrono::Utc::now();
+    let waiting = matches!(
+        (task.state, task.next_attempt_at),
+        (crate::domain::TaskState::Failed, Some(at)) if at > now
+    );
+    if !waiting {
+        return Ok(task);
+    }
+    let done = actions::run_now(store, &task.id, now)?;
+    actions::record(
+        store,
+        &task.id,
+        ActionRecord::cli("run-now", "ok (spawn --task)", now),
+    )?;
+    let limits: Vec<String> = done
+        .limits_cleared
+        .iter()
+        .map(|(identity, agent)| format!("{agent}@{identity}"))
+        .collect();
+    eprintln!(
+        "{}: running now (it was waiting until {}){}",
+        task.id,
+        crate::domain::when::human(done.was_waiting_until, now),
+        if limits.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the usage limit of {} is taken as over",
+                limits.join(", ")
+            )
+        }
+    );
+    Ok(store.get_task(&task.id)?.unwrap_or(task))
 }
 
 /// Removes the socket file when `spawn` ends.

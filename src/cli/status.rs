@@ -24,7 +24,8 @@ pub struct Args {
     /// risk, labels, attempts, failures, created_at, updated_at, next_attempt_at,
     /// quota_wait, pull {number, state, checks, review, mergeable, followups, watching},
     /// followup_of {task_id, number}, agent, cost_usd), or, for one TASK, {task,
-    /// transitions, attempts, landing, quota, pull, followups, followup_of} in full. The
+    /// transitions, attempts, landing, quota, pull, followups, followup_of, actions} in
+    /// full. The
     /// table cuts titles to the terminal's width (or `COLUMNS`).
     #[arg(long)]
     json: bool,
@@ -148,7 +149,7 @@ fn list(store: Option<&Store>, args: &Args, home: &std::path::Path) -> anyhow::R
     Ok(Outcome::Success)
 }
 
-/// NEXT of a task parked on a usage limit: `quota: claude resets 14:05` (UTC).
+/// NEXT of a task parked on a usage limit: `quota: claude resets 14:05 UTC (in 52 min)`.
 fn quota_step(wait: &crate::store::QuotaWaitBrief<'_>, now: DateTime<Utc>) -> Option<String> {
     let until = DateTime::parse_from_rfc3339(wait.until)
         .ok()?
@@ -165,10 +166,11 @@ fn quota_lines(out: &[crate::domain::AgentQuota], now: DateTime<Utc>) -> Vec<Str
         .filter(|q| q.is_out(now))
         .map(|q| {
             format!(
-                "quota: {}@{} out until {} UTC ({})",
+                "quota: {}@{} out until {} ({}; {})",
                 q.agent,
                 q.identity,
-                crate::orchestrator::quota::clock(q.resets_at, now),
+                crate::domain::when::clock(q.resets_at, now),
+                crate::domain::when::relative(q.resets_at, now),
                 if q.reported {
                     "the CLI's reset time"
                 } else {
@@ -224,9 +226,9 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let store = store.ok_or_else(not_found)?;
     let sound = store.ensure_sound()?;
     if json {
-        let mut detail = store.task_detail_json(id)?.ok_or_else(not_found)?;
-        // Issue 25: each attempt's egress summary and refusals (a field added).
-        crate::ops::report::add_egress(&mut detail, |n| store.egress_events(id, n))?;
+        // Issue 25: each attempt's egress summary and refusals; issue 29: the action log
+        // (fields added).
+        let detail = crate::ops::actions::task_detail(store, id)?.ok_or_else(not_found)?;
         // Remembered only for a task that exists: a refusal leaves the home as it was.
         sound.remember();
         print_json(&detail)?;
@@ -249,7 +251,7 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     for t in &transitions {
         crate::println_printable!(
             "  {}  {} -> {}  {}",
-            t.at.format("%Y-%m-%d %H:%M:%S"),
+            t.at.format("%Y-%m-%d %H:%M:%S UTC"),
             t.from,
             t.to,
             t.reason
@@ -373,7 +375,10 @@ fn print_task(t: &Task) {
     crate::println_printable!("  attempts: {}  failures: {}", t.attempts, t.failures);
     match (t.state, t.next_attempt_at) {
         (TaskState::Failed, Some(next)) => {
-            crate::println_printable!("  retry at: {}", next.format("%Y-%m-%d %H:%M:%S UTC"))
+            crate::println_printable!(
+                "  retry at: {}",
+                crate::domain::when::human(next, Utc::now())
+            )
         }
         (TaskState::Failed, None) => {
             crate::println_printable!(
@@ -385,7 +390,7 @@ fn print_task(t: &Task) {
     }
     crate::println_printable!(
         "  created:  {}",
-        t.created_at.format("%Y-%m-%d %H:%M:%S UTC")
+        crate::domain::when::human(t.created_at, Utc::now())
     );
 }
 
@@ -403,7 +408,7 @@ fn print_quota(detail: &serde_json::Value, now: DateTime<Utc>) {
     if let Some(wait) = detail.get("wait").filter(|w| !w.is_null()) {
         if let Some(until) = wait.get("until").and_then(time) {
             crate::println_printable!(
-                "  quota:    waiting for {} (UTC); no attempt is counted for the wait",
+                "  quota:    waiting for {}; no attempt is counted for the wait",
                 crate::orchestrator::quota::reset_words(&str_of(wait, "agent"), until, now)
             );
         }
@@ -423,27 +428,28 @@ fn print_quota(detail: &serde_json::Value, now: DateTime<Utc>) {
             "default cool-down"
         };
         crate::println_printable!(
-            "  out:      {}@{} until {} UTC ({how})",
+            "  out:      {}@{} until {} ({}; {how})",
             str_of(a, "agent"),
             str_of(a, "identity"),
-            crate::orchestrator::quota::clock(until, now)
+            crate::domain::when::clock(until, now),
+            crate::domain::when::relative(until, now)
         );
     }
     if let Some(f) = detail.get("fallback").filter(|f| !f.is_null()) {
         crate::println_printable!(
-            "  fallback: {} while {} is out (since {} UTC){}",
+            "  fallback: {} while {} is out (since {}){}",
             str_of(f, "agent"),
             str_of(f, "preferred"),
-            f.get("since").and_then(time).map_or("?".to_string(), |t| {
-                crate::orchestrator::quota::clock(t, now)
-            }),
+            f.get("since")
+                .and_then(time)
+                .map_or("?".to_string(), |t| { crate::domain::when::human(t, now) }),
             match agents
                 .first()
                 .and_then(|a| a.get("resets_at"))
                 .and_then(time)
             {
                 Some(back) if back > now => format!(
-                    "; {} UTC",
+                    "; {}",
                     crate::orchestrator::quota::reset_words(&str_of(f, "preferred"), back, now)
                 ),
                 _ => String::new(),
@@ -927,7 +933,7 @@ mod tests {
         };
         assert_eq!(
             quota_step(&wait, now).as_deref(),
-            Some("quota: claude resets 14:05")
+            Some("quota: claude resets 14:05 UTC (in 1 h 5 min)")
         );
         let wait = crate::store::QuotaWaitBrief {
             until: "2026-12-01T09:00:00.000000Z",
@@ -935,7 +941,7 @@ mod tests {
         };
         assert_eq!(
             quota_step(&wait, now).as_deref(),
-            Some("quota: claude resets Dec 01 09:00")
+            Some("quota: claude resets Dec 01 09:00 UTC (in 20 h)")
         );
         assert_eq!(
             without_daemon(
@@ -958,8 +964,8 @@ mod tests {
         assert_eq!(
             quota_lines(&[row("claude", 65, true), row("codex", 15, false), row("kimi", -1, true)], now),
             vec![
-                "quota: claude@personal out until 14:05 UTC (the CLI's reset time)".to_string(),
-                "quota: codex@personal out until 13:15 UTC (no reset time given: default cool-down)".to_string(),
+                "quota: claude@personal out until 14:05 UTC (in 1 h 5 min; the CLI's reset time)".to_string(),
+                "quota: codex@personal out until 13:15 UTC (in 15 min; no reset time given: default cool-down)".to_string(),
             ]
         );
     }

@@ -15,6 +15,7 @@ pub mod state;
 pub mod task;
 pub mod terminal;
 pub mod text;
+pub mod when;
 
 pub use agent::{
     AgentProfile, AgentType, EgressMode, EgressProfile, EgressSpec, Invocation, NetworkMode,

@@ -254,12 +254,8 @@ fn not_found(id: &str) -> Response {
 pub async fn show_task(State(s): State<Shared>, Path(id): Path<String>) -> Response {
     let wanted = id.clone();
     let read = move |store: &Store| -> Result<Option<serde_json::Value>, StoreError> {
-        let Some(mut detail) = store.task_detail_json(&wanted)? else {
-            return Ok(None);
-        };
-        // Issue 25: each attempt's egress summary and refusals (`attempts[].egress`).
-        crate::ops::report::add_egress(&mut detail, |n| store.egress_events(&wanted, n))?;
-        Ok(Some(detail))
+        // Issue 25: each attempt's egress (`attempts[].egress`); issue 29: `actions`.
+        crate::ops::actions::task_detail(store, &wanted)
     };
     match with_store(s.db.clone(), read).await {
         Ok(Some(detail)) => Json(detail).into_response(),

@@ -145,6 +145,42 @@ pub struct ActionRecord {
     pub outcome: String,
 }
 
+impl ActionRecord {
+    /// An action taken with the CLI by the user it runs as (`$USER`, else `cli`).
+    pub fn cli(action: &str, outcome: impl Into<String>, at: DateTime<Utc>) -> ActionRecord {
+        ActionRecord {
+            at,
+            action: action.into(),
+            by: std::env::var("USER")
+                .ok()
+                .and_then(|u| clean_actor(&u))
+                .unwrap_or_else(|| "cli".into()),
+            via: "cli".into(),
+            from: None,
+            outcome: outcome.into(),
+        }
+    }
+}
+
+/// `status TASK --json` and `GET /api/v1/tasks/{id}`: the task in full
+/// ([`Store::task_detail_json`]) with each attempt's egress (issue 25) and the task's action
+/// log as `actions` (issue 29: who retried, ran, held, released or cancelled it, when, from
+/// which surface and what came of it, oldest first).
+pub fn task_detail(store: &Store, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+    let Some(mut detail) = store.task_detail_json(id)? else {
+        return Ok(None);
+    };
+    crate::ops::report::add_egress(&mut detail, |n| store.egress_events(id, n))?;
+    let log = actions(store, id)?;
+    if let Some(obj) = detail.as_object_mut() {
+        obj.insert(
+            "actions".into(),
+            serde_json::to_value(log).unwrap_or_default(),
+        );
+    }
+    Ok(Some(detail))
+}
+
 /// Actions kept per task (the oldest go first).
 pub const KEPT: usize = 50;
 

@@ -95,15 +95,15 @@ pub async fn drive(
                 let parked = store.quota_wait(&id)?;
                 say(&match parked {
                     Some(parked) => format!(
-                        "waiting {}s for a usage limit ({}); no failure counted",
-                        whole_seconds(wait),
+                        "waiting for a usage limit: {}; no failure counted",
                         super::quota::reset_words(&parked.agent, parked.until, (orch.clock)())
                     ),
                     // Counted in failures, not attempt numbers: a failure before the
                     // container existed reuses its attempt number.
                     None => format!(
-                        "waiting {}s before trying again ({} of {} allowed failures so far)",
-                        whole_seconds(wait),
+                        "waiting {} (until {}) before trying again ({} of {} allowed failures so far)",
+                        crate::domain::when::span(whole_seconds(wait)),
+                        crate::domain::when::clock(at, (orch.clock)()),
                         current.failures,
                         orch.policy.max_attempts
                     ),

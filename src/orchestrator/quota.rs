@@ -172,18 +172,10 @@ pub fn start_of(
         .unwrap_or(0)
 }
 
-/// `claude resets 14:05` (UTC; with the date when it is not today).
+/// `claude resets 14:05 UTC (in 52 min)` (with the date when it is not today), for a
+/// person reading it now.
 pub fn reset_words(agent: &str, at: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    format!("{agent} resets {}", clock(at, now))
-}
-
-/// `14:05`, `Dec 01 14:05` when not today, in UTC.
-pub fn clock(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    if at.date_naive() == now.date_naive() {
-        at.format("%H:%M").to_string()
-    } else {
-        at.format("%b %d %H:%M").to_string()
-    }
+    format!("{agent} resets {}", crate::domain::when::human(at, now))
 }
 
 /// The reason a parked task's FAILED transition carries.
@@ -196,14 +188,16 @@ pub fn park_reason(wait: &QuotaWait, now: DateTime<Utc>) -> String {
                 "{}@{} until {}",
                 r.agent,
                 r.identity,
-                clock(r.resets_at, now)
+                crate::domain::when::clock(r.resets_at, now)
             )
         })
         .collect();
+    // Stored and read later: clock times, no countdown that would go stale.
     format!(
-        "quota: every agent of the chain is out ({}); waiting for {} (UTC), no attempt counted",
+        "quota: every agent of the chain is out ({}); waiting for {} to reset at {}, no attempt counted",
         each.join(", "),
-        reset_words(&wait.agent, wait.until, now)
+        wait.agent,
+        crate::domain::when::clock(wait.until, now)
     )
 }
 
@@ -762,12 +756,16 @@ mod tests {
         assert_eq!((w.until, w.agent.as_str()), (mins(5), "codex"));
         assert_eq!(
             park_reason(&w, now()),
-            "quota: every agent of the chain is out (claude@p until 14:30, codex@p until 14:05); waiting for codex resets 14:05 (UTC), no attempt counted"
+            "quota: every agent of the chain is out (claude@p until 14:30 UTC, codex@p until 14:05 UTC); waiting for codex to reset at 14:05 UTC, no attempt counted"
         );
         assert_eq!(wait_of("local-1", vec![], now()), None);
         assert_eq!(
             reset_words("claude", mins(60 * 24), now()),
-            "claude resets Dec 01 14:00"
+            "claude resets Dec 01 14:00 UTC (in 1 d)"
+        );
+        assert_eq!(
+            reset_words("claude", mins(52), now()),
+            "claude resets 14:52 UTC (in 52 min)"
         );
     }
 

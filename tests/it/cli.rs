@@ -867,6 +867,52 @@ fn retry_now_makes_a_parked_task_due_and_clears_its_limit() {
     assert!(due <= Utc::now(), "{due}");
     assert!(store.quota_wait("local-1").unwrap().is_none());
     assert!(store.quota_out(Utc::now()).unwrap().is_empty());
+    // Issue 29: who did it is in `status TASK --json` (`actions`, oldest first).
+    let out = polyphony(home.path())
+        .env("USER", "alice")
+        .args(["status", "local-1", "--json"])
+        .output()
+        .unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let log = detail["actions"].as_array().expect("actions");
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(
+        (
+            log[0]["action"].as_str(),
+            log[0]["via"].as_str(),
+            log[0]["outcome"].as_str()
+        ),
+        (Some("run-now"), Some("cli"), Some("ok"))
+    );
+    assert!(
+        log[0]["at"].is_string() && log[0]["by"].is_string(),
+        "{log:?}"
+    );
+    // A cancel is recorded with the name given.
+    polyphony(home.path())
+        .args(["cancel", "local-1", "--by", "bob"])
+        .assert()
+        .success();
+    let out = polyphony(home.path())
+        .args(["status", "local-1", "--json"])
+        .output()
+        .unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = detail["actions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            last["action"].as_str(),
+            last["by"].as_str(),
+            last["outcome"].as_str()
+        ),
+        (Some("cancel"), Some("bob"), Some("ok")),
+        "{detail}"
+    );
 
     // A DISCOVERED task has no attempt to bring forward.
     let out = polyphony(home.path())

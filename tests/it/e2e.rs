@@ -3017,3 +3017,73 @@ async fn cancel_stops_a_spawn_in_the_foreground() {
     assert_eq!(last_reason(&v), "cancelled by bob (cli)");
     assert_eq!(v["task"]["failures"], 0);
 }
+
+/// Issue 29: `spawn --task` of a task parked on a usage limit 55 minutes away runs it now
+/// (as `retry --now` does: the limit is taken as over, the action recorded) instead of
+/// waiting the hour out; it lands on its first counted attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawn_task_runs_a_parked_task_now() {
+    use polyphony::domain::{AgentQuota, AgentReset, QuotaWait, TaskState};
+    let Some(image) = image().await else { return };
+    let origin = Origin::new();
+    let home = Home::new(&image, Conf::default(), None).with_run_limit(Duration::from_secs(90));
+    let id = home
+        .enqueue(
+            &origin,
+            &body_with("polyphony-fake: succeed"),
+            "Fix add() (parked)",
+        )
+        .await;
+    let later = Utc::now() + chrono::Duration::minutes(55);
+    {
+        let store = polyphony::store::Store::open(&home.path.join("queue.db")).unwrap();
+        let now = Utc::now();
+        store.claim(&id, now).unwrap().unwrap();
+        store
+            .transition(&id, TaskState::Claimed, TaskState::Failed, "parked", now)
+            .unwrap();
+        store.set_retry(&id, 0, Some(later)).unwrap();
+        store
+            .update_quota("demo", "claude", |_| AgentQuota {
+                identity: "demo".into(),
+                agent: "claude".into(),
+                resets_at: later,
+                reported: true,
+                message: "limit".into(),
+                task_id: Some(id.clone()),
+                attempt: Some(1),
+                hit_at: now,
+            })
+            .unwrap();
+        let reset = AgentReset {
+            agent: "claude".into(),
+            identity: "demo".into(),
+            resets_at: later,
+        };
+        store
+            .set_quota_wait(&QuotaWait {
+                task_id: id.clone(),
+                until: later,
+                agent: "claude".into(),
+                identity: "demo".into(),
+                resets: vec![reset],
+                parked_at: now,
+            })
+            .unwrap();
+    }
+    let started = Instant::now();
+    let out = home.run(&["spawn", "--task", &id]).await;
+    assert!(out.status.success(), "spawn: {}", output(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("{id}: running now (it was waiting until")),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(90));
+    let v = home.task(&id).await;
+    assert_eq!(state(&v), "LANDED", "{v}");
+    assert_eq!(v["task"]["failures"], 0);
+    let actions = v["actions"].as_array().expect("the action log");
+    assert_eq!(actions.last().unwrap()["action"], "run-now", "{actions:?}");
+    assert_eq!(actions.last().unwrap()["via"], "cli");
+}

@@ -799,9 +799,11 @@ async fn spawn_waits_for_the_earliest_reset_when_every_agent_is_out_and_counts_n
     assert!(matches!(end, Some(ref e) if e.is_landed()), "{end:?}");
     let said = said.lock().expect("lock").clone();
     assert!(
-        said.iter().any(|l| l.starts_with("waiting ")
-            && l.contains("for a usage limit (claude resets ")
-            && l.ends_with("); no failure counted")),
+        said.iter().any(
+            |l| l.starts_with("waiting for a usage limit: claude resets ")
+                && l.contains(" UTC (in ")
+                && l.ends_with("); no failure counted")
+        ),
         "{said:?}"
     );
     assert!(

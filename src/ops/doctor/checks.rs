@@ -301,26 +301,30 @@ pub fn token_api_check(
 /// next agent of their chain or wait), or available again.
 pub fn quota_check(q: &crate::domain::AgentQuota, now: chrono::DateTime<chrono::Utc>) -> Check {
     let name = format!("quota {}@{}", q.agent, q.identity);
-    let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
+    use crate::domain::when;
     if q.is_out(now) {
         Check::warn(
             name,
             format!(
-                "out until {} ({}): {}",
-                at(q.resets_at),
+                "out until {} ({}; {}): {}",
+                when::clock(q.resets_at, now),
+                when::relative(q.resets_at, now),
                 if q.reported {
                     "the CLI's reset time"
                 } else {
                     "no reset time given: quota_default_cooldown"
                 },
-                q.message
+                when::message_text(&q.message, now)
             ),
             "nothing to do: tasks skip it (next agent of their chain, or they wait) and use it again after the reset",
         )
     } else {
         Check::pass(
             name,
-            format!("available (last limit ended {})", at(q.resets_at)),
+            format!(
+                "available (last limit ended {})",
+                when::human(q.resets_at, now)
+            ),
         )
     }
 }

@@ -154,7 +154,7 @@ mod tests {
         );
         assert_eq!(
             c.detail,
-            "out until 2026-11-30 14:05 UTC (the CLI's reset time): usage limit: Claude AI usage limit reached|1796054700"
+            "out until 14:05 UTC (in 1 h 5 min; the CLI's reset time): usage limit: Claude AI usage limit reached (resets 16:05 UTC, in 3 h 5 min)"
         );
         q.reported = false;
         assert!(quota_check(&q, now)
@@ -163,10 +163,7 @@ mod tests {
         q.resets_at = now;
         let c = quota_check(&q, now);
         assert_eq!(c.level, Level::Pass);
-        assert_eq!(
-            c.detail,
-            "available (last limit ended 2026-11-30 13:00 UTC)"
-        );
+        assert_eq!(c.detail, "available (last limit ended 13:00 UTC (now))");
     }
 
     #[test]

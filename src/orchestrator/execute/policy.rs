@@ -81,7 +81,7 @@ pub fn decide(
         let resets = q
             .resets_at
             .as_deref()
-            .map(|r| format!(" (resets {r})"))
+            .map(|r| format!(" (resets {})", crate::domain::when::reset_absolute(r)))
             .unwrap_or_default();
         return (
             AttemptStatus::Quota,
