@@ -31,6 +31,7 @@ async fn main() {
         home: dir.path().to_path_buf(),
         db: polyphony::store::StoreHandle::sqlite(db),
         body_limit: 256 * 1024,
+        machine: "test-machine".into(),
         token: Some(TOKEN.into()),
         token_for_reads: false,
         slots: 2,

@@ -52,9 +52,9 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let refused = |e: Refused| UsageError::new(e.message, e.fix);
     // Issue 24: the queue's limits live in config.yaml, so a broken one refuses (exit 2,
     // the file and field named) instead of storing under defaults nobody chose.
-    let limit = crate::config::Config::load(&ctx.home)?
-        .global()
-        .max_body_bytes;
+    let config = crate::config::Config::load(&ctx.home)?;
+    let limit = config.global().max_body_bytes;
+    let machine = crate::orchestrator::lease::machine_id(&config);
     let body = match (&args.body, &args.body_file) {
         (Some(text), _) => text.clone(),
         (None, Some(path)) => read_body_file(path, limit)?,
@@ -80,7 +80,7 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         .open()
         .with_context(|| format!("opening the queue {db}"))?;
     // The store's own error (a damaged file is `DatabaseDamaged`, exit 2), not a wrapper.
-    let task = intake::store(&store, new, Utc::now()).map_err(|e| match e {
+    let task = intake::store(&store, new, &machine, Utc::now()).map_err(|e| match e {
         intake::StoreFailure::Store(e) => anyhow::Error::new(e),
         other => anyhow::Error::new(other),
     })?;

@@ -29,6 +29,10 @@ pub const MIN_RETENTION_EVENTS: Duration = Duration::from_secs(24 * 3600);
 pub const MIN_RETENTION_EVERY: Duration = Duration::from_secs(10);
 pub const MAX_RETENTION_EVERY: Duration = Duration::from_secs(24 * 3600);
 /// GitHub's repository permissions, lowest first.
+/// Bounds of `store.lease` and the smallest `store.heartbeat`.
+pub const MIN_LEASE: Duration = Duration::from_secs(10);
+pub const MAX_LEASE: Duration = Duration::from_secs(3600);
+pub const MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 pub const PERMISSIONS: [&str; 5] = ["read", "triage", "write", "maintain", "admin"];
 
 fn err(doc: &Doc<'_>, path: &[Seg<'_>], message: String, fix: String) -> ConfigError {
@@ -155,6 +159,49 @@ pub(super) fn check_global(
                 MAX_DEADLINE,
             )?;
         }
+    }
+    if let Some(machine) = g.store.machine.as_deref() {
+        let ok = !machine.is_empty()
+            && machine.len() <= 64
+            && machine
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !ok {
+            return Err(err(
+                doc,
+                &[Key("store"), Key("machine")],
+                format!("`store.machine` is `{machine}`: not a machine id"),
+                "use 1 to 64 letters, digits, `.`, `_` or `-` (e.g. build-3); unset, the host name is used"
+                    .to_string(),
+            ));
+        }
+    }
+    // Leases (issue 27, docs/SCALING.md): long enough to ride out a slow store, short
+    // enough that a lost machine's tasks move on; renewed at least three times a lease.
+    let lease_path = &[Key("store"), Key("lease")][..];
+    if r.lease < MIN_LEASE || r.lease > MAX_LEASE {
+        return Err(err(
+            doc,
+            lease_path,
+            format!(
+                "`store.lease` is {}, outside the bounds of 10s to 1h",
+                humantime::format_duration(r.lease)
+            ),
+            "set it between 10s and 1h (default 60s)".to_string(),
+        ));
+    }
+    if r.heartbeat < MIN_HEARTBEAT || r.heartbeat * 3 > r.lease {
+        return Err(err(
+            doc,
+            &[Key("store"), Key("heartbeat")],
+            format!(
+                "`store.heartbeat` is {}, outside 1s to a third of `store.lease` ({})",
+                humantime::format_duration(r.heartbeat),
+                humantime::format_duration(r.lease)
+            ),
+            "set it to at least 1s and at most a third of the lease (default 10s for the 60s lease)"
+                .to_string(),
+        ));
     }
     if let Ok(c) = super::values::parse_duration(&g.quota_default_cooldown) {
         duration_max(

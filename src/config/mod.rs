@@ -136,6 +136,9 @@ struct Resolved {
     workspace_root: PathBuf,
     mirror_root: PathBuf,
     poll_interval: Duration,
+    /// `store.lease` and `store.heartbeat`, parsed (defaults filled in).
+    lease: Duration,
+    heartbeat: Duration,
     event_idle_timeout: Duration,
     container_deadline: Duration,
     verify_timeout: Duration,
@@ -202,6 +205,21 @@ impl Config {
 
     pub fn poll_interval(&self) -> Duration {
         self.resolved.poll_interval
+    }
+
+    /// `store.lease`: how long a claim stays this daemon's without a renewal.
+    pub fn store_lease(&self) -> Duration {
+        self.resolved.lease
+    }
+
+    /// `store.heartbeat`: how often the daemon renews its leases.
+    pub fn store_heartbeat(&self) -> Duration {
+        self.resolved.heartbeat
+    }
+
+    /// `store.machine`: this daemon's machine id, when set.
+    pub fn store_machine(&self) -> Option<&str> {
+        self.global().store.machine.as_deref()
     }
 
     pub fn event_idle_timeout(&self) -> Duration {

@@ -131,6 +131,12 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// This daemon's machine id in a fleet (the owner of its claims); unset: the host name.
     pub machine: Option<String>,
+    /// How long a claim stays this daemon's without a renewal (default 60s; 10s to 1h):
+    /// another machine may take a task over only after its lease expired.
+    pub lease: Option<String>,
+    /// How often the daemon renews its leases (default 10s; at least 1s, at most a third
+    /// of `lease`).
+    pub heartbeat: Option<String>,
 }
 
 /// `gateway:` in config.yaml (issue 26, src/gateway/).

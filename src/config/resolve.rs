@@ -11,6 +11,10 @@ use super::locate::Seg;
 use super::{values, ConfigError, ConfigErrorKind, Doc, GlobalConfig, Resolved};
 use crate::domain::{NetworkMode, ResourceLimits};
 
+/// `store.lease` and `store.heartbeat` when unset (docs/SCALING.md).
+pub(super) const DEFAULT_LEASE: &str = "60s";
+pub(super) const DEFAULT_HEARTBEAT: &str = "10s";
+
 pub(super) fn duration_at(
     doc: &Doc<'_>,
     path: &[Seg<'_>],
@@ -141,6 +145,18 @@ pub(super) fn resolve_global(
         &[Key("poll_interval")],
         "poll_interval",
         &g.poll_interval,
+    )?;
+    let lease = duration_at(
+        doc,
+        &[Key("store"), Key("lease")],
+        "store.lease",
+        g.store.lease.as_deref().unwrap_or(DEFAULT_LEASE),
+    )?;
+    let heartbeat = duration_at(
+        doc,
+        &[Key("store"), Key("heartbeat")],
+        "store.heartbeat",
+        g.store.heartbeat.as_deref().unwrap_or(DEFAULT_HEARTBEAT),
     )?;
     let event_idle_timeout = duration_at(
         doc,
@@ -350,6 +366,8 @@ pub(super) fn resolve_global(
         workspace_root,
         mirror_root,
         poll_interval,
+        lease,
+        heartbeat,
         event_idle_timeout,
         container_deadline,
         verify_timeout,

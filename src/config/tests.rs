@@ -955,3 +955,46 @@ fn retention_defaults_never_and_bounds() {
         "workspaces",
     );
 }
+
+/// Issue 27: leases and machine ids are bounded, each error naming the field and the fix.
+#[test]
+fn store_lease_heartbeat_and_machine_bounds() {
+    use ConfigErrorKind::*;
+    check_err(
+        CONFIG_FILE,
+        "store:\n  lease: 5s\n",
+        InvalidValue,
+        2,
+        "`store.lease` is 5s, outside the bounds of 10s to 1h",
+        "between 10s and 1h",
+    );
+    check_err(
+        CONFIG_FILE,
+        "store:\n  lease: 30s\n  heartbeat: 15s\n",
+        InvalidValue,
+        3,
+        "`store.heartbeat` is 15s, outside 1s to a third of `store.lease` (30s)",
+        "at most a third of the lease",
+    );
+    check_err(
+        CONFIG_FILE,
+        "store:\n  machine: build/3\n",
+        InvalidValue,
+        2,
+        "`store.machine` is `build/3`: not a machine id",
+        "letters, digits",
+    );
+    let cfg = load(&with(
+        CONFIG_FILE,
+        "store:\n  machine: build-3\n  lease: 2m\n  heartbeat: 20s\n",
+    ))
+    .unwrap();
+    assert_eq!(cfg.store_machine(), Some("build-3"));
+    assert_eq!(cfg.store_lease(), Duration::from_secs(120));
+    assert_eq!(cfg.store_heartbeat(), Duration::from_secs(20));
+    let defaults = load(&with(CONFIG_FILE, "poll_interval: 30s\n")).unwrap();
+    assert_eq!(
+        (defaults.store_lease(), defaults.store_heartbeat()),
+        (Duration::from_secs(60), Duration::from_secs(10))
+    );
+}

@@ -342,7 +342,7 @@ pub async fn enqueue(State(s): State<Shared>, body: Bytes) -> Response {
             .into_response()
         }
     };
-    let (db, limit) = (s.db.clone(), s.body_limit);
+    let (db, limit, machine) = (s.db.clone(), s.body_limit, s.machine.clone());
     let stored = tokio::task::spawn_blocking(move || {
         let new = intake::check(new, limit, Surface::Api)
             .map_err(|r| (StatusCode::BAD_REQUEST, r.message, r.fix))?;
@@ -353,7 +353,7 @@ pub async fn enqueue(State(s): State<Shared>, body: Bytes) -> Response {
                 "run `polyphony doctor` on the host".to_string(),
             )
         })?;
-        intake::store(&store, new, Utc::now()).map_err(|e| {
+        intake::store(&store, new, &machine, Utc::now()).map_err(|e| {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 e.to_string(),

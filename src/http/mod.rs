@@ -60,6 +60,9 @@ pub struct ServerSettings {
     pub db: crate::store::StoreHandle,
     /// `max_body_bytes`: the longest task body `POST /api/v1/tasks` accepts.
     pub body_limit: u64,
+    /// This home's machine id (`store.machine`, else the host name): a task enqueued with a
+    /// local path is pinned to it (issue 27).
+    pub machine: String,
     /// The bearer token, if its variable is set.
     pub token: Option<String>,
     /// Whether reads need the token (always true off loopback).
@@ -125,6 +128,7 @@ pub fn settings(
         home: config.home().to_path_buf(),
         db: store,
         body_limit: config.global().max_body_bytes,
+        machine: crate::orchestrator::lease::machine_id(config),
         token,
         token_for_reads: config.global().http.token_for_reads || !loopback,
         slots: config.max_concurrent_agents(),

@@ -129,6 +129,8 @@ pub async fn run(
     let store = orch.store.open()?;
     // Never start work on a damaged queue (issue 12): the whole file, every start.
     store.ensure_sound_now()?;
+    // The store answered: this daemon's leases start fresh (issue 27).
+    orch.leases.renewed(orch.now());
     let (_never_tx, never_rx) = watch::channel(false);
     let run_opts = RunOptions {
         progress: progress.clone(),
@@ -151,7 +153,10 @@ pub async fn run(
         &mut summary,
     )
     .await?;
-    tracing::info!(home = %home.display(), max_concurrent = max, "daemon started");
+    tracing::info!(home = %home.display(), max_concurrent = max, owner = %orch.leases.owner, "daemon started");
+    // Issue 27: every `store.heartbeat` the leases of this daemon's claims are renewed on a
+    // connection of its own, so a slow poll never lets them lapse.
+    let _abort_heartbeat = AbortOnDrop(tokio::spawn(heartbeat(orch.clone())));
     // Deadlines hold even when a follower lost its container (see runtime::watchdog).
     let watchdog = {
         let runtime = orch.runtime.clone();
@@ -185,6 +190,7 @@ pub async fn run(
 
     let poll_interval = orch.config.poll_interval();
     let mut next_poll = tokio::time::Instant::now();
+    let mut next_beat = tokio::time::Instant::now() + orch.leases.heartbeat;
     let mut stopping = false;
     loop {
         let signal_count = *signals.borrow();
@@ -233,6 +239,22 @@ pub async fn run(
                 crate::orchestrator::shepherd::watch::round(&orch, &store).await;
                 next_poll = tokio::time::Instant::now() + poll_interval;
             }
+            if tokio::time::Instant::now() >= next_beat {
+                // Another machine's expired leases (a lost machine), as they expire.
+                if let Err(e) = adopt_expired(
+                    &orch,
+                    &store,
+                    &run_opts,
+                    &mut attempts,
+                    &mut stops,
+                    &mut summary,
+                )
+                .await
+                {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot take over expired leases");
+                }
+                next_beat = tokio::time::Instant::now() + orch.leases.heartbeat;
+            }
             // Issue 24: a signal met during those awaits stops claiming now, not after this
             // round's claims (a drain once ran a retry claimed after its signal).
             if *signals.borrow() > signal_count {
@@ -274,7 +296,8 @@ pub async fn run(
         let wake_at = match retry_due {
             Some(due) if due < next_poll => due,
             _ => next_poll,
-        };
+        }
+        .min(next_beat);
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at), if !stopping => {}
             accepted = listener.accept(), if !stopping => {
@@ -409,10 +432,17 @@ fn dispatch(
     summary: &mut DaemonSummary,
 ) -> anyhow::Result<()> {
     loop {
+        let now = orch.now();
+        if !orch.leases.may_start(now) {
+            // Issue 27: leases not renewed lately (the store unreachable): no new work.
+            tracing::warn!("this daemon could not renew its leases lately: claiming nothing");
+            return Ok(());
+        }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             return Ok(());
         };
-        let Some(task) = store.claim_next(orch.now())? else {
+        let leases = &orch.leases;
+        let Some(task) = store.claim_next_owned(&leases.owner, leases.until(now), now)? else {
             return Ok(());
         };
         run_opts
@@ -464,14 +494,21 @@ async fn reconcile(
             discard_container(orch, &c.id).await;
         }
     }
-    for state in [
-        TaskState::Claimed,
-        TaskState::Routed,
-        TaskState::Provisioned,
-        TaskState::Running,
-        TaskState::Verifying,
-    ] {
-        for task in store.list_tasks(Some(state), None)? {
+    // Issue 27: only what this daemon may reconcile (its machine's claims, unowned ones,
+    // expired leases), each taken over first; another daemon's live claim is left alone.
+    let leases = &orch.leases;
+    let now = orch.now();
+    for found in store.reconcilable(&leases.owner, now)? {
+        let task = found.task.clone();
+        let state = task.state;
+        if !store.take_over(&task.id, &leases.owner, leases.until(now), now)? {
+            continue;
+        }
+        if found.expired {
+            adopt(orch, store, found, run_opts, attempts, stops, summary).await?;
+            continue;
+        }
+        {
             if let Some(request) = store.cancel_request(&task.id)? {
                 // Cancelled while no one ran it (issue 29): nothing is resumed.
                 live.remove(&(task.id.clone(), task.attempts));
@@ -569,6 +606,109 @@ async fn reconcile(
     Ok(())
 }
 
+/// Renews this daemon's leases every `store.heartbeat` (issue 27). A failed renewal is
+/// logged and retried at the next beat on a fresh connection; after a third of the lease
+/// without one the daemon claims nothing and pushes nothing (`lease::Leases`).
+async fn heartbeat(orch: Arc<Orchestrator>) {
+    let leases = orch.leases.clone();
+    let mut every = tokio::time::interval(leases.heartbeat);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut conn: Option<Store> = None;
+    loop {
+        every.tick().await;
+        let now = orch.now();
+        let renewed = match conn.as_ref() {
+            Some(store) => store.renew_leases(&leases.owner, leases.until(now)),
+            None => orch.store.open().and_then(|store| {
+                let n = store.renew_leases(&leases.owner, leases.until(now));
+                conn = Some(store);
+                n
+            }),
+        };
+        match renewed {
+            Ok(n) => {
+                leases.renewed(now);
+                tracing::trace!(leases = n, "leases renewed");
+            }
+            Err(e) => {
+                conn = None;
+                tracing::warn!(error = %e, "cannot renew this daemon's leases");
+            }
+        }
+    }
+}
+
+/// Takes over the claims of other machines whose leases expired (a lost machine) and goes
+/// on with each ([`adopt`]); run every heartbeat while the daemon claims.
+async fn adopt_expired(
+    orch: &Arc<Orchestrator>,
+    store: &Store,
+    run_opts: &RunOptions,
+    attempts: &mut Attempts,
+    stops: &mut Stops,
+    summary: &mut DaemonSummary,
+) -> anyhow::Result<()> {
+    let leases = &orch.leases;
+    let now = orch.now();
+    if !leases.may_start(now) {
+        return Ok(());
+    }
+    for found in store.reconcilable(&leases.owner, now)? {
+        // This machine's own claims were reconciled at start; the running ones are ours.
+        if !found.expired || stops.contains_key(&found.task.id) {
+            continue;
+        }
+        if store.take_over(&found.task.id, &leases.owner, leases.until(now), now)? {
+            adopt(orch, store, found, run_opts, attempts, stops, summary).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A task whose owner's lease expired, now this daemon's (issue 27): its attempt ran on a
+/// lost machine (its container and workspace are there, never touched from here). A
+/// cancel request settles it; an attempt with a record goes on through
+/// [`Orchestrator::adopt_lost`] (a landing it pushed finished, else a new attempt at once);
+/// a task stranded before its attempt existed is retried at once. None counts a failure.
+async fn adopt(
+    orch: &Arc<Orchestrator>,
+    store: &Store,
+    found: crate::store::Reconcilable,
+    run_opts: &RunOptions,
+    attempts: &mut Attempts,
+    stops: &mut Stops,
+    summary: &mut DaemonSummary,
+) -> anyhow::Result<()> {
+    let task = found.task;
+    let lost = found
+        .claim
+        .as_ref()
+        .map(|c| c.owner.clone())
+        .unwrap_or_default();
+    let why = format!(
+        "the machine running it ({lost}) stopped renewing its lease; taken over by {}",
+        orch.leases.owner
+    );
+    tracing::info!(task = %task.id, state = %task.state, %lost, "taking over an expired lease");
+    if let Some(request) = store.cancel_request(&task.id)? {
+        return cancel_here(orch, store, &task.id, &request).await;
+    }
+    match store.attempt(&task.id, task.attempts)? {
+        Some(record) if record.status.is_none() || task.state == TaskState::Verifying => {
+            summary.resumed += 1;
+            let orch = orch.clone();
+            let opts = attempt_opts(run_opts, stops, &task.id);
+            attempts.spawn(async move {
+                let id = task.id.clone();
+                let end = orch.adopt_lost(task, record, why, &opts).await;
+                (id, end)
+            });
+        }
+        record => interrupt_because(store, &task, record.as_ref(), &why, orch.now())?,
+    }
+    Ok(())
+}
+
 /// Applies the pending cancel requests (`orchestrator::cancel`): a running attempt's stop
 /// switch is flipped (its conclusion settles CANCELLED); a task no attempt runs for is
 /// settled here; the request of a task that ended another way is dropped.
@@ -584,12 +724,25 @@ async fn apply_cancels(orch: &Orchestrator, store: &Store, stops: &Stops) -> any
         match store.get_task(&id)? {
             None => store.clear_cancel_request(&id)?,
             Some(task) if task.state.is_terminal() => store.clear_cancel_request(&id)?,
-            // An attempt that is not this daemon's would have to be another process's:
-            // the lock says there is none, so it is stranded like after a crash.
+            // Issue 27: an attempt another daemon of the fleet holds the lease of is that
+            // daemon's to stop (its own cancel check sees the request).
+            Some(task) if task.state.is_active() && held_elsewhere(orch, store, &id)? => {}
+            // An attempt that is not this daemon's and no one else holds: stranded like
+            // after a crash.
             Some(_) => cancel_here(orch, store, &id, &request).await?,
         }
     }
     Ok(())
+}
+
+/// Whether another daemon holds a live lease on `task_id` (issue 27).
+fn held_elsewhere(orch: &Orchestrator, store: &Store, task_id: &str) -> anyhow::Result<bool> {
+    let now = orch.now();
+    Ok(store.claim_of(task_id)?.is_some_and(|c| {
+        c.owner != orch.leases.owner.key()
+            && c.machine != orch.leases.owner.machine
+            && c.lease_until >= now
+    }))
 }
 
 /// Cancels a task no attempt of this process runs, and tells its source.
@@ -637,6 +790,18 @@ fn interrupt(
     now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
     let reason = format!("interrupted: the daemon stopped while the task was {state}");
+    interrupt_because(store, task, record, &reason, now)
+}
+
+/// [`interrupt`] for `reason`.
+fn interrupt_because(
+    store: &Store,
+    task: &Task,
+    record: Option<&AttemptRecord>,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let state = task.state;
     // The attempt row of a run that will never be collected: close it, or `status` shows it
     // running forever and cleanup keeps its workspace as live.
     if let Some(r) = record.filter(|r| r.status.is_none()) {
@@ -655,7 +820,7 @@ fn interrupt(
         next_attempt_at: Some(now),
         block: None,
     };
-    store.settle_failure(&task.id, state, &reason, &settlement, now)?;
+    store.settle_failure(&task.id, state, reason, &settlement, now)?;
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }

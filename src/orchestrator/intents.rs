@@ -62,6 +62,15 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
         let Some(task) = store.get_task(&intent.task_id)? else {
             continue;
         };
+        // Issue 27: an active task another daemon of the fleet holds is that daemon's
+        // (reconciliation took over every claim this one may act on before this runs).
+        if task.state.is_active()
+            && store
+                .claim_of(&task.id)?
+                .is_some_and(|c| c.owner != orch.leases.owner.key())
+        {
+            continue;
+        }
         let done = match intent.kind {
             IntentKind::Container => true,
             IntentKind::Land => task.state != TaskState::Verifying,

@@ -27,6 +27,7 @@ pub mod gateway_plan;
 pub mod generation;
 mod intents;
 pub mod land;
+pub mod lease;
 pub mod pipeline;
 pub mod progress;
 pub mod proof;
@@ -85,6 +86,9 @@ pub struct Orchestrator {
     pub clock: Clock,
     /// What running attempts' model-API gateways metered so far (budgets across attempts).
     pub(crate) spend: Arc<gateway::LiveSpend>,
+    /// This process as the owner of its claims in a fleet, its lease settings and its last
+    /// renewal (issue 27, [`lease`]).
+    pub leases: Arc<lease::Leases>,
 }
 
 impl Orchestrator {
@@ -121,6 +125,12 @@ impl Orchestrator {
             max_attempts: config.max_attempts(),
             ..RetryPolicy::default()
         };
+        let machine = lease::machine_id(&config);
+        let leases = Arc::new(lease::Leases::new(
+            crate::store::Owner::this_process(machine),
+            config.store_lease(),
+            config.store_heartbeat(),
+        ));
         Ok(Orchestrator {
             config: Arc::new(config),
             runtime,
@@ -135,6 +145,7 @@ impl Orchestrator {
             env,
             clock: clock::system(),
             spend: Arc::default(),
+            leases,
         })
     }
 

@@ -162,8 +162,14 @@ pub enum StoreFailure {
 }
 
 /// Stores a task [`check`] accepted under the next `local-N` id, in DISCOVERED. Refuses to
-/// write into a damaged queue.
-pub fn store(store: &Store, new: NewTask, now: DateTime<Utc>) -> Result<Task, StoreFailure> {
+/// write into a damaged queue. A task whose repository is a local path is pinned to
+/// `machine` (this home's machine id, issue 27): no other machine of a fleet has the path.
+pub fn store(
+    store: &Store,
+    new: NewTask,
+    machine: &str,
+    now: DateTime<Utc>,
+) -> Result<Task, StoreFailure> {
     store.ensure_sound()?;
     let id = store.next_local_task_id()?;
     let mut task = Task::new(
@@ -183,7 +189,8 @@ pub fn store(store: &Store, new: NewTask, now: DateTime<Utc>) -> Result<Task, St
     // About four characters per token: enough for routing to compare context windows.
     task.context_tokens = ((new.title.len() + new.body.len()) / 4) as u64;
     task.body = new.body;
-    if !store.insert_task(&task)? {
+    let pin = (!is_url(&task.repo)).then_some(machine);
+    if !store.insert_task_pinned(&task, pin)? {
         return Err(StoreFailure::Duplicate {
             id,
             path: store.path().display().to_string(),
@@ -247,8 +254,7 @@ fn check_source(
     surface: Surface,
 ) -> Result<(), Refused> {
     use crate::workspace::probe::{self, ProbeError};
-    let is_url = repo.contains("://") || is_scp_like(repo);
-    let result = if is_url {
+    let result = if is_url(repo) {
         if no_check {
             return Ok(());
         }
@@ -311,6 +317,11 @@ fn normalize_repo(repo: &str, surface: Surface) -> Result<String, Refused> {
 }
 
 /// `user@host:path`, git's scp-like syntax.
+/// A clone URL (or scp-like `host:path`), not a local path.
+pub fn is_url(repo: &str) -> bool {
+    repo.contains("://") || is_scp_like(repo)
+}
+
 fn is_scp_like(s: &str) -> bool {
     match (s.find('@'), s.find(':')) {
         (Some(at), Some(colon)) => at < colon && !s[..colon].contains('/'),

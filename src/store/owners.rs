@@ -20,6 +20,18 @@ impl Store {
         })
     }
 
+    /// Inserts a task and, when `pin` names a machine, pins it there in the same
+    /// transaction (a local-path task is never claimable elsewhere, not even for a moment).
+    pub fn insert_task_pinned(&self, task: &Task, pin: Option<&str>) -> Result<bool> {
+        self.immediate(|_| {
+            let inserted = self.insert_task(task)?;
+            if let (true, Some(machine)) = (inserted, pin) {
+                self.pin_task(&task.id, machine)?;
+            }
+            Ok(inserted)
+        })
+    }
+
     /// See [`super::QueueCore::claim_next_owned`]: `BEGIN IMMEDIATE` makes it exclusive.
     pub fn claim_next_owned(
         &self,

@@ -367,6 +367,38 @@ impl WorkspaceManager {
         )
     }
 
+    /// The commit `refs/heads/{branch}` names at `upstream`, asked without any workspace
+    /// (run in the mirror root): what a daemon taking over a lost machine's landing asks
+    /// first, so a push that machine made is found and not made again (issue 27).
+    pub fn upstream_branch_sha(
+        &self,
+        upstream: &str,
+        branch: &str,
+        token: Option<&str>,
+    ) -> Result<Option<String>, WorkspaceError> {
+        let target = resolve_upstream(upstream)?;
+        let askpass = self.askpass()?;
+        let full = format!("refs/heads/{branch}");
+        let out = super::git::Git::new("ls-remote")
+            .args(["ls-remote", "--refs", "--", &target, &full])
+            .current_dir(&self.mirror_root)
+            .token(&askpass, token, &target)
+            .run()
+            .map_err(|e| match e {
+                WorkspaceError::Git { op, code, stderr } => WorkspaceError::Git {
+                    op,
+                    code,
+                    stderr: scrub(&stderr, token),
+                },
+                other => other,
+            })?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(_, name)| *name == full)
+            .map(|(oid, _)| oid.to_string()))
+    }
+
     /// The commit `refs/heads/{branch}` names at the upstream, `None` when it does not exist.
     pub fn remote_sha(
         &self,

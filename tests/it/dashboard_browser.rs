@@ -74,6 +74,7 @@ fn settings(dir: &Path, token: Option<&str>) -> ServerSettings {
         home: dir.to_path_buf(),
         db: polyphony::store::StoreHandle::sqlite(dir.join("queue.db")),
         body_limit: 256 * 1024,
+        machine: "test-machine".into(),
         token: token.map(str::to_string),
         token_for_reads: false,
         slots: 2,

@@ -36,6 +36,7 @@ pub(crate) fn settings(db: PathBuf, token: Option<&str>, token_for_reads: bool) 
         home: db.parent().unwrap().to_path_buf(),
         db: polyphony::store::StoreHandle::sqlite(db),
         body_limit: 256 * 1024,
+        machine: "test-machine".into(),
         token: token.map(str::to_string),
         token_for_reads,
         slots: 4,

@@ -22,6 +22,7 @@ mod cli;
 mod dashboard_browser;
 mod e2e;
 mod egress;
+mod fleet;
 mod gateway;
 mod github;
 mod github_pulls;

@@ -31,6 +31,13 @@ impl AttemptRun<'_> {
             Ok(end) => return Ok(end),
             Err(failure) => failure,
         };
+        if failure.lease_lost {
+            // Issue 27: the task is not this daemon's to write any more.
+            tracing::warn!(task = %self.task.id, attempt = self.attempt, "{}", failure.reason);
+            return Ok(AttemptEnd::LeaseLost {
+                reason: failure.reason,
+            });
+        }
         if crate::store::damaged() {
             // A damaged database is never a task failure (issue 12): record nothing.
             return Err(crate::store::DatabaseDamaged {

@@ -202,6 +202,18 @@ impl AttemptRun<'_> {
         sha: String,
         evidence: Vec<CheckEvidence>,
     ) -> Result<AttemptEnd, Failure> {
+        self.land_as(ran, sha, evidence, None).await
+    }
+
+    /// [`Self::land`]; `pushed`: the branch the upstream already holds `sha` under (a lost
+    /// machine's push, found by the daemon that took its task over): no push from here.
+    pub(super) async fn land_as(
+        &mut self,
+        ran: &Ran,
+        sha: String,
+        evidence: Vec<CheckEvidence>,
+        pushed: Option<String>,
+    ) -> Result<AttemptEnd, Failure> {
         let ws = &ran.ws;
         // Push, PR, comment and labels are redone idempotently by the resumed attempt
         // until LANDED completes this intent (issue 19). The evidence is kept with it: a
@@ -220,31 +232,53 @@ impl AttemptRun<'_> {
         // A follow-up lands on its pull request's branch: no pull request of its own. A
         // source that keeps no record of its own (the local queue) lands by the push alone.
         let report_to = (self.followup.is_none() && source.reports_back()).then_some(source);
-        let destination = land::land(land::Landing {
-            workspaces: self.orch.workspaces.clone(),
-            ws,
-            sha: &sha,
-            // The attempt's branch name may already exist upstream with unrelated history
-            // (a reset home, another instance): push under a name of this home's instead of
-            // failing the verified work. Never force.
-            // A follow-up's push is a fast-forward of the pull request's branch or nothing
-            // (a rebased one's: a lease on the head it read, `ws.lease`).
-            fallback: match &self.followup {
-                Some(_) => ws.branch.clone(),
-                None => format!(
-                    "{}-{}",
-                    ws.branch,
-                    &self.orch.home_label[..self.orch.home_label.len().min(6)]
-                ),
-            },
-            token: source.push_token().map(String::from),
-            source: report_to,
-            task: &self.task,
-            attempt: self.attempt,
-            result: Some(&ran.result),
-            evidence: &evidence,
-        })
-        .await?;
+        // Issue 27: only while this daemon holds the task's lease with a margin (a daemon
+        // cut off from the store, or one whose task another daemon took over, never pushes).
+        let claim = self.db().claim_of(&self.task.id).map_err(Failure::crash)?;
+        if let Err(lost) = self
+            .orch
+            .leases
+            .check(&self.task.id, claim.as_ref(), self.orch.now())
+        {
+            return Err(Failure::lease_lost(lost));
+        }
+        let destination = if let Some(branch) = pushed {
+            let pr_url = match report_to {
+                Some(source) => {
+                    let landed =
+                        land::landed(&branch, ws, self.attempt, Some(&ran.result), &evidence);
+                    land::open_pull_request(source, &self.task, &landed).await?
+                }
+                None => None,
+            };
+            land::Destination { branch, pr_url }
+        } else {
+            land::land(land::Landing {
+                workspaces: self.orch.workspaces.clone(),
+                ws,
+                sha: &sha,
+                // The attempt's branch name may already exist upstream with unrelated history
+                // (a reset home, another instance): push under a name of this home's instead of
+                // failing the verified work. Never force.
+                // A follow-up's push is a fast-forward of the pull request's branch or nothing
+                // (a rebased one's: a lease on the head it read, `ws.lease`).
+                fallback: match &self.followup {
+                    Some(_) => ws.branch.clone(),
+                    None => format!(
+                        "{}-{}",
+                        ws.branch,
+                        &self.orch.home_label[..self.orch.home_label.len().min(6)]
+                    ),
+                },
+                token: source.push_token().map(String::from),
+                source: report_to,
+                task: &self.task,
+                attempt: self.attempt,
+                result: Some(&ran.result),
+                evidence: &evidence,
+            })
+            .await?
+        };
         let land::Destination { branch, pr_url } = destination;
         self.after_push(ran, &sha, &branch, pr_url.as_deref())
             .await?;

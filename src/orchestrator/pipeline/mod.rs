@@ -69,6 +69,10 @@ pub enum AttemptEnd {
     Released { reason: String },
     /// A person cancelled it (`polyphony cancel`): CANCELLED, no failure counted.
     Cancelled { reason: String },
+    /// This daemon no longer (safely) holds the task's lease (issue 27): it stopped before
+    /// any push and recorded nothing; the daemon holding the lease, or the one taking the
+    /// expired lease over, goes on with the task.
+    LeaseLost { reason: String },
 }
 
 impl AttemptEnd {
@@ -114,6 +118,9 @@ struct Failure {
     /// Not the agent's doing (issue 24): the attempt was interrupted and given up (restarts
     /// it caused, a lost lease). The next attempt runs at once; no failure is counted.
     interrupted: bool,
+    /// This daemon's lease on the task is gone or about to expire (issue 27): nothing is
+    /// recorded, the task is another daemon's to go on with.
+    lease_lost: bool,
 }
 
 impl Failure {
@@ -125,6 +132,14 @@ impl Failure {
             wait_until: None,
             kind: FailureKind::Other,
             interrupted: false,
+            lease_lost: false,
+        }
+    }
+
+    fn lease_lost(lost: super::lease::LeaseLost) -> Failure {
+        Failure {
+            lease_lost: true,
+            ..Failure::new(AttemptStatus::Crash, lost.to_string())
         }
     }
 
@@ -233,6 +248,23 @@ impl Orchestrator {
     ) -> anyhow::Result<AttemptEnd> {
         let mut run = AttemptRun::new(self, task, opts)?;
         let outcome = run.interrupted(record, why).await;
+        run.conclude(outcome).await
+    }
+}
+
+impl Orchestrator {
+    /// Goes on with an attempt of a lost machine whose expired lease this daemon took over
+    /// (issue 27): a landing it pushed is finished (the pull request found, not opened
+    /// again); otherwise the next attempt is due at once, not counted as a failure.
+    pub async fn adopt_lost(
+        &self,
+        task: Task,
+        record: AttemptRecord,
+        why: String,
+        opts: &RunOptions,
+    ) -> anyhow::Result<AttemptEnd> {
+        let mut run = AttemptRun::new(self, task, opts)?;
+        let outcome = run.adopted(record, why).await;
         run.conclude(outcome).await
     }
 }
@@ -446,6 +478,7 @@ impl From<verify::Refusal> for Failure {
             wait_until: None,
             kind: r.kind,
             interrupted: false,
+            lease_lost: false,
         }
     }
 }
@@ -489,5 +522,6 @@ pub fn describe(end: &AttemptEnd) -> String {
         AttemptEnd::Blocked { reason } => format!("BLOCKED: {reason}"),
         AttemptEnd::Released { reason } => format!("released: {reason}"),
         AttemptEnd::Cancelled { reason } => format!("CANCELLED: {reason}"),
+        AttemptEnd::LeaseLost { reason } => format!("stopped, nothing recorded: {reason}"),
     }
 }

@@ -104,6 +104,65 @@ impl AttemptRun<'_> {
         Err(Failure::interrupted(why))
     }
 
+    /// An attempt of a machine that stopped renewing its lease, taken over by this daemon
+    /// (issue 27). Its workspace and container are that machine's and never touched here.
+    /// A verified landing it pushed is found at the upstream and finished from here (the
+    /// pull request found by its branch, never opened twice); anything else ends as an
+    /// interruption: the next attempt runs at once and no failure is counted.
+    pub(super) async fn adopted(
+        &mut self,
+        record: AttemptRecord,
+        why: String,
+    ) -> Result<AttemptEnd, Failure> {
+        let (ws, spec) = match self.load(&record) {
+            Ok(loaded) => loaded,
+            Err(_) => return Err(Failure::interrupted(why)),
+        };
+        if self.state != TaskState::Verifying {
+            return Err(Failure::interrupted(why));
+        }
+        let Some((sha, evidence)) = self.pending_landing() else {
+            return Err(Failure::interrupted(why));
+        };
+        let manager = self.orch.workspaces.clone();
+        let (upstream, branch) = (ws.upstream.clone(), ws.branch.clone());
+        let token = self.token().map(String::from);
+        let remote = tokio::task::spawn_blocking(move || {
+            manager.upstream_branch_sha(&upstream, &branch, token.as_deref())
+        })
+        .await
+        .map_err(Failure::crash)?;
+        match remote {
+            Ok(Some(remote)) if remote == sha => {}
+            Ok(_) => return Err(Failure::interrupted(why)),
+            // Not knowing is not the agent's failure either; the next attempt starts over.
+            Err(e) => {
+                return Err(Failure::interrupted(format!(
+                    "{why}; cannot ask the upstream for its push: {e}"
+                )))
+            }
+        }
+        self.opts.progress.state(
+            &self.task.id,
+            TaskState::Verifying,
+            &format!(
+                "finishing the landing of {} that a lost machine pushed",
+                &sha[..sha.len().min(10)]
+            ),
+        );
+        let result = result_of(&record);
+        self.result = Some(result.clone());
+        let status = record.status.unwrap_or(AttemptStatus::Succeeded);
+        let pushed = ws.branch.clone();
+        let ran = Ran {
+            gate: proof::result_gate(status, record.reason.as_deref()),
+            ws,
+            spec,
+            result,
+        };
+        self.land_as(&ran, sha, evidence, Some(pushed)).await
+    }
+
     pub(super) async fn resumed(&mut self, record: AttemptRecord) -> Result<AttemptEnd, Failure> {
         let (ws, spec) = self.load(&record)?;
         // Issue 24: what the attempt had started at the source is finished before anything

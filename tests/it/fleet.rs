@@ -1,0 +1,419 @@
+//! A fleet on one queue (issue 27), deterministic: the daemon's ownership of claims on
+//! SQLite, with the other machines' daemons played through the store API and a second
+//! orchestrator (two homes cannot share one queue file: the lock refuses). The real
+//! pipeline over the scripted runtime, real git origins, the in-memory tracker and test
+//! clocks, as tests/it/orchestrator.rs.
+//!
+//! - another machine's live claim is never touched;
+//! - an expired lease of a lost machine is taken over: a landing it pushed is finished
+//!   (one pull request, no second push), an attempt it did not get to push ends as an
+//!   interruption and the next attempt lands, with no failure counted;
+//! - a daemon whose lease runs low refuses to push and records nothing;
+//! - a task enqueued with a local path is pinned to the enqueuing machine.
+//!
+//! Three daemons on PostgreSQL (the fleet test proper) need the full store there.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use polyphony::config::Config;
+use polyphony::demo::{write_home, write_sample_repo};
+use polyphony::domain::{AttemptStatus, SourceKind, Task, TaskState, TaskType};
+use polyphony::orchestrator::daemon::{self, DaemonOptions};
+use polyphony::orchestrator::lease::Leases;
+use polyphony::orchestrator::pipeline::RunOptions;
+use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
+use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
+use polyphony::sources::memory::MemorySource;
+use polyphony::store::{IntentKind, Owner, Store};
+use tokio::sync::watch;
+
+const FIXED_CALC: &str = "# Arithmetic helpers for the demo project.\nadd() {\n    a=$1\n    b=$2\n    echo $((a + b))\n}\n";
+
+fn claude_fixes() -> AgentScript {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/claude/real_2.1.332_lands_1.ndjson");
+    AgentScript::transcript(&path)
+        .expect("a fixture transcript")
+        .writes("calc.sh", FIXED_CALC)
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().expect("a timestamp")
+}
+
+fn secs(n: i64) -> chrono::Duration {
+    chrono::Duration::seconds(n)
+}
+
+fn owner(machine: &str) -> Owner {
+    Owner {
+        machine: machine.into(),
+        pid: 4242,
+        nonce: format!("{machine}-nonce"),
+    }
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    origin: PathBuf,
+    runtime: ScriptedRuntime,
+    tracker: MemorySource,
+    t0: DateTime<Utc>,
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let origin = write_sample_repo(dir.path()).expect("the sample origin");
+        let home = dir.path().join("home");
+        write_home(&home, dir.path(), "polyphony-test:scripted").expect("a home");
+        // This home is machine m1 of the fleet; short leases keep the test fast.
+        let config = home.join("config.yaml");
+        let mut text = std::fs::read_to_string(&config).expect("config.yaml");
+        text.push_str("store:\n  machine: m1\n  lease: 30s\n  heartbeat: 1s\n");
+        std::fs::write(&config, text).expect("config.yaml");
+        World {
+            _dir: dir,
+            home,
+            origin,
+            runtime: ScriptedRuntime::new(),
+            tracker: MemorySource::new(SourceKind::Github),
+            t0: at("2026-12-01T12:00:00Z"),
+        }
+    }
+
+    /// An orchestrator of `machine` (m1 is this home's own) whose clock stands at `now`.
+    fn orchestrator(&self, machine: &str, now: DateTime<Utc>) -> Orchestrator {
+        let config = Config::load(&self.home).expect("the home's config");
+        let mut orch =
+            Orchestrator::with_runtime(config, Arc::new(self.runtime.clone()), Arc::new(|_| None))
+                .expect("an orchestrator")
+                .with_source(Arc::new(self.tracker.clone()));
+        orch.clock = Arc::new(move || now);
+        if machine != "m1" {
+            orch.leases = Arc::new(Leases::new(
+                owner(machine),
+                Duration::from_secs(30),
+                Duration::from_secs(1),
+            ));
+        }
+        orch
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.home.join("queue.db")).expect("the store")
+    }
+
+    /// An issue of `octo/sample` at the tracker, recorded as the daemon's poll would.
+    fn offer(&self, store: &Store) -> String {
+        let n = self.tracker.offered().len() + 1;
+        let id = format!("octo/sample#{n}");
+        let mut task = Task::new(
+            &id,
+            SourceKind::Github,
+            id.clone(),
+            self.origin.display().to_string(),
+            "Fix add()",
+            self.t0,
+        );
+        task.body = "add() subtracts; make `sh test.sh` pass.".into();
+        task.task_type = TaskType::Bugfix;
+        self.tracker.offer(task.clone());
+        store.insert_task(&task).expect("insert");
+        id
+    }
+
+    fn origin_branch(&self, branch: &str) -> Option<String> {
+        let out = Command::new("git")
+            .args(["rev-parse", "--verify", "-q"])
+            .arg(format!("refs/heads/{branch}"))
+            .current_dir(&self.origin)
+            .output()
+            .expect("git");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A lost machine's attempt: `machine` claims `id` with a lease that is already low
+    /// when it is about to push, so its attempt stops there (recorded intent, no push),
+    /// as a machine dying between the intent and the push would leave it.
+    async fn lost_attempt(&self, store: &Store, machine: &str) -> Task {
+        self.runtime.push(claude_fixes());
+        let lost = self.orchestrator(machine, self.t0);
+        let claimed = store
+            .claim_next_owned(&owner(machine), self.t0 + secs(5), self.t0)
+            .expect("claim")
+            .expect("a task to claim");
+        let (_tx, rx) = watch::channel(false);
+        let opts = RunOptions {
+            progress: Arc::new(RecordingProgress::new()),
+            cancel: rx,
+            cancel_means_retry: true,
+        };
+        let end = lost
+            .run_claimed(claimed.clone(), &opts)
+            .await
+            .expect("an attempt");
+        assert!(matches!(end, AttemptEnd::LeaseLost { .. }), "{end:?}");
+        let task = store.get_task(&claimed.id).unwrap().unwrap();
+        assert_eq!(
+            task.state,
+            TaskState::Verifying,
+            "nothing recorded after the refusal"
+        );
+        assert!(store
+            .pending_intent(&task.id, IntentKind::Land, 1)
+            .unwrap()
+            .is_some());
+        task
+    }
+
+    /// Runs the m1 daemon (clock at `now`) until `done` holds for the store, then stops it.
+    async fn daemon_until(&self, now: DateTime<Utc>, done: impl Fn(&Store) -> bool) {
+        let orch = Arc::new(self.orchestrator("m1", now));
+        run_daemon_until(orch, &self.store(), done).await;
+    }
+}
+
+/// Runs `orch`'s daemon until `done` holds for `store`, then signals it and waits for it.
+/// (The daemon's future holds its store connection across awaits: it runs on this task.)
+async fn run_daemon_until(orch: Arc<Orchestrator>, store: &Store, done: impl Fn(&Store) -> bool) {
+    let (signals, rx) = watch::channel(0u32);
+    let run = daemon::run(
+        orch,
+        DaemonOptions::default(),
+        Arc::new(RecordingProgress::new()),
+        rx,
+    );
+    tokio::pin!(run);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        tokio::select! {
+            ended = &mut run => panic!("the daemon stopped on its own: {ended:?}"),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if done(store) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the daemon did not get there in 120 s"
+        );
+    }
+    signals.send(1).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the daemon stops")
+        .expect("the daemon");
+}
+
+fn state(store: &Store, id: &str) -> TaskState {
+    store.get_task(id).unwrap().unwrap().state
+}
+
+/// Another machine's live claim is left alone; a lost machine's expired one is taken over
+/// and its pushed landing finished from here: one push (the lost machine's), one pull
+/// request, LANDED, no failure counted.
+#[tokio::test]
+async fn a_live_claim_elsewhere_is_left_and_a_lost_machines_pushed_landing_is_finished() {
+    let w = World::new();
+    let store = w.store();
+    // m2 is alive: it claimed the first issue and renews its lease.
+    let live = w.offer(&store);
+    let claimed = store
+        .claim_next_owned(&owner("m2"), w.t0 + secs(3600), w.t0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, live);
+    // m3 ran the second to its landing, pushed, and was lost before the pull request.
+    let lost = w.offer(&store);
+    let task = w.lost_attempt(&store, "m3").await;
+    assert_eq!(task.id, lost);
+    let intent = store
+        .pending_intent(&lost, IntentKind::Land, 1)
+        .unwrap()
+        .unwrap();
+    let sha = intent.payload["sha"].as_str().unwrap().to_string();
+    let branch = intent.payload["branch"].as_str().unwrap().to_string();
+    let own_repo = format!(
+        "{}.land.git",
+        store.attempts(&lost).unwrap()[0].workspace.display()
+    );
+    let pushed = Command::new("git")
+        .arg(format!("--git-dir={own_repo}"))
+        .args(["push", "-q"])
+        .arg(&w.origin)
+        .arg(format!("{sha}:refs/heads/{branch}"))
+        .status()
+        .unwrap();
+    assert!(pushed.success());
+    assert!(w.tracker.lands().is_empty());
+
+    // m1's daemon starts five minutes later: m3's lease ran out long ago.
+    let now = w.t0 + secs(300);
+    w.daemon_until(now, |s| state(s, &lost) == TaskState::Landed)
+        .await;
+
+    let lands = w.tracker.lands();
+    assert_eq!(lands.len(), 1, "one pull request: {lands:?}");
+    assert_eq!(lands[0].0, lost);
+    assert_eq!(lands[0].1.branch, branch);
+    assert_eq!(w.origin_branch(&branch), Some(sha.clone()));
+    let task = store.get_task(&lost).unwrap().unwrap();
+    assert_eq!((task.attempts, task.failures), (1, 0), "{task:?}");
+    let attempts = store.attempts(&lost).unwrap();
+    assert_eq!(attempts.len(), 1, "no new attempt: {attempts:?}");
+    assert_eq!(attempts[0].status, Some(AttemptStatus::Succeeded));
+    // Only one agent ran (m3's): m1 verified and pushed nothing again.
+    assert_eq!(
+        w.runtime
+            .created()
+            .iter()
+            .filter(|c| c.role == polyphony::runtime::Role::Agent)
+            .count(),
+        1,
+        "one agent container"
+    );
+    assert!(store
+        .pending_intent(&lost, IntentKind::Land, 1)
+        .unwrap()
+        .is_none());
+    // m2's task: untouched, still m2's.
+    assert_eq!(state(&store, &live), TaskState::Claimed);
+    let claim = store.claim_of(&live).unwrap().unwrap();
+    assert_eq!(claim.owner, owner("m2").key());
+    assert_eq!(claim.lease_until, w.t0 + secs(3600));
+}
+
+/// A lost machine that had not pushed: the daemon taking its lease over ends that attempt
+/// as an interruption (recorded as a crash, no failure counted) and lands the next one.
+#[tokio::test]
+async fn a_lost_machines_unpushed_attempt_is_not_a_failure_and_the_next_attempt_lands() {
+    let w = World::new();
+    let store = w.store();
+    let id = w.offer(&store);
+    w.lost_attempt(&store, "m3").await;
+    let branch = store
+        .pending_intent(&id, IntentKind::Land, 1)
+        .unwrap()
+        .unwrap()
+        .payload["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(w.origin_branch(&branch), None, "m3 never pushed");
+
+    w.runtime.push(claude_fixes());
+    let now = w.t0 + secs(300);
+    w.daemon_until(now, |s| state(s, &id) == TaskState::Landed)
+        .await;
+
+    let task = store.get_task(&id).unwrap().unwrap();
+    assert_eq!((task.attempts, task.failures), (2, 0), "{task:?}");
+    let attempts = store.attempts(&id).unwrap();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0].status, Some(AttemptStatus::Crash));
+    let reason = attempts[0].reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("stopped renewing its lease") && reason.contains("m3/"),
+        "{reason}"
+    );
+    assert_eq!(attempts[1].status, Some(AttemptStatus::Succeeded));
+    let lands = w.tracker.lands();
+    assert_eq!(lands.len(), 1, "{lands:?}");
+    assert_ne!(lands[0].1.branch, branch, "attempt 2's own branch");
+    // The claim is m1's daemon's until the task ended, then dropped.
+    assert!(store.claim_of(&id).unwrap().is_none());
+}
+
+/// `polyphony enqueue` of a local path pins the task to this home's machine: another
+/// machine's claim passes it by, this machine's takes it.
+#[tokio::test]
+async fn a_local_path_task_is_pinned_to_the_machine_that_enqueued_it() {
+    let w = World::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_polyphony"))
+        .arg("--home")
+        .arg(&w.home)
+        .args(["enqueue", "--repo"])
+        .arg(&w.origin)
+        .arg("Fix add()")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let url = Command::new(env!("CARGO_BIN_EXE_polyphony"))
+        .arg("--home")
+        .arg(&w.home)
+        .args([
+            "enqueue",
+            "--no-check",
+            "--repo",
+            "https://example.com/acme/widgets.git",
+            "Anywhere",
+        ])
+        .output()
+        .unwrap();
+    assert!(url.status.success());
+    let anywhere = String::from_utf8_lossy(&url.stdout).trim().to_string();
+    let store = w.store();
+    let now = Utc::now();
+    let other = store
+        .claim_next_owned(&owner("m2"), now + secs(60), now)
+        .unwrap()
+        .expect("the URL task is anyone's");
+    assert_eq!(other.id, anywhere, "m2 passes the pinned task by");
+    assert!(store
+        .claim_next_owned(&owner("m2"), now + secs(60), now)
+        .unwrap()
+        .is_none());
+    let mine = store
+        .claim_next_owned(&owner("m1"), now + secs(60), now)
+        .unwrap()
+        .expect("m1 has the path");
+    assert_eq!(mine.id, id);
+}
+
+/// The daemon claims with its owner and a lease, and its heartbeat renews the lease.
+#[tokio::test]
+async fn the_daemon_claims_under_its_lease_and_renews_it() {
+    let w = World::new();
+    let store = w.store();
+    let id = w.offer(&store);
+    // The agent waits for its stop: the attempt stays RUNNING while the heartbeat beats.
+    w.runtime.push(claude_fixes().hangs());
+    let orch = Arc::new(w.orchestrator("m1", w.t0));
+    let me = orch.leases.owner.key();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let shortened = std::cell::Cell::new(false);
+    run_daemon_until(orch.clone(), &store, |s| {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never claimed and renewed"
+        );
+        let Some(c) = s.claim_of(&id).unwrap() else {
+            return false;
+        };
+        assert_eq!((c.machine.as_str(), c.owner.as_str()), ("m1", me.as_str()));
+        if !shortened.get() {
+            assert_eq!(c.lease_until, w.t0 + secs(30));
+            // Rewrite the lease shorter behind the daemon's back: the next beat puts it
+            // back to now + lease.
+            s.take_over(&id, &orch.leases.owner, w.t0 + secs(1), w.t0)
+                .unwrap();
+            shortened.set(true);
+            return false;
+        }
+        c.lease_until == w.t0 + secs(30)
+    })
+    .await;
+}
