@@ -34,8 +34,8 @@
 
 use std::collections::BTreeSet;
 
+use super::sql::params;
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::{parse_col, to_json, ts, Result, Store};
@@ -154,37 +154,37 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<EndedTask>> {
         let mut noted: BTreeSet<String> = BTreeSet::new();
-        let mut keys = self
-            .conn
-            .prepare_cached("SELECT key FROM kv WHERE key >= ?1 AND key < ?2")?;
         for prefix in TASK_NOTES.iter().chain(ATTEMPT_NOTES.iter()) {
-            let rows = keys.query_map(params![prefix, range_end(prefix)], |r| {
-                r.get::<_, String>(0)
-            })?;
-            for key in rows {
-                if let Some(task) = noted_task(&key?) {
+            let end = range_end(prefix);
+            let keys = self.db.query_map(
+                "SELECT key FROM kv WHERE key >= ?1 AND key < ?2",
+                params![*prefix, end.as_str()],
+                |r| r.get::<String>(0),
+            )?;
+            for key in keys {
+                if let Some(task) = noted_task(&key) {
                     noted.insert(task.to_string());
                 }
             }
         }
-        let mut task = self.conn.prepare_cached(
-            "SELECT id, state, attempts, updated_at FROM tasks \
-             WHERE id = ?1 AND state IN ('LANDED', 'BLOCKED', 'CANCELLED') AND updated_at < ?2",
-        )?;
         let mut ended: Vec<(String, EndedTask)> = Vec::new();
         for id in &noted {
-            let found = task
-                .query_row(params![id, ts(cutoff)], |r| {
+            let found = self.db.query_opt(
+                "SELECT id, state, attempts, updated_at FROM tasks \
+                 WHERE id = ?1 AND state IN ('LANDED', 'BLOCKED', 'CANCELLED') \
+                 AND updated_at < ?2",
+                params![id.as_str(), ts(cutoff)],
+                |r| {
                     Ok((
-                        r.get::<_, String>(3)?,
+                        r.get::<String>(3)?,
                         EndedTask {
                             id: r.get(0)?,
                             state: parse_col(r, 1)?,
-                            attempts: r.get::<_, i64>(2)?.max(0) as u32,
+                            attempts: r.get::<i64>(2)?.max(0) as u32,
                         },
                     ))
-                })
-                .optional()?;
+                },
+            )?;
             ended.extend(found);
         }
         ended.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
@@ -196,22 +196,24 @@ impl Store {
     /// links and action log stay.
     pub fn forget_task_notes(&self, task_id: &str) -> Result<usize> {
         self.atomic(|conn| {
-            let mut delete = conn.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
+            let delete = "DELETE FROM kv WHERE key = ?1";
             let mut n = 0;
             for prefix in TASK_NOTES {
-                n += delete.execute([format!("{prefix}{task_id}")])?;
+                let key = format!("{prefix}{task_id}");
+                n += conn.execute(delete, params![key.as_str()])?;
             }
-            let mut keys =
-                conn.prepare_cached("SELECT key FROM kv WHERE key >= ?1 AND key < ?2")?;
             for prefix in ATTEMPT_NOTES {
                 let start = format!("{prefix}{task_id}:");
-                let found: Vec<String> = keys
-                    .query_map(params![start, range_end(&start)], |r| r.get(0))?
-                    .collect::<rusqlite::Result<_>>()?;
+                let end = range_end(&start);
+                let found = conn.query_map(
+                    "SELECT key FROM kv WHERE key >= ?1 AND key < ?2",
+                    params![start.as_str(), end.as_str()],
+                    |r| r.get::<String>(0),
+                )?;
                 // Only `<task>:<n>`: a task whose id is this one's with `:…` appended
                 // keeps its own.
                 for key in found.iter().filter(|k| noted_task(k) == Some(task_id)) {
-                    n += delete.execute([key])?;
+                    n += conn.execute(delete, params![key.as_str()])?;
                 }
             }
             Ok(n)
@@ -225,26 +227,27 @@ impl Store {
         cutoff: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<(String, u32)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT a.task_id, a.attempt FROM attempts a \
+        let stmt_sql = "SELECT a.task_id, a.attempt FROM attempts a \
              WHERE a.finished_at IS NOT NULL AND a.finished_at < ?1 \
              AND EXISTS (SELECT 1 FROM events e \
                  WHERE e.task_id = a.task_id AND e.attempt = a.attempt) \
-             ORDER BY a.finished_at LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![ts(cutoff), limit as i64], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u32))
-        })?;
-        rows.collect::<rusqlite::Result<_>>().map_err(Into::into)
+             ORDER BY a.finished_at LIMIT ?2";
+        let rows = self
+            .db
+            .query_map(stmt_sql, params![ts(cutoff), limit as i64], |r| {
+                Ok((r.get::<String>(0)?, r.get::<i64>(1)?.max(0) as u32))
+            })?;
+        Ok(rows)
     }
 
     /// Removes one attempt's events; returns how many went. The attempt row (its result,
     /// evidence and event count in `status`) stays.
     pub fn delete_attempt_events(&self, task_id: &str, attempt: u32) -> Result<usize> {
         self.atomic(|conn| {
-            Ok(conn
-                .prepare_cached("DELETE FROM events WHERE task_id = ?1 AND attempt = ?2")?
-                .execute(params![task_id, attempt])?)
+            conn.execute(
+                "DELETE FROM events WHERE task_id = ?1 AND attempt = ?2",
+                params![task_id, attempt],
+            )
         })
     }
 
@@ -252,9 +255,12 @@ impl Store {
     /// doc). `disk_free` is what the filesystem holding the file has free, if known (a
     /// conversion needs twice the file). Call it with no transaction open on this handle.
     pub fn reclaim_space(&self, disk_free: Option<u64>) -> Result<Reclaimed> {
+        // PostgreSQL gives space back by itself (autovacuum).
+        let Some(conn) = self.db.sqlite() else {
+            return Ok(Reclaimed::default());
+        };
         let pragma = |name: &str| -> Result<u64> {
-            Ok(self
-                .conn
+            Ok(conn
                 .query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))?
                 .max(0) as u64)
         };
@@ -271,9 +277,8 @@ impl Store {
                 let mut left = free;
                 while left > 0 {
                     // Stepped to the end: the statement frees one page per row it yields.
-                    let mut step = self
-                        .conn
-                        .prepare(&format!("PRAGMA incremental_vacuum({RECLAIM_STEP_PAGES})"))?;
+                    let mut step =
+                        conn.prepare(&format!("PRAGMA incremental_vacuum({RECLAIM_STEP_PAGES})"))?;
                     let mut rows = step.query([])?;
                     while rows.next()?.is_some() {}
                     let now = pragma("freelist_count")?;
@@ -290,8 +295,7 @@ impl Store {
                 let worth = file(free) >= CONVERT_MIN_FREE && free * 4 >= pragma("page_count")?;
                 let room = disk_free.is_none_or(|d| d >= size.saturating_mul(2));
                 if worth && size <= CONVERT_MAX_BYTES && room {
-                    self.conn
-                        .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+                    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
                     done.converted = true;
                     done.pages = free;
                 } else if worth {
@@ -317,8 +321,7 @@ impl Store {
         if done.pages > 0 {
             // The file shrinks at a checkpoint; TRUNCATE empties the WAL too. Best effort:
             // a reader in the way leaves it to the next automatic checkpoint.
-            self.conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         }
         done.file_after = file(pragma("page_count")?);
         Ok(done)
@@ -443,7 +446,9 @@ mod tests {
             assert!(store.kv_get(key).unwrap().is_some(), "{key}");
         }
         let left: i64 = store
-            .conn
+            .db
+            .sqlite()
+            .unwrap()
             .query_row(
                 "SELECT COUNT(*) FROM kv WHERE key LIKE '%early%' OR key LIKE 'commit:gone%'",
                 [],
