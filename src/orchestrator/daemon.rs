@@ -255,6 +255,11 @@ pub async fn run(
                 }
                 next_beat = tokio::time::Instant::now() + orch.leases.heartbeat;
             }
+            // Issue 24: a signal met during those awaits stops claiming now, not after this
+            // round's claims (a drain once ran a retry claimed after its signal).
+            if *signals.borrow() > signal_count {
+                continue;
+            }
             let dispatched = dispatch(
                 &orch,
                 &store,
@@ -749,6 +754,7 @@ async fn cancel_here(
 ) -> anyhow::Result<()> {
     let settled = super::cancel::cancel_unowned(
         store,
+        &orch.sources,
         orch.runtime.as_ref(),
         &orch.home_label,
         id,
@@ -757,14 +763,7 @@ async fn cancel_here(
     )
     .await?;
     if let Some((task, _)) = settled {
-        let github = orch.github().map_err(|e| format!("{e:#}"));
-        super::cancel::report(
-            &orch.store,
-            github.as_deref().map_err(String::as_str),
-            &task,
-            orch.now(),
-        )
-        .await?;
+        super::cancel::report(&orch.store, &orch.sources, &task, orch.now()).await?;
     }
     Ok(())
 }

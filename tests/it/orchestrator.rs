@@ -25,9 +25,10 @@ use polyphony::orchestrator::drive::drive;
 use polyphony::orchestrator::pipeline::RunOptions;
 use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
 use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
+use polyphony::runtime::LABEL_ROLE;
 use polyphony::sources::memory::{MemorySource, Op};
 use polyphony::sources::SourceFailure;
-use polyphony::store::Store;
+use polyphony::store::{IntentKind, Store};
 use support::git::{git, git_as};
 use tokio::sync::watch;
 
@@ -978,4 +979,271 @@ async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
     let day = polyphony::identity_policy::utc_day_start(w.now);
     let spent = store.cost_spent_since("demo", day).expect("spent");
     assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
+}
+
+/// The tracker, except that its poll is where the daemon's first signal arrives, with a
+/// task due now: a SIGTERM landing while the daemon polls GitHub.
+struct SignalDuringPoll {
+    inner: MemorySource,
+    signals: Arc<watch::Sender<u32>>,
+    due: std::sync::Mutex<Option<(PathBuf, Task)>>,
+}
+
+#[async_trait::async_trait]
+impl polyphony::sources::Source for SignalDuringPoll {
+    fn kind(&self) -> SourceKind {
+        self.inner.kind()
+    }
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn reports_back(&self) -> bool {
+        self.inner.reports_back()
+    }
+    async fn poll_each(&self) -> polyphony::sources::Polled {
+        let due = self.due.lock().unwrap().take();
+        if let Some((db, task)) = due {
+            Store::open(&db).unwrap().insert_task(&task).unwrap();
+            self.signals.send_modify(|n| *n += 1);
+        }
+        self.inner.poll_each().await
+    }
+    async fn fetch(&self, reference: &str) -> Result<Task, polyphony::sources::SourceError> {
+        self.inner.fetch(reference).await
+    }
+    async fn claim_resuming(
+        &self,
+        task: &Task,
+        info: &polyphony::sources::ClaimInfo,
+        resuming: bool,
+    ) -> Result<polyphony::sources::ClaimedTask, polyphony::sources::ClaimError> {
+        self.inner.claim_resuming(task, info, resuming).await
+    }
+    async fn land(
+        &self,
+        task: &Task,
+        landed: &polyphony::sources::Landed,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.land(task, landed).await
+    }
+    async fn block(
+        &self,
+        task: &Task,
+        blocked: &polyphony::sources::Blocked,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.block(task, blocked).await
+    }
+    async fn cancelled(
+        &self,
+        task: &Task,
+        reason: &str,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.cancelled(task, reason).await
+    }
+    async fn reply(
+        &self,
+        task: &Task,
+        place: polyphony::sources::ReplyPlace,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, polyphony::sources::SourceError> {
+        self.inner.reply(task, place, marker, body).await
+    }
+    async fn offer_again(&self, task: &Task) -> Result<(), polyphony::sources::SourceError> {
+        self.inner.offer_again(task).await
+    }
+    fn push_token(&self) -> Option<&str> {
+        self.inner.push_token()
+    }
+}
+
+/// Issue 24 (`e2e::sigterm_with_drain_lets_the_attempt_land` once landed with two
+/// attempts): the first signal stops claiming, also when it arrives while the daemon is
+/// polling its sources. The loop read the signals once per round, before the poll, so a
+/// signal met during the poll still let that round claim what was due: a retry, or an
+/// issue labelled after the signal.
+#[tokio::test]
+async fn a_signal_during_the_poll_stops_the_claims_of_that_round() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let (tx, rx) = watch::channel(0u32);
+    let mut task = Task::new(
+        "local-1",
+        SourceKind::Local,
+        "local:local-1",
+        w.origin.display().to_string(),
+        "Fix add()",
+        w.now,
+    );
+    task.body = "add() subtracts; make `sh test.sh` pass.".into();
+    let orch = w.orchestrator();
+    let poll = SignalDuringPoll {
+        inner: w.tracker.clone(),
+        signals: Arc::new(tx),
+        due: std::sync::Mutex::new(Some((orch.db_path(), task))),
+    };
+    let orch = Arc::new(orch.with_source(Arc::new(poll)));
+    let opts = polyphony::orchestrator::daemon::DaemonOptions {
+        drain: true,
+        ..Default::default()
+    };
+    let summary = tokio::time::timeout(
+        Duration::from_secs(60),
+        polyphony::orchestrator::daemon::run(orch.clone(), opts, w.progress.clone(), rx),
+    )
+    .await
+    .expect("the daemon stops")
+    .expect("the daemon");
+    assert_eq!(summary.attempts, 0, "{summary:?}");
+    let store = w.store(&orch);
+    let task = store.get_task("local-1").unwrap().unwrap();
+    assert_eq!(task.state, TaskState::Discovered, "{task:?}");
+    assert_eq!(task.attempts, 0);
+}
+
+/// Runs the daemon on `orch` until nothing is left to do (its start-up reconciliation
+/// first: the re-attached attempts and the pending intents), as a restart does.
+async fn restart(w: &World, orch: Orchestrator) -> polyphony::orchestrator::daemon::DaemonSummary {
+    use polyphony::orchestrator::daemon::{self, DaemonOptions};
+    let (_signals, rx) = watch::channel(0u32);
+    let opts = DaemonOptions {
+        drain: false,
+        exit_when_idle: true,
+        upkeep: None,
+    };
+    let run = daemon::run(Arc::new(orch), opts, w.progress.clone(), rx);
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the daemon exits once idle")
+        .expect("the daemon runs")
+}
+
+/// Issue 19 on the in-memory tracker: the daemon dies while the tracker opens the pull
+/// request (the report made, its answer never read). The restart finishes the recorded
+/// landing intent once: the verified sha lands without the agent running again, the
+/// tracker finds its own pull request (one opened, not two), nothing is claimed again,
+/// and no failure is counted.
+#[tokio::test]
+async fn a_daemon_killed_during_the_landing_report_lands_once_on_restart() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    w.tracker.stall_next(Op::Land);
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.offer(&store);
+
+    // The kill: the attempt's future is dropped while it waits for the tracker.
+    let tracker = w.tracker.clone();
+    tokio::select! {
+        end = w.attempt(&orch, &store, &id) => panic!("the landing report answered: {end:?}"),
+        () = async {
+            while tracker.lands().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => {}
+    }
+    let branch = w.branch(&orch, &id, 1);
+    drop(orch);
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Verifying);
+    assert!(
+        store
+            .pending_intent(&id, IntentKind::Land, 1)
+            .expect("intents")
+            .is_some(),
+        "the landing is a recorded intent"
+    );
+
+    let summary = restart(&w, w.orchestrator()).await;
+
+    assert_eq!(summary.resumed, 1, "{summary:?}");
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.attempts),
+        (TaskState::Landed, 0, 1)
+    );
+    assert!(
+        store.pending_intents().expect("intents").is_empty(),
+        "every intent finished"
+    );
+    // Reported again (idempotently) and found: one pull request, on the attempt's branch.
+    assert_eq!(w.tracker.pulls(), vec![id.clone()]);
+    let lands = w.tracker.lands();
+    assert!(
+        lands.iter().all(|(t, l)| *t == id && l.branch == branch),
+        "{lands:?}"
+    );
+    assert_eq!(w.tracker.claims().len(), 1, "the claim is not made again");
+    assert!(w.tracker.blocks().is_empty());
+    let agents = w
+        .runtime
+        .created()
+        .iter()
+        .filter(|c| c.labels.get(LABEL_ROLE).map(String::as_str) == Some("agent"))
+        .count();
+    assert_eq!(agents, 1, "the agent ran once");
+    let attempts = store.attempts(&id).expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].status, Some(AttemptStatus::Succeeded));
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+/// Issue 29 through the port: a cancel is told to the task's source (`Source::cancelled`,
+/// the claim released there) by a recorded intent; when the tracker does not answer, the
+/// next start tells it, once, and a further start tells nothing again. A local task's
+/// cancel tells no one. No failure is counted.
+#[tokio::test]
+async fn a_cancel_the_tracker_missed_is_told_once_by_the_next_start() {
+    use polyphony::orchestrator::cancel::{self, Begun};
+    let w = World::new();
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.offer(&store);
+    let local = w.enqueue_local(&store);
+    let request = polyphony::store::CancelRequest {
+        by: cancel::by_whom("alice", "cli"),
+        at: w.now,
+    };
+    w.tracker.fail_next(Op::Cancelled, SourceFailure::Transient);
+
+    for task in [&id, &local] {
+        let begun = cancel::begin(&store, &orch.sources, task, &request)
+            .expect("the store")
+            .expect("cancellable");
+        let Begun::Settled { task, from } = begun else {
+            panic!("nothing runs: {begun:?}")
+        };
+        assert_eq!(
+            (task.state, from),
+            (TaskState::Cancelled, TaskState::Discovered)
+        );
+        let told = cancel::report(&orch.store, &orch.sources, &task, w.now)
+            .await
+            .expect("the store");
+        // The tracker failed once; the local queue has nothing to be told.
+        assert_eq!(told, task.id == local, "{}", task.id);
+    }
+    assert!(w.tracker.cancels().is_empty());
+    let pending: Vec<(String, IntentKind)> = store
+        .pending_intents()
+        .expect("intents")
+        .into_iter()
+        .map(|i| (i.task_id, i.kind))
+        .collect();
+    assert_eq!(pending, vec![(id.clone(), IntentKind::Cancel)]);
+    drop(orch);
+
+    restart(&w, w.orchestrator()).await;
+    restart(&w, w.orchestrator()).await;
+
+    let reason = "cancelled by alice (cli)".to_string();
+    assert_eq!(w.tracker.cancels(), vec![(id.clone(), reason)]);
+    assert!(store.pending_intents().expect("intents").is_empty());
+    for task in [&id, &local] {
+        let task = w.task(&store, task);
+        assert_eq!((task.state, task.failures), (TaskState::Cancelled, 0));
+    }
+    assert!(w.tracker.claims().is_empty(), "nothing was claimed");
+    assert!(w.runtime.created().is_empty(), "nothing ran");
 }
