@@ -43,6 +43,12 @@ pub enum Reply {
     Overloaded,
     /// 500 `api_error`.
     ServerError,
+    /// `reply`, billed with this many cache-read input tokens instead of
+    /// [`CACHE_READ_TOKENS`] (a request that costs what a test needs).
+    Billed {
+        reply: Box<Reply>,
+        cache_read_tokens: u64,
+    },
 }
 
 pub use crate::scripted_server::Turn;
@@ -160,6 +166,13 @@ fn error(status: StatusCode, kind: &str, message: &str) -> Response {
 }
 
 fn answer(model: &str, reply: Reply, stream: bool) -> Response {
+    let (reply, cache_read) = match reply {
+        Reply::Billed {
+            reply,
+            cache_read_tokens,
+        } => (*reply, cache_read_tokens),
+        other => (other, CACHE_READ_TOKENS),
+    };
     let (blocks, stop) = match reply {
         Reply::Bash(command) => (
             vec![
@@ -169,6 +182,8 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
             "tool_use",
         ),
         Reply::Text(text) => (vec![json!({"type": "text", "text": text})], "end_turn"),
+        // Unwrapped above (a `Billed` inside a `Billed` answers its inner reply).
+        Reply::Billed { reply, .. } => return answer(model, *reply, stream),
         Reply::Unauthorized => {
             return error(
                 StatusCode::UNAUTHORIZED,
@@ -223,12 +238,12 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
     };
     let id = format!("msg_{:016x}", fastrand_id());
     let usage = json!({"input_tokens": INPUT_TOKENS, "cache_creation_input_tokens": 0,
-                       "cache_read_input_tokens": CACHE_READ_TOKENS, "output_tokens": 1});
+                       "cache_read_input_tokens": cache_read, "output_tokens": 1});
     if !stream {
         let body = json!({"id": id, "type": "message", "role": "assistant", "model": model,
             "content": blocks, "stop_reason": stop, "stop_sequence": null,
             "usage": {"input_tokens": INPUT_TOKENS, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": CACHE_READ_TOKENS, "output_tokens": OUTPUT_TOKENS}});
+                      "cache_read_input_tokens": cache_read, "output_tokens": OUTPUT_TOKENS}});
         let mut resp = (StatusCode::OK, body.to_string()).into_response();
         resp.headers_mut()
             .insert("content-type", "application/json".parse().expect("header"));
