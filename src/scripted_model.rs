@@ -55,14 +55,7 @@ pub use crate::scripted_server::Turn;
 use crate::scripted_server::{lock, ScriptedServer, Shared};
 
 /// The scripted Anthropic Messages API; stops when dropped.
-pub struct ScriptedAnthropic(ScriptedServer<Reply>);
-
-impl std::ops::Deref for ScriptedAnthropic {
-    type Target = ScriptedServer<Reply>;
-    fn deref(&self) -> &ScriptedServer<Reply> {
-        &self.0
-    }
-}
+pub type ScriptedAnthropic = ScriptedServer<Reply>;
 
 /// Usage reported for every agent turn (input counts uncached + cache reads separately, like
 /// the real API).
@@ -70,15 +63,13 @@ pub const INPUT_TOKENS: u64 = 1200;
 pub const CACHE_READ_TOKENS: u64 = 5000;
 pub const OUTPUT_TOKENS: u64 = 40;
 
-impl ScriptedAnthropic {
+impl ScriptedServer<Reply> {
     /// Serves on `ip` (port chosen by the OS) with `script` deciding each agent turn.
     pub async fn start(
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        ScriptedServer::start(ip, script, app)
-            .await
-            .map(ScriptedAnthropic)
+        ScriptedServer::start_app(ip, script, app).await
     }
 
     /// Serves on a listener the caller bound (and must be inside a Tokio runtime).
@@ -86,17 +77,12 @@ impl ScriptedAnthropic {
         listener: tokio::net::TcpListener,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        ScriptedServer::serve(listener, script, app).map(ScriptedAnthropic)
+        ScriptedServer::serve_app(listener, script, app)
     }
 
     /// `ANTHROPIC_BASE_URL` for the CLI.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr())
-    }
-
-    /// The port the API listens on (a test reaches it by name through an egress proxy).
-    pub fn port(&self) -> u16 {
-        self.0.port()
     }
 }
 
