@@ -86,7 +86,7 @@ async fn spawn(args: Args, config: Config, quiet: bool) -> anyhow::Result<Outcom
     }
     // `polyphony cancel` (issue 29) pokes the socket a daemon would listen on: this
     // process owns the home's lock, so it is the one to stop its attempt.
-    let _socket = listen_for_cancel(&home, &orch.db_path(), &task.id, cancel_tx)?;
+    let _socket = listen_for_cancel(&home, orch.store.clone(), &task.id, cancel_tx)?;
     let opts = RunOptions {
         progress: if quiet {
             Arc::new(QuietProgress)
@@ -182,7 +182,7 @@ impl Drop for Socket {
 /// Listens on `daemon.sock`; on each poke, a pending cancel request for `task` stops it.
 fn listen_for_cancel(
     home: &std::path::Path,
-    db: &std::path::Path,
+    store: crate::store::StoreHandle,
     task: &str,
     cancel: Arc<watch::Sender<bool>>,
 ) -> anyhow::Result<Socket> {
@@ -190,14 +190,18 @@ fn listen_for_cancel(
     let _ = std::fs::remove_file(&path);
     let listener = tokio::net::UnixListener::bind(&path)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
-    let (db, task) = (db.to_path_buf(), task.to_string());
+    let task = task.to_string();
     tokio::spawn(async move {
         while listener.accept().await.is_ok() {
-            let requested = crate::store::StoreHandle::sqlite(db.clone())
-                .open()
-                .and_then(|s| s.cancel_request(&task))
-                .ok()
-                .flatten();
+            let store = store.clone();
+            let task = task.clone();
+            // The store is blocking (and PostgreSQL's client runs its own runtime).
+            let requested =
+                tokio::task::spawn_blocking(move || store.open()?.cancel_request(&task))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .flatten();
             if requested.is_some() {
                 let _ = cancel.send(true);
             }

@@ -11,7 +11,71 @@ pub fn parse<T: serde::de::DeserializeOwned>(file: &Path, text: &str) -> Result<
         !t.is_empty() && !t.starts_with('#') && t != "---"
     });
     let source = if has_content { text } else { "{}" };
-    serde_yaml::from_str(source).map_err(|e| from_serde(file, &e))
+    serde_yaml::from_str(source)
+        .map_err(|e| duplicate_key(file, source, &e).unwrap_or_else(|| from_serde(file, &e)))
+}
+
+/// A key given twice in one mapping. serde reports `duplicate field `x`` at the start of
+/// the mapping (line 7 for a top-level key given again at line 147) and the syntax hint
+/// about indentation followed (issue 29): this names the key and both lines and points
+/// at the second one, found by scanning the mapping from where serde says it starts.
+fn duplicate_key(file: &Path, text: &str, err: &serde_yaml::Error) -> Option<ConfigError> {
+    let full = strip_position(&err.to_string());
+    // `container: duplicate field `memory``: the path (if any) before the detail.
+    let at = full
+        .find("duplicate field `")
+        .or_else(|| full.find("duplicate entry with key "))?;
+    let (path, detail) = (full[..at].trim_end().trim_end_matches(':'), &full[at..]);
+    let path = (!path.is_empty()).then_some(path);
+    let key = if let Some(rest) = detail.strip_prefix("duplicate field `") {
+        rest.split('`').next()?.to_string()
+    } else {
+        let rest = detail.strip_prefix("duplicate entry with key ")?;
+        rest.trim().trim_matches('"').to_string()
+    };
+    let start = err.location().map_or(1, |l| l.line().max(1));
+    let lines: Vec<&str> = text.lines().collect();
+    let content = |l: &str| {
+        let t = l.trim_start();
+        !t.is_empty() && !t.starts_with('#')
+    };
+    // A key's column: after the indentation and a list item's `- `.
+    let key_indent = |l: &str| l.len() - l.trim_start().trim_start_matches("- ").len();
+    // The mapping's keys are indented as its first key, at or after where serde points.
+    let first = (start - 1..lines.len()).find(|&i| content(lines[i]))?;
+    let indent = key_indent(lines[first]);
+    let names = [
+        format!("{key}:"),
+        format!("\"{key}\":"),
+        format!("'{key}':"),
+    ];
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate().skip(first) {
+        if !content(line) {
+            continue;
+        }
+        // The mapping ends at a line indented less than its keys (the next list item too).
+        if i > first && line.len() - line.trim_start().len() < indent {
+            break;
+        }
+        let t = line.trim_start().trim_start_matches("- ");
+        if key_indent(line) == indent && names.iter().any(|n| t.starts_with(n.as_str())) {
+            found.push(i + 1);
+        }
+    }
+    let [first, again, ..] = found[..] else {
+        return None;
+    };
+    Some(ConfigError::new(
+        ConfigErrorKind::Duplicate,
+        file,
+        (again, indent + 1),
+        format!(
+            "`{key}` is given twice{} (lines {first} and {again})",
+            in_section(path)
+        ),
+        format!("keep one of the two `{key}:` lines and delete the other"),
+    ))
 }
 
 /// Maps a serde YAML error onto a [`ConfigError`].
@@ -272,6 +336,39 @@ mod tests {
             "quoted scalar at line 1 column 16",
             "indentation",
         );
+    }
+
+    /// Issue 29: a key given twice is reported at its second line, named, with both lines
+    /// (it was reported at the mapping's first line with an indentation hint).
+    #[test]
+    fn duplicate_keys_name_the_key_and_its_second_line() {
+        let mut text = String::from("# comment\npoll_interval: 30s\nmax_attempts: 3\n");
+        for i in 0..140 {
+            text.push_str(&format!("# filler {i}\n"));
+        }
+        text.push_str("container:\n  memory: 1g\nmax_attempts: 4\n");
+        let err = parse::<GlobalConfig>(Path::new("f.yaml"), &text).unwrap_err();
+        assert_eq!(err.kind, ConfigErrorKind::Duplicate, "{err}");
+        assert_eq!((err.line, err.column), (146, 1), "{err}");
+        assert!(
+            err.message
+                .contains("`max_attempts` is given twice (lines 3 and 146)"),
+            "{err}"
+        );
+        assert!(!err.fix.contains("indentation"), "{err}");
+        // Nested: the duplicate inside `container:`.
+        let err = parse::<GlobalConfig>(
+            Path::new("f.yaml"),
+            "container:\n  memory: 1g\n  cpus: 1\n  memory: 2g\nmax_attempts: 3\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.kind, err.line, err.column),
+            (ConfigErrorKind::Duplicate, 4, 3),
+            "{err}"
+        );
+        assert!(err.message.contains("`memory` is given twice"), "{err}");
+        assert!(err.message.contains("(lines 2 and 4)"), "{err}");
     }
 
     /// Issue 12: `-1` read "not a whole number" and NaN "invalid type: floating point".

@@ -95,12 +95,36 @@ pub fn progress_line(
     if let Some(cost) = cost_usd {
         line.push_str(&format!(" · ${cost:.4}"));
     }
+    // Whole: a state's detail carries the reason and its fix, which must never be cut
+    // (issue 29). Only the agent's activity is shortened, by the caller.
     let detail = detail.trim();
     if !detail.is_empty() {
-        let short: String = detail.chars().take(100).collect();
-        line.push_str(&format!(" · {short}"));
+        line.push_str(&format!(" · {detail}"));
     }
     line
+}
+
+/// The agent's last activity, as the one-line spinner shows it: at most 100 characters.
+fn activity_text(last: &str) -> String {
+    let last = last.trim();
+    if last.chars().count() <= 100 {
+        return last.to_string();
+    }
+    let mut short: String = last.chars().take(99).collect();
+    short.push('…');
+    short
+}
+
+/// A [`LineProgress`] line: elapsed time, task, state and the whole detail.
+pub fn state_line(elapsed: Duration, task_id: &str, state: TaskState, detail: &str) -> String {
+    let secs = elapsed.as_secs();
+    format!(
+        "[{:02}:{:02}] {task_id:<10} {:<11} {}",
+        secs / 60,
+        secs % 60,
+        state.as_str(),
+        detail.trim()
+    )
 }
 
 struct TermState {
@@ -172,9 +196,17 @@ impl Progress for TerminalProgress {
             return;
         }
         s.last_activity_print = Some(Instant::now());
-        let line = progress_line(self.started.elapsed(), s.state, agent, turns, cost, last);
+        let line = progress_line(
+            self.started.elapsed(),
+            s.state,
+            agent,
+            turns,
+            cost,
+            &activity_text(last),
+        );
         let mut err = std::io::stderr().lock();
         if self.tty {
+            // The spinner line is rewritten in place: it must stay one terminal line.
             let width = 120;
             let short: String = line.chars().take(width).collect();
             let _ = write!(err, "\r\x1b[2K{short}");
@@ -207,13 +239,9 @@ impl Default for LineProgress {
 
 impl Progress for LineProgress {
     fn state(&self, task_id: &str, state: TaskState, detail: &str) {
-        let secs = self.started.elapsed().as_secs();
-        let detail: String = detail.trim().chars().take(140).collect();
         eprintln!(
-            "[{:02}:{:02}] {task_id:<10} {:<11} {detail}",
-            secs / 60,
-            secs % 60,
-            state.as_str()
+            "{}",
+            state_line(self.started.elapsed(), task_id, state, detail)
         );
     }
     fn activity(&self, _: &str, _: &str, _: u32, _: Option<f64>, _: &str) {}
@@ -222,6 +250,25 @@ impl Progress for LineProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29: a state's detail (a BLOCKED reason with its fix) is printed whole, however
+    /// long; only the agent's activity on the spinner line is shortened.
+    #[test]
+    fn fixes_are_never_cut() {
+        let fix = format!(
+            "BLOCKED: verification failed: test exited 127 (`python3: not found`); fix: install \
+             python3 in the check image or set verify.image in config.yaml to one that has it{}",
+            " and more".repeat(20)
+        );
+        let line = progress_line(Duration::ZERO, TaskState::Blocked, "claude", 3, None, &fix);
+        assert!(line.ends_with(&fix), "{line}");
+        let line = state_line(Duration::from_secs(5), "local-1", TaskState::Blocked, &fix);
+        assert!(line.ends_with(&fix), "{line}");
+        let long = "x".repeat(300);
+        assert_eq!(activity_text(&long).chars().count(), 100);
+        assert!(activity_text(&long).ends_with('…'));
+        assert_eq!(activity_text(" short "), "short");
+    }
 
     #[test]
     fn lines() {

@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::sql::params;
 use super::{Result, Store};
 
 pub(super) fn workspace_key(task_id: &str, attempt: u32) -> String {
@@ -121,9 +122,9 @@ impl Store {
 
     /// The window made progress: the breadcrumb and the attempt's strikes go.
     pub fn clear_handling(&self, task_id: &str, attempt: u32) -> Result<()> {
-        self.conn.execute(
+        self.db.execute(
             "DELETE FROM kv WHERE key IN (?1, ?2)",
-            [
+            params![
                 handling_key(task_id, attempt),
                 strikes_key(task_id, attempt),
             ],
@@ -139,7 +140,8 @@ impl Store {
         let handling = self
             .kv_get(&key)?
             .and_then(|json| serde_json::from_str(&json).ok());
-        self.conn.execute("DELETE FROM kv WHERE key = ?1", [&key])?;
+        self.db
+            .execute("DELETE FROM kv WHERE key = ?1", params![&key])?;
         let strikes = self
             .kv_get(&strikes_key(task_id, attempt))?
             .and_then(|n| n.parse().ok())

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
+use super::sql::{params, Row, Value};
 use super::{
     conversion, current_state, json_col, opt_time_col, time_col, to_json, ts, Result, Store,
     StoreError,
@@ -84,7 +84,7 @@ impl Store {
                 ],
             )?;
             tx.execute(
-                "UPDATE tasks SET attempts = MAX(attempts, ?2), updated_at = ?3 WHERE id = ?1",
+                "UPDATE tasks SET attempts = CASE WHEN attempts > ?2 THEN attempts ELSE ?2 END, updated_at = ?3 WHERE id = ?1",
                 params![spec.task_id, spec.attempt, ts(now)],
             )?;
             super::refresh_summary(tx, &spec.task_id)
@@ -100,14 +100,11 @@ impl Store {
     ) -> Result<()> {
         let verification_ms = evidence.iter().map(|e| e.duration_ms).sum::<u64>();
         let evidence = to_json("evidence", &evidence)?;
-        let identity: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT identity FROM attempts WHERE task_id = ?1 AND attempt = ?2",
-                params![result.task_id, result.attempt],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let identity: Option<String> = self.db.query_opt(
+            "SELECT identity FROM attempts WHERE task_id = ?1 AND attempt = ?2",
+            params![result.task_id, result.attempt],
+            |r| r.get(0),
+        )?;
         crate::metrics::attempt_finished(
             &result.agent,
             identity.as_deref().unwrap_or("-"),
@@ -150,10 +147,10 @@ impl Store {
         task_id: &str,
         attempt: u32,
         sql: &str,
-        params: impl rusqlite::Params,
+        params: &[Value<'_>],
     ) -> Result<()> {
         self.atomic(|conn| {
-            let changed = conn.prepare_cached(sql)?.execute(params)?;
+            let changed = conn.execute(sql, params)?;
             if changed == 0 {
                 return Err(StoreError::AttemptNotFound {
                     task_id: task_id.to_string(),
@@ -166,49 +163,51 @@ impl Store {
 
     /// All attempts of a task, first to last.
     pub fn attempts(&self, task_id: &str) -> Result<Vec<AttemptRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 ORDER BY attempt"
-        ))?;
-        let rows = stmt.query_map([task_id], attempt_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.query_map(
+            &format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 ORDER BY attempt"),
+            params![task_id],
+            attempt_from_row,
+        )
     }
 
     pub fn attempt(&self, task_id: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 AND attempt = ?2"
-        ))?;
-        Ok(stmt
-            .query_row(params![task_id, attempt], attempt_from_row)
-            .optional()?)
+        self.db.query_opt(
+            &format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE task_id = ?1 AND attempt = ?2"),
+            params![task_id, attempt],
+            attempt_from_row,
+        )
     }
 
     /// Every attempt started at or after `since`, oldest first (the console's pictures).
     pub fn attempts_since(&self, since: DateTime<Utc>) -> Result<Vec<AttemptRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLS} FROM attempts WHERE started_at >= ?1 ORDER BY started_at"
-        ))?;
-        let rows = stmt.query_map([ts(since)], attempt_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.query_map(
+            &format!(
+                "SELECT {ATTEMPT_COLS} FROM attempts WHERE started_at >= ?1 ORDER BY started_at"
+            ),
+            params![ts(since)],
+            attempt_from_row,
+        )
     }
 
     /// The latest attempt's agent and the cost of all attempts of a task (for the
     /// `status` table).
     pub fn attempt_brief(&self, task_id: &str) -> Result<(Option<String>, Option<f64>)> {
-        let mut stmt = self.conn.prepare_cached(
+        self.db.query_row(
             "SELECT (SELECT agent FROM attempts WHERE task_id = ?1 ORDER BY attempt DESC LIMIT 1), \
                     (SELECT SUM(cost_usd) FROM attempts WHERE task_id = ?1)",
-        )?;
-        Ok(stmt.query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+            params![task_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Dollars spent by attempts of `identity` started at or after `since` (the daily
     /// cost ceiling of spec §3.2).
     pub fn cost_spent_since(&self, identity: &str, since: DateTime<Utc>) -> Result<f64> {
-        Ok(self.conn.query_row(
+        self.db.query_row(
             "SELECT COALESCE(SUM(cost_usd), 0.0) FROM attempts WHERE identity = ?1 AND started_at >= ?2",
             params![identity, ts(since)],
             |r| r.get(0),
-        )?)
+        )
     }
 
     /// The costliest attempt of `identity` since `since`: (task id, attempt, cost), so a
@@ -218,28 +217,25 @@ impl Store {
         identity: &str,
         since: DateTime<Utc>,
     ) -> Result<Option<(String, u32, f64)>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT task_id, attempt, cost_usd FROM attempts \
-                 WHERE identity = ?1 AND started_at >= ?2 AND cost_usd IS NOT NULL \
-                 ORDER BY cost_usd DESC LIMIT 1",
-                params![identity, ts(since)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?)
+        self.db.query_opt(
+            "SELECT task_id, attempt, cost_usd FROM attempts \
+             WHERE identity = ?1 AND started_at >= ?2 AND cost_usd IS NOT NULL \
+             ORDER BY cost_usd DESC LIMIT 1",
+            params![identity, ts(since)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 }
 
-pub(super) fn attempt_from_row(r: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
+pub(super) fn attempt_from_row(r: &Row<'_>) -> Result<AttemptRecord> {
     let status: Option<String> = r.get(8)?;
     let status = status
         .map(|s| s.parse::<AttemptStatus>().map_err(|e| conversion(8, e)))
         .transpose()?;
     let tokens = match (
-        r.get::<_, Option<i64>>(10)?,
-        r.get::<_, Option<i64>>(11)?,
-        r.get::<_, Option<i64>>(12)?,
+        r.get::<Option<i64>>(10)?,
+        r.get::<Option<i64>>(11)?,
+        r.get::<Option<i64>>(12)?,
     ) {
         (None, None, None) => None,
         (i, o, c) => Some(TokenUsage {
@@ -255,7 +251,7 @@ pub(super) fn attempt_from_row(r: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
         identity: r.get(3)?,
         run_spec: json_col(r, 4)?,
         container_id: r.get(5)?,
-        workspace: PathBuf::from(r.get::<_, String>(6)?),
+        workspace: PathBuf::from(r.get::<String>(6)?),
         branch: r.get(7)?,
         status,
         turns: r.get(9)?,

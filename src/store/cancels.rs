@@ -6,8 +6,8 @@
 //! settlement deletes it in the same transaction that moves the task, so a request is
 //! pending exactly while the task it names has not ended.
 
+use super::sql::params;
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::intents::IntentKind;
@@ -47,15 +47,13 @@ impl Store {
 
     /// Every pending cancel request, by task id.
     pub fn cancel_requests(&self) -> Result<Vec<(String, CancelRequest)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2")?;
-        let rows = stmt.query_map(params![REQUEST_PREFIX, REQUEST_END], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })?;
+        let rows = self.db.query_map(
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2",
+            params![REQUEST_PREFIX, REQUEST_END],
+            |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+        )?;
         let mut out = Vec::new();
-        for row in rows {
-            let (key, value) = row?;
+        for (key, value) in rows {
             if let (Some(id), Ok(request)) = (
                 key.strip_prefix(REQUEST_PREFIX),
                 serde_json::from_str(&value),
@@ -68,8 +66,10 @@ impl Store {
 
     /// Drops the request of a task that ended another way (it landed first).
     pub fn clear_cancel_request(&self, task_id: &str) -> Result<()> {
-        self.conn
-            .execute("DELETE FROM kv WHERE key = ?1", [request_key(task_id)])?;
+        self.db.execute(
+            "DELETE FROM kv WHERE key = ?1",
+            params![request_key(task_id)],
+        )?;
         Ok(())
     }
 
@@ -96,23 +96,28 @@ impl Store {
             }
             tx.execute(
                 "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
-                [task_id],
+                params![task_id],
             )?;
-            tx.execute("DELETE FROM quota_waits WHERE task_id = ?1", [task_id])?;
+            tx.execute(
+                "DELETE FROM quota_waits WHERE task_id = ?1",
+                params![task_id],
+            )?;
             write_transition(tx, task_id, from, TaskState::Cancelled, reason, now)?;
             tx.execute(
                 "UPDATE intents SET done_at = ?2 WHERE task_id = ?1 AND kind = 'land' AND done_at IS NULL",
                 params![task_id, ts(now)],
             )?;
-            tx.execute("DELETE FROM kv WHERE key = ?1", [request_key(task_id)])?;
+            tx.execute(
+                "DELETE FROM kv WHERE key = ?1",
+                params![request_key(task_id)],
+            )?;
             if report {
                 let attempt: u32 = tx
-                    .query_row(
+                    .query_opt(
                         "SELECT attempts FROM tasks WHERE id = ?1",
-                        [task_id],
+                        params![task_id],
                         |r| r.get(0),
-                    )
-                    .optional()?
+                    )?
                     .unwrap_or(0);
                 let payload = serde_json::json!({ "reason": reason }).to_string();
                 tx.execute(

@@ -2,8 +2,8 @@
 //! lock before the candidate is read, so two daemons never claim one task.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, Transaction};
 
+use super::sql::{params, Db};
 use super::{current_state, get_task, ts, write_transition, Result, Store, StoreError};
 use crate::domain::{Task, TaskState};
 
@@ -13,20 +13,18 @@ impl Store {
     pub fn claim_next(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
         self.immediate(|tx| {
             // Two probes keep each one on an index; the older candidate wins.
-            let discovered: Option<(i64, String)> = tx
-                .prepare_cached(
-                    "SELECT rowid, id FROM tasks WHERE state = 'DISCOVERED' ORDER BY rowid LIMIT 1",
-                )?
-                .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            let retry: Option<(i64, String)> = tx
-                .prepare_cached(
-                    "SELECT rowid, id FROM tasks WHERE state = 'FAILED' \
-                     AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 \
-                     ORDER BY rowid LIMIT 1",
-                )?
-                .query_row([ts(now)], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
+            let discovered: Option<(i64, String)> = tx.query_opt(
+                "SELECT rowid, id FROM tasks WHERE state = 'DISCOVERED' ORDER BY rowid LIMIT 1",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let retry: Option<(i64, String)> = tx.query_opt(
+                "SELECT rowid, id FROM tasks WHERE state = 'FAILED' \
+                 AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1 \
+                 ORDER BY rowid LIMIT 1",
+                params![ts(now)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
             let pick = match (discovered, retry) {
                 (Some(d), Some(r)) => Some(if d.0 <= r.0 { d } else { r }),
                 (d, r) => d.or(r),
@@ -45,7 +43,7 @@ impl Store {
             let state = current_state(tx, task_id)?;
             let next: Option<String> = tx.query_row(
                 "SELECT next_attempt_at FROM tasks WHERE id = ?1",
-                [task_id],
+                params![task_id],
                 |r| r.get(0),
             )?;
             let ready = match state {
@@ -63,7 +61,7 @@ impl Store {
 }
 
 /// Moves a task to CLAIMED inside an IMMEDIATE transaction the caller holds.
-pub(super) fn claim_in(tx: &Transaction<'_>, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
+pub(super) fn claim_in(tx: &Db, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
     let from = current_state(tx, task_id)?;
     let reason = if from == TaskState::Failed {
         "claimed for retry"
@@ -71,8 +69,10 @@ pub(super) fn claim_in(tx: &Transaction<'_>, task_id: &str, now: DateTime<Utc>) 
         "claimed"
     };
     // Cleared first: the transition writes the summary once, with both changes.
-    tx.prepare_cached("UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1")?
-        .execute([task_id])?;
+    tx.execute(
+        "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
+        params![task_id],
+    )?;
     write_transition(tx, task_id, from, TaskState::Claimed, reason, now)?;
     let task = get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
     if from == TaskState::Discovered && task.attempts == 0 {

@@ -1,9 +1,9 @@
 //! The shared queue core (issue 27): what every backend of the store port does the same
 //! way — tasks, state changes with their summaries in the same transaction, claims owned
 //! by a daemon under a lease, pins of local-path tasks to their machine, and the
-//! fleet-wide usage-limit state. [`QueueCore`] is implemented by the SQLite [`Store`] and
-//! by [`super::pg::PgStore`]; the store contract suite (tests/it/store_contract.rs) runs
-//! the same tests against both.
+//! fleet-wide usage-limit state. [`QueueCore`] is implemented by [`Store`] on either
+//! backend; the store contract suite (tests/it/store_contract.rs) runs the same tests
+//! against both.
 //!
 //! Architecture Invariant: a claim names its owner ([`Owner`]: machine id, process, start
 //! nonce) and a lease. A daemon renews its own leases ([`QueueCore::renew_leases`]); it
@@ -154,7 +154,7 @@ pub trait QueueCore: Send {
 
 impl QueueCore for Store {
     fn backend(&self) -> &'static str {
-        "sqlite"
+        Store::backend(self)
     }
     fn insert_task(&self, task: &Task) -> Result<bool> {
         Store::insert_task(self, task)

@@ -22,12 +22,9 @@ pub enum StoreError {
     #[error("the Polyphony home {} is read-only (the queue database {} needs its write-ahead log and lock beside it, even to read) — fix: remount it read-write or make it writable for this user, or point --home (POLYPHONY_HOME) at a writable copy (`cp -a {} NEW_HOME`)", dir.display(), path.display(), dir.display())]
     ReadOnly { dir: PathBuf, path: PathBuf },
     #[error("cannot open the queue database {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
+    Open { path: PathBuf, source: DriverError },
     #[error("queue database error: {0}")]
-    Sqlite(rusqlite::Error),
+    Sqlite(DriverError),
     /// The file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB or a failed integrity check).
     #[error("the queue database {} is damaged: {detail}", path.display())]
     Damaged { path: PathBuf, detail: String },
@@ -79,23 +76,45 @@ pub enum StoreError {
 
 /// A driver's error, opaque outside the store (its type is the store's business).
 #[derive(Debug)]
-pub struct DriverError(Box<dyn std::error::Error + Send + Sync>);
+pub struct DriverError {
+    inner: Box<dyn std::error::Error + Send + Sync>,
+    damage: bool,
+}
+
+impl DriverError {
+    /// Whether the database file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB).
+    pub fn is_damage(&self) -> bool {
+        self.damage
+    }
+}
+
+impl From<rusqlite::Error> for DriverError {
+    fn from(e: rusqlite::Error) -> DriverError {
+        DriverError {
+            damage: is_damage(&e),
+            inner: Box::new(e),
+        }
+    }
+}
 
 impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.inner.fmt(f)
     }
 }
 
 impl std::error::Error for DriverError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        self.inner.source()
     }
 }
 
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> StoreError {
-        StoreError::Database(DriverError(Box::new(e)))
+        StoreError::Database(DriverError {
+            inner: Box::new(e),
+            damage: false,
+        })
     }
 }
 
@@ -103,8 +122,7 @@ impl From<postgres::Error> for StoreError {
 /// (`store::damaged`).
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
-        is_damage(&e);
-        StoreError::Sqlite(e)
+        StoreError::Sqlite(DriverError::from(e))
     }
 }
 

@@ -5,8 +5,8 @@
 //! The links live in `kv` (`retried_as:<old>`, `retry_of:<new>`), never in the old task's
 //! row: a BLOCKED record is not rewritten.
 
+use super::sql::params;
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
 
 use super::{get_task, ts, Result, Store, StoreError};
 use crate::domain::{Task, TaskState};
@@ -59,13 +59,11 @@ impl Store {
         self.immediate(|tx| {
             let old =
                 get_task(tx, old_id)?.ok_or_else(|| StoreError::NotFound(old_id.to_string()))?;
-            let retried: Option<String> = tx
-                .query_row(
-                    "SELECT value FROM kv WHERE key = ?1",
-                    [retried_as_key(old_id)],
-                    |r| r.get(0),
-                )
-                .optional()?;
+            let retried: Option<String> = tx.query_opt(
+                "SELECT value FROM kv WHERE key = ?1",
+                params![retried_as_key(old_id)],
+                |r| r.get(0),
+            )?;
             if let Some(newer) = retried {
                 return Ok(GenerationInsert::AlreadyRetried(newer));
             }
@@ -81,7 +79,9 @@ impl Store {
                 (retry_of_key(&next.id), old_id),
             ] {
                 tx.execute(
-                    "INSERT OR REPLACE INTO kv (key, value, updated_at) VALUES (?1, ?2, ?3)",
+                    "INSERT INTO kv (key, value, updated_at) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
+                     updated_at = excluded.updated_at",
                     params![key, value, ts(now)],
                 )?;
             }

@@ -4,12 +4,12 @@
 //! open connections through it ([`StoreHandle::open`]) instead of naming a file, so the
 //! backend is chosen in one place.
 //!
-//! SQLite (`$POLYPHONY_HOME/queue.db`) is the embedded default and the only backend the
-//! full [`Store`] runs on. A `postgres://` URL gives a handle whose [`StoreHandle::open`]
-//! says plainly that the daemon and verbs do not run on PostgreSQL yet, while
-//! [`StoreHandle::open_shared`] opens the shared queue core ([`super::QueueCore`]:
-//! tasks, owned claims with leases, pins, fleet-wide usage limits) on either backend; the
-//! store contract suite runs the same tests against both (docs/SCALING.md).
+//! SQLite (`$POLYPHONY_HOME/queue.db`) is the embedded default; a `postgres://` URL puts
+//! the same [`Store`] (one implementation: `store::sql` renders each statement for the
+//! engine) on a PostgreSQL server shared by a fleet. [`StoreHandle::open_shared`] opens
+//! its queue core ([`super::QueueCore`]: tasks, owned claims with leases, pins,
+//! fleet-wide usage limits) as a trait object; the store contract suite runs the same
+//! tests against both (docs/SCALING.md).
 //!
 //! Must not: print or keep a password. [`StoreHandle`]'s `Display` and `Debug` show the
 //! URL without it; a password comes from the URL or from `PGPASSWORD` at connect time.
@@ -117,11 +117,7 @@ impl StoreHandle {
     pub fn open(&self) -> Result<Store> {
         match &*self.location {
             Location::Sqlite(path) => Store::open(path),
-            Location::Postgres(pg) => Err(StoreError::Unsupported {
-                shown: pg.shown.clone(),
-                what: "the daemon and the verbs run on the embedded SQLite store only so far; \
-                       PostgreSQL holds the shared queue core (docs/SCALING.md)",
-            }),
+            Location::Postgres(pg) => super::pg::connect(pg),
         }
     }
 
@@ -130,15 +126,15 @@ impl StoreHandle {
     pub fn open_shared(&self) -> Result<Box<dyn super::QueueCore>> {
         match &*self.location {
             Location::Sqlite(path) => Ok(Box::new(Store::open(path)?)),
-            Location::Postgres(pg) => Ok(Box::new(super::pg::PgStore::connect(pg)?)),
+            Location::Postgres(pg) => Ok(Box::new(super::pg::connect(pg)?)),
         }
     }
 
-    /// Opens the PostgreSQL store itself (`doctor`, benchmarks); `None` for SQLite.
-    pub fn open_postgres(&self) -> Option<Result<super::PgStore>> {
+    /// Opens the PostgreSQL store (`doctor`, benchmarks); `None` for SQLite.
+    pub fn open_postgres(&self) -> Option<Result<Store>> {
         match &*self.location {
             Location::Sqlite(_) => None,
-            Location::Postgres(pg) => Some(super::pg::PgStore::connect(pg)),
+            Location::Postgres(pg) => Some(super::pg::connect(pg)),
         }
     }
 
@@ -239,7 +235,10 @@ mod tests {
         assert!(!format!("{h:?}").contains("s3cret"));
         assert_eq!(h.backend(), "postgresql");
         assert!(h.sqlite_path().is_none());
-        let err = h.open().err().expect("the full store is SQLite only");
+        // Nothing listens on port 9 of loopback: the refusal names the URL without it.
+        let h = StoreHandle::postgres("postgres://poly:s3cret@127.0.0.1:9/queue").unwrap();
+        let err = h.open().err().expect("no server there");
+        assert!(matches!(err, StoreError::Unreachable { .. }), "{err}");
         assert!(!err.to_string().contains("s3cret"), "{err}");
     }
 

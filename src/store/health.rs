@@ -19,7 +19,7 @@ impl StoreError {
     /// Whether this error means the database file itself is damaged.
     pub fn is_damage(&self) -> bool {
         match self {
-            StoreError::Open { source, .. } | StoreError::Sqlite(source) => is_damage(source),
+            StoreError::Open { source, .. } | StoreError::Sqlite(source) => source.is_damage(),
             StoreError::Damaged { .. } => true,
             _ => false,
         }
@@ -49,7 +49,7 @@ pub fn damage_in(err: &anyhow::Error, db: &Path) -> Option<DatabaseDamaged> {
             match e {
                 StoreError::Damaged { detail, .. } => Some(detail.clone()),
                 StoreError::Open { source, .. } | StoreError::Sqlite(source) => {
-                    is_damage(source).then(|| source.to_string())
+                    source.is_damage().then(|| source.to_string())
                 }
                 _ => None,
             }
@@ -165,21 +165,26 @@ impl Store {
     /// `PRAGMA quick_check` (`full` = `integrity_check`): the problems found, empty when
     /// the file is sound. A damaged file may also fail the check itself: that is an
     /// [`StoreError::Damaged`] too.
+    ///
+    /// On PostgreSQL the server keeps its own files sound (checksums, WAL): this reads
+    /// every table of the store once and reports one that is missing or unreadable.
     pub fn check_integrity(&self, full: bool) -> Result<Vec<String>, StoreError> {
+        let Some(conn) = self.sqlite() else {
+            return self.check_postgres_tables();
+        };
         let pragma = if full {
             "PRAGMA integrity_check(20)"
         } else {
             "PRAGMA quick_check(20)"
         };
-        let rows: Result<Vec<String>, rusqlite::Error> = self
-            .conn
+        let rows: Result<Vec<String>, rusqlite::Error> = conn
             .prepare(pragma)
             .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect());
         let rows = rows.map_err(|e| {
             if is_damage(&e) {
                 self.damaged(e.to_string())
             } else {
-                StoreError::Sqlite(e)
+                StoreError::from(e)
             }
         })?;
         let problems: Vec<String> = rows.into_iter().filter(|r| r != "ok").collect();
@@ -200,6 +205,10 @@ impl Store {
     /// remember ([`Sound::remember`], once its verb succeeded: a refused verb leaves the home
     /// as it was). `doctor` and the daemon's start check the whole file every time.
     pub fn ensure_sound(&self) -> Result<Sound, StoreError> {
+        if self.sqlite().is_none() {
+            self.ensure_sound_now()?;
+            return Ok(Sound { remember: None });
+        }
         let before = files_identity(&self.path);
         let marker = sound_marker(&self.path);
         if let Some(id) = &before {
@@ -261,6 +270,7 @@ impl Store {
     /// read transaction, so the copy is consistent even while the daemon writes. Written
     /// to a temporary file beside `dest`, checked, then renamed into place.
     pub fn backup_to(&self, dest: &Path) -> Result<(), StoreError> {
+        self.refuse_postgres_backup()?;
         let dir = dest
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -295,12 +305,15 @@ impl Store {
     }
 
     fn backup_into(&self, tmp: &Path) -> Result<(), StoreError> {
+        let Some(conn) = self.sqlite() else {
+            return self.refuse_postgres_backup();
+        };
         {
             let mut out = Connection::open_with_flags(
                 tmp,
                 OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
             )?;
-            let backup = rusqlite::backup::Backup::new(&self.conn, &mut out)?;
+            let backup = rusqlite::backup::Backup::new(conn, &mut out)?;
             // -1: every page in one step, so no writer can interleave (a multi-step
             // backup restarts each time the source changes).
             loop {
@@ -324,5 +337,30 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// A PostgreSQL store is backed up with the server's tools, not by copying a file.
+    fn refuse_postgres_backup(&self) -> Result<(), StoreError> {
+        match self.sqlite() {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Unsupported {
+                shown: self.path.display().to_string(),
+                what: "`polyphony backup` copies the embedded SQLite file; back up a PostgreSQL \
+                       store with `pg_dump` (e.g. `pg_dump -Fc -f queue.dump DBNAME`) and restore \
+                       it with `pg_restore`",
+            }),
+        }
+    }
+
+    /// Reads one row of every table of the PostgreSQL store: the problems found.
+    fn check_postgres_tables(&self) -> Result<Vec<String>, StoreError> {
+        let mut problems = Vec::new();
+        for table in super::pg::TABLES {
+            let sql = format!("SELECT 1 FROM {table} LIMIT 1");
+            if let Err(e) = self.db.query_opt(&sql, super::sql::params![], |_| Ok(())) {
+                problems.push(format!("table {table}: {e}"));
+            }
+        }
+        Ok(problems)
     }
 }

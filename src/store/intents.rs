@@ -11,8 +11,8 @@
 //! Must not: perform the side effect (that is `sources/` and `runtime/`), or decide what
 //! follows a failure (that is `orchestrator::retry`).
 
+use super::sql::{params, Db};
 use chrono::{DateTime, Utc};
-use rusqlite::params;
 use serde::Serialize;
 
 use super::{current_state, get_task, time_col, to_json, ts, write_transition, Result, Store};
@@ -104,7 +104,7 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<()> {
         let payload = to_json("intent payload", payload)?;
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO intents (task_id, kind, attempt, payload, created_at, done_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, NULL) \
              ON CONFLICT (task_id, kind, attempt) DO UPDATE SET payload = excluded.payload, \
@@ -122,16 +122,16 @@ impl Store {
         attempt: u32,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        complete_in(&self.conn, task_id, kind, attempt, now)
+        complete_in(&self.db, task_id, kind, attempt, now)
     }
 
     /// Whether the task has a pending intent of `kind` (any attempt).
     pub fn has_pending_intent(&self, task_id: &str, kind: IntentKind) -> Result<bool> {
-        Ok(self.conn.query_row(
+        self.db.query_row(
             "SELECT EXISTS (SELECT 1 FROM intents WHERE task_id = ?1 AND kind = ?2 AND done_at IS NULL)",
             params![task_id, kind.as_str()],
             |r| r.get(0),
-        )?)
+        )
     }
 
     /// The pending intent of `kind` for one attempt, if any (its payload says how to
@@ -150,24 +150,25 @@ impl Store {
 
     /// Every pending intent, oldest first.
     pub fn pending_intents(&self) -> Result<Vec<Intent>> {
-        let mut stmt = self.conn.prepare_cached(
+        let rows = self.db.query_map(
             "SELECT task_id, kind, attempt, payload, created_at FROM intents \
              WHERE done_at IS NULL ORDER BY created_at, task_id",
+            params![],
+            |r| {
+                let kind: String = r.get(1)?;
+                let payload: String = r.get(3)?;
+                Ok((
+                    r.get::<String>(0)?,
+                    kind,
+                    r.get::<u32>(2)?,
+                    payload,
+                    time_col(r, 4)?,
+                ))
+            },
         )?;
-        let rows = stmt.query_map([], |r| {
-            let kind: String = r.get(1)?;
-            let payload: String = r.get(3)?;
-            Ok((
-                r.get::<_, String>(0)?,
-                kind,
-                r.get::<_, u32>(2)?,
-                payload,
-                time_col(r, 4)?,
-            ))
-        })?;
         let mut out = Vec::new();
         for row in rows {
-            let (task_id, kind, attempt, payload, created_at) = row?;
+            let (task_id, kind, attempt, payload, created_at) = row;
             let kind = IntentKind::parse(&kind)
                 .ok_or_else(|| StoreError::Corrupt(format!("intent kind `{kind}`")))?;
             let payload = serde_json::from_str(&payload)
@@ -271,7 +272,7 @@ impl Store {
                 if block.report {
                     let attempt: u32 = tx.query_row(
                         "SELECT attempts FROM tasks WHERE id = ?1",
-                        [task_id],
+                        params![task_id],
                         |r| r.get(0),
                     )?;
                     tx.execute(
@@ -288,7 +289,7 @@ impl Store {
     }
 }
 
-fn check_state(conn: &rusqlite::Connection, task_id: &str, expected: TaskState) -> Result<()> {
+fn check_state(conn: &Db, task_id: &str, expected: TaskState) -> Result<()> {
     let actual = current_state(conn, task_id)?;
     if actual != expected {
         return Err(StoreError::StaleState {
@@ -301,7 +302,7 @@ fn check_state(conn: &rusqlite::Connection, task_id: &str, expected: TaskState) 
 }
 
 fn complete_in(
-    conn: &rusqlite::Connection,
+    conn: &Db,
     task_id: &str,
     kind: IntentKind,
     attempt: u32,

@@ -1,8 +1,8 @@
 //! Landings: what was pushed for a task (branch, commit, PR), recorded on the attempt and
 //! as the task's one landing record.
 
+use super::sql::params;
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::{time_col, ts, Result, Store, StoreError};
@@ -56,11 +56,10 @@ impl Store {
 
     /// The task's landing record, if anything was pushed.
     pub fn landing(&self, task_id: &str) -> Result<Option<Landing>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.db.query_opt(
             "SELECT task_id, attempt, branch, commit_sha, pr_url, updated_at FROM landings WHERE task_id = ?1",
-        )?;
-        Ok(stmt
-            .query_row([task_id], |r| {
+            params![task_id],
+            |r| {
                 Ok(Landing {
                     task_id: r.get(0)?,
                     attempt: r.get(1)?,
@@ -69,7 +68,7 @@ impl Store {
                     pr_url: r.get(4)?,
                     updated_at: time_col(r, 5)?,
                 })
-            })
-            .optional()?)
+            },
+        )
     }
 }

@@ -44,25 +44,27 @@ pub mod quota;
 mod retention;
 mod rows;
 pub mod schema;
+mod sql;
 mod tasks;
 mod views;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
+
+use sql::Db;
 
 pub use attempt_notes::Handling;
 pub use attempts::AttemptRecord;
 pub use cancels::CancelRequest;
 pub use core::{host_machine_id, Claim, Owner, QueueCore, Reconcilable};
-pub use error::StoreError;
+pub use error::{DriverError, StoreError};
 pub use generations::{GenerationInsert, GenerationLinks};
 pub use handle::{StoreHandle, STORE_URL_VAR};
 pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
-pub use pg::PgStore;
 pub use retention::{DiskUsage, EndedTask};
 pub use tasks::TransitionRecord;
 pub use views::{
@@ -85,7 +87,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A handle on the queue database. See the module docs for threading.
 pub struct Store {
-    conn: Connection,
+    db: Db,
     path: PathBuf,
 }
 
@@ -107,12 +109,9 @@ impl Store {
             path: path.to_path_buf(),
             source,
         })?;
-        let open_err = |source| {
-            health::is_damage(&source);
-            StoreError::Open {
-                path: path.to_path_buf(),
-                source,
-            }
+        let open_err = |source: rusqlite::Error| StoreError::Open {
+            path: path.to_path_buf(),
+            source: source.into(),
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
@@ -137,7 +136,7 @@ impl Store {
         }
         conn.set_prepared_statement_cache_capacity(64);
         let store = Store {
-            conn,
+            db: Db::Sqlite(conn),
             path: path.to_path_buf(),
         };
         store.migrate()?;
@@ -150,19 +149,37 @@ impl Store {
 
     /// The schema version of the open database.
     pub fn schema_version(&self) -> Result<i64> {
-        Ok(self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+        match self.db.sqlite() {
+            Some(conn) => Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?),
+            None => pg::schema_version(&self.db),
+        }
+    }
+
+    /// `"sqlite"` or `"postgresql"`.
+    pub fn backend(&self) -> &'static str {
+        match self.db.dialect() {
+            sql::Dialect::Sqlite => "sqlite",
+            sql::Dialect::Postgres => "postgresql",
+        }
+    }
+
+    /// The SQLite connection, for what only SQLite has (pragmas, integrity checks,
+    /// backups); `None` on PostgreSQL.
+    fn sqlite(&self) -> Option<&Connection> {
+        self.db.sqlite()
     }
 
     fn migrate(&self) -> Result<()> {
+        let Some(conn) = self.db.sqlite() else {
+            return pg::migrate(&self.db, &self.path);
+        };
         let latest = schema::latest();
         if self.schema_version()? == latest {
             return Ok(());
         }
         // Re-read under the write lock: another process may have migrated meanwhile.
-        self.immediate(|tx| {
-            let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        self.immediate(|db| {
+            let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
             if current > latest {
                 return Err(StoreError::SchemaTooNew {
                     path: self.path.clone(),
@@ -171,36 +188,53 @@ impl Store {
                 });
             }
             for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
-                tx.execute_batch(sql)?;
+                conn.execute_batch(sql)?;
                 let version = i as i64 + 1;
                 if schema::SUMMARY_REBUILDS.contains(&version) {
                     // The triggers are gone (7), or the summaries gained fields (9): the
                     // store writes every summary, in the same transaction.
-                    views::rebuild_summaries(tx)?;
+                    views::rebuild_summaries(db)?;
                 }
-                tx.pragma_update(None, "user_version", version)?;
+                conn.pragma_update(None, "user_version", version)?;
             }
             Ok(())
         })
     }
 
-    /// Runs `f` atomically: in a new IMMEDIATE transaction, or inside the one already open on
-    /// this connection (a store method called from another's transaction).
-    fn atomic<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        if self.conn.is_autocommit() {
-            self.immediate(|tx| f(tx))
+    /// Runs `f` atomically: in a new writing transaction, or inside the one already open
+    /// on this connection (a store method called from another's transaction).
+    fn atomic<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        if self.db.in_transaction() {
+            f(&self.db)
         } else {
-            f(&self.conn)
+            self.immediate(f)
         }
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so
-    /// what `f` reads cannot change before it writes. Rolls back on error.
-    fn immediate<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a writing transaction (`sql::Db::begin_write`: `BEGIN IMMEDIATE` on
+    /// SQLite): what `f` reads cannot change before it writes. Rolls back on error.
+    fn immediate<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        self.transaction(Db::begin_write, f)
+    }
+
+    fn transaction<T>(
+        &self,
+        begin: fn(&Db) -> Result<()>,
+        f: impl FnOnce(&Db) -> Result<T>,
+    ) -> Result<T> {
         let started = std::time::Instant::now();
-        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
-        let value = f(&tx)?;
-        tx.commit()?;
+        begin(&self.db)?;
+        let value = match f(&self.db) {
+            Ok(v) => v,
+            Err(e) => {
+                self.db.rollback();
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.db.commit() {
+            self.db.rollback();
+            return Err(e);
+        }
         crate::metrics::store_write(started.elapsed());
         Ok(value)
     }

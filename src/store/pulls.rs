@@ -10,8 +10,8 @@
 
 use std::collections::BTreeSet;
 
+use super::sql::{params, Db, Row};
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::{get_task, time_col, ts, Result, Store};
@@ -93,11 +93,11 @@ pub struct FollowUpRecord {
 const PULL_COLS: &str = "task_id, repo, number, branch, base, head_sha, state, checks, review, \
      mergeable, followups, watching, updated_at";
 
-fn pull_from_row(r: &Row<'_>) -> rusqlite::Result<PullRecord> {
+fn pull_from_row(r: &Row<'_>) -> Result<PullRecord> {
     Ok(PullRecord {
         task_id: r.get(0)?,
         repo: r.get(1)?,
-        number: r.get::<_, i64>(2)? as u64,
+        number: r.get::<i64>(2)? as u64,
         branch: r.get(3)?,
         base: r.get(4)?,
         head_sha: r.get(5)?,
@@ -106,25 +106,21 @@ fn pull_from_row(r: &Row<'_>) -> rusqlite::Result<PullRecord> {
         review: r.get(8)?,
         mergeable: r.get(9)?,
         followups: r.get(10)?,
-        watching: r.get::<_, i64>(11)? != 0,
+        watching: r.get::<i64>(11)? != 0,
         updated_at: time_col(r, 12)?,
     })
 }
 
-fn followup_from_row(r: &Row<'_>) -> rusqlite::Result<FollowUpRecord> {
+fn followup_from_row(r: &Row<'_>) -> Result<FollowUpRecord> {
     let plan: String = r.get(4)?;
     let state: String = r.get(3)?;
     Ok(FollowUpRecord {
         task_id: r.get(0)?,
         pull_task_id: r.get(1)?,
         seq: r.get(2)?,
-        state: state.parse().map_err(|_| {
-            rusqlite::Error::FromSqlConversionFailure(
-                3,
-                rusqlite::types::Type::Text,
-                format!("unknown state {state}").into(),
-            )
-        })?,
+        state: state
+            .parse()
+            .map_err(|_| super::conversion(3, format!("unknown state {state}")))?,
         plan: serde_json::from_str(&plan).unwrap_or(serde_json::Value::Null),
         created_at: time_col(r, 5)?,
     })
@@ -132,12 +128,13 @@ fn followup_from_row(r: &Row<'_>) -> rusqlite::Result<FollowUpRecord> {
 
 /// Refreshes the summary of the task that landed a pull request and of its follow-ups (their
 /// `followup_of` names its number).
-fn refresh_pull_summaries(conn: &rusqlite::Connection, pull_task_id: &str) -> Result<()> {
+fn refresh_pull_summaries(conn: &Db, pull_task_id: &str) -> Result<()> {
     super::refresh_summary(conn, pull_task_id)?;
-    let followups: Vec<String> = conn
-        .prepare_cached("SELECT task_id FROM followups WHERE pull_task_id = ?1")?
-        .query_map([pull_task_id], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let followups: Vec<String> = conn.query_map(
+        "SELECT task_id FROM followups WHERE pull_task_id = ?1",
+        params![pull_task_id],
+        |r| r.get(0),
+    )?;
     for id in followups {
         super::refresh_summary(conn, &id)?;
     }
@@ -154,8 +151,8 @@ impl Store {
         self.atomic(|conn| {
             conn.execute(
                 &format!(
-                    "INSERT OR IGNORE INTO pulls ({PULL_COLS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                    "INSERT INTO pulls ({PULL_COLS}) VALUES \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING"
                 ),
                 params![
                     pull.task_id,
@@ -179,32 +176,25 @@ impl Store {
 
     /// The pull request `task_id` opened, if the shepherd knows it.
     pub fn pull(&self, task_id: &str) -> Result<Option<PullRecord>> {
-        Ok(self
-            .conn
-            .query_row(
-                &format!("SELECT {PULL_COLS} FROM pulls WHERE task_id = ?1"),
-                [task_id],
-                pull_from_row,
-            )
-            .optional()?)
+        self.db.query_opt(
+            &format!("SELECT {PULL_COLS} FROM pulls WHERE task_id = ?1"),
+            params![task_id],
+            pull_from_row,
+        )
     }
 
     /// Every pull request, newest first (for `status`).
     pub fn pulls(&self) -> Result<Vec<PullRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {PULL_COLS} FROM pulls ORDER BY rowid DESC"
-        ))?;
-        let rows = stmt.query_map([], pull_from_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let stmt_sql = &format!("SELECT {PULL_COLS} FROM pulls ORDER BY rowid DESC");
+        let rows = self.db.query_map(stmt_sql, params![], pull_from_row)?;
+        Ok(rows.into_iter().collect())
     }
 
     /// The pull requests still watched (open, as far as the last look knew).
     pub fn watched_pulls(&self) -> Result<Vec<PullRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {PULL_COLS} FROM pulls WHERE watching = 1 ORDER BY rowid"
-        ))?;
-        let rows = stmt.query_map([], pull_from_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let stmt_sql = &format!("SELECT {PULL_COLS} FROM pulls WHERE watching = 1 ORDER BY rowid");
+        let rows = self.db.query_map(stmt_sql, params![], pull_from_row)?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Writes what one look found.
@@ -230,11 +220,11 @@ impl Store {
 
     /// The keys handled on a pull request so far.
     pub fn handled_keys(&self, pull_task_id: &str) -> Result<BTreeSet<String>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT key FROM pull_handled WHERE pull_task_id = ?1")?;
-        let rows = stmt.query_map([pull_task_id], |r| r.get::<_, String>(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let stmt_sql = "SELECT key FROM pull_handled WHERE pull_task_id = ?1";
+        let rows = self
+            .db
+            .query_map(stmt_sql, params![pull_task_id], |r| r.get::<String>(0))?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Records keys as handled without a follow-up (ignored feedback, a report, the
@@ -248,8 +238,8 @@ impl Store {
         self.immediate(|tx| {
             for key in keys {
                 tx.execute(
-                    "INSERT OR IGNORE INTO pull_handled (pull_task_id, key, followup, at) \
-                     VALUES (?1, ?2, NULL, ?3)",
+                    "INSERT INTO pull_handled (pull_task_id, key, followup, at) \
+                     VALUES (?1, ?2, NULL, ?3) ON CONFLICT DO NOTHING",
                     params![pull_task_id, key, ts(now)],
                 )?;
             }
@@ -271,13 +261,11 @@ impl Store {
         let plan = super::to_json("follow-up plan", plan)?;
         self.immediate(|tx| {
             for key in keys {
-                let taken: Option<i64> = tx
-                    .query_row(
-                        "SELECT 1 FROM pull_handled WHERE pull_task_id = ?1 AND key = ?2",
-                        params![pull_task_id, key],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
+                let taken: Option<i64> = tx.query_opt(
+                    "SELECT 1 FROM pull_handled WHERE pull_task_id = ?1 AND key = ?2",
+                    params![pull_task_id, key],
+                    |r| r.get(0),
+                )?;
                 if taken.is_some() {
                     return Ok(false);
                 }
@@ -287,7 +275,7 @@ impl Store {
             }
             let seq: u32 = tx.query_row(
                 "UPDATE pulls SET followups = followups + 1 WHERE task_id = ?1 RETURNING followups",
-                [pull_task_id],
+                params![pull_task_id],
                 |r| r.get(0),
             )?;
             tx.execute(
@@ -310,35 +298,31 @@ impl Store {
 
     /// The follow-up `task_id` is, if it is one.
     pub fn followup(&self, task_id: &str) -> Result<Option<FollowUpRecord>> {
-        Ok(self
-            .conn
-            .query_row(
-                &format!("{FOLLOWUP_SELECT} WHERE f.task_id = ?1"),
-                [task_id],
-                followup_from_row,
-            )
-            .optional()?)
+        self.db.query_opt(
+            &format!("{FOLLOWUP_SELECT} WHERE f.task_id = ?1"),
+            params![task_id],
+            followup_from_row,
+        )
     }
 
     /// A pull request's follow-ups, oldest first.
     pub fn followups_of(&self, pull_task_id: &str) -> Result<Vec<FollowUpRecord>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "{FOLLOWUP_SELECT} WHERE f.pull_task_id = ?1 ORDER BY f.seq"
-        ))?;
-        let rows = stmt.query_map([pull_task_id], followup_from_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let stmt_sql = &format!("{FOLLOWUP_SELECT} WHERE f.pull_task_id = ?1 ORDER BY f.seq");
+        let rows = self
+            .db
+            .query_map(stmt_sql, params![pull_task_id], followup_from_row)?;
+        Ok(rows.into_iter().collect())
     }
 
     /// The reply a follow-up posted to one piece of feedback.
     pub fn reply_id(&self, task_id: &str, key: &str) -> Result<Option<u64>> {
         Ok(self
-            .conn
-            .query_row(
+            .db
+            .query_opt(
                 "SELECT comment_id FROM followup_replies WHERE task_id = ?1 AND key = ?2",
                 params![task_id, key],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()?
+                |r| r.get::<i64>(0),
+            )?
             .map(|id| id as u64))
     }
 
@@ -350,9 +334,9 @@ impl Store {
         comment_id: u64,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        self.conn.execute(
-            "INSERT OR IGNORE INTO followup_replies (task_id, key, comment_id, at) \
-             VALUES (?1, ?2, ?3, ?4)",
+        self.db.execute(
+            "INSERT INTO followup_replies (task_id, key, comment_id, at) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![task_id, key, comment_id as i64, ts(now)],
         )?;
         Ok(())

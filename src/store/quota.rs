@@ -4,8 +4,8 @@
 //! Must not: decide whether an agent is usable or how two reports combine (that is
 //! `orchestrator::quota`); it stores what it is given.
 
+use super::sql::{params, Row};
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension, Row};
 use std::collections::BTreeMap;
 
 use super::{json_col, time_col, to_json, ts, Result, Store};
@@ -47,29 +47,30 @@ impl Store {
         merge: impl FnOnce(Option<AgentQuota>) -> AgentQuota,
     ) -> Result<AgentQuota> {
         self.immediate(|tx| {
-            let stored = tx
-                .prepare_cached(&format!(
-                    "SELECT {QUOTA_COLS} FROM quota WHERE identity = ?1 AND agent = ?2"
-                ))?
-                .query_row(params![identity, agent], quota_from_row)
-                .optional()?;
+            let stored = tx.query_opt(
+                &format!("SELECT {QUOTA_COLS} FROM quota WHERE identity = ?1 AND agent = ?2"),
+                params![identity, agent],
+                quota_from_row,
+            )?;
             let row = merge(stored);
-            tx.prepare_cached(&format!(
-                "INSERT INTO quota ({QUOTA_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
-                 ON CONFLICT (identity, agent) DO UPDATE SET resets_at = excluded.resets_at, \
-                 reported = excluded.reported, message = excluded.message, \
-                 task_id = excluded.task_id, attempt = excluded.attempt, hit_at = excluded.hit_at"
-            ))?
-            .execute(params![
-                row.identity,
-                row.agent,
-                ts(row.resets_at),
-                row.reported,
-                row.message,
-                row.task_id,
-                row.attempt,
-                ts(row.hit_at),
-            ])?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO quota ({QUOTA_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                     ON CONFLICT (identity, agent) DO UPDATE SET resets_at = excluded.resets_at, \
+                     reported = excluded.reported, message = excluded.message, \
+                     task_id = excluded.task_id, attempt = excluded.attempt, hit_at = excluded.hit_at"
+                ),
+                params![
+                    row.identity,
+                    row.agent,
+                    ts(row.resets_at),
+                    row.reported,
+                    row.message,
+                    row.task_id,
+                    row.attempt,
+                    ts(row.hit_at),
+                ],
+            )?;
             Ok(row)
         })
     }
@@ -77,20 +78,22 @@ impl Store {
     /// Every quota row, out or not any more, by identity then agent (a handful: one per
     /// pair that ever met a limit).
     pub fn quota_rows(&self) -> Result<Vec<AgentQuota>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {QUOTA_COLS} FROM quota ORDER BY identity, agent"
-        ))?;
-        let rows = stmt.query_map([], quota_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.query_map(
+            &format!("SELECT {QUOTA_COLS} FROM quota ORDER BY identity, agent"),
+            params![],
+            quota_from_row,
+        )
     }
 
     /// The pairs still out at `now`.
     pub fn quota_out(&self, now: DateTime<Utc>) -> Result<Vec<AgentQuota>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {QUOTA_COLS} FROM quota WHERE resets_at > ?1 ORDER BY identity, agent"
-        ))?;
-        let rows = stmt.query_map([ts(now)], quota_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.query_map(
+            &format!(
+                "SELECT {QUOTA_COLS} FROM quota WHERE resets_at > ?1 ORDER BY identity, agent"
+            ),
+            params![ts(now)],
+            quota_from_row,
+        )
     }
 
     /// Records why a task waits (written before the task is settled FAILED with
@@ -98,44 +101,43 @@ impl Store {
     pub fn set_quota_wait(&self, wait: &QuotaWait) -> Result<()> {
         let resets = to_json("quota resets", &wait.resets)?;
         self.atomic(|conn| {
-            conn.prepare_cached(&format!(
-                "INSERT INTO quota_waits ({WAIT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                 ON CONFLICT (task_id) DO UPDATE SET until = excluded.until, \
-                 agent = excluded.agent, identity = excluded.identity, \
-                 resets = excluded.resets, parked_at = excluded.parked_at"
-            ))?
-            .execute(params![
-                wait.task_id,
-                ts(wait.until),
-                wait.agent,
-                wait.identity,
-                resets,
-                ts(wait.parked_at),
-            ])?;
+            conn.execute(
+                &format!(
+                    "INSERT INTO quota_waits ({WAIT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT (task_id) DO UPDATE SET until = excluded.until, \
+                     agent = excluded.agent, identity = excluded.identity, \
+                     resets = excluded.resets, parked_at = excluded.parked_at"
+                ),
+                params![
+                    wait.task_id,
+                    ts(wait.until),
+                    wait.agent,
+                    wait.identity,
+                    resets,
+                    ts(wait.parked_at),
+                ],
+            )?;
             super::refresh_summary(conn, &wait.task_id)
         })
     }
 
     /// The task's quota wait, if it was parked (and not routed since).
     pub fn quota_wait(&self, task_id: &str) -> Result<Option<QuotaWait>> {
-        Ok(self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {WAIT_COLS} FROM quota_waits WHERE task_id = ?1"
-            ))?
-            .query_row([task_id], wait_from_row)
-            .optional()?)
+        self.db.query_opt(
+            &format!("SELECT {WAIT_COLS} FROM quota_waits WHERE task_id = ?1"),
+            params![task_id],
+            wait_from_row,
+        )
     }
 
     /// Every quota wait, by task id (for `status` listings).
     pub fn quota_waits(&self) -> Result<BTreeMap<String, QuotaWait>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {WAIT_COLS} FROM quota_waits"))?;
-        let rows = stmt.query_map([], wait_from_row)?;
-        rows.map(|w| w.map(|w| (w.task_id.clone(), w)))
-            .collect::<Result<_, _>>()
-            .map_err(Into::into)
+        let rows = self.db.query_map(
+            &format!("SELECT {WAIT_COLS} FROM quota_waits"),
+            params![],
+            wait_from_row,
+        )?;
+        Ok(rows.into_iter().map(|w| (w.task_id.clone(), w)).collect())
     }
 
     /// What `status TASK --json` says of a task's usage limits: its wait (or null), each
@@ -174,14 +176,16 @@ impl Store {
     /// Forgets a task's wait: it was routed to an agent again.
     pub fn clear_quota_wait(&self, task_id: &str) -> Result<()> {
         self.atomic(|conn| {
-            conn.prepare_cached("DELETE FROM quota_waits WHERE task_id = ?1")?
-                .execute([task_id])?;
+            conn.execute(
+                "DELETE FROM quota_waits WHERE task_id = ?1",
+                params![task_id],
+            )?;
             super::refresh_summary(conn, task_id)
         })
     }
 }
 
-fn quota_from_row(r: &Row<'_>) -> rusqlite::Result<AgentQuota> {
+fn quota_from_row(r: &Row<'_>) -> Result<AgentQuota> {
     Ok(AgentQuota {
         identity: r.get(0)?,
         agent: r.get(1)?,
@@ -194,7 +198,7 @@ fn quota_from_row(r: &Row<'_>) -> rusqlite::Result<AgentQuota> {
     })
 }
 
-fn wait_from_row(r: &Row<'_>) -> rusqlite::Result<QuotaWait> {
+fn wait_from_row(r: &Row<'_>) -> Result<QuotaWait> {
     Ok(QuotaWait {
         task_id: r.get(0)?,
         until: time_col(r, 1)?,

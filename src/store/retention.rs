@@ -8,8 +8,8 @@
 //! Must not: decide what may go (that is `ops::retention` over `ops::cleanup`'s plan); it
 //! finds and removes what it is told.
 
+use super::sql::params;
 use chrono::{DateTime, Utc};
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
 use super::attempt_notes::{
@@ -67,21 +67,21 @@ impl Store {
         cutoff: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<EndedTask>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT t.id, t.state, t.attempts FROM tasks t \
+        let stmt_sql = "SELECT t.id, t.state, t.attempts FROM tasks t \
              WHERE t.state IN ('LANDED', 'BLOCKED') AND t.updated_at < ?1 \
              AND EXISTS (SELECT 1 FROM kv k WHERE k.key = 'chain:' || t.id \
                  OR k.key = 'workspace:' || t.id || ':' || t.attempts) \
-             ORDER BY t.updated_at LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![ts(cutoff), limit as i64], |r| {
-            Ok(EndedTask {
-                id: r.get(0)?,
-                state: parse_col(r, 1)?,
-                attempts: r.get::<_, i64>(2)?.max(0) as u32,
-            })
-        })?;
-        rows.collect::<rusqlite::Result<_>>().map_err(Into::into)
+             ORDER BY t.updated_at LIMIT ?2";
+        let rows = self
+            .db
+            .query_map(stmt_sql, params![ts(cutoff), limit as i64], |r| {
+                Ok(EndedTask {
+                    id: r.get(0)?,
+                    state: parse_col(r, 1)?,
+                    attempts: r.get::<i64>(2)?.max(0) as u32,
+                })
+            })?;
+        Ok(rows)
     }
 
     /// Removes a finished task's per-attempt notes (workspace, chain, landing commit,
@@ -90,10 +90,10 @@ impl Store {
     pub fn forget_task_notes(&self, task_id: &str, attempts: u32) -> Result<usize> {
         let keys = note_keys(task_id, attempts);
         self.atomic(|conn| {
-            let mut stmt = conn.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
+            let stmt_sql = "DELETE FROM kv WHERE key = ?1";
             let mut n = 0;
             for k in &keys {
-                n += stmt.execute([k])?;
+                n += conn.execute(stmt_sql, params![k])?;
             }
             Ok(n)
         })
@@ -106,26 +106,27 @@ impl Store {
         cutoff: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<(String, u32)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT a.task_id, a.attempt FROM attempts a \
+        let stmt_sql = "SELECT a.task_id, a.attempt FROM attempts a \
              WHERE a.finished_at IS NOT NULL AND a.finished_at < ?1 \
              AND EXISTS (SELECT 1 FROM events e \
                  WHERE e.task_id = a.task_id AND e.attempt = a.attempt) \
-             ORDER BY a.finished_at LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![ts(cutoff), limit as i64], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u32))
-        })?;
-        rows.collect::<rusqlite::Result<_>>().map_err(Into::into)
+             ORDER BY a.finished_at LIMIT ?2";
+        let rows = self
+            .db
+            .query_map(stmt_sql, params![ts(cutoff), limit as i64], |r| {
+                Ok((r.get::<String>(0)?, r.get::<i64>(1)?.max(0) as u32))
+            })?;
+        Ok(rows)
     }
 
     /// Removes one attempt's events; returns how many went. The attempt row (its result,
     /// evidence and event count in `status`) stays.
     pub fn delete_attempt_events(&self, task_id: &str, attempt: u32) -> Result<usize> {
         self.atomic(|conn| {
-            Ok(conn
-                .prepare_cached("DELETE FROM events WHERE task_id = ?1 AND attempt = ?2")?
-                .execute(params![task_id, attempt])?)
+            conn.execute(
+                "DELETE FROM events WHERE task_id = ?1 AND attempt = ?2",
+                params![task_id, attempt],
+            )
         })
     }
 

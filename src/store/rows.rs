@@ -4,9 +4,9 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use rusqlite::{types::Type, Row};
 use serde::Serialize;
 
+use super::sql::Row;
 use super::{Result, StoreError};
 
 /// Fixed-width RFC 3339 in UTC with microseconds: comparing the text compares the times.
@@ -14,39 +14,37 @@ pub(super) fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-pub(super) fn conversion(idx: usize, msg: String) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, msg.into())
+/// The error of a stored value that does not decode, naming its column.
+pub(super) fn conversion(idx: usize, msg: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("column {idx}: {msg}"))
 }
 
-pub(super) fn parse_col<T: FromStr>(r: &Row<'_>, idx: usize) -> rusqlite::Result<T>
+pub(super) fn parse_col<T: FromStr>(r: &Row<'_>, idx: usize) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    let text: String = r.get(idx)?;
+    let text = r.get_str(idx)?;
     text.parse::<T>()
         .map_err(|e| conversion(idx, format!("`{text}`: {e}")))
 }
 
-pub(super) fn time_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<DateTime<Utc>> {
-    let text: String = r.get(idx)?;
-    DateTime::parse_from_rfc3339(&text)
+pub(super) fn time_col(r: &Row<'_>, idx: usize) -> Result<DateTime<Utc>> {
+    let text = r.get_str(idx)?;
+    DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| conversion(idx, format!("time `{text}`: {e}")))
 }
 
-pub(super) fn opt_time_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<DateTime<Utc>>> {
-    match r.get::<_, Option<String>>(idx)? {
+pub(super) fn opt_time_col(r: &Row<'_>, idx: usize) -> Result<Option<DateTime<Utc>>> {
+    match r.get_opt_str(idx)? {
         None => Ok(None),
         Some(_) => time_col(r, idx).map(Some),
     }
 }
 
-pub(super) fn json_col<T: serde::de::DeserializeOwned>(
-    r: &Row<'_>,
-    idx: usize,
-) -> rusqlite::Result<T> {
-    let text: String = r.get(idx)?;
-    serde_json::from_str(&text).map_err(|e| conversion(idx, format!("JSON: {e}")))
+pub(super) fn json_col<T: serde::de::DeserializeOwned>(r: &Row<'_>, idx: usize) -> Result<T> {
+    let text = r.get_bytes(idx)?;
+    serde_json::from_slice(text).map_err(|e| conversion(idx, format!("JSON: {e}")))
 }
 
 pub(super) fn to_json<T: Serialize + ?Sized>(what: &'static str, value: &T) -> Result<String> {
@@ -54,12 +52,12 @@ pub(super) fn to_json<T: Serialize + ?Sized>(what: &'static str, value: &T) -> R
 }
 
 /// A text column borrowed from the row.
-pub(super) fn str_col<'r>(r: &'r Row<'_>, idx: usize) -> rusqlite::Result<&'r str> {
-    r.get_ref(idx)?.as_str().map_err(Into::into)
+pub(super) fn str_col<'r>(r: &Row<'r>, idx: usize) -> Result<&'r str> {
+    r.get_str(idx)
 }
 
-pub(super) fn opt_str_col<'r>(r: &'r Row<'_>, idx: usize) -> rusqlite::Result<Option<&'r str>> {
-    r.get_ref(idx)?.as_str_or_null().map_err(Into::into)
+pub(super) fn opt_str_col<'r>(r: &Row<'r>, idx: usize) -> Result<Option<&'r str>> {
+    r.get_opt_str(idx)
 }
 
 /// Parses a stored enum: the stored text is the canonical name, so compare first and only
@@ -69,7 +67,7 @@ pub(super) fn enum_col<T>(
     idx: usize,
     all: &[T],
     name: fn(&T) -> &'static str,
-) -> rusqlite::Result<T>
+) -> Result<T>
 where
     T: Copy + FromStr,
     T::Err: std::fmt::Display,

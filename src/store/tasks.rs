@@ -2,9 +2,9 @@
 //! and [`Store::transition`], the one way a task changes state.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde::Serialize;
 
+use super::sql::{params, Db, Row};
 use super::{json_col, opt_time_col, parse_col, time_col, to_json, ts, Result, Store, StoreError};
 use crate::domain::{self, Risk, Scope, SourceKind, Task, TaskState, TaskType};
 
@@ -29,11 +29,11 @@ impl Store {
         let labels = to_json("labels", &task.labels)?;
         let metadata = to_json("metadata", &task.metadata)?;
         self.atomic(|conn| {
-        let mut stmt = conn.prepare_cached(&format!(
-            "INSERT OR IGNORE INTO tasks ({TASK_COLS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
-        ))?;
-        let inserted = stmt.execute(params![
+        let inserted = conn.execute(&format!(
+            "INSERT INTO tasks ({TASK_COLS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
+             ON CONFLICT DO NOTHING"
+        ), params![
             task.id,
             task.title,
             task.body,
@@ -64,46 +64,48 @@ impl Store {
 
     /// Reserves the next local queue id, `local-<n>`. Ids are never reused.
     pub fn next_local_task_id(&self) -> Result<String> {
-        let n: i64 = self.conn.query_row(
-            "UPDATE counters SET value = value + 1 WHERE name = 'local_task' RETURNING value",
-            [],
-            |r| r.get(0),
-        )?;
+        let n: i64 = self.atomic(|db| {
+            db.query_row(
+                "UPDATE counters SET value = value + 1 WHERE name = 'local_task' RETURNING value",
+                params![],
+                |r| r.get(0),
+            )
+        })?;
         Ok(format!("local-{n}"))
     }
 
     pub fn get_task(&self, id: &str) -> Result<Option<Task>> {
-        get_task(&self.conn, id)
+        get_task(&self.db, id)
     }
 
     /// The task with this source reference (`owner/repo#42`), if any.
     pub fn find_by_source_ref(&self, source_ref: &str) -> Result<Option<Task>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TASK_COLS} FROM tasks WHERE source_ref = ?1 ORDER BY rowid DESC LIMIT 1"
-        ))?;
-        Ok(stmt.query_row([source_ref], task_from_row).optional()?)
+        self.db.query_opt(
+            &format!(
+                "SELECT {TASK_COLS} FROM tasks WHERE source_ref = ?1 ORDER BY rowid DESC LIMIT 1"
+            ),
+            params![source_ref],
+            task_from_row,
+        )
     }
 
     /// Tasks, newest first, optionally only those in `state`, at most `limit` of them.
     pub fn list_tasks(&self, state: Option<TaskState>, limit: Option<usize>) -> Result<Vec<Task>> {
-        let limit = limit.map_or(-1, |l| l as i64);
-        let rows = match state {
-            Some(s) => {
-                let mut stmt = self.conn.prepare_cached(&format!(
+        let limit = self.db.limit(limit);
+        match state {
+            Some(s) => self.db.query_map(
+                &format!(
                     "SELECT {TASK_COLS} FROM tasks WHERE state = ?1 ORDER BY rowid DESC LIMIT ?2"
-                ))?;
-                let rows = stmt.query_map(params![s.as_str(), limit], task_from_row)?;
-                rows.collect::<Result<Vec<_>, _>>()?
-            }
-            None => {
-                let mut stmt = self.conn.prepare_cached(&format!(
-                    "SELECT {TASK_COLS} FROM tasks ORDER BY rowid DESC LIMIT ?1"
-                ))?;
-                let rows = stmt.query_map(params![limit], task_from_row)?;
-                rows.collect::<Result<Vec<_>, _>>()?
-            }
-        };
-        Ok(rows)
+                ),
+                params![s.as_str(), limit],
+                task_from_row,
+            ),
+            None => self.db.query_map(
+                &format!("SELECT {TASK_COLS} FROM tasks ORDER BY rowid DESC LIMIT ?1"),
+                params![limit],
+                task_from_row,
+            ),
+        }
     }
 
     /// THE way a task changes state: in one IMMEDIATE transaction, checks `expected_from ->
@@ -182,9 +184,9 @@ impl Store {
     /// The earliest retry time among FAILED tasks scheduled for one (the daemon sleeps
     /// until then instead of polling).
     pub fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>> {
-        let text: Option<String> = self.conn.query_row(
+        let text: Option<String> = self.db.query_row(
             "SELECT MIN(next_attempt_at) FROM tasks WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL",
-            [],
+            params![],
             |r| r.get(0),
         )?;
         Ok(text
@@ -213,20 +215,20 @@ impl Store {
         to: TaskState,
         since: DateTime<Utc>,
     ) -> Result<Vec<TransitionRecord>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.db.query_map(
             "SELECT task_id, from_state, to_state, reason, at FROM transitions \
              WHERE to_state = ?1 AND at >= ?2 ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![to.as_str(), ts(since)], |r| {
-            Ok(TransitionRecord {
-                task_id: r.get(0)?,
-                from: parse_col(r, 1)?,
-                to: parse_col(r, 2)?,
-                reason: r.get(3)?,
-                at: time_col(r, 4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            params![to.as_str(), ts(since)],
+            |r| {
+                Ok(TransitionRecord {
+                    task_id: r.get(0)?,
+                    from: parse_col(r, 1)?,
+                    to: parse_col(r, 2)?,
+                    reason: r.get(3)?,
+                    at: time_col(r, 4)?,
+                })
+            },
+        )
     }
 
     /// (queued at, claimed at) of each claim of a DISCOVERED task at or after `since`: how
@@ -235,49 +237,54 @@ impl Store {
         &self,
         since: DateTime<Utc>,
     ) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.db.query_map(
             "SELECT t.created_at, tr.at FROM transitions tr JOIN tasks t ON t.id = tr.task_id \
              WHERE tr.from_state = 'DISCOVERED' AND tr.to_state = 'CLAIMED' AND tr.at >= ?1 \
              ORDER BY tr.id",
-        )?;
-        let rows = stmt.query_map([ts(since)], |r| Ok((time_col(r, 0)?, time_col(r, 1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            params![ts(since)],
+            |r| Ok((time_col(r, 0)?, time_col(r, 1)?)),
+        )
     }
 
     /// Transitions for one task, oldest first.
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.db.query_map(
             "SELECT task_id, from_state, to_state, reason, at FROM transitions \
              WHERE task_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map([task_id], |r| {
-            Ok(TransitionRecord {
-                task_id: r.get(0)?,
-                from: parse_col(r, 1)?,
-                to: parse_col(r, 2)?,
-                reason: r.get(3)?,
-                at: time_col(r, 4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            params![task_id],
+            |r| {
+                Ok(TransitionRecord {
+                    task_id: r.get(0)?,
+                    from: parse_col(r, 1)?,
+                    to: parse_col(r, 2)?,
+                    reason: r.get(3)?,
+                    at: time_col(r, 4)?,
+                })
+            },
+        )
     }
 }
 
-pub(super) fn get_task(conn: &Connection, id: &str) -> Result<Option<Task>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {TASK_COLS} FROM tasks WHERE id = ?1"))?;
-    Ok(stmt.query_row([id], task_from_row).optional()?)
+pub(super) fn get_task(db: &Db, id: &str) -> Result<Option<Task>> {
+    db.query_opt(
+        &format!("SELECT {TASK_COLS} FROM tasks WHERE id = ?1"),
+        params![id],
+        task_from_row,
+    )
 }
 
-pub(super) fn current_state(conn: &Connection, task_id: &str) -> Result<TaskState> {
-    conn.prepare_cached("SELECT state FROM tasks WHERE id = ?1")?
-        .query_row([task_id], |r| parse_col::<TaskState>(r, 0))
-        .optional()?
-        .ok_or_else(|| StoreError::NotFound(task_id.to_string()))
+pub(super) fn current_state(db: &Db, task_id: &str) -> Result<TaskState> {
+    db.query_opt(
+        "SELECT state FROM tasks WHERE id = ?1",
+        params![task_id],
+        |r| parse_col::<TaskState>(r, 0),
+    )?
+    .ok_or_else(|| StoreError::NotFound(task_id.to_string()))
 }
 
 /// Checks the table, updates the state and appends the transition row.
 pub(super) fn write_transition(
-    tx: &Transaction<'_>,
+    tx: &Db,
     task_id: &str,
     from: TaskState,
     to: TaskState,
@@ -288,27 +295,25 @@ pub(super) fn write_transition(
         task_id: task_id.to_string(),
         source,
     })?;
-    let changed = tx
-        .prepare_cached(
-            "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
-        )?
-        .execute(params![task_id, from.as_str(), to.as_str(), ts(now)])?;
+    let changed = tx.execute(
+        "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
+        params![task_id, from.as_str(), to.as_str(), ts(now)],
+    )?;
     if changed != 1 {
         return Err(StoreError::NotFound(task_id.to_string()));
     }
-    tx.prepare_cached(
+    tx.execute(
         "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![task_id, from.as_str(), to.as_str(), reason, ts(now)])?;
+        params![task_id, from.as_str(), to.as_str(), reason, ts(now)],
+    )?;
     if from.is_active() && !to.is_active() {
         // The claim goes with the activity (issue 27, `owners`).
-        tx.prepare_cached("DELETE FROM claims WHERE task_id = ?1")?
-            .execute([task_id])?;
+        tx.execute("DELETE FROM claims WHERE task_id = ?1", params![task_id])?;
     }
     super::refresh_summary(tx, task_id)
 }
 
-pub(super) fn task_from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
+pub(super) fn task_from_row(r: &Row<'_>) -> Result<Task> {
     Ok(Task {
         id: r.get(0)?,
         title: r.get(1)?,
@@ -321,7 +326,7 @@ pub(super) fn task_from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         task_type: parse_col::<TaskType>(r, 8)?,
         scope: parse_col::<Scope>(r, 9)?,
         risk: parse_col::<Risk>(r, 10)?,
-        context_tokens: r.get::<_, i64>(11)? as u64,
+        context_tokens: r.get::<i64>(11)? as u64,
         requires_web: r.get(12)?,
         labels: json_col(r, 13)?,
         metadata: json_col(r, 14)?,

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::sql::{params, Db, Row, Value};
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, Row};
 use serde::Serialize;
 
 use super::{
@@ -145,24 +145,20 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let limit = limit.map_or(-1, |l| l as i64);
+        let limit = self.db.limit(limit);
         let sql = match state {
             Some(_) => format!(
                 "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE tasks.state = ?2 ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
             None => format!(
-                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE ?2 IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
+                "SELECT {SUMMARY_COLS} FROM {SUMMARY_FROM} WHERE CAST(?2 AS TEXT) IS NULL ORDER BY tasks.rowid DESC LIMIT ?1"
             ),
         };
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(StoreError::from)?;
-        let mut rows = stmt
-            .query(params![limit, state.map(TaskState::as_str)])
-            .map_err(StoreError::from)?;
-        while let Some(row) = rows.next().map_err(StoreError::from)? {
-            let summary = summary_from_row(row).map_err(StoreError::from)?;
-            each(&summary)?;
-        }
-        Ok(())
+        self.db
+            .for_each(&sql, params![limit, state.map(TaskState::as_str)], |row| {
+                let summary = summary_from_row(row)?;
+                each(&summary)
+            })
     }
 
     /// Calls `each` with the JSON object of every task's [`TaskSummary`] (exactly the bytes
@@ -180,14 +176,14 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let limit = limit.map_or(-1, |l| l as i64);
+        let limit = self.db.limit(limit);
         let sql = match state {
             // The state index yields the rowids in order; each summary is one lookup.
             Some(_) => {
                 "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
                  WHERE t.state = ?2 ORDER BY t.rowid DESC LIMIT ?1"
             }
-            None => "SELECT json FROM task_summaries WHERE ?2 IS NULL ORDER BY seq DESC LIMIT ?1",
+            None => "SELECT json FROM task_summaries WHERE CAST(?2 AS TEXT) IS NULL ORDER BY seq DESC LIMIT ?1",
         };
         self.for_each_stored_json(sql, params![limit, state.map(TaskState::as_str)], each)
     }
@@ -195,22 +191,19 @@ impl Store {
     /// Number of tasks in each state (states with none are absent).
     /// The stored summary object of one task (`status --json`'s bytes for it).
     pub fn summary_json(&self, task_id: &str) -> Result<Option<String>> {
-        use rusqlite::OptionalExtension;
-        Ok(self
-            .conn
-            .prepare_cached("SELECT json FROM task_summaries WHERE id = ?1")?
-            .query_row([task_id], |r| r.get(0))
-            .optional()?)
+        self.db.query_opt(
+            "SELECT json FROM task_summaries WHERE id = ?1",
+            params![task_id],
+            |r| r.get(0),
+        )
     }
 
     pub fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT state, COUNT(*) FROM tasks GROUP BY state")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((parse_col::<TaskState>(r, 0)?, r.get::<_, i64>(1)? as u64))
+        let stmt_sql = "SELECT state, COUNT(*) FROM tasks GROUP BY state";
+        let rows = self.db.query_map(stmt_sql, params![], |r| {
+            Ok((parse_col::<TaskState>(r, 0)?, r.get::<i64>(1)? as u64))
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows.into_iter().collect())
     }
 
     /// Calls `each` with the stored summary JSON (the `status --json` objects) of the
@@ -226,16 +219,18 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let limit = limit.map_or(-1, |l| l as i64);
+        let limit = self.db.limit(limit);
         let offset = offset as i64;
         let sql = if filter.is_empty() {
             // The unfiltered listing walks the summaries alone, as `status --json` does.
-            "SELECT json FROM task_summaries WHERE ?3 IS NULL AND ?4 IS NULL AND ?5 IS NULL \
+            "SELECT json FROM task_summaries WHERE CAST(?3 AS TEXT) IS NULL \
+             AND CAST(?4 AS TEXT) IS NULL AND CAST(?5 AS TEXT) IS NULL \
              ORDER BY seq DESC LIMIT ?1 OFFSET ?2"
         } else {
             "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
-             WHERE (?3 IS NULL OR t.state = ?3) AND (?4 IS NULL OR t.source = ?4) \
-             AND (?5 IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
+             WHERE (CAST(?3 AS TEXT) IS NULL OR t.state = ?3) \
+             AND (CAST(?4 AS TEXT) IS NULL OR t.source = ?4) \
+             AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
              ORDER BY t.rowid DESC LIMIT ?1 OFFSET ?2"
         };
         self.for_each_stored_json(
@@ -256,33 +251,22 @@ impl Store {
     fn for_each_stored_json<E>(
         &self,
         sql: &str,
-        params: impl rusqlite::Params,
+        params: &[Value<'_>],
         mut each: impl FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E>
     where
         E: From<StoreError>,
     {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(StoreError::from)?;
-        let mut rows = stmt.query(params).map_err(StoreError::from)?;
-        while let Some(row) = rows.next().map_err(StoreError::from)? {
-            let json = row
-                .get_ref(0)
-                .and_then(|v| v.as_bytes().map_err(rusqlite::Error::from))
-                .map_err(StoreError::from)?;
-            each(json)?;
-        }
-        Ok(())
+        self.db.for_each(sql, params, |row| each(row.get_bytes(0)?))
     }
 
     /// Attempts that started and have not ended, oldest first.
     pub fn running_attempts(&self) -> Result<Vec<RunningAttempt>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at \
+        let stmt_sql = "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at \
              FROM attempts a JOIN tasks t ON t.id = a.task_id \
              WHERE a.status IS NULL AND t.state IN ('PROVISIONED', 'RUNNING', 'VERIFYING') \
-             ORDER BY a.started_at",
-        )?;
-        let rows = stmt.query_map([], |r| {
+             ORDER BY a.started_at";
+        let rows = self.db.query_map(stmt_sql, params![], |r| {
             Ok(RunningAttempt {
                 task_id: r.get(0)?,
                 title: r.get(1)?,
@@ -294,7 +278,7 @@ impl Store {
                 started_at: time_col(r, 7)?,
             })
         })?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        Ok(rows)
     }
 
     /// `status TASK --json` (and `GET /api/v1/tasks/{id}`): the task in full with its
@@ -330,11 +314,11 @@ impl Store {
 
     /// The highest attempt number of a task, if it has any.
     pub fn latest_attempt(&self, task_id: &str) -> Result<Option<u32>> {
-        Ok(self.conn.query_row(
+        self.db.query_row(
             "SELECT MAX(attempt) FROM attempts WHERE task_id = ?1",
-            [task_id],
+            params![task_id],
             |r| r.get(0),
-        )?)
+        )
     }
 }
 
@@ -343,74 +327,52 @@ impl Store {
 /// summary field (the task's own columns, its quota wait, its pull request or the one it
 /// follows up) calls this in its own transaction, so a reader never sees a summary that
 /// disagrees with the rows (issue 27: this replaced the triggers of schema 2-6).
-pub(super) fn refresh_summary(conn: &Connection, task_id: &str) -> Result<()> {
-    let mut select = conn.prepare_cached(&format!(
-        "SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1"
-    ))?;
-    let mut rows = select.query([task_id])?;
-    let Some(row) = rows.next()? else {
-        conn.prepare_cached("DELETE FROM task_summaries WHERE id = ?1")?
-            .execute([task_id])?;
-        return Ok(());
+pub(super) fn refresh_summary(db: &Db, task_id: &str) -> Result<()> {
+    let summary = db.query_opt(
+        &format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1"),
+        params![task_id],
+        |row| {
+            Ok((
+                row.get::<i64>(SEQ_COL)?,
+                summary_json(&summary_from_row(row)?)?,
+            ))
+        },
+    )?;
+    match summary {
+        Some((seq, json)) => db.execute(
+            "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
+            params![seq, task_id, json],
+        )?,
+        None => db.execute("DELETE FROM task_summaries WHERE id = ?1", params![task_id])?,
     };
-    let seq: i64 = row.get(SEQ_COL)?;
-    let json = summary_json(&summary_from_row(row)?)?;
-    conn.prepare_cached(
-        "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
-    )?
-    .execute(params![seq, task_id, json])?;
     Ok(())
 }
 
 /// Rewrites every stored summary (the migration to Rust-written summaries).
-pub(super) fn rebuild_summaries(conn: &Connection) -> Result<()> {
-    conn.execute("DELETE FROM task_summaries", [])?;
-    let mut select = conn.prepare(&format!(
-        "SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} ORDER BY tasks.rowid"
-    ))?;
-    let mut insert =
-        conn.prepare("INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3)")?;
-    let mut rows = select.query([])?;
-    while let Some(row) = rows.next()? {
-        let summary = summary_from_row(row)?;
-        insert.execute(params![
-            row.get::<_, i64>(SEQ_COL)?,
-            summary.id,
-            summary_json(&summary)?
-        ])?;
+pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
+    db.execute("DELETE FROM task_summaries", params![])?;
+    let mut rows = Vec::new();
+    db.for_each(
+        &format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} ORDER BY tasks.rowid"),
+        params![],
+        |row| {
+            let summary = summary_from_row(row)?;
+            rows.push((
+                row.get::<i64>(SEQ_COL)?,
+                summary.id.to_string(),
+                summary_json(&summary)?,
+            ));
+            Ok::<(), StoreError>(())
+        },
+    )?;
+    for (seq, id, json) in rows {
+        db.execute(
+            "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3)",
+            params![seq, id, json],
+        )?;
     }
     Ok(())
-}
-
-/// The summary of a task as the PostgreSQL core stores it: the same object, from the
-/// task's own fields (that backend keeps no quota waits, pull requests or attempts yet).
-pub(super) fn summary_of_task(task: &crate::domain::Task) -> Result<String> {
-    let (created, updated) = (super::ts(task.created_at), super::ts(task.updated_at));
-    let next = task.next_attempt_at.map(super::ts);
-    summary_json(&TaskSummary {
-        id: &task.id,
-        title: &task.title,
-        source_ref: &task.source_ref,
-        state: task.state,
-        task_type: task.task_type,
-        risk: task.risk,
-        labels: task
-            .labels
-            .iter()
-            .map(|l| Label(std::borrow::Cow::Borrowed(l.as_str())))
-            .collect(),
-        attempts: task.attempts,
-        failures: task.failures,
-        created_at: &created,
-        updated_at: &updated,
-        next_attempt_at: next.as_deref(),
-        quota_wait: None,
-        pull: None,
-        followup_of: None,
-        agent: None,
-        cost_usd: None,
-    })
 }
 
 /// The stored text of a summary. Text, not a blob: `sqlite3` and readers see JSON.
@@ -418,7 +380,7 @@ fn summary_json(summary: &TaskSummary<'_>) -> Result<String> {
     super::to_json("task summary", summary)
 }
 
-fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
+fn summary_from_row<'r>(r: &Row<'r>) -> Result<TaskSummary<'r>> {
     let labels = str_col(r, 6)?;
     Ok(TaskSummary {
         id: str_col(r, 0)?,
@@ -448,20 +410,20 @@ fn summary_from_row<'r>(r: &'r Row<'_>) -> rusqlite::Result<TaskSummary<'r>> {
         },
         pull: match opt_str_col(r, 16)? {
             Some(state) => Some(PullBrief {
-                number: r.get::<_, i64>(15)? as u64,
+                number: r.get::<i64>(15)? as u64,
                 state,
                 checks: opt_str_col(r, 17)?,
                 review: opt_str_col(r, 18)?,
                 mergeable: opt_str_col(r, 19)?,
                 followups: r.get(20)?,
-                watching: r.get::<_, i64>(21)? != 0,
+                watching: r.get::<i64>(21)? != 0,
             }),
             None => None,
         },
         followup_of: match opt_str_col(r, 22)? {
             Some(task_id) => Some(FollowUpOf {
                 task_id,
-                number: r.get::<_, i64>(23)? as u64,
+                number: r.get::<i64>(23)? as u64,
             }),
             None => None,
         },

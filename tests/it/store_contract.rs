@@ -12,7 +12,7 @@ use polyphony::domain::{AgentQuota, Task, TaskState};
 use polyphony::store::{Owner, QueueCore, StoreError, StoreHandle};
 use TaskState::*;
 
-use crate::support::spec::local_task;
+use crate::support::spec::{local_task, message_event, path_to, run_spec};
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap()
@@ -111,6 +111,11 @@ contract!(
     a_pinned_task_is_claimed_only_on_its_machine,
     a_failed_task_is_claimed_again_once_its_retry_time_comes,
     usage_limit_merges_are_atomic_across_connections,
+    attempts_events_and_landings_round_trip,
+    intents_settle_with_their_state_change,
+    pull_requests_and_follow_ups_are_recorded_once,
+    cancels_settle_without_a_failure,
+    listings_and_local_ids_agree,
 );
 
 fn insert_dedupes_and_round_trips(b: Backend) {
@@ -428,4 +433,456 @@ fn usage_limit_merges_are_atomic_across_connections(b: Backend) {
     }
     assert!(rows[0].is_out(t0()));
     assert_eq!(rows[0].attempt, None);
+}
+
+/// The full store (what the daemon and the verbs use) on this backend.
+fn full(b: &Backend) -> polyphony::store::Store {
+    b.handle.open().expect("open the full store")
+}
+
+/// `task` moved along the shortest legal path to `state`.
+fn walk_to(store: &polyphony::store::Store, id: &str, state: TaskState) {
+    let mut from = Discovered;
+    for &to in path_to(state) {
+        store.transition(id, from, to, "test", t0()).unwrap();
+        from = to;
+    }
+}
+
+fn attempts_events_and_landings_round_trip(b: Backend) {
+    use polyphony::domain::{AttemptStatus, CheckEvidence, RunResult, TokenUsage};
+    let store = full(&b);
+    store.insert_task(&task("local-1")).unwrap();
+    walk_to(&store, "local-1", Running);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    assert!(matches!(
+        store.start_attempt(&run_spec("local-1", 1), t0()),
+        Err(StoreError::AttemptExists { attempt: 1, .. })
+    ));
+    assert_eq!(store.get_task("local-1").unwrap().unwrap().attempts, 1);
+    store.set_container("local-1", 1, "c0ffee").unwrap();
+    assert!(matches!(
+        store.set_container("local-1", 9, "x"),
+        Err(StoreError::AttemptNotFound { attempt: 9, .. })
+    ));
+
+    let events: Vec<_> = (0..5)
+        .map(|i| {
+            message_event(
+                i,
+                &format!("line {i}"),
+                serde_json::json!({"i": i, "s": "é\"q"}),
+            )
+        })
+        .collect();
+    assert_eq!(store.append_events("local-1", 1, &events[..3]).unwrap(), 3);
+    // Re-ingesting after a crash: only the new ones count.
+    assert_eq!(store.append_events("local-1", 1, &events).unwrap(), 2);
+    assert_eq!(store.event_count("local-1", 1).unwrap(), 5);
+    let after = store.events("local-1", 1, Some(1), 2).unwrap();
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(after[0].data, events[2].data);
+    assert_eq!(store.events("local-1", 1, None, 100).unwrap().len(), 5);
+
+    let result = RunResult {
+        task_id: "local-1".into(),
+        attempt: 1,
+        agent: "claude".into(),
+        status: AttemptStatus::Succeeded,
+        turns: 7,
+        duration_seconds: 61.5,
+        cost_usd: Some(0.42),
+        tokens: TokenUsage {
+            input: 1000,
+            output: 200,
+            cached_input: 50,
+        },
+        exit_code: Some(0),
+        final_message: Some("Fixed the parser".into()),
+        reason: None,
+        events: 5,
+        artifacts: vec![],
+    };
+    let evidence = vec![CheckEvidence {
+        name: "test".into(),
+        command: "cargo test".into(),
+        exit_code: Some(0),
+        duration_ms: 900,
+        passed: true,
+        output_tail: "test result: ok".into(),
+    }];
+    store
+        .finish_attempt(&result, &evidence, t0() + Duration::minutes(2))
+        .unwrap();
+    let done = store.attempt("local-1", 1).unwrap().unwrap();
+    assert_eq!(done.status, Some(AttemptStatus::Succeeded));
+    assert_eq!(done.turns, Some(7));
+    assert_eq!(done.cost_usd, Some(0.42));
+    assert_eq!(done.tokens.unwrap().cached_input, 50);
+    assert_eq!(done.evidence, evidence);
+    assert_eq!(done.container_id.as_deref(), Some("c0ffee"));
+    assert_eq!(done.spec().unwrap(), run_spec("local-1", 1));
+    assert_eq!(store.attempts("local-1").unwrap(), vec![done]);
+    assert_eq!(
+        store.attempt_brief("local-1").unwrap(),
+        (Some("claude".to_string()), Some(0.42))
+    );
+    assert!((store.cost_spent_since("personal", t0()).unwrap() - 0.42).abs() < 1e-9);
+    assert_eq!(
+        store
+            .cost_spent_since("personal", t0() + Duration::hours(1))
+            .unwrap(),
+        0.0
+    );
+    assert_eq!(
+        store.largest_cost_since("personal", t0()).unwrap(),
+        Some(("local-1".to_string(), 1, 0.42))
+    );
+    assert_eq!(store.latest_attempt("local-1").unwrap(), Some(1));
+
+    store
+        .set_attempt_landing("local-1", 1, "deadbeef", "polyphony/local-1-a1", None, t0())
+        .unwrap();
+    store
+        .set_attempt_landing(
+            "local-1",
+            1,
+            "deadbeef",
+            "polyphony/local-1-a1",
+            Some("https://github.example/o/r/pull/7"),
+            t0(),
+        )
+        .unwrap();
+    // A later call without the URL keeps it.
+    store
+        .set_attempt_landing("local-1", 1, "deadbeef", "polyphony/local-1-a1", None, t0())
+        .unwrap();
+    let landing = store.landing("local-1").unwrap().unwrap();
+    assert_eq!(landing.commit_sha, "deadbeef");
+    assert_eq!(
+        landing.pr_url.as_deref(),
+        Some("https://github.example/o/r/pull/7")
+    );
+    assert!(store.landing("local-2").unwrap().is_none());
+    assert_eq!(store.running_attempts().unwrap().len(), 0, "finished");
+}
+
+fn intents_settle_with_their_state_change(b: Backend) {
+    use polyphony::store::{BlockSettlement, IntentKind, Settlement};
+    let store = full(&b);
+    store.insert_task(&task("local-1")).unwrap();
+    walk_to(&store, "local-1", Verifying);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    let payload = serde_json::json!({"branch": "polyphony/local-1-a1"});
+    store
+        .record_intent("local-1", IntentKind::Land, 1, &payload, t0())
+        .unwrap();
+    assert!(store
+        .has_pending_intent("local-1", IntentKind::Land)
+        .unwrap());
+    let pending = store
+        .pending_intent("local-1", IntentKind::Land, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(pending.payload, payload);
+    assert_eq!(store.pending_intents().unwrap().len(), 1);
+    // Landing completes the landing intent in the same transaction.
+    store
+        .transition_completing(
+            "local-1",
+            Verifying,
+            Landed,
+            "landed",
+            (IntentKind::Land, 1),
+            t0(),
+        )
+        .unwrap();
+    assert!(!store
+        .has_pending_intent("local-1", IntentKind::Land)
+        .unwrap());
+    assert!(!store
+        .complete_intent("local-1", IntentKind::Land, 1, t0())
+        .unwrap());
+    // Recording again reopens it.
+    store
+        .record_intent("local-1", IntentKind::Land, 1, &payload, t0())
+        .unwrap();
+    assert!(store
+        .complete_intent("local-1", IntentKind::Land, 1, t0())
+        .unwrap());
+
+    // A failure that blocks: FAILED -> BLOCKED with its report pending, in one write.
+    store.insert_task(&task("local-2")).unwrap();
+    walk_to(&store, "local-2", Running);
+    store.start_attempt(&run_spec("local-2", 1), t0()).unwrap();
+    let settled = store
+        .settle_failure(
+            "local-2",
+            Running,
+            "agent failed",
+            &Settlement {
+                failures: 3,
+                next_attempt_at: None,
+                block: Some(BlockSettlement {
+                    reason: "3 failures".into(),
+                    report: true,
+                    released: true,
+                }),
+            },
+            t0(),
+        )
+        .unwrap();
+    assert_eq!(settled.state, Blocked);
+    assert_eq!(settled.failures, 3);
+    assert!(store
+        .has_pending_intent("local-2", IntentKind::Block)
+        .unwrap());
+    assert_eq!(store.released_at("local-2").unwrap(), Some(t0()));
+    let moves: Vec<_> = store
+        .transitions("local-2")
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to)
+        .collect();
+    assert_eq!(moves.last(), Some(&Blocked));
+    assert!(matches!(
+        store.settle_failure(
+            "local-2",
+            Running,
+            "again",
+            &Settlement {
+                failures: 4,
+                next_attempt_at: None,
+                block: None
+            },
+            t0()
+        ),
+        Err(StoreError::StaleState { .. })
+    ));
+    // And a failure with a retry time comes back at that time.
+    store.insert_task(&task("local-3")).unwrap();
+    walk_to(&store, "local-3", Running);
+    let retry_at = t0() + Duration::minutes(5);
+    store
+        .settle_failure(
+            "local-3",
+            Running,
+            "flaky",
+            &Settlement {
+                failures: 1,
+                next_attempt_at: Some(retry_at),
+                block: None,
+            },
+            t0(),
+        )
+        .unwrap();
+    assert_eq!(store.next_retry_at().unwrap(), Some(retry_at));
+    assert!(store.claim("local-3", t0()).unwrap().is_none());
+    assert_eq!(
+        store.claim("local-3", retry_at).unwrap().unwrap().state,
+        Claimed
+    );
+}
+
+fn pull_requests_and_follow_ups_are_recorded_once(b: Backend) {
+    use polyphony::store::{PullLook, PullRecord};
+    let store = full(&b);
+    store.insert_task(&task("local-1")).unwrap();
+    walk_to(&store, "local-1", Landed);
+    let pull = PullRecord::opened(
+        "local-1",
+        "o/r",
+        7,
+        "polyphony/local-1-a1",
+        "main",
+        "abc",
+        t0(),
+    );
+    store.record_pull(&pull).unwrap();
+    let mut again = pull.clone();
+    again.number = 8;
+    store.record_pull(&again).unwrap();
+    assert_eq!(
+        store.pull("local-1").unwrap().unwrap().number,
+        7,
+        "recorded once"
+    );
+    let summary = store.summary_json("local-1").unwrap().unwrap();
+    assert!(
+        summary.contains(r#""pull":{"number":7,"state":"open""#),
+        "{summary}"
+    );
+    store
+        .update_pull(
+            "local-1",
+            &PullLook {
+                head_sha: "def".into(),
+                state: "open".into(),
+                checks: Some("failing".into()),
+                review: Some("changes_requested".into()),
+                mergeable: Some("yes".into()),
+                watching: true,
+            },
+            t0(),
+        )
+        .unwrap();
+    assert_eq!(store.watched_pulls().unwrap().len(), 1);
+    let summary = store.summary_json("local-1").unwrap().unwrap();
+    assert!(summary.contains(r#""checks":"failing""#), "{summary}");
+
+    let keys = vec!["review:1".to_string(), "issue-comment:2".to_string()];
+    let followup = local_task("local-2", t0());
+    let plan = serde_json::json!({"kind": "address review"});
+    assert!(store
+        .insert_followup("local-1", &followup, &plan, &keys, t0())
+        .unwrap());
+    // The same feedback again makes no second follow-up.
+    assert!(!store
+        .insert_followup(
+            "local-1",
+            &local_task("local-3", t0()),
+            &plan,
+            &keys[..1],
+            t0()
+        )
+        .unwrap());
+    let f = store.followup("local-2").unwrap().unwrap();
+    assert_eq!(
+        (f.pull_task_id.as_str(), f.seq, f.state),
+        ("local-1", 1, Discovered)
+    );
+    assert_eq!(store.followups_of("local-1").unwrap().len(), 1);
+    assert_eq!(store.pull("local-1").unwrap().unwrap().followups, 1);
+    let summary = store.summary_json("local-2").unwrap().unwrap();
+    assert!(
+        summary.contains(r#""followup_of":{"task_id":"local-1","number":7}"#),
+        "{summary}"
+    );
+    store
+        .mark_handled("local-1", &["check:ci:failure".to_string()], t0())
+        .unwrap();
+    assert_eq!(store.handled_keys("local-1").unwrap().len(), 3);
+    store
+        .record_reply("local-2", "review:1", 991, t0())
+        .unwrap();
+    store
+        .record_reply("local-2", "review:1", 992, t0())
+        .unwrap();
+    assert_eq!(store.reply_id("local-2", "review:1").unwrap(), Some(991));
+    assert!(store.record_comment("local-1", "landed", 55, t0()).unwrap());
+    assert!(!store.record_comment("local-1", "landed", 56, t0()).unwrap());
+    assert_eq!(store.comment_id("local-1", "landed").unwrap(), Some(55));
+}
+
+fn cancels_settle_without_a_failure(b: Backend) {
+    use polyphony::store::{CancelRequest, IntentKind};
+    let store = full(&b);
+    for id in ["local-1", "local-2"] {
+        store.insert_task(&task(id)).unwrap();
+    }
+    // A key just outside the range must not be taken for a request.
+    store.kv_set("cancel_requestz", "{}", t0()).unwrap();
+    store.kv_set("cancel_request", "{}", t0()).unwrap();
+    let request = CancelRequest {
+        by: "alice (cli)".into(),
+        at: t0(),
+    };
+    store.request_cancel("local-1", &request).unwrap();
+    store.request_cancel("local-2", &request).unwrap();
+    let ids: Vec<String> = store
+        .cancel_requests()
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, vec!["local-1".to_string(), "local-2".to_string()]);
+    store.clear_cancel_request("local-2").unwrap();
+    assert!(store.cancel_request("local-2").unwrap().is_none());
+
+    walk_to(&store, "local-1", Running);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    let cancelled = store
+        .settle_cancel("local-1", Running, "cancelled by alice (cli)", true, t0())
+        .unwrap();
+    assert_eq!(cancelled.state, Cancelled);
+    assert_eq!(
+        cancelled.failures, 0,
+        "a cancel is never the agent's failure"
+    );
+    assert!(store.cancel_request("local-1").unwrap().is_none());
+    assert!(store
+        .has_pending_intent("local-1", IntentKind::Cancel)
+        .unwrap());
+    assert!(store.claim_of("local-1").unwrap().is_none());
+}
+
+fn listings_and_local_ids_agree(b: Backend) {
+    let store = full(&b);
+    let ids: Vec<String> = (0..4)
+        .map(|_| store.next_local_task_id().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["local-1", "local-2", "local-3", "local-4"]);
+    for id in &ids {
+        store.insert_task(&task(id)).unwrap();
+    }
+    walk_to(&store, "local-2", Blocked);
+    let newest: Vec<String> = store
+        .list_tasks(None, None)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(newest, vec!["local-4", "local-3", "local-2", "local-1"]);
+    assert_eq!(store.list_tasks(Some(Blocked), Some(5)).unwrap().len(), 1);
+    let mut json = Vec::new();
+    store
+        .for_each_summary_json(None, None, |j| -> Result<(), StoreError> {
+            json.push(String::from_utf8(j.to_vec()).unwrap());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(json.len(), 4);
+    assert!(json[0].starts_with(r#"{"id":"local-4""#), "{}", json[0]);
+    let mut blocked = 0;
+    store
+        .for_each_summary_json(Some(Blocked), Some(10), |_| -> Result<(), StoreError> {
+            blocked += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(blocked, 1);
+    let mut summaries = Vec::new();
+    store
+        .for_each_task_summary(None, Some(2), |s| -> Result<(), StoreError> {
+            summaries.push(s.id.to_string());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(summaries, vec!["local-4", "local-3"]);
+    let mut page = 0;
+    store
+        .for_each_summary_json_page(
+            &polyphony::store::TaskFilter {
+                state: Some(Blocked),
+                ..Default::default()
+            },
+            Some(10),
+            0,
+            |_| -> Result<(), StoreError> {
+                page += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(page, 1);
+    assert_eq!(store.count_by_state().unwrap().get(&Discovered), Some(&3));
+    assert_eq!(
+        store
+            .find_by_source_ref("local:local-3")
+            .unwrap()
+            .map(|t| t.id),
+        Some("local-3".to_string())
+    );
+    let detail = store.task_detail_json("local-2").unwrap().unwrap();
+    assert_eq!(detail["task"]["state"], "BLOCKED");
 }

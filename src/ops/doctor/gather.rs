@@ -193,12 +193,7 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         }
     };
     if handle.sqlite_path().is_none() {
-        checks.push(Check::warn(
-            "queue",
-            format!("{handle}: PostgreSQL"),
-            "the daemon and the verbs run on the embedded SQLite store only so far \
-             (docs/SCALING.md); unset store.url / POLYPHONY_STORE_URL",
-        ));
+        checks.extend(postgres_checks(&handle));
     }
     let db = handle
         .sqlite_path()
@@ -289,6 +284,73 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         // What the home takes (issue 24), measured now, beside the retention that bounds it.
         let used = crate::ops::retention::measure(config, chrono::Utc::now());
         checks.push(disk_used_check(&used, &config.retention()));
+    }
+    checks
+}
+
+/// A PostgreSQL store (issue 27): the server answers and is a version this store supports,
+/// its durability settings, and every table of the store reads back.
+fn postgres_checks(handle: &crate::store::StoreHandle) -> Vec<Check> {
+    let fix_connect = "check `store.url` / POLYPHONY_STORE_URL (host, port, user, database), \
+                       PGPASSWORD, and that the server accepts this machine (pg_hba.conf)";
+    let store = match handle.open() {
+        Ok(s) => s,
+        Err(e) => return vec![Check::fail("queue", e.to_string(), fix_connect)],
+    };
+    let mut checks = Vec::new();
+    match store.server_version() {
+        Ok(Some((version, true))) => checks.push(Check::pass(
+            "postgresql",
+            format!("{handle}: PostgreSQL {version}"),
+        )),
+        Ok(Some((version, false))) => checks.push(Check::fail(
+            "postgresql",
+            format!("{handle}: PostgreSQL {version} is older than 12"),
+            "upgrade the server to PostgreSQL 12 or newer",
+        )),
+        Ok(None) => {}
+        Err(e) => checks.push(Check::fail("postgresql", e.to_string(), fix_connect)),
+    }
+    if let Ok(settings) = store.server_settings() {
+        let off: Vec<&str> = settings
+            .iter()
+            .filter(|(name, value)| {
+                matches!(
+                    name.as_str(),
+                    "fsync" | "full_page_writes" | "synchronous_commit"
+                ) && value == "off"
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let shown: Vec<String> = settings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        if off.is_empty() {
+            checks.push(Check::pass("postgresql settings", shown.join(", ")));
+        } else {
+            checks.push(Check::warn(
+                "postgresql settings",
+                format!("{} (off: {})", shown.join(", "), off.join(", ")),
+                "with these off a server crash can lose committed claims and landings: turn them on \
+                 in postgresql.conf for a fleet's queue",
+            ));
+        }
+    }
+    let checked = store
+        .check_integrity(true)
+        .and_then(|problems| Ok((store.count_by_state()?, store.schema_version()?, problems)));
+    match checked {
+        Ok((counts, version, problems)) if problems.is_empty() => checks.push(Check::pass(
+            "queue",
+            format!(
+                "{handle} (schema {version}, {} task(s), every table reads)",
+                counts.values().sum::<u64>()
+            ),
+        )),
+        Ok((_, _, problems)) => checks.push(Check::fail(
+            "queue",
+            format!("{handle}: {}", problems.join("; ")),
+            "restore the database from its pg_dump, or drop it and let polyphony create it again",
+        )),
+        Err(e) => checks.push(Check::fail("queue", e.to_string(), fix_connect)),
     }
     checks
 }
