@@ -968,7 +968,8 @@ fn pg(cfg: &Config) -> anyhow::Result<String> {
     let (server, _) = handle
         .open_postgres()
         .context("not a PostgreSQL URL")??
-        .server_version()?;
+        .server_version()?
+        .context("not a PostgreSQL server")?;
     let mut rows = Vec::new();
     for k in [1usize, 4] {
         let (mut ours, mut bare) = (Vec::new(), Vec::new());
