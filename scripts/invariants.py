@@ -118,14 +118,16 @@ CHECKS = [
         lambda: offenders(r"\bcrate::(agents|orchestrator)\b", rust_files("runtime")),
     ),
     (
-        "the attempt pipeline names no tracker: it asks the task's Source (src/sources/mod.rs)",
+        "the attempt pipeline and cancel name no tracker: they ask the task's Source (src/sources/mod.rs)",
         lambda: offenders(
-            r"\bsources::github\b|\bSourceKind::Github\b|\bGithubSource\b",
+            # `.github()` is the orchestrator's handle on GitHub, the shepherd's alone.
+            r"\bsources::github\b|\bSourceKind::Github\b|\bGithubSource\b|\.github\(\)",
             list(rust_files("orchestrator/pipeline"))
             + [
                 os.path.join(SRC, "orchestrator", f)
-                for f in ("land.rs", "intents.rs", "generation.rs", "daemon.rs")
-            ],
+                for f in ("land.rs", "intents.rs", "generation.rs", "daemon.rs", "cancel.rs")
+            ]
+            + [os.path.join(SRC, "cli", "cancel.rs"), os.path.join(SRC, "http", "act.rs")],
         ),
     ),
     (

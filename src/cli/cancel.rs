@@ -1,8 +1,8 @@
 //! `polyphony cancel TASK`: a person stops a task for good (issue 29). A running attempt's
 //! container is killed by the process that runs it (the daemon, or a `spawn`, woken on
 //! `daemon.sock`); with none running, this process takes the home's lock and removes the
-//! task's containers itself. The task ends CANCELLED, no failure counted, the GitHub
-//! issue told who cancelled it and its claim released. The steps are
+//! task's containers itself. The task ends CANCELLED, no failure counted, its source (a
+//! GitHub issue) told who cancelled it and its claim released. The steps are
 //! `orchestrator::cancel`'s, shared with `POST /api/v1/tasks/{id}/cancel`.
 //!
 //! Exit 0 when the task is CANCELLED, 1 when it ended otherwise first (it landed) or is
@@ -14,8 +14,9 @@ use chrono::Utc;
 
 use super::{block_on, print_json, Context, Outcome, UsageError};
 use crate::config::Config;
-use crate::domain::TaskState;
+use crate::domain::{Task, TaskState};
 use crate::orchestrator::cancel::{self, Begun, CancelAnswer, NotCancellable};
+use crate::sources::Sources;
 use crate::store::CancelRequest;
 
 #[derive(Debug, clap::Args)]
@@ -61,18 +62,22 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
         )
         .into()
     };
-    let begun = cancel::begin(&store, &args.task, &request)?.map_err(refused)?;
     let answer = block_on(async {
+        // The sources are built inside the runtime (a tracker's client needs its reactor).
+        let sources = crate::sources::for_verb(&config);
+        let begun = cancel::begin(&store, &sources, &args.task, &request)?.map_err(refused)?;
         match begun {
             Begun::Settled { task, from } => {
-                tell_source(&config, &db, &task).await;
+                tell_source(&sources, &db, &task).await;
                 if cancel::owner_runs(config.home()) {
                     // A `spawn` waiting out a backoff for it ends now.
                     crate::orchestrator::daemon::wake(config.home());
                 }
                 anyhow::Ok(answer(&task.id, task.state, from, &request, false))
             }
-            Begun::Requested { state } => stop_running(&config, &args, &request, state).await,
+            Begun::Requested { state } => {
+                stop_running(&config, &sources, &args, &request, state).await
+            }
         }
     })??;
     // Who cancelled it, in the task's action log (issue 29).
@@ -137,6 +142,7 @@ fn answer(
 /// A running attempt: through its owner when one runs, else here, under the home's lock.
 async fn stop_running(
     config: &Config,
+    sources: &Sources,
     args: &Args,
     request: &CancelRequest,
     was: TaskState,
@@ -160,6 +166,7 @@ async fn stop_running(
     let store = db.open()?;
     let settled = cancel::cancel_unowned(
         &store,
+        sources,
         orch.runtime.as_ref(),
         &orch.home_label,
         &args.task,
@@ -169,7 +176,7 @@ async fn stop_running(
     .await?;
     match settled {
         Some((task, from)) => {
-            tell_source(config, &db, &task).await;
+            tell_source(sources, &db, &task).await;
             Ok(answer(&task.id, task.state, from, request, false))
         }
         None => {
@@ -179,25 +186,15 @@ async fn stop_running(
     }
 }
 
-/// Tells GitHub (when the task is an issue's); a failure leaves it for the next start.
-async fn tell_source(config: &Config, db: &crate::store::StoreHandle, task: &crate::domain::Task) {
-    if task.source != crate::domain::SourceKind::Github {
-        return;
-    }
-    let github = crate::sources::github::source_from_env(config).map_err(|e| format!("{e:#}"));
-    let done = cancel::report(
-        db,
-        github.as_ref().map_err(String::as_str),
-        task,
-        Utc::now(),
-    )
-    .await;
-    match done {
+/// Tells the task's source (when it reports back); a failure leaves it for the next start.
+async fn tell_source(sources: &Sources, db: &crate::store::StoreHandle, task: &Task) {
+    match cancel::report(db, sources, task, Utc::now()).await {
         Ok(true) => {}
         Ok(false) => eprintln!(
-            "warning: GitHub was not told yet; the daemon's next start tells {}",
+            "warning: {} was not told yet; the daemon's next start tells {}",
+            task.source.title(),
             task.source_ref
         ),
-        Err(e) => eprintln!("warning: cannot tell GitHub: {e:#}"),
+        Err(e) => eprintln!("warning: cannot tell {}: {e:#}", task.source.title()),
     }
 }

@@ -187,10 +187,24 @@ async fn cancel(s: &Shared, id: &str, actor: &Actor) -> Result<Done, ActFailure>
         by: cancelling::by_whom(&actor.by, actor.via),
         at: Utc::now(),
     };
-    let (db, wanted, req) = (s.db.clone(), id.to_string(), request.clone());
+    // The task's source, as the daemon's configuration names it (a failure to load it
+    // leaves the sources to refuse, and the source to be told at the next start).
+    let sources = match crate::config::Config::load(&s.home) {
+        Ok(config) => crate::sources::for_verb(&config),
+        Err(e) => {
+            let why = format!("{e:#}");
+            crate::sources::Sources::new(move |_| anyhow::anyhow!("{why}"))
+        }
+    };
+    let (db, wanted, req, of) = (
+        s.db.clone(),
+        id.to_string(),
+        request.clone(),
+        sources.clone(),
+    );
     let begun = tokio::task::spawn_blocking(move || {
         let store = db.open()?;
-        cancelling::begin(&store, &wanted, &req)
+        cancelling::begin(&store, &of, &wanted, &req)
     })
     .await
     .map_err(|e| ActFailure::Unavailable(e.to_string()))?
@@ -222,20 +236,8 @@ async fn cancel(s: &Shared, id: &str, actor: &Actor) -> Result<Done, ActFailure>
             Err(ActFailure::Refused(format!("cannot cancel {id}: {why}")))
         }
         Ok(Begun::Settled { task, from }) => {
-            if task.source == crate::domain::SourceKind::Github {
-                // The issue is told from here; a failure leaves it for the next start.
-                if let Ok(config) = crate::config::Config::load(&s.home) {
-                    let github = crate::sources::github::source_from_env(&config)
-                        .map_err(|e| format!("{e:#}"));
-                    let _ = cancelling::report(
-                        &s.db,
-                        github.as_ref().map_err(String::as_str),
-                        &task,
-                        Utc::now(),
-                    )
-                    .await;
-                }
-            }
+            // The source is told from here; a failure leaves it for the next start.
+            let _ = cancelling::report(&s.db, &sources, &task, Utc::now()).await;
             Ok(answer(&task.id, task.state, from, false))
         }
         Ok(Begun::Requested { state: was }) => {

@@ -14,13 +14,17 @@
 //!   the caller takes the home's daemon lock and does it itself ([`cancel_unowned`]): the
 //!   task's containers and networks removed, its attempt closed, CANCELLED.
 //!
-//! A cancel never counts a failure. A GitHub task's issue is told who cancelled it and its
-//! claim released (the claimed and ready labels off), through a pending
-//! [`IntentKind::Cancel`] that the next start finishes when GitHub did not answer.
+//! A cancel never counts a failure. A task whose source reports back (a GitHub issue) is
+//! told who cancelled it and its claim released ([`Source::cancelled`]: on GitHub the
+//! claimed and ready labels off), through a pending [`IntentKind::Cancel`] that the next
+//! start finishes when the source did not answer.
 //! `polyphony retry` brings a CANCELLED task back as its next generation.
 //!
-//! Must not: decide transitions (the store checks the state machine), or kill anything
-//! of another task or home (containers are found by this home's and this task's labels).
+//! Must not: name a tracker (the task's source is asked through [`Sources`]), decide
+//! transitions (the store checks the state machine), or kill anything of another task or
+//! home (containers are found by this home's and this task's labels).
+//!
+//! [`Source::cancelled`]: crate::sources::Source::cancelled
 
 use std::path::Path;
 use std::time::Duration;
@@ -28,9 +32,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::domain::{AttemptStatus, RunResult, SourceKind, Task, TaskState};
+use crate::domain::{AttemptStatus, RunResult, Task, TaskState};
 use crate::runtime::{WorkerRuntime, LABEL_HOME, LABEL_TASK};
-use crate::sources::github::GithubSource;
+use crate::sources::Sources;
 use crate::store::{CancelRequest, IntentKind, Store, StoreError};
 
 /// Why a task cannot be cancelled (exit 2, HTTP 404/409).
@@ -85,16 +89,20 @@ pub fn reason(request: &CancelRequest) -> String {
     format!("cancelled by {}", request.by)
 }
 
-/// Whether the task's source wants to be told (a GitHub issue; a follow-up's pull request
-/// is the shepherd's).
-fn reports(store: &Store, task: &Task) -> Result<bool, StoreError> {
-    Ok(task.source == SourceKind::Github && store.followup(&task.id)?.is_none())
+/// Whether the task's source wants to be told ([`Source::reports_back`]; a source not
+/// configured here is told at a later start; a follow-up's pull request is the shepherd's).
+///
+/// [`Source::reports_back`]: crate::sources::Source::reports_back
+fn reports(store: &Store, sources: &Sources, task: &Task) -> Result<bool, StoreError> {
+    let reports_back = sources.of(task).map_or(true, |s| s.reports_back());
+    Ok(reports_back && store.followup(&task.id)?.is_none())
 }
 
 /// The first step, for every surface: settles a task no attempt runs for, or records the
 /// request for the running attempt's owner.
 pub fn begin(
     store: &Store,
+    sources: &Sources,
     id: &str,
     request: &CancelRequest,
 ) -> anyhow::Result<Result<Begun, NotCancellable>> {
@@ -108,7 +116,7 @@ pub fn begin(
         }));
     }
     if !task.state.is_active() {
-        let report = reports(store, &task)?;
+        let report = reports(store, sources, &task)?;
         match store.settle_cancel(&task.id, task.state, &reason(request), report, request.at) {
             Ok(settled) => {
                 tracing::info!(task = %task.id, from = %task.state, by = %request.by, "cancelled");
@@ -155,15 +163,18 @@ pub async fn wait_ended(
     }
 }
 
-/// Tells the source a CANCELLED task was cancelled and releases its claim, when its
-/// [`IntentKind::Cancel`] is pending; `true` once done (or nothing to do). `github` is the
-/// source, or why there is none (the intent then stays for the next start).
+/// Tells the source a CANCELLED task was cancelled and releases its claim
+/// ([`Source::cancelled`]), when its [`IntentKind::Cancel`] is pending; `true` once done
+/// (or nothing to do). When the task's source is not configured here, or does not answer,
+/// the intent stays for the next start.
 ///
-/// Takes the store's handle, not a [`Store`]: no connection is held across the GitHub
+/// Takes the store's handle, not a [`Store`]: no connection is held across the source's
 /// calls (the attempt futures that call this must be `Send`).
+///
+/// [`Source::cancelled`]: crate::sources::Source::cancelled
 pub async fn report(
     db: &crate::store::StoreHandle,
-    github: Result<&GithubSource, &str>,
+    sources: &Sources,
     task: &Task,
     now: DateTime<Utc>,
 ) -> anyhow::Result<bool> {
@@ -177,14 +188,14 @@ pub async fn report(
         .as_str()
         .unwrap_or("cancelled")
         .to_string();
-    let github = match github {
-        Ok(g) => g,
+    let source = match sources.of(task) {
+        Ok(source) => source,
         Err(why) => {
-            tracing::warn!(task = %task.id, "cannot tell GitHub about the cancel now ({why}); the next start does");
+            tracing::warn!(task = %task.id, source = task.source.title(), "cannot tell the source about the cancel now ({why:#}); the next start does");
             return Ok(false);
         }
     };
-    match github.cancelled(task, &reason).await {
+    match source.cancelled(task, &reason).await {
         Ok(_) => {
             // The ready label is off by us from now on: a person putting it back brings the
             // task back (`orchestrator::generation::reopen_if_relabelled`).
@@ -194,7 +205,7 @@ pub async fn report(
             Ok(true)
         }
         Err(e) => {
-            tracing::warn!(task = %task.id, error = %e, "cannot tell GitHub about the cancel; the next start retries");
+            tracing::warn!(task = %task.id, source = source.name(), error = %e, "cannot tell the source about the cancel; the next start retries");
             Ok(false)
         }
     }
@@ -206,6 +217,7 @@ pub async fn report(
 /// Returns the task and the state it was in, or `None` when it had ended meanwhile.
 pub async fn cancel_unowned(
     store: &Store,
+    sources: &Sources,
     runtime: &dyn WorkerRuntime,
     home_label: &str,
     id: &str,
@@ -234,7 +246,7 @@ pub async fn cancel_unowned(
         let gate = super::proof::result_gate(AttemptStatus::Cancelled, result.reason.as_deref());
         store.finish_attempt(&result, &[gate], now)?;
     }
-    let report = reports(store, &task)?;
+    let report = reports(store, sources, &task)?;
     let settled = store.settle_cancel(id, task.state, &why, report, now)?;
     tracing::info!(task = %id, from = %task.state, by = %request.by, "cancelled");
     Ok(Some((settled, task.state)))

@@ -749,6 +749,7 @@ async fn cancel_here(
 ) -> anyhow::Result<()> {
     let settled = super::cancel::cancel_unowned(
         store,
+        &orch.sources,
         orch.runtime.as_ref(),
         &orch.home_label,
         id,
@@ -757,14 +758,7 @@ async fn cancel_here(
     )
     .await?;
     if let Some((task, _)) = settled {
-        let github = orch.github().map_err(|e| format!("{e:#}"));
-        super::cancel::report(
-            &orch.store,
-            github.as_deref().map_err(String::as_str),
-            &task,
-            orch.now(),
-        )
-        .await?;
+        super::cancel::report(&orch.store, &orch.sources, &task, orch.now()).await?;
     }
     Ok(())
 }

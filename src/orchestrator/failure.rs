@@ -108,6 +108,20 @@ impl FailureKind {
         }
     }
 
+    /// The kind of an agent's failed run, from the CLI alone: what its adapter read from the
+    /// structured lines, else the error text the CLI reported ([`AgentOutcome::error`]).
+    /// Never the attempt's reason, which is ours (`the workspace grew to … bytes`, `exit
+    /// code …`) with the CLI's words inside.
+    ///
+    /// [`AgentOutcome::error`]: crate::agents::AgentOutcome::error
+    pub fn of_agent_outcome(outcome: &agents::AgentOutcome, agent_type: AgentType) -> FailureKind {
+        FailureKind::of_agent(
+            outcome.failure_kind,
+            agent_type,
+            outcome.error.as_deref().unwrap_or(""),
+        )
+    }
+
     /// Reads the agent CLI's own output (its final error or result text). Only the agent's
     /// words speak for its login: a 401 elsewhere is another token's.
     pub fn of_agent_output(output: &str) -> FailureKind {
@@ -808,6 +822,45 @@ mod tests {
         assert_eq!(
             FailureKind::of_agent(None, AgentType::Codex, "fixed the parser (exit code 1)"),
             FailureKind::Other
+        );
+    }
+
+    /// The agent's kind is read from what the CLI said, never from our reason around it:
+    /// a reason of ours naming a "401" (a size, an exit code) or "timed out" changes nothing.
+    #[test]
+    fn an_agent_failure_is_read_from_the_clis_words_alone() {
+        use crate::agents::{AgentOutcome, FailureKind as K};
+        let said = |error: Option<&str>, read: Option<K>| AgentOutcome {
+            completed: true,
+            error: error.map(str::to_string),
+            failure_kind: read,
+            ..AgentOutcome::default()
+        };
+        // Nothing from the CLI: whatever we wrote about the run, nothing permanent.
+        assert_eq!(
+            FailureKind::of_agent_outcome(&said(None, None), AgentType::Claude),
+            FailureKind::Other
+        );
+        assert_eq!(
+            FailureKind::of_agent_outcome(
+                &said(Some("Invalid API key · Please run /login"), None),
+                AgentType::Claude
+            ),
+            FailureKind::AgentAuth
+        );
+        assert_eq!(
+            FailureKind::of_agent_outcome(
+                &said(Some("stream disconnected"), Some(K::Model)),
+                AgentType::Codex
+            ),
+            FailureKind::AgentModel
+        );
+        assert_eq!(
+            FailureKind::of_agent_outcome(
+                &said(Some("upstream connect error: 503"), None),
+                AgentType::Gemini
+            ),
+            FailureKind::Transient
         );
     }
 

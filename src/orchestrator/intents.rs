@@ -85,15 +85,8 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                 if task.state != TaskState::Cancelled {
                     true
                 } else {
-                    let github = orch.github().map_err(|e| format!("{e:#}"));
-                    // `report` completes the intent itself once GitHub has it.
-                    super::cancel::report(
-                        &orch.store,
-                        github.as_deref().map_err(String::as_str),
-                        &task,
-                        orch.now(),
-                    )
-                    .await?;
+                    // `report` completes the intent itself once the source has it.
+                    super::cancel::report(&orch.store, &orch.sources, &task, orch.now()).await?;
                     false
                 }
             }

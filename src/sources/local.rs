@@ -8,7 +8,8 @@
 use async_trait::async_trait;
 
 use super::{
-    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, Reported, Source, SourceError,
+    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, ReplyPlace, Reported, Source,
+    SourceError,
 };
 use crate::domain::{SourceKind, Task};
 
@@ -64,6 +65,24 @@ impl Source for LocalQueue {
 
     async fn block(&self, _task: &Task, _blocked: &Blocked) -> Result<Reported, SourceError> {
         Ok(Reported::default())
+    }
+
+    async fn cancelled(&self, _task: &Task, _reason: &str) -> Result<Reported, SourceError> {
+        Ok(Reported::default())
+    }
+
+    async fn reply(
+        &self,
+        task: &Task,
+        _place: ReplyPlace,
+        _marker: &str,
+        _body: &str,
+    ) -> Result<u64, SourceError> {
+        Err(SourceError::WrongTask {
+            task_id: task.id.clone(),
+            source_kind: SourceKind::Local,
+            reason: "the local queue has no change requests to reply on".into(),
+        })
     }
 
     async fn offer_again(&self, _task: &Task) -> Result<(), SourceError> {

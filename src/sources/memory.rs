@@ -6,7 +6,8 @@
 //!
 //! Scripted answers: [`MemorySource::release_claims`] makes claims answer "no longer
 //! ready" (another owner), [`MemorySource::fail_next`] makes the next call of one operation
-//! fail with a [`SourceFailure`].
+//! fail with a [`SourceFailure`], [`MemorySource::stall_next`] makes the next landing or
+//! cancel report do its work and then never answer (a daemon killed while waiting for the tracker).
 //! Must not: be wired into a home's configuration (tests build it and hand it to
 //! `Orchestrator::with_source`).
 
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use super::{
-    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, Reported, Source, SourceError,
-    SourceFailure, TrackerError,
+    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, ReplyPlace, Reported, Source,
+    SourceError, SourceFailure, TrackerError,
 };
 use crate::domain::{SourceKind, Task};
 
@@ -28,6 +29,8 @@ pub enum Op {
     Claim,
     Land,
     Block,
+    Cancelled,
+    Reply,
     OfferAgain,
 }
 
@@ -47,17 +50,30 @@ pub struct ClaimRecord {
     pub resuming: bool,
 }
 
+/// One reply to review feedback the pipeline posted (or found again by its marker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyRecord {
+    pub task_id: String,
+    pub place: ReplyPlace,
+    pub marker: String,
+    pub body: String,
+}
+
 #[derive(Debug, Default)]
 struct State {
     offered: Vec<Task>,
     claims: Vec<ClaimRecord>,
     lands: Vec<(String, Landed)>,
     blocks: Vec<(String, Blocked)>,
+    /// (task id, reason) of every cancel told.
+    cancels: Vec<(String, String)>,
     offered_again: Vec<String>,
+    replies: Vec<ReplyRecord>,
     /// Pull request numbers by task id (one per task, as a tracker finds its own again).
     pulls: Vec<String>,
     release: Option<String>,
     fail: Vec<(Op, SourceFailure)>,
+    stall: Vec<Op>,
 }
 
 /// The in-memory tracker; clones share their state.
@@ -103,6 +119,19 @@ impl MemorySource {
         self.state().fail.push((op, failure));
     }
 
+    /// The next call of `op` (land or cancelled) does its work at the
+    /// tracker, then never answers: the caller's future is dropped there, as a daemon
+    /// killed while it waited for the tracker's answer.
+    pub fn stall_next(&self, op: Op) {
+        self.state().stall.push(op);
+    }
+
+    /// The ids of the tasks a pull request was opened for, once each (a repeated landing
+    /// report finds its own).
+    pub fn pulls(&self) -> Vec<String> {
+        self.state().pulls.clone()
+    }
+
     /// The tasks offered so far.
     pub fn offered(&self) -> Vec<Task> {
         self.state().offered.clone()
@@ -120,6 +149,16 @@ impl MemorySource {
         self.state().blocks.clone()
     }
 
+    /// (task id, reason) of every cancel told, repeats included.
+    pub fn cancels(&self) -> Vec<(String, String)> {
+        self.state().cancels.clone()
+    }
+
+    /// The replies posted, one per marker (a repeat finds the first).
+    pub fn replies(&self) -> Vec<ReplyRecord> {
+        self.state().replies.clone()
+    }
+
     pub fn offered_again(&self) -> Vec<String> {
         self.state().offered_again.clone()
     }
@@ -135,6 +174,18 @@ impl MemorySource {
                 )))
             }
             None => Ok(()),
+        }
+    }
+
+    /// Never returns when a stall of `op` was scripted (see [`MemorySource::stall_next`]).
+    async fn maybe_stall(&self, op: Op) {
+        let stalled = {
+            let mut state = self.state();
+            let at = state.stall.iter().position(|o| *o == op);
+            at.map(|i| state.stall.remove(i)).is_some()
+        };
+        if stalled {
+            std::future::pending::<()>().await;
         }
     }
 
@@ -226,13 +277,17 @@ impl Source for MemorySource {
     async fn land(&self, task: &Task, landed: &Landed) -> Result<Reported, SourceError> {
         self.check_kind(task)?;
         self.scripted(Op::Land)?;
-        let mut state = self.state();
-        state.lands.push((task.id.clone(), landed.clone()));
-        let created = !state.pulls.contains(&task.id);
-        if created {
-            state.pulls.push(task.id.clone());
-        }
-        let number = state.pulls.iter().position(|t| *t == task.id).unwrap_or(0) as u64 + 1;
+        let (created, number) = {
+            let mut state = self.state();
+            state.lands.push((task.id.clone(), landed.clone()));
+            let created = !state.pulls.contains(&task.id);
+            if created {
+                state.pulls.push(task.id.clone());
+            }
+            let at = state.pulls.iter().position(|t| *t == task.id).unwrap_or(0);
+            (created, at as u64 + 1)
+        };
+        self.maybe_stall(Op::Land).await;
         Ok(Reported {
             pr_url: Some(format!("memory://{}/pull/{number}", task.source_ref)),
             pr_number: Some(number),
@@ -251,6 +306,48 @@ impl Source for MemorySource {
             created,
             ..Reported::default()
         })
+    }
+
+    async fn cancelled(&self, task: &Task, reason: &str) -> Result<Reported, SourceError> {
+        self.check_kind(task)?;
+        self.scripted(Op::Cancelled)?;
+        let created = {
+            let mut state = self.state();
+            let created = !state.cancels.iter().any(|(id, _)| *id == task.id);
+            state.cancels.push((task.id.clone(), reason.to_string()));
+            created
+        };
+        self.maybe_stall(Op::Cancelled).await;
+        Ok(Reported {
+            created,
+            ..Reported::default()
+        })
+    }
+
+    async fn reply(
+        &self,
+        task: &Task,
+        place: ReplyPlace,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, SourceError> {
+        self.check_kind(task)?;
+        self.scripted(Op::Reply)?;
+        let mut state = self.state();
+        let found = state
+            .replies
+            .iter()
+            .position(|r| r.task_id == task.id && r.marker == marker);
+        let index = found.unwrap_or_else(|| {
+            state.replies.push(ReplyRecord {
+                task_id: task.id.clone(),
+                place,
+                marker: marker.to_string(),
+                body: body.to_string(),
+            });
+            state.replies.len() - 1
+        });
+        Ok(index as u64 + 1)
     }
 
     async fn offer_again(&self, task: &Task) -> Result<(), SourceError> {

@@ -4,7 +4,9 @@
 //! A [`Source`] discovers tasks (`poll_each`), fetches one by reference (`fetch`), takes one
 //! for an attempt (`claim_resuming`, which freezes the title and body the agent will be
 //! told), reports how it ended (`land`: a landed branch or pull request; `block`: the
-//! reasons it was blocked), offers a blocked task again (`offer_again`) and names the
+//! reasons it was blocked; `cancelled`: a person cancelled it, and its claim is released),
+//! replies to review feedback on a follow-up's change request (`reply`), offers a blocked
+//! task again (`offer_again`) and names the
 //! credentials a push to its remotes needs (`push_token`). The orchestrator holds one per
 //! [`SourceKind`] in [`Sources`] and asks the one of each task; it never names a tracker.
 //!
@@ -109,6 +111,15 @@ pub struct Reported {
     pub comment_ids: Vec<u64>,
     /// `false` when everything was already in place (a repeated report).
     pub created: bool,
+}
+
+/// Where a reply to a piece of review feedback goes ([`Source::reply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyPlace {
+    /// In an inline comment's thread (the id of its first comment).
+    Thread(u64),
+    /// In the change request's conversation.
+    Conversation,
 }
 
 /// What kind of failure a tracker's error is: what the callers branch on (the CLI's exit
@@ -307,6 +318,23 @@ pub trait Source: Send + Sync {
             Outcome::Blocked(blocked) => self.block(task, blocked).await,
         }
     }
+
+    /// Tell the source a person cancelled the task (`reason`, e.g. `cancelled by alice
+    /// (cli)`) and release its claim, so no one takes it for running (issue 29). Safe to
+    /// repeat: a repeated call finds what the first one made.
+    async fn cancelled(&self, task: &Task, reason: &str) -> Result<Reported, SourceError>;
+
+    /// Reply once to a piece of review feedback, in `place`, on the change request a
+    /// follow-up task works on (its `source_ref`: on GitHub the pull request `owner/repo#N`);
+    /// a reply carrying `marker` already there is found, not posted again. The reply's id.
+    /// A source with no change requests refuses ([`SourceError::WrongTask`]).
+    async fn reply(
+        &self,
+        task: &Task,
+        place: ReplyPlace,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, SourceError>;
 
     /// Offer a BLOCKED task again (`polyphony retry`), as a person re-labelling it would.
     /// Safe to repeat.

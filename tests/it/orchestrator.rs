@@ -25,9 +25,10 @@ use polyphony::orchestrator::drive::drive;
 use polyphony::orchestrator::pipeline::RunOptions;
 use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
 use polyphony::runtime::scripted::{AgentScript, ScriptedRuntime};
+use polyphony::runtime::LABEL_ROLE;
 use polyphony::sources::memory::{MemorySource, Op};
 use polyphony::sources::SourceFailure;
-use polyphony::store::Store;
+use polyphony::store::{IntentKind, Store};
 use support::git::{git, git_as};
 use tokio::sync::watch;
 
@@ -978,4 +979,151 @@ async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
     let day = polyphony::identity_policy::utc_day_start(w.now);
     let spent = store.cost_spent_since("demo", day).expect("spent");
     assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
+}
+
+/// Runs the daemon on `orch` until nothing is left to do (its start-up reconciliation
+/// first: the re-attached attempts and the pending intents), as a restart does.
+async fn restart(w: &World, orch: Orchestrator) -> polyphony::orchestrator::daemon::DaemonSummary {
+    use polyphony::orchestrator::daemon::{self, DaemonOptions};
+    let (_signals, rx) = watch::channel(0u32);
+    let opts = DaemonOptions {
+        drain: false,
+        exit_when_idle: true,
+        upkeep: None,
+    };
+    let run = daemon::run(Arc::new(orch), opts, w.progress.clone(), rx);
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the daemon exits once idle")
+        .expect("the daemon runs")
+}
+
+/// Issue 19 on the in-memory tracker: the daemon dies while the tracker opens the pull
+/// request (the report made, its answer never read). The restart finishes the recorded
+/// landing intent once: the verified sha lands without the agent running again, the
+/// tracker finds its own pull request (one opened, not two), nothing is claimed again,
+/// and no failure is counted.
+#[tokio::test]
+async fn a_daemon_killed_during_the_landing_report_lands_once_on_restart() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    w.tracker.stall_next(Op::Land);
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.offer(&store);
+
+    // The kill: the attempt's future is dropped while it waits for the tracker.
+    let tracker = w.tracker.clone();
+    tokio::select! {
+        end = w.attempt(&orch, &store, &id) => panic!("the landing report answered: {end:?}"),
+        () = async {
+            while tracker.lands().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => {}
+    }
+    let branch = w.branch(&orch, &id, 1);
+    drop(orch);
+    let task = w.task(&store, &id);
+    assert_eq!(task.state, TaskState::Verifying);
+    assert!(
+        store
+            .pending_intent(&id, IntentKind::Land, 1)
+            .expect("intents")
+            .is_some(),
+        "the landing is a recorded intent"
+    );
+
+    let summary = restart(&w, w.orchestrator()).await;
+
+    assert_eq!(summary.resumed, 1, "{summary:?}");
+    let task = w.task(&store, &id);
+    assert_eq!(
+        (task.state, task.failures, task.attempts),
+        (TaskState::Landed, 0, 1)
+    );
+    assert!(
+        store.pending_intents().expect("intents").is_empty(),
+        "every intent finished"
+    );
+    // Reported again (idempotently) and found: one pull request, on the attempt's branch.
+    assert_eq!(w.tracker.pulls(), vec![id.clone()]);
+    let lands = w.tracker.lands();
+    assert!(
+        lands.iter().all(|(t, l)| *t == id && l.branch == branch),
+        "{lands:?}"
+    );
+    assert_eq!(w.tracker.claims().len(), 1, "the claim is not made again");
+    assert!(w.tracker.blocks().is_empty());
+    let agents = w
+        .runtime
+        .created()
+        .iter()
+        .filter(|c| c.labels.get(LABEL_ROLE).map(String::as_str) == Some("agent"))
+        .count();
+    assert_eq!(agents, 1, "the agent ran once");
+    let attempts = store.attempts(&id).expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].status, Some(AttemptStatus::Succeeded));
+    assert_eq!(w.origin_file(&branch, "calc.sh"), FIXED_CALC);
+    assert!(w.runtime.live().is_empty(), "{:?}", w.runtime.live());
+}
+
+/// Issue 29 through the port: a cancel is told to the task's source (`Source::cancelled`,
+/// the claim released there) by a recorded intent; when the tracker does not answer, the
+/// next start tells it, once, and a further start tells nothing again. A local task's
+/// cancel tells no one. No failure is counted.
+#[tokio::test]
+async fn a_cancel_the_tracker_missed_is_told_once_by_the_next_start() {
+    use polyphony::orchestrator::cancel::{self, Begun};
+    let w = World::new();
+    let orch = w.orchestrator();
+    let store = w.store(&orch);
+    let id = w.offer(&store);
+    let local = w.enqueue_local(&store);
+    let request = polyphony::store::CancelRequest {
+        by: cancel::by_whom("alice", "cli"),
+        at: w.now,
+    };
+    w.tracker.fail_next(Op::Cancelled, SourceFailure::Transient);
+
+    for task in [&id, &local] {
+        let begun = cancel::begin(&store, &orch.sources, task, &request)
+            .expect("the store")
+            .expect("cancellable");
+        let Begun::Settled { task, from } = begun else {
+            panic!("nothing runs: {begun:?}")
+        };
+        assert_eq!(
+            (task.state, from),
+            (TaskState::Cancelled, TaskState::Discovered)
+        );
+        let told = cancel::report(&orch.store, &orch.sources, &task, w.now)
+            .await
+            .expect("the store");
+        // The tracker failed once; the local queue has nothing to be told.
+        assert_eq!(told, task.id == local, "{}", task.id);
+    }
+    assert!(w.tracker.cancels().is_empty());
+    let pending: Vec<(String, IntentKind)> = store
+        .pending_intents()
+        .expect("intents")
+        .into_iter()
+        .map(|i| (i.task_id, i.kind))
+        .collect();
+    assert_eq!(pending, vec![(id.clone(), IntentKind::Cancel)]);
+    drop(orch);
+
+    restart(&w, w.orchestrator()).await;
+    restart(&w, w.orchestrator()).await;
+
+    let reason = "cancelled by alice (cli)".to_string();
+    assert_eq!(w.tracker.cancels(), vec![(id.clone(), reason)]);
+    assert!(store.pending_intents().expect("intents").is_empty());
+    for task in [&id, &local] {
+        let task = w.task(&store, task);
+        assert_eq!((task.state, task.failures), (TaskState::Cancelled, 0));
+    }
+    assert!(w.tracker.claims().is_empty(), "nothing was claimed");
+    assert!(w.runtime.created().is_empty(), "nothing ran");
 }

@@ -147,10 +147,9 @@ impl AttemptRun<'_> {
             .progress
             .state(&self.task.id, TaskState::Cancelled, &reason);
         if report {
-            let github = self.orch.github().map_err(|e| format!("{e:#}"));
             crate::orchestrator::cancel::report(
                 &self.orch.store,
-                github.as_deref().map_err(String::as_str),
+                &self.orch.sources,
                 &self.task,
                 self.orch.now(),
             )

@@ -163,12 +163,12 @@ impl AttemptRun<'_> {
         use crate::orchestrator::shepherd::followup;
         match (&self.followup, pr_url) {
             (Some(run), _) => {
-                let github = self.orch.github().map_err(Failure::crash)?;
+                let source = self.orch.sources.of(&self.task).map_err(Failure::crash)?;
                 let summary = ran.result.final_message.as_deref();
                 followup::post_replies(
-                    github,
+                    source,
                     &self.store,
-                    &self.task.id,
+                    &self.task,
                     run,
                     sha,
                     summary,

@@ -393,14 +393,14 @@ impl<'a> AttemptRun<'a> {
                 Some(r) => format!("agent {} ended {}: {r}", result.agent, exec.status),
                 None => format!("agent {} ended {}", result.agent, exec.status),
             };
-            // The agent CLI's own words are the only text read (foreign text, issue 30).
-            // What the adapter read from the CLI's structured lines decides (issue 28).
-            let kind = FailureKind::of_agent(
-                exec.outcome.failure_kind,
+            // The agent CLI's own words are the only text read (foreign text, issue 30),
+            // never our reason around them; what the adapter read from the CLI's
+            // structured lines decides first (issue 28).
+            let kind = FailureKind::of_agent_outcome(
+                &exec.outcome,
                 self.spec
                     .as_ref()
                     .map_or(crate::domain::AgentType::Claude, |s| s.agent_type),
-                result.reason.as_deref().unwrap_or(""),
             );
             let mut failure = Failure::new(exec.status, reason).of_kind(kind);
             failure.evidence = vec![gate];

@@ -23,7 +23,8 @@ use chrono::{DateTime, Utc};
 use super::decide::{Feedback, FollowUp, Place};
 use super::text;
 use crate::domain::{SourceKind, Task};
-use crate::sources::github::{GithubError, GithubSource, IssueRef, RepoSlug};
+use crate::sources::github::IssueRef;
+use crate::sources::{ReplyPlace, Source, SourceError};
 use crate::store::{PullRecord, Store};
 
 /// Metadata key: the landing task whose pull request this follow-up works on.
@@ -52,13 +53,6 @@ impl FollowUpRun {
     /// Where `.polyphony.yaml` is read: the pull request's base, never its branch.
     pub fn config_ref(&self) -> &str {
         &self.pull.base
-    }
-
-    pub fn pull_ref(&self) -> Result<IssueRef, GithubError> {
-        Ok(IssueRef {
-            repo: RepoSlug::parse(&self.pull.repo)?,
-            number: self.pull.number,
-        })
     }
 }
 
@@ -136,34 +130,27 @@ pub fn record_landed(
 }
 
 /// Where the reply to `item` goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplyTo {
-    /// A reply in the inline comment's thread (its first comment's id).
-    Thread(u64),
-    /// A comment in the pull request's conversation.
-    Conversation,
-}
-
-pub fn reply_to(item: &Feedback) -> ReplyTo {
+pub fn reply_to(item: &Feedback) -> ReplyPlace {
     match item.place {
-        Place::Inline { thread, .. } => ReplyTo::Thread(thread),
-        Place::Review { .. } | Place::Conversation => ReplyTo::Conversation,
+        Place::Inline { thread, .. } => ReplyPlace::Thread(thread),
+        Place::Review { .. } | Place::Conversation => ReplyPlace::Conversation,
     }
 }
 
 /// Posts one reply per piece of feedback the follow-up carried, naming the pushed commit;
 /// each is recorded, and found again by its marker when a kill came between post and
-/// record. Errors leave the rest for the resumed landing.
+/// record. Errors leave the rest for the resumed landing. Posted through the follow-up's
+/// [`Source`] (GitHub's: on its pull request).
 pub async fn post_replies(
-    github: &GithubSource,
+    source: &dyn Source,
     store: &std::sync::Mutex<Store>,
-    task_id: &str,
+    task: &Task,
     run: &FollowUpRun,
     sha: &str,
     summary: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<(), GithubError> {
-    let pull = run.pull_ref()?;
+) -> Result<(), SourceError> {
+    let task_id = task.id.as_str();
     for item in &run.plan.feedback {
         let key = item.key();
         let recorded = lock(store).reply_id(task_id, &key).ok().flatten();
@@ -172,30 +159,7 @@ pub async fn post_replies(
         }
         let body = text::reply(item, sha, task_id, summary);
         let marker = text::reply_marker(item);
-        let id = match reply_to(item) {
-            ReplyTo::Thread(thread) => {
-                crate::sources::github::feedback::ensure_review_reply(
-                    github.client(),
-                    &pull,
-                    thread,
-                    &marker,
-                    &body,
-                )
-                .await?
-                .0
-            }
-            ReplyTo::Conversation => {
-                crate::sources::github::claim::ensure_comment(
-                    github.client(),
-                    &pull,
-                    &marker,
-                    &body,
-                    None,
-                )
-                .await?
-                .0
-            }
-        };
+        let id = source.reply(task, reply_to(item), &marker, &body).await?;
         // A kill here leaves the reply posted but unrecorded: its marker finds it again.
         crate::failpoint::hit("followup-reply");
         if let Err(e) = lock(store).record_reply(task_id, &key, id, now) {

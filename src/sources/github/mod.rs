@@ -56,7 +56,8 @@ pub use client::{
 pub use landing::{render_blocked_comment, render_evidence_table, render_pr_body};
 
 use super::{
-    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, Reported, Source, SourceError,
+    Blocked, ClaimError, ClaimInfo, ClaimedTask, Landed, Polled, ReplyPlace, Reported, Source,
+    SourceError,
 };
 use crate::config::model::{GithubConfig, RepoConfig};
 use crate::config::Config;
@@ -423,6 +424,31 @@ impl Source for GithubSource {
 
     async fn block(&self, task: &Task, blocked: &Blocked) -> Result<Reported, SourceError> {
         GithubSource::block(self, task, blocked).await
+    }
+
+    async fn cancelled(&self, task: &Task, reason: &str) -> Result<Reported, SourceError> {
+        GithubSource::cancelled(self, task, reason).await
+    }
+
+    /// On the pull request the follow-up works on: a reply in the review thread, or an
+    /// issue comment in its conversation.
+    async fn reply(
+        &self,
+        task: &Task,
+        place: ReplyPlace,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, SourceError> {
+        let pull = issue_of(task)?;
+        let (id, _) = match place {
+            ReplyPlace::Thread(thread) => {
+                feedback::ensure_review_reply(&self.client, &pull, thread, marker, body).await?
+            }
+            ReplyPlace::Conversation => {
+                claim::ensure_comment(&self.client, &pull, marker, body, None).await?
+            }
+        };
+        Ok(id)
     }
 
     async fn offer_again(&self, task: &Task) -> Result<(), SourceError> {
