@@ -4,7 +4,7 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status pg ingest clone spawn egress daemon http sse soak (default: all of them)
+#   SECTION: queue status pg ingest clone spawn egress daemon http sse soak vacuum (default: all)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
@@ -16,7 +16,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status pg ingest clone spawn egress daemon http sse soak"
+ALL="queue status pg ingest clone spawn egress daemon http sse soak vacuum"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -159,6 +159,17 @@ section_soak() {
   "$harness" soak
 }
 
+section_vacuum() {
+  echo "Issue 24: queue.db never shrank. Retention deletes events; what it costs to give the"
+  echo "freed pages back to the filesystem, on a new queue (incremental vacuum, as the sweep does it)"
+  echo "and on one made before (the one \`VACUUM\` that converts it). \`store::retention\` has the choice."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_VACUUM_MB)bench/run.sh vacuum\` (bench/vacuum.sh)"
+  echo
+  bench/vacuum.sh
+}
+
 # ------------------------------------------------------------------ plumbing
 
 # `NAME=value ...` for the variables that are set, so the recorded command reproduces the run.
@@ -186,6 +197,7 @@ heading() {
     http) echo "HTTP API and dashboard" ;;
     sse) echo "Event streams under load" ;;
     soak) echo "Daemon soak" ;;
+    vacuum) echo "Queue space" ;;
   esac
 }
 

@@ -99,9 +99,9 @@ impl Default for GlobalConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
-    /// Grace after a task ended LANDED or BLOCKED before its workspaces (the attempt
-    /// clones, their check checkouts and `N.land.git` repositories) and its per-attempt
-    /// notes in the store are removed; `never` keeps them.
+    /// Grace after a task ended LANDED, BLOCKED or CANCELLED before its workspaces (the
+    /// attempt clones, their check checkouts and `N.land.git` repositories) and its notes
+    /// in the store are removed; `never` keeps them.
     pub workspaces: String,
     /// Events and transcripts of attempts that ended longer ago than this are removed;
     /// `never` keeps them.

@@ -5,7 +5,7 @@
 //!
 //! ```yaml
 //! retention:
-//!   workspaces: 24h   # a LANDED or BLOCKED task's workspaces, this long after it ended
+//!   workspaces: 24h   # a finished task's workspaces and notes, this long after it ended
 //!   events: 30d       # events and transcripts of attempts that ended this long ago
 //!   every: 1h         # how often the daemon applies it
 //! ```

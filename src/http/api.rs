@@ -265,8 +265,9 @@ pub async fn show_task(State(s): State<Shared>, Path(id): Path<String>) -> Respo
 }
 
 /// `GET /state`: the daemon's slots, running attempts, tasks waiting on a retry or held,
-/// counts by state, each identity's cost today against its ceiling, and the (identity,
-/// agent) pairs out of quota (issue 14).
+/// counts by state, each identity's cost today against its ceiling, the (identity,
+/// agent) pairs out of quota (issue 14), and the disk the home used at the daemon's last
+/// retention sweep (issue 24; `null` before the first).
 pub async fn daemon_state(State(s): State<Shared>) -> Response {
     let identities = s.identities.clone();
     let slots = s.slots;
@@ -289,10 +290,11 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
         }
         let quota = store.quota_out(Utc::now())?;
         let waits = store.quota_waits()?;
-        Ok((running, counts, failed, spend, quota, waits))
+        let disk = store.disk_usage()?;
+        Ok((running, counts, failed, spend, quota, waits, disk))
     })
     .await;
-    let (running, counts, failed, spend, quota, waits) = match read {
+    let (running, counts, failed, spend, quota, waits, disk) = match read {
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };
@@ -317,6 +319,7 @@ pub async fn daemon_state(State(s): State<Shared>) -> Response {
         "counts": counts,
         "identities": spend,
         "quota": quota,
+        "disk": disk,
         "now": Utc::now(),
     }))
     .into_response()

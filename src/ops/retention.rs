@@ -1,16 +1,22 @@
 //! The retention policy the daemon applies every `retention.every` (issue 24, a daemon
 //! that runs for weeks; `config::retention` for the settings and their defaults):
 //!
-//! - **Workspaces** of a task that ended LANDED or BLOCKED more than `retention.workspaces`
-//!   ago (24h): each attempt's clone with its check checkouts (`N.check-K`) and the
-//!   orchestrator's `N.land.git`, then the task's per-attempt notes in the store
-//!   (`workspace:`, `chain:`, `commit:`, `handling:`, `strikes:`, `giveups:`,
-//!   `quota_handoff:`). Which workspaces may go is `cleanup`'s own plan
+//! - **Workspaces** of a task that ended LANDED, BLOCKED or CANCELLED more than
+//!   `retention.workspaces` ago (24h): each attempt's clone with its check checkouts
+//!   (`N.check-K`) and the orchestrator's `N.land.git`, then every note the task left in
+//!   the store (`store::retention`: per task `chain:`, `giveups:`, `agents_refused:`,
+//!   `quota_chain:`, `quota_fallback:`, `cancel_request:`; per attempt `workspace:`,
+//!   `commit:`, `handling:`, `strikes:`, `quota_handoff:`), found by their keys, so a task
+//!   BLOCKED before it was routed (no `chain:`) loses its notes too. Its history rows stay
+//!   (generation links, `block_reported:`, `released:`, the action log). Which workspaces may go is `cleanup`'s own plan
 //!   ([`cleanup::plan`]), fed only those tasks, and they are removed by its code
 //!   ([`cleanup::remove_workspaces`]): inside `workspace_root` only, never a live attempt's.
 //! - **Events** of attempts that ended more than `retention.events` ago (30 days), and
 //!   **transcript** files last written that long ago. The attempt rows (results,
 //!   evidence, cost), transitions and landings stay: `status` keeps the history.
+//! - Then `queue.db` gives the free pages those deletions left back to the filesystem
+//!   (`Store::reclaim_space`; why incremental vacuum and not `VACUUM` is in
+//!   `store::retention`).
 //! - Then it **measures** the disk the home uses (workspaces, mirrors, transcripts,
 //!   queue) and stores the figure for `status`; `doctor` measures it live.
 //!
@@ -38,7 +44,7 @@ use super::cleanup::{self, CleanupError, Facts, Report};
 use crate::config::Config;
 use crate::orchestrator::daemon::{Upkeep, UpkeepRound};
 use crate::orchestrator::Orchestrator;
-use crate::store::{DiskUsage, Store};
+use crate::store::{DiskUsage, Reclaimed, Store};
 use crate::workspace::WorkspaceManager;
 
 /// Finished tasks (or attempts) handled per store query.
@@ -56,6 +62,8 @@ pub struct Sweep {
     pub attempts_pruned: usize,
     pub events_removed: usize,
     pub transcripts_removed: usize,
+    /// The free pages `queue.db` gave back (`store::retention`, SQLite).
+    pub reclaimed: Reclaimed,
     /// Removals that failed (retried at the next sweep).
     pub errors: Vec<String>,
     pub disk: DiskUsage,
@@ -91,6 +99,8 @@ pub fn sweep(store: &Store, config: &Config, now: DateTime<Utc>) -> Result<Sweep
         }
         transcripts_removed = old_transcripts(&config.transcripts_dir(), cutoff, &mut report);
     }
+    // What was deleted leaves free pages in the file: give them back (before measuring).
+    let reclaimed = store.reclaim_space(crate::workspace::disk::free_bytes(&config.db_path()))?;
     let disk = measure(config, now);
     store.note_disk_usage(&disk)?;
     Ok(Sweep {
@@ -101,6 +111,7 @@ pub fn sweep(store: &Store, config: &Config, now: DateTime<Utc>) -> Result<Sweep
         attempts_pruned,
         events_removed,
         transcripts_removed,
+        reclaimed,
         errors: report.errors,
         disk,
     })
@@ -153,7 +164,7 @@ fn finished_workspaces(
         }
         let mut progress = false;
         for t in ended.iter().filter(|t| !failed.contains(&t.id)) {
-            notes += store.forget_task_notes(&t.id, t.attempts)?;
+            notes += store.forget_task_notes(&t.id)?;
             tasks += 1;
             progress = true;
         }
@@ -262,6 +273,18 @@ pub fn upkeep(every: Duration) -> Upkeep {
                     }
                     for e in &s.errors {
                         tracing::warn!(error = %e, "retention: not removed; retried at the next sweep");
+                    }
+                    if s.reclaimed.pages > 0 {
+                        tracing::info!(
+                            pages = s.reclaimed.pages,
+                            before = s.reclaimed.file_before,
+                            after = s.reclaimed.file_after,
+                            converted = s.reclaimed.converted,
+                            "retention: the queue gave its free pages back"
+                        );
+                    }
+                    if let Some(why) = &s.reclaimed.not_converted {
+                        tracing::warn!("retention: {why}");
                     }
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "retention sweep failed"),

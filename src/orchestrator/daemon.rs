@@ -255,6 +255,11 @@ pub async fn run(
                 }
                 next_beat = tokio::time::Instant::now() + orch.leases.heartbeat;
             }
+            // Issue 24: a signal met during those awaits stops claiming now, not after this
+            // round's claims (a drain once ran a retry claimed after its signal).
+            if *signals.borrow() > signal_count {
+                continue;
+            }
             let dispatched = dispatch(
                 &orch,
                 &store,

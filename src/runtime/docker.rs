@@ -115,6 +115,16 @@ impl DockerRuntime {
         }
     }
 
+    /// Whether a network named `name` exists in the engine (`doctor`: a profile's
+    /// `network: network:NAME` naming none fails every attempt at container create).
+    pub async fn network_present(&self, name: &str) -> Result<bool, RuntimeError> {
+        match self.docker.inspect_network(name, None).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, 404) => Ok(false),
+            Err(e) => Err(engine("inspect network", e)),
+        }
+    }
+
     /// Creates a user-defined bridge network labelled for `home_label` and returns its
     /// gateway address: a host-side service bound there (the scripted model API of
     /// `demo --real-claude`) is reachable from containers on this network only.

@@ -65,7 +65,7 @@ pub use handle::{StoreHandle, STORE_URL_VAR};
 pub use health::{damage_in, damaged, DatabaseDamaged, Sound};
 pub use intents::{BlockSettlement, Intent, IntentKind, Settlement};
 pub use landings::Landing;
-pub use retention::{DiskUsage, EndedTask};
+pub use retention::{DiskUsage, EndedTask, Reclaimed};
 pub use tasks::TransitionRecord;
 pub use views::{
     FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,
@@ -115,6 +115,16 @@ impl Store {
         };
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // Issue 24: a new queue gives the pages retention frees back (`retention.rs`). Only
+        // possible before the first table, and before WAL mode writes the header; set only
+        // on an empty file (on an existing one the pragma is a write).
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .map_err(open_err)?;
+        if pages == 0 {
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
+                .map_err(open_err)?;
+        }
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(open_err)?;

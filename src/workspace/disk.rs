@@ -31,17 +31,36 @@ pub(crate) const LIST_LOST: [&str; 4] = ["ls-files", "-z", "--deleted", "--modif
 const NAMED: usize = 5;
 
 /// Bytes available to this user on the filesystem holding `path` (or its nearest existing
-/// ancestor); `None` when it cannot be read.
+/// ancestor: a root not created yet lands there); `None` when it cannot be read.
 pub fn free_bytes(path: &Path) -> Option<u64> {
+    free_space(path).ok()
+}
+
+/// [`free_bytes`] with the reason it cannot be read (`doctor` shows it).
+pub fn free_space(path: &Path) -> std::io::Result<u64> {
     let mut probe: PathBuf = path.to_path_buf();
-    while std::fs::symlink_metadata(&probe).is_err() {
-        probe = probe.parent()?.to_path_buf();
+    // `exists` follows links: a dangling symlink is not a filesystem to ask.
+    while !probe.exists() {
+        probe = match probe.parent() {
+            Some(p) => p.to_path_buf(),
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no existing ancestor of {}", path.display()),
+                ))
+            }
+        };
     }
-    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).ok()?;
+    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
+    })?;
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `stat` a valid out-pointer.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut stat) };
-    (rc == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
 /// Whether an I/O error is the disk (or the quota) being full.
@@ -155,6 +174,18 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_space_asks_the_nearest_existing_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_space(dir.path()).unwrap() > 0);
+        assert!(free_space(&dir.path().join("not/made/yet")).unwrap() > 0);
+        // A dangling link is not a filesystem (doctor's own copy of this asked the link's
+        // parent; this one asked statvfs of the dangling link and gave up).
+        let link = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+        assert!(free_bytes(&link).is_some());
+    }
 
     #[test]
     fn full_disk_words_and_errors_are_recognised() {

@@ -1331,8 +1331,16 @@ async fn sigterm_with_drain_lets_the_attempt_land() {
     let status = daemon.wait(Duration::from_secs(60)).await;
     assert!(status.success(), "{}", daemon.log());
     let v = home.task(&id).await;
-    assert_eq!(state(&v), "LANDED", "{}", daemon.log());
-    assert_eq!(v["task"]["attempts"], 1);
+    let story = || {
+        format!(
+            "{}\n{}\n{}",
+            serde_json::to_string_pretty(&v["transitions"]).unwrap_or_default(),
+            serde_json::to_string_pretty(&v["attempts"]).unwrap_or_default(),
+            daemon.log()
+        )
+    };
+    assert_eq!(state(&v), "LANDED", "{}", story());
+    assert_eq!(v["task"]["attempts"], 1, "{}", story());
     assert_eq!(fake.pulls(&repo).len(), 1);
     assert!(
         fake.comments(&repo, late).is_empty(),

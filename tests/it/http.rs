@@ -1000,3 +1000,48 @@ async fn cancel_over_http_needs_the_token_and_records_who() {
         Some("api".to_string())
     );
 }
+
+/// Issue 24: the disk the home used, as the daemon's last retention sweep measured it, is
+/// in `GET /api/v1/state` (`status --json` is an array and cannot gain it) and on the
+/// console's front page of the seeded home, as `status` prints it; `null` and no line
+/// before the first sweep.
+#[tokio::test]
+async fn the_disk_figure_is_in_the_state_and_on_the_front_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    support::console_seed::seed(&store, Utc::now(), dir.path());
+    let addr = start(settings(db, None, false)).await;
+    assert!(get(addr, "/api/v1/state").await.json()["disk"].is_null());
+    let front = get(addr, "/").await;
+    assert_eq!(front.status, 200);
+    assert!(!front.body.contains("id=\"disk\""), "{}", front.body);
+
+    let measured_at = chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:02Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    store
+        .note_disk_usage(&polyphony::store::DiskUsage {
+            workspaces: 3 << 30,
+            mirrors: 5 << 20,
+            transcripts: 7 << 10,
+            queue: 9 << 20,
+            measured_at,
+        })
+        .unwrap();
+    let state = get(addr, "/api/v1/state").await.json();
+    assert_eq!(state["disk"]["workspaces"], 3u64 << 30, "{state:#}");
+    assert_eq!(state["disk"]["mirrors"], 5u64 << 20);
+    assert_eq!(state["disk"]["transcripts"], 7u64 << 10);
+    assert_eq!(state["disk"]["queue"], 9u64 << 20);
+    assert_eq!(state["disk"]["measured_at"], "2026-11-30T12:00:02Z");
+    let front = get(addr, "/").await;
+    assert!(
+        front.body.contains(
+            "<p class=\"muted\" id=\"disk\">disk: workspaces 3.0 GiB · mirrors 5.0 MiB · \
+             transcripts 7.0 KiB · queue 9.0 MiB (measured 2026-11-30 12:00 UTC)</p>"
+        ),
+        "{}",
+        front.body
+    );
+}

@@ -663,6 +663,104 @@ async fn cleanup_removes_exactly_the_leftovers_of_this_home() {
     assert!(left.is_empty(), "containers of this home left: {left:?}");
 }
 
+/// Issue 24: a profile's `network: network:NAME` naming no Docker network was accepted
+/// silently, and every attempt then failed at container create. `doctor` asks the engine
+/// and names the file, the profile, the field and both ways out; once the network exists
+/// the check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_a_profile_network_that_does_not_exist() {
+    let Some(rt) = engine().await else { return };
+    let image = image(&rt).await;
+    let home = tempfile::tempdir().unwrap();
+    let creds = home.path().join("creds");
+    std::fs::create_dir_all(&creds).unwrap();
+    ready_home(home.path(), &image, &creds, None);
+    let config = home.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("allow_unsafe: true\n{text}")).unwrap();
+    // Unique per run, so parallel runs and leftovers never meet.
+    let net = format!(
+        "polyphony-doctor-net-{}-{}",
+        std::process::id(),
+        Utc::now().timestamp_micros()
+    );
+    std::fs::write(
+        home.path().join("agents.yaml"),
+        format!(
+            "agents:\n  - name: claude\n    agent_type: claude\n    egress: open\n    network: network:{net}\n"
+        ),
+    )
+    .unwrap();
+    let doctor = || {
+        let mut c = polyphony(home.path());
+        c.args(["doctor", "--json"])
+            .env("INSPECT_TEST_KEY", "sk-inspect-do-not-print");
+        c
+    };
+    let check_of = |out: &std::process::Output| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)));
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == format!("network {net}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("no network check: {v:#}"))
+    };
+
+    // `config check` still says OK (it asks no engine); doctor fails, saying where and how.
+    polyphony(home.path())
+        .args(["config", "check"])
+        .assert()
+        .success();
+    let out = run_bin(doctor()).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let check = check_of(&out);
+    assert_eq!(check["level"], "fail", "{check:#}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("agents.yaml: agent `claude` (egress open), field `network`")
+            && detail.contains(&format!("Docker network `{net}` does not exist")),
+        "{check:#}"
+    );
+    let fix = check["fix"].as_str().unwrap();
+    assert!(
+        fix.contains(&format!("`docker network create {net}`"))
+            && fix.contains("applies only under `egress: open`"),
+        "{check:#}"
+    );
+
+    // Created (and removed again whatever happens), the check passes.
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker")
+                .args(["network", "rm", &self.0])
+                .output();
+        }
+    }
+    let made = std::process::Command::new("docker")
+        .args([
+            "network",
+            "create",
+            "--label",
+            "polyphony.test=doctor-net",
+            &net,
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let _remove = Remove(net.clone());
+    let out = run_bin(doctor()).await;
+    let check = check_of(&out);
+    assert_eq!(check["level"], "pass", "{check:#}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("agent `claude`"),
+        "{check:#}"
+    );
+}
+
 /// Writes a home whose every check can pass on this machine.
 fn ready_home(home: &Path, image: &str, creds: &Path, github_repo: Option<&str>) {
     std::fs::write(

@@ -981,6 +981,126 @@ async fn a_forged_cost_counts_no_more_than_what_is_left_of_the_ceiling() {
     assert!(spent <= 0.05 + 1e-9, "the identity spent {spent} of 0.05");
 }
 
+/// The tracker, except that its poll is where the daemon's first signal arrives, with a
+/// task due now: a SIGTERM landing while the daemon polls GitHub.
+struct SignalDuringPoll {
+    inner: MemorySource,
+    signals: Arc<watch::Sender<u32>>,
+    due: std::sync::Mutex<Option<(PathBuf, Task)>>,
+}
+
+#[async_trait::async_trait]
+impl polyphony::sources::Source for SignalDuringPoll {
+    fn kind(&self) -> SourceKind {
+        self.inner.kind()
+    }
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn reports_back(&self) -> bool {
+        self.inner.reports_back()
+    }
+    async fn poll_each(&self) -> polyphony::sources::Polled {
+        let due = self.due.lock().unwrap().take();
+        if let Some((db, task)) = due {
+            Store::open(&db).unwrap().insert_task(&task).unwrap();
+            self.signals.send_modify(|n| *n += 1);
+        }
+        self.inner.poll_each().await
+    }
+    async fn fetch(&self, reference: &str) -> Result<Task, polyphony::sources::SourceError> {
+        self.inner.fetch(reference).await
+    }
+    async fn claim_resuming(
+        &self,
+        task: &Task,
+        info: &polyphony::sources::ClaimInfo,
+        resuming: bool,
+    ) -> Result<polyphony::sources::ClaimedTask, polyphony::sources::ClaimError> {
+        self.inner.claim_resuming(task, info, resuming).await
+    }
+    async fn land(
+        &self,
+        task: &Task,
+        landed: &polyphony::sources::Landed,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.land(task, landed).await
+    }
+    async fn block(
+        &self,
+        task: &Task,
+        blocked: &polyphony::sources::Blocked,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.block(task, blocked).await
+    }
+    async fn cancelled(
+        &self,
+        task: &Task,
+        reason: &str,
+    ) -> Result<polyphony::sources::Reported, polyphony::sources::SourceError> {
+        self.inner.cancelled(task, reason).await
+    }
+    async fn reply(
+        &self,
+        task: &Task,
+        place: polyphony::sources::ReplyPlace,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, polyphony::sources::SourceError> {
+        self.inner.reply(task, place, marker, body).await
+    }
+    async fn offer_again(&self, task: &Task) -> Result<(), polyphony::sources::SourceError> {
+        self.inner.offer_again(task).await
+    }
+    fn push_token(&self) -> Option<&str> {
+        self.inner.push_token()
+    }
+}
+
+/// Issue 24 (`e2e::sigterm_with_drain_lets_the_attempt_land` once landed with two
+/// attempts): the first signal stops claiming, also when it arrives while the daemon is
+/// polling its sources. The loop read the signals once per round, before the poll, so a
+/// signal met during the poll still let that round claim what was due: a retry, or an
+/// issue labelled after the signal.
+#[tokio::test]
+async fn a_signal_during_the_poll_stops_the_claims_of_that_round() {
+    let w = World::new();
+    w.runtime.push(claude_fixes());
+    let (tx, rx) = watch::channel(0u32);
+    let mut task = Task::new(
+        "local-1",
+        SourceKind::Local,
+        "local:local-1",
+        w.origin.display().to_string(),
+        "Fix add()",
+        w.now,
+    );
+    task.body = "add() subtracts; make `sh test.sh` pass.".into();
+    let orch = w.orchestrator();
+    let poll = SignalDuringPoll {
+        inner: w.tracker.clone(),
+        signals: Arc::new(tx),
+        due: std::sync::Mutex::new(Some((orch.db_path(), task))),
+    };
+    let orch = Arc::new(orch.with_source(Arc::new(poll)));
+    let opts = polyphony::orchestrator::daemon::DaemonOptions {
+        drain: true,
+        ..Default::default()
+    };
+    let summary = tokio::time::timeout(
+        Duration::from_secs(60),
+        polyphony::orchestrator::daemon::run(orch.clone(), opts, w.progress.clone(), rx),
+    )
+    .await
+    .expect("the daemon stops")
+    .expect("the daemon");
+    assert_eq!(summary.attempts, 0, "{summary:?}");
+    let store = w.store(&orch);
+    let task = store.get_task("local-1").unwrap().unwrap();
+    assert_eq!(task.state, TaskState::Discovered, "{task:?}");
+    assert_eq!(task.attempts, 0);
+}
+
 /// Runs the daemon on `orch` until nothing is left to do (its start-up reconciliation
 /// first: the re-attached attempts and the pending intents), as a restart does.
 async fn restart(w: &World, orch: Orchestrator) -> polyphony::orchestrator::daemon::DaemonSummary {

@@ -3,6 +3,8 @@
 //! real pipeline over the scripted runtime (as tests/it/orchestrator.rs), a temp SQLite
 //! store, real git origins and workspaces, and a test clock for every "later".
 
+use crate::support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,4 +298,139 @@ fn doctor_reports_the_disk_used_and_warns_when_retention_is_off() {
         "{check:?}"
     );
     assert!(check.fix.unwrap().contains("retention.workspaces"));
+}
+
+/// Issue 24: a task BLOCKED before it was routed has no `chain:` note and no workspace,
+/// so retention never found it and its other notes (restart breadcrumbs, give-ups, agents
+/// that refused it) stayed forever. Found by their keys now; its history rows stay.
+#[test]
+fn a_task_blocked_before_routing_loses_its_notes_after_the_grace() {
+    let w = World::new();
+    let config = Config::load(&w.home).unwrap();
+    let store = Store::open(&config.db_path()).unwrap();
+    let t0 = Utc::now();
+    let id = w.enqueue(&store, t0);
+    store.claim(&id, t0).unwrap().unwrap();
+    store
+        .transition(&id, TaskState::Claimed, TaskState::Failed, "t", t0)
+        .unwrap();
+    store
+        .transition(&id, TaskState::Failed, TaskState::Blocked, "t", t0)
+        .unwrap();
+    for key in ["giveups", "agents_refused", "cancel_request"] {
+        store.kv_set(&format!("{key}:{id}"), "1", t0).unwrap();
+    }
+    for key in ["handling", "strikes"] {
+        store.kv_set(&format!("{key}:{id}:1"), "1", t0).unwrap();
+    }
+    store.mark_block_reported(&id, t0).unwrap();
+    assert!(store.chain_of(&id).unwrap().is_none());
+
+    let s = retention::sweep(&store, &config, t0 + hours(23)).unwrap();
+    assert_eq!(s.tasks_forgotten, 0, "{s:?}");
+    let s = retention::sweep(&store, &config, t0 + hours(25)).unwrap();
+    assert_eq!((s.tasks_forgotten, s.notes_removed), (1, 5), "{s:?}");
+    for key in [
+        format!("giveups:{id}"),
+        format!("agents_refused:{id}"),
+        format!("cancel_request:{id}"),
+        format!("handling:{id}:1"),
+        format!("strikes:{id}:1"),
+    ] {
+        assert_eq!(store.kv_get(&key).unwrap(), None, "{key}");
+    }
+    // A relabelled issue still gets its next generation by this.
+    assert!(store.block_reported_at(&id).unwrap().is_some());
+    let again = retention::sweep(&store, &config, t0 + hours(26)).unwrap();
+    assert_eq!(again.tasks_forgotten, 0);
+}
+
+/// The bytes of `db` with its WAL, after a checkpoint (what the file holds, not what is
+/// still waiting in the WAL).
+fn queue_bytes(db: &Path) -> u64 {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let wal = PathBuf::from(format!("{}-wal", db.display()));
+    std::fs::metadata(db).unwrap().len() + std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+/// Issue 24: queue.db never shrank. The events retention deletes leave free pages that
+/// SQLite reuses but never gives back, so the file kept its largest size for good. A new
+/// queue is made with incremental vacuum and the sweep frees the pages; one made before
+/// that is converted once by a `VACUUM` (store::retention says why).
+#[test]
+fn the_queue_file_shrinks_once_old_events_are_removed() {
+    for made_before in [false, true] {
+        let w = World::new();
+        let config = Config::load(&w.home).unwrap();
+        let db = config.db_path();
+        if made_before {
+            // As every queue was made until now: WAL first, no auto_vacuum mode.
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+                .unwrap();
+        }
+        let store = Store::open(&db).unwrap();
+        let auto_vacuum = || -> i64 {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).unwrap()
+        };
+        assert_eq!(auto_vacuum(), if made_before { 0 } else { 2 });
+        // Three attempts 40 days old with 24 MB of events, one of today with a few.
+        let old = Utc::now() - hours(40 * 24);
+        let line = "x".repeat(2000);
+        for (id, at, events) in [
+            ("old-1", old, 4000u64),
+            ("old-2", old, 4000),
+            ("old-3", old, 4000),
+            ("new-1", Utc::now(), 50),
+        ] {
+            support::console_seed::task(&store, id, "t", at);
+            support::console_seed::attempt(
+                &store,
+                id,
+                1,
+                "claude",
+                "personal",
+                at,
+                5.0,
+                polyphony::domain::AttemptStatus::Succeeded,
+                0.1,
+                &[],
+            );
+            let batch: Vec<_> = (0..events)
+                .map(|seq| {
+                    support::spec::message_event(
+                        seq,
+                        "progress",
+                        serde_json::json!({"type": "assistant", "text": format!("{seq} {line}")}),
+                    )
+                })
+                .collect();
+            for chunk in batch.chunks(500) {
+                store.append_events(id, 1, chunk).unwrap();
+            }
+        }
+        let before = queue_bytes(&db);
+        assert!(before > 20 << 20, "{before}");
+
+        let s = retention::sweep(&store, &config, Utc::now()).unwrap();
+        assert_eq!(s.attempts_pruned, 3, "{s:?}");
+        assert_eq!(s.reclaimed.converted, made_before, "{s:?}");
+        assert!(s.reclaimed.pages > 5000, "{s:?}");
+        let after = queue_bytes(&db);
+        assert!(
+            after < before / 4,
+            "made_before={made_before}: {before} -> {after} bytes ({s:?})"
+        );
+        // The figure stored for `status` is the shrunk one.
+        assert!(s.disk.queue <= after + (1 << 20), "{s:?}");
+        assert_eq!(auto_vacuum(), 2, "incremental from now on");
+        assert_eq!(store.event_count("new-1", 1).unwrap(), 50);
+        assert!(store.check_integrity(true).unwrap().is_empty());
+        // Nothing more to give back the next time.
+        let again = retention::sweep(&store, &config, Utc::now()).unwrap();
+        assert_eq!(again.reclaimed.pages, 0, "{again:?}");
+    }
 }

@@ -47,7 +47,7 @@ use serde::Deserialize;
 use super::act::{self, Actor, Verb};
 use super::Shared;
 use crate::domain::{AgentType, TaskState};
-use crate::store::{Store, StoreError};
+use crate::store::{DiskUsage, Store, StoreError};
 
 /// Tasks the queue table lists (newest first).
 const QUEUE_ROWS: usize = 200;
@@ -82,6 +82,8 @@ struct HomeT<'a> {
     home: &'a view::Home,
     queue: &'a [view::QueueRow],
     counts: String,
+    /// The disk the home used at the daemon's last retention sweep (`status`'s `disk:`).
+    disk: Option<String>,
     csrf: &'a str,
     back: &'a str,
     can_act: bool,
@@ -246,7 +248,7 @@ fn gather(
     now: DateTime<Utc>,
     slots: u32,
     identities: Vec<(String, Option<f64>)>,
-) -> Result<(view::Facts, Vec<view::QueueRow>), StoreError> {
+) -> Result<(view::Facts, Vec<view::QueueRow>, Option<DiskUsage>), StoreError> {
     let counts = store.count_by_state()?;
     let mut running = Vec::new();
     for a in store.running_attempts()? {
@@ -360,7 +362,7 @@ fn gather(
         });
         Ok(())
     })?;
-    Ok((facts, rows))
+    Ok((facts, rows, store.disk_usage()?))
 }
 
 /// `GET /`: the front page.
@@ -377,7 +379,7 @@ pub async fn home(
         gather(&store, Utc::now(), slots, identities)
     })
     .await;
-    let (facts, queue) = match read {
+    let (facts, queue, disk) = match read {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return unavailable(&viewer, &e.to_string()),
         Err(e) => return unavailable(&viewer, &e.to_string()),
@@ -397,6 +399,13 @@ pub async fn home(
         home: &home,
         queue: &queue,
         counts,
+        disk: disk.map(|d| {
+            format!(
+                "disk: {} (measured {})",
+                crate::ops::retention::disk_line(&d),
+                d.measured_at.format("%Y-%m-%d %H:%M UTC")
+            )
+        }),
         csrf: &viewer.csrf,
         back: "/",
         can_act: viewer.signed_in,

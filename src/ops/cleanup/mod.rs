@@ -186,7 +186,7 @@ impl CleanupPlan {
 /// Containers: one is kept only while an attempt owns it — with a daemon holding the lock,
 /// the latest attempt of a task in CLAIMED…VERIFYING; with no daemon, the latest attempt of
 /// a RUNNING task (recovery re-attaches to it), and with `all` not even that.
-/// Workspaces: those recorded for LANDED and BLOCKED tasks; with `all` also FAILED tasks'
+/// Workspaces: those recorded for LANDED, BLOCKED and CANCELLED tasks; with `all` also FAILED tasks'
 /// and, when no daemon runs (it may be preparing one), marked attempt directories
 /// no attempt recorded ([`workspace_dirs`] only lists those Polyphony made).
 /// Locks: unheld `daemon.lock`; unheld mirror locks when no daemon runs.
@@ -302,7 +302,7 @@ fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
     let inside = |p: &Path| p != root && p.starts_with(root) && !related(p, &facts.mirror_root);
     for task in &facts.tasks {
         let removable = match task.state {
-            TaskState::Landed | TaskState::Blocked => true,
+            TaskState::Landed | TaskState::Blocked | TaskState::Cancelled => true,
             TaskState::Failed => all,
             _ => false,
         };
@@ -506,13 +506,19 @@ mod tests {
             task("blocked", Blocked, &[1]),
             task("failed", Failed, &[1]),
             task("running", Running, &[1]),
+            task("cancelled", Cancelled, &[1]),
         ];
         let f = facts(tasks, vec![], false);
         check(
             &f,
             false,
             &[],
-            &["/ws/landed/1", "/ws/landed/2", "/ws/blocked/1"],
+            &[
+                "/ws/landed/1",
+                "/ws/landed/2",
+                "/ws/blocked/1",
+                "/ws/cancelled/1",
+            ],
         );
         check(
             &f,
@@ -523,6 +529,7 @@ mod tests {
                 "/ws/landed/2",
                 "/ws/blocked/1",
                 "/ws/failed/1",
+                "/ws/cancelled/1",
             ],
         );
     }

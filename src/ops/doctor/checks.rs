@@ -54,6 +54,43 @@ pub fn image_check(image: &str, used_by: &str, present: Result<bool, &str>) -> C
     }
 }
 
+/// A Docker network the config names (`network:NAME`), and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkUse {
+    /// The network's name in the engine.
+    pub network: String,
+    /// Who names it: file, entry and field (`agents.yaml: agent `claude`, field `network``).
+    pub named_by: String,
+    /// The other way out when the network should not exist (`remove `network:` …`).
+    pub instead: String,
+}
+
+/// `present`: `Ok(true)` found, `Ok(false)` missing, `Err` the engine's answer. A missing
+/// network fails every attempt that uses it when its container is created.
+pub fn network_check(used: &NetworkUse, present: Result<bool, &str>) -> Check {
+    let name = format!("network {}", used.network);
+    match present {
+        Ok(true) => Check::pass(name, format!("present ({})", used.named_by)),
+        Ok(false) => Check::fail(
+            name,
+            format!(
+                "{}: Docker network `{}` does not exist, so every attempt that uses it fails \
+                 when its container is created",
+                used.named_by, used.network
+            ),
+            format!(
+                "`docker network create {}`, or {}",
+                used.network, used.instead
+            ),
+        ),
+        Err(e) => Check::fail(
+            name,
+            format!("cannot ask the engine ({}): {e}", used.named_by),
+            "fix the docker check first",
+        ),
+    }
+}
+
 pub fn git_check(version: Result<&str, &str>) -> Check {
     match version {
         Ok(v) => Check::pass("git", v.trim().to_string()),

@@ -3,7 +3,7 @@
 //! Must not: create anything in the home, or stop at the first problem.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::checks::*;
@@ -133,6 +133,19 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
             checks.push(image_check(
                 &image,
                 &used_by,
+                present.as_ref().map(|b| *b).map_err(String::as_str),
+            ));
+        }
+        for used in networks_of(config) {
+            let present = match &runtime {
+                Some(rt) => rt
+                    .network_present(&used.network)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err("the engine is unreachable".to_string()),
+            };
+            checks.push(network_check(
+                &used,
                 present.as_ref().map(|b| *b).map_err(String::as_str),
             ));
         }
@@ -286,6 +299,62 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
         checks.push(disk_used_check(&used, &config.retention()));
     }
     checks
+}
+
+/// Every Docker network the config names (`network:NAME`) where it is used: an agent
+/// profile's `network` (it applies only under `egress: open`; `config` refuses it under
+/// the other modes), the `container.network` such a profile inherits, and
+/// `egress.outbound_network` (the proxies' way out, under `allowlist`).
+pub fn networks_of(config: &Config) -> Vec<NetworkUse> {
+    use crate::domain::{EgressMode, NetworkMode};
+    let mut out: Vec<NetworkUse> = Vec::new();
+    let default = config.default_network();
+    for a in config.agents() {
+        let NetworkMode::Named(name) = &a.network else {
+            continue;
+        };
+        if a.egress.mode != EgressMode::Open {
+            continue;
+        }
+        let inherited = a.network == *default;
+        out.push(NetworkUse {
+            network: name.clone(),
+            named_by: if inherited {
+                format!(
+                    "agents.yaml: agent `{}` (egress open), field `network`, or config.yaml \
+                     `container.network` it defaults to",
+                    a.name
+                )
+            } else {
+                format!(
+                    "agents.yaml: agent `{}` (egress open), field `network`",
+                    a.name
+                )
+            },
+            instead: format!(
+                "remove `network: network:{name}` (a profile's `network` applies only under \
+                 `egress: open`; without it the agent gets Docker's bridge, or set its `egress` \
+                 to allowlist for a network and proxy of its own)"
+            ),
+        });
+    }
+    let outbound = config.global().egress.outbound_network.trim();
+    if let Some(name) = outbound.strip_prefix("network:") {
+        let used = config
+            .agents()
+            .iter()
+            .any(|a| a.egress.mode == EgressMode::Allowlist);
+        if used {
+            out.push(NetworkUse {
+                network: name.trim().to_string(),
+                named_by: "config.yaml: field `egress.outbound_network` (the egress proxies' way \
+                           out)"
+                    .into(),
+                instead: "set `egress.outbound_network: bridge`".into(),
+            });
+        }
+    }
+    out
 }
 
 /// A PostgreSQL store (issue 27): the server answers and is a version this store supports,
@@ -522,23 +591,7 @@ async fn github_checks(
     }
 }
 
-/// Bytes available to this user on the filesystem holding `path` (or its nearest existing
-/// ancestor: a root that is not created yet lands there).
+/// Bytes available where `path` lives (`workspace::disk`, the figure attempts are held to).
 fn free_bytes(path: &Path) -> Result<u64, String> {
-    let mut probe: PathBuf = path.to_path_buf();
-    while !probe.exists() {
-        match probe.parent() {
-            Some(p) => probe = p.to_path_buf(),
-            None => return Err(format!("no existing ancestor of {}", path.display())),
-        }
-    }
-    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes())
-        .map_err(|_| "path contains a NUL byte".to_string())?;
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `stat` a valid out-pointer.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut stat) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+    crate::workspace::disk::free_space(path).map_err(|e| e.to_string())
 }

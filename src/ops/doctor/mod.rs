@@ -294,6 +294,36 @@ mod tests {
     }
 
     #[test]
+    fn networks() {
+        let used = NetworkUse {
+            network: "lab".into(),
+            named_by: "agents.yaml: agent `claude` (egress open), field `network`".into(),
+            instead: "remove `network: network:lab`".into(),
+        };
+        check(
+            network_check(&used, Ok(true)),
+            Level::Pass,
+            "agent `claude`",
+            None,
+        );
+        let missing = network_check(&used, Ok(false));
+        check(
+            missing.clone(),
+            Level::Fail,
+            "agents.yaml: agent `claude` (egress open), field `network`: Docker network `lab` \
+             does not exist",
+            Some("`docker network create lab`, or remove `network: network:lab`"),
+        );
+        assert_eq!(missing.name, "network lab");
+        check(
+            network_check(&used, Err("down")),
+            Level::Fail,
+            "down",
+            Some("docker check"),
+        );
+    }
+
+    #[test]
     fn git_and_daemon() {
         check(
             git_check(Ok("git version 2.47.2\n")),
