@@ -332,6 +332,7 @@ mod tests {
             auth_path: ".claude".into(),
             model: None,
             max_turns: None,
+            args: Vec::new(),
             image: None,
             identity: identity.map(String::from),
             network: NetworkMode::Bridge,

@@ -43,20 +43,19 @@ pub enum Reply {
     Overloaded,
     /// 500 `api_error`.
     ServerError,
+    /// `reply`, billed with this many cache-read input tokens instead of
+    /// [`CACHE_READ_TOKENS`] (a request that costs what a test needs).
+    Billed {
+        reply: Box<Reply>,
+        cache_read_tokens: u64,
+    },
 }
 
 pub use crate::scripted_server::Turn;
 use crate::scripted_server::{lock, ScriptedServer, Shared};
 
 /// The scripted Anthropic Messages API; stops when dropped.
-pub struct ScriptedAnthropic(ScriptedServer<Reply>);
-
-impl std::ops::Deref for ScriptedAnthropic {
-    type Target = ScriptedServer<Reply>;
-    fn deref(&self) -> &ScriptedServer<Reply> {
-        &self.0
-    }
-}
+pub type ScriptedAnthropic = ScriptedServer<Reply>;
 
 /// Usage reported for every agent turn (input counts uncached + cache reads separately, like
 /// the real API).
@@ -64,15 +63,13 @@ pub const INPUT_TOKENS: u64 = 1200;
 pub const CACHE_READ_TOKENS: u64 = 5000;
 pub const OUTPUT_TOKENS: u64 = 40;
 
-impl ScriptedAnthropic {
+impl ScriptedServer<Reply> {
     /// Serves on `ip` (port chosen by the OS) with `script` deciding each agent turn.
     pub async fn start(
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        ScriptedServer::start(ip, script, app)
-            .await
-            .map(ScriptedAnthropic)
+        ScriptedServer::start_app(ip, script, app).await
     }
 
     /// Serves on a listener the caller bound (and must be inside a Tokio runtime).
@@ -80,17 +77,12 @@ impl ScriptedAnthropic {
         listener: tokio::net::TcpListener,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedAnthropic> {
-        ScriptedServer::serve(listener, script, app).map(ScriptedAnthropic)
+        ScriptedServer::serve_app(listener, script, app)
     }
 
     /// `ANTHROPIC_BASE_URL` for the CLI.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr())
-    }
-
-    /// The port the API listens on (a test reaches it by name through an egress proxy).
-    pub fn port(&self) -> u16 {
-        self.0.port()
     }
 }
 
@@ -160,6 +152,13 @@ fn error(status: StatusCode, kind: &str, message: &str) -> Response {
 }
 
 fn answer(model: &str, reply: Reply, stream: bool) -> Response {
+    let (reply, cache_read) = match reply {
+        Reply::Billed {
+            reply,
+            cache_read_tokens,
+        } => (*reply, cache_read_tokens),
+        other => (other, CACHE_READ_TOKENS),
+    };
     let (blocks, stop) = match reply {
         Reply::Bash(command) => (
             vec![
@@ -169,6 +168,8 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
             "tool_use",
         ),
         Reply::Text(text) => (vec![json!({"type": "text", "text": text})], "end_turn"),
+        // Unwrapped above (a `Billed` inside a `Billed` answers its inner reply).
+        Reply::Billed { reply, .. } => return answer(model, *reply, stream),
         Reply::Unauthorized => {
             return error(
                 StatusCode::UNAUTHORIZED,
@@ -223,12 +224,12 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
     };
     let id = format!("msg_{:016x}", fastrand_id());
     let usage = json!({"input_tokens": INPUT_TOKENS, "cache_creation_input_tokens": 0,
-                       "cache_read_input_tokens": CACHE_READ_TOKENS, "output_tokens": 1});
+                       "cache_read_input_tokens": cache_read, "output_tokens": 1});
     if !stream {
         let body = json!({"id": id, "type": "message", "role": "assistant", "model": model,
             "content": blocks, "stop_reason": stop, "stop_sequence": null,
             "usage": {"input_tokens": INPUT_TOKENS, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": CACHE_READ_TOKENS, "output_tokens": OUTPUT_TOKENS}});
+                      "cache_read_input_tokens": cache_read, "output_tokens": OUTPUT_TOKENS}});
         let mut resp = (StatusCode::OK, body.to_string()).into_response();
         resp.headers_mut()
             .insert("content-type", "application/json".parse().expect("header"));

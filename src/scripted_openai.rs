@@ -54,31 +54,23 @@ pub use crate::scripted_server::Turn;
 use crate::scripted_server::{lock, ScriptedServer, Shared};
 
 /// The scripted OpenAI Responses API; stops when dropped.
-pub struct ScriptedOpenAi(ScriptedServer<Reply>);
-
-impl std::ops::Deref for ScriptedOpenAi {
-    type Target = ScriptedServer<Reply>;
-    fn deref(&self) -> &ScriptedServer<Reply> {
-        &self.0
-    }
-}
+pub type ScriptedOpenAi = ScriptedServer<Reply>;
 
 /// Usage reported for every response.
 pub const INPUT_TOKENS: u64 = 1500;
 pub const CACHED_TOKENS: u64 = 1000;
 pub const OUTPUT_TOKENS: u64 = 60;
 
-impl ScriptedOpenAi {
+impl ScriptedServer<Reply> {
     /// Serves on `ip` (port chosen by the OS) with `script` deciding each turn.
     pub async fn start(
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> Reply + Send + Sync + 'static,
     ) -> std::io::Result<ScriptedOpenAi> {
-        ScriptedServer::start(ip, script, |state| {
+        ScriptedServer::start_app(ip, script, |state| {
             Router::new().fallback(handle).with_state(state)
         })
         .await
-        .map(ScriptedOpenAi)
     }
 
     /// The provider `base_url` for Codex (it POSTs `{base_url}/responses`).

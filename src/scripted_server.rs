@@ -4,7 +4,9 @@
 //! agent turn, and a record of every request and the credential it presented.
 //!
 //! Each protocol module keeps only what its API says: which requests are turns, how a
-//! turn's transcript reads, and how a [`Reply`](crate::scripted_model::Reply) is answered.
+//! turn's transcript reads, and how a [`Reply`](crate::scripted_model::Reply) is answered;
+//! its server is this one over its own `Reply` (`ScriptedAnthropic` is
+//! `ScriptedServer<scripted_model::Reply>`), with its `start` and `base_url`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,17 +69,17 @@ pub struct ScriptedServer<R> {
 
 impl<R: 'static> ScriptedServer<R> {
     /// Binds `ip` (port chosen by the OS) and serves `app` over a fresh state.
-    pub async fn start(
+    pub async fn start_app(
         ip: IpAddr,
         script: impl Fn(&Turn<'_>) -> R + Send + Sync + 'static,
         app: impl FnOnce(Shared<R>) -> Router,
     ) -> std::io::Result<ScriptedServer<R>> {
         let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
-        ScriptedServer::serve(listener, script, app)
+        ScriptedServer::serve_app(listener, script, app)
     }
 
     /// Serves `app` on a listener the caller bound (and must be inside a Tokio runtime).
-    pub fn serve(
+    pub fn serve_app(
         listener: tokio::net::TcpListener,
         script: impl Fn(&Turn<'_>) -> R + Send + Sync + 'static,
         app: impl FnOnce(Shared<R>) -> Router,

@@ -68,6 +68,7 @@ pub fn spec(task_id: &str) -> RunSpec {
         image: "none".into(),
         model: None,
         max_turns: None,
+        args: Vec::new(),
         env_overlay: vec![],
         volume_mounts: vec![],
         deadline_seconds: 3600,

@@ -46,8 +46,16 @@ pub static SPEC: AgentSpec = AgentSpec {
         "ANTHROPIC_AUTH_TOKEN",
     ],
     base_url: BaseUrl::Env("ANTHROPIC_BASE_URL"),
-    // API key and subscription logins; console.anthropic.com refreshes OAuth tokens.
-    api_hosts: &["api.anthropic.com:443", "console.anthropic.com:443"],
+    // API key and subscription logins. A staged login refreshes its OAuth token at
+    // `TOKEN_URL`: https://platform.claude.com/v1/oauth/token in Claude Code 2.1.332 (its
+    // bundled CLI's OAuth config; the string console.anthropic.com no longer occurs in
+    // it), console.anthropic.com/v1/oauth/token in older releases still in
+    // `tested_versions`.
+    api_hosts: &[
+        "api.anthropic.com:443",
+        "platform.claude.com:443",
+        "console.anthropic.com:443",
+    ],
     gateway: Some(GatewaySpec {
         api: WireApi::Anthropic,
         credential_vars: &[
@@ -87,6 +95,7 @@ pub static SPEC: AgentSpec = AgentSpec {
         ],
         transient: &["overloaded", "api_error", "internal server error"],
     },
+    profile_flags: &[],
 };
 
 impl AgentAdapter for ClaudeAdapter {

@@ -100,6 +100,7 @@ pub static SPEC: AgentSpec = AgentSpec {
             "idle timeout waiting for sse",
         ],
     },
+    profile_flags: &[],
 };
 
 impl AgentAdapter for CodexAdapter {

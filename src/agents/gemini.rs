@@ -70,6 +70,7 @@ pub static SPEC: AgentSpec = AgentSpec {
         model: &["model_not_found", "is not found for api version"],
         transient: &["internal error", "unavailable", "deadline_exceeded"],
     },
+    profile_flags: &[],
 };
 
 /// Marks, in `AgentOutcome::last_message_id`, that the previous event was assistant text.

@@ -95,6 +95,7 @@ pub static SPEC: AgentSpec = AgentSpec {
         ],
         transient: &["error code: 5", "connection error", "request timed out"],
     },
+    profile_flags: &[],
 };
 
 impl AgentAdapter for KimiAdapter {

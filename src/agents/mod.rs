@@ -25,7 +25,9 @@ pub mod scrub;
 pub mod spec;
 
 pub use common::MAX_LINE_BYTES;
-pub use spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
+pub use spec::{
+    AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, ProfileFlag, WireApi,
+};
 
 /// The registry: the adapter for each CLI id, and the one match on [`AgentType`] (ids are
 /// declared in `domain::agent`, everything else about a CLI is its adapter's

@@ -36,7 +36,7 @@ use super::claude::use_stdin;
 use super::common::{event, one_line, parse_object, str_of, tool_summary, u64_of, unknown};
 use super::common::{unknown_object, value_text};
 use super::quota::{self, ResetHint};
-use super::spec::{AgentSpec, BaseUrl, FailureText};
+use super::spec::{AgentSpec, BaseUrl, FailureText, ProfileFlag};
 use super::{AgentAdapter, AgentOutcome, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec};
 
@@ -108,6 +108,28 @@ pub static SPEC: AgentSpec = AgentSpec {
             "timed out",
         ],
     },
+    // `opencode run`'s own options (packages/opencode/src/cli/cmd/run.ts): `--auto`
+    // approves every permission the config does not deny (without it `run` rejects what
+    // would prompt: edits and commands the config leaves at `ask`); `--agent NAME`;
+    // `--variant EFFORT` (provider reasoning effort); `--thinking` (adds `reasoning` lines).
+    profile_flags: &[
+        ProfileFlag {
+            flag: "--auto",
+            value: false,
+        },
+        ProfileFlag {
+            flag: "--agent",
+            value: true,
+        },
+        ProfileFlag {
+            flag: "--variant",
+            value: true,
+        },
+        ProfileFlag {
+            flag: "--thinking",
+            value: false,
+        },
+    ],
 };
 
 impl AgentAdapter for OpenCodeAdapter {
@@ -126,6 +148,8 @@ impl AgentAdapter for OpenCodeAdapter {
             argv.push("-m".into());
             argv.push(model.clone());
         }
+        // The profile's flags (checked against `profile_flags` when the config loaded).
+        argv.extend(spec.args.iter().cloned());
         // No turn-limit flag; the deadline bounds the run. With no message, `run` takes
         // the message from piped stdin (`resolveRunInput`).
         if use_stdin(prompt) {

@@ -111,9 +111,70 @@ pub struct AgentSpec {
     /// How a person logs the CLI in on the host.
     pub login_hint: &'static str,
     pub failure_text: FailureText,
+    /// The CLI's own flags a profile may pass through `args` (none: `args` is refused).
+    pub profile_flags: &'static [ProfileFlag],
+}
+
+/// A flag of the CLI a profile may pass (its documented name, never a shell string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileFlag {
+    pub flag: &'static str,
+    /// Takes a value: the next entry of `args`, or `--flag=value`.
+    pub value: bool,
 }
 
 impl AgentSpec {
+    /// Whether `args` (a profile's) are flags this CLI takes through a profile, each with
+    /// its value where it needs one; the error says which entry is wrong and what is
+    /// allowed.
+    pub fn check_profile_args(&self, args: &[String]) -> Result<(), String> {
+        let allowed = || {
+            if self.profile_flags.is_empty() {
+                format!("{} takes no extra flags from a profile", self.command)
+            } else {
+                let each: Vec<String> = self
+                    .profile_flags
+                    .iter()
+                    .map(|f| {
+                        if f.value {
+                            format!("{} VALUE", f.flag)
+                        } else {
+                            f.flag.to_string()
+                        }
+                    })
+                    .collect();
+                format!("{} takes {}", self.command, each.join(", "))
+            }
+        };
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (arg.as_str(), None),
+            };
+            let Some(flag) = self.profile_flags.iter().find(|f| f.flag == name) else {
+                return Err(format!(
+                    "`{arg}` is not a flag Polyphony passes: {}",
+                    allowed()
+                ));
+            };
+            match (flag.value, inline) {
+                (false, Some(_)) => {
+                    return Err(format!("`{name}` takes no value: {}", allowed()));
+                }
+                (true, None) => {
+                    let value = rest.next().filter(|v| !v.starts_with('-'));
+                    if value.is_none_or(|v| v.is_empty()) {
+                        return Err(format!("`{name}` needs a value: {}", allowed()));
+                    }
+                }
+                (true, Some("")) => return Err(format!("`{name}` needs a value: {}", allowed())),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Which kind of failure `text` (the CLI's own error text) names, by this CLI's words.
     /// Quota first (a usage-limit text may mention the plan's login), then model, auth and
     /// transient.

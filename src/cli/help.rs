@@ -27,7 +27,7 @@ macro_rules! help {
 
 help!(
     INIT,
-    "  polyphony init                      # templates into ~/.polyphony\n  POLYPHONY_HOME=/srv/poly polyphony init --force"
+    "  polyphony init                      # templates into ~/.polyphony\n  polyphony init --agents claude,codex # route only to the CLIs logged in here\n  POLYPHONY_HOME=/srv/poly polyphony init --force"
 );
 help!(
     CONFIG,

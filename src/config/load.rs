@@ -296,6 +296,7 @@ fn default_agent_config(t: AgentType) -> AgentConfig {
         context_window_tokens: None,
         strengths: Vec::new(),
         max_turns: None,
+        args: Vec::new(),
         image: None,
         identity: None,
         network: None,

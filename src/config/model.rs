@@ -520,6 +520,10 @@ pub struct AgentConfig {
     pub strengths: Vec<String>,
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// Extra flags for the CLI, after Polyphony's own and before the prompt; only the
+    /// flags its descriptor lists (`AgentSpec::profile_flags`, e.g. OpenCode's `--auto`).
+    #[serde(default)]
+    pub args: Vec<String>,
     #[serde(default)]
     pub image: Option<String>,
     #[serde(default)]

@@ -318,6 +318,16 @@ pub(super) fn build_agents(
                 ));
             }
         }
+        let args = a.args.clone();
+        if let Err(why) = crate::agents::descriptor(agent_type).check_profile_args(&args) {
+            return Err(doc.error(
+                ConfigErrorKind::InvalidValue,
+                &at("args"),
+                None,
+                format!("agent `{}` has args {args:?}: {why}", a.name),
+                "remove the entry, or use one of the flags named (docs/agents.md)",
+            ));
+        }
         let hardening = a.hardening.clone().unwrap_or_default();
         out.push(AgentProfile {
             name: a.name.clone(),
@@ -337,6 +347,7 @@ pub(super) fn build_agents(
                 .unwrap_or_else(|| crate::agents::descriptor(agent_type).auth_dir.to_string()),
             model: a.model.clone(),
             max_turns: a.max_turns,
+            args,
             image: a.image.clone(),
             identity: a.identity.clone(),
             network,

@@ -419,6 +419,50 @@ fn agents_yaml_errors() {
     );
 }
 
+/// Issue 28: a profile's `args` pass only the CLI's own flags its descriptor lists.
+#[test]
+fn profile_args_pass_only_the_clis_listed_flags() {
+    use ConfigErrorKind::*;
+    let text = "agents:\n  - name: claude\n    agent_type: claude\n  - name: oc\n    agent_type: opencode\n    args: [--auto, --agent, build, --variant=high]\n";
+    let mut sources = with(AGENTS_FILE, text);
+    sources.routing = Some("default:\n  agent: claude\n".into());
+    let cfg = load(&sources).unwrap();
+    let oc = cfg.agents.iter().find(|a| a.name == "oc").unwrap();
+    assert_eq!(oc.args, ["--auto", "--agent", "build", "--variant=high"]);
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: claude\n    agent_type: claude\n    args: [--model, x]\n",
+        InvalidValue,
+        4,
+        "claude takes no extra flags",
+        "remove the entry",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: oc\n    agent_type: opencode\n    args: [--auto, --port, \"1\"]\n",
+        InvalidValue,
+        4,
+        "`--port` is not a flag Polyphony passes: opencode takes --auto, --agent VALUE",
+        "remove the entry",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: oc\n    agent_type: opencode\n    args: [--agent]\n",
+        InvalidValue,
+        4,
+        "`--agent` needs a value",
+        "remove the entry",
+    );
+    check_err(
+        AGENTS_FILE,
+        "agents:\n  - name: oc\n    agent_type: opencode\n    args: [--auto=yes]\n",
+        InvalidValue,
+        4,
+        "`--auto` takes no value",
+        "remove the entry",
+    );
+}
+
 const AGENTS4: &str =
     "agents:\n  - {name: claude, agent_type: claude}\n  - {name: codex, agent_type: codex}\n";
 

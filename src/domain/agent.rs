@@ -226,6 +226,10 @@ pub struct AgentProfile {
     pub auth_path: String,
     pub model: Option<String>,
     pub max_turns: Option<u32>,
+    /// Extra CLI flags from the profile (checked against the descriptor's
+    /// `profile_flags` when the config is loaded).
+    #[serde(default)]
+    pub args: Vec<String>,
     /// Image the agent runs in; `None` means the global `container.image`.
     pub image: Option<String>,
     /// Identity to use when the routing rule names none.

@@ -58,6 +58,9 @@ pub struct RunSpec {
     pub image: String,
     pub model: Option<String>,
     pub max_turns: Option<u32>,
+    /// The profile's extra CLI flags (the adapter places them).
+    #[serde(default)]
+    pub args: Vec<String>,
     pub env_overlay: Vec<EnvVar>,
     pub volume_mounts: Vec<VolumeMount>,
     pub deadline_seconds: u64,

@@ -6,6 +6,11 @@
 //!   `Authorization: Bearer`, `x-goog-api-key` or `api-key`) is that attempt's placeholder,
 //!   compared in constant time. Another container, or a later attempt, holding an old
 //!   placeholder is refused: the placeholder dies with its gateway.
+//! - **Its one client**: the first peer address that presents the placeholder owns it for
+//!   the gateway's life; the placeholder from any other address is refused
+//!   ([`admit_client`]). The CLI makes its first model request as it starts, before any
+//!   tool of the agent has run, so a container that learns the placeholder later (another
+//!   container put on the attempt's network, another attempt's container) cannot use it.
 //! - **The upstream request**: every credential header the client sent is removed, as are
 //!   hop-by-hop headers and `host`; the real credential is set the way the provider takes
 //!   it (Anthropic key: `x-api-key`; Anthropic OAuth token from `claude setup-token`:
@@ -83,6 +88,20 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
 /// Whether `headers` present exactly `placeholder` (constant time in its length).
 pub fn authorized(headers: &HeaderMap, placeholder: &str) -> bool {
     presented(headers).is_some_and(|p| constant_time_eq(p.as_bytes(), placeholder.as_bytes()))
+}
+
+/// Whether `peer` may use the placeholder it presented: the first address to do so binds it
+/// (`bound` is set), any other address is refused from then on. IPv4-mapped IPv6 addresses
+/// count as their IPv4 address.
+pub fn admit_client(bound: &mut Option<std::net::IpAddr>, peer: std::net::IpAddr) -> bool {
+    let peer = peer.to_canonical();
+    match bound {
+        Some(owner) => *owner == peer,
+        None => {
+            *bound = Some(peer);
+            true
+        }
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -195,6 +214,19 @@ pub fn upstream_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_client_owns_the_placeholder() {
+        let agent: std::net::IpAddr = "172.30.0.3".parse().unwrap();
+        let other: std::net::IpAddr = "172.30.0.4".parse().unwrap();
+        let mapped: std::net::IpAddr = "::ffff:172.30.0.3".parse().unwrap();
+        let mut bound = None;
+        assert!(admit_client(&mut bound, agent));
+        assert!(admit_client(&mut bound, agent));
+        assert!(admit_client(&mut bound, mapped));
+        assert!(!admit_client(&mut bound, other));
+        assert_eq!(bound, Some(agent));
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

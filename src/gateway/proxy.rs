@@ -120,7 +120,8 @@ pub struct RequestRecord {
     pub price_known: bool,
     pub duration_ms: f64,
     /// `ok`, `error` (the provider answered an error), `limited` (a usage limit), `cut`
-    /// (the stream ended early), `upstream_failed`, `refused_budget`, `refused_credential`.
+    /// (the stream ended early), `upstream_failed`, `refused_budget`, `refused_credential`,
+    /// `refused_client` (the placeholder from an address other than its first client's).
     pub outcome: String,
     /// A limit's reset instant, from the answer's headers.
     pub reset_at: Option<DateTime<Utc>>,
@@ -222,7 +223,7 @@ impl Meter {
         if let Some(at) = record.reset_at {
             self.limit_reset = Some(self.limit_reset.map_or(at, |t| t.max(at)));
         }
-        if record.outcome == "refused_credential" {
+        if record.outcome == "refused_credential" || record.outcome == "refused_client" {
             self.refused_credential += 1;
         }
         if let Some(b) = &record.budget {
@@ -246,6 +247,8 @@ struct Inner {
     upstream_base: String,
     hooks: Arc<dyn Hooks>,
     meter: Mutex<Meter>,
+    /// The peer address that owns the placeholder ([`auth::admit_client`]).
+    client: Mutex<Option<std::net::IpAddr>>,
 }
 
 impl Inner {
@@ -341,10 +344,12 @@ pub fn start(
         upstream_base,
         hooks,
         meter: Mutex::new(Meter::default()),
+        client: Mutex::new(None),
     });
     let app = Router::new().fallback(handle).with_state(inner.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = rx.await;
@@ -437,6 +442,25 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             StatusCode::UNAUTHORIZED,
             k_auth,
             "polyphony gateway: this credential is not the one this attempt was given",
+        );
+    }
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let admitted = peer.is_none_or(|ip| {
+        auth::admit_client(
+            &mut inner.client.lock().unwrap_or_else(|p| p.into_inner()),
+            ip,
+        )
+    });
+    if !admitted {
+        inner.finish(record(401, "refused_client"));
+        return api_error(
+            api,
+            StatusCode::UNAUTHORIZED,
+            k_auth,
+            "polyphony gateway: this attempt's credential is in use by another client",
         );
     }
     let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {

@@ -53,6 +53,18 @@ impl Usage {
         self.cache_read_tokens += other.cache_read_tokens;
         self.output_tokens += other.output_tokens;
     }
+
+    /// The attempt's token counts in the adapters' meaning (`TokenUsage`: `input` is every
+    /// input token, cache reads and writes included; `cached_input` the cache reads), so a
+    /// gateway-metered attempt and `replay` of its transcript say the same (issue 26). The
+    /// price is computed from `self`, never from this sum.
+    pub fn as_token_usage(&self) -> crate::domain::TokenUsage {
+        crate::domain::TokenUsage {
+            input: self.input_tokens + self.cache_write_tokens + self.cache_read_tokens,
+            output: self.output_tokens,
+            cached_input: self.cache_read_tokens,
+        }
+    }
 }
 
 /// What a finished (or cut) response said.
@@ -313,6 +325,44 @@ pub fn meter(api: Api, sse: bool, body: &[u8]) -> Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_usage_counts_input_with_the_cache_as_the_adapters_do() {
+        // 1000 uncached + 2000 read from the cache + 500 written to it.
+        let u = Usage {
+            input_tokens: 1000,
+            cache_write_tokens: 500,
+            cache_read_tokens: 2000,
+            output_tokens: 40,
+        };
+        let t = u.as_token_usage();
+        assert_eq!((t.input, t.cached_input, t.output), (3500, 2000, 40));
+        // The Claude adapter reads the same figures from the CLI's usage line.
+        let line = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"usage":{"input_tokens":1000,"cache_creation_input_tokens":500,"cache_read_input_tokens":2000,"output_tokens":40}}"#;
+        assert_eq!(replayed(crate::domain::AgentType::Claude, line), t);
+        // Codex: the Responses API's 3000 input with 2000 cached is 1000 uncached at the
+        // gateway, and 3000 input (2000 cached) for the adapter, as Codex reports it.
+        let m = meter(
+            Api::OpenAiResponses,
+            false,
+            br#"{"model":"gpt-5.5","usage":{"input_tokens":3000,"input_tokens_details":{"cached_tokens":2000},"output_tokens":7}}"#,
+        );
+        let u = m.usage.expect("usage");
+        assert_eq!((u.input_tokens, u.cache_read_tokens), (1000, 2000));
+        let line = r#"{"type":"turn.completed","usage":{"input_tokens":3000,"cached_input_tokens":2000,"output_tokens":7}}"#;
+        assert_eq!(
+            replayed(crate::domain::AgentType::Codex, line),
+            u.as_token_usage()
+        );
+    }
+
+    fn replayed(agent: crate::domain::AgentType, line: &str) -> crate::domain::TokenUsage {
+        let adapter = crate::agents::adapter_for(agent);
+        crate::agents::replay::replay(line.as_bytes(), &*adapter)
+            .expect("replay")
+            .outcome
+            .tokens
+    }
 
     fn u(i: u64, w: u64, r: u64, o: u64) -> Option<Usage> {
         Some(Usage {

@@ -29,7 +29,7 @@ use serde_json::json;
 use crate::agents::quota::ResetHint;
 use crate::agents::QuotaHit;
 use crate::config::Config;
-use crate::domain::{AttemptStatus, EventKind, EventStream, RunSpec, TaskEvent, TokenUsage};
+use crate::domain::{AttemptStatus, EventKind, EventStream, RunSpec, TaskEvent};
 use crate::gateway::pricing::picos_of_usd;
 use crate::gateway::{self, CredentialKind, GatewayHandle, GatewaySpec, Hooks, RequestRecord};
 use crate::orchestrator::gateway_plan::{self as plan, Kind, Plan};
@@ -402,11 +402,7 @@ pub(crate) fn fold(exec: &mut AttemptExecution, records: Vec<RequestRecord>) -> 
     let m = gateway::Meter::of(&records);
     let reported = exec.outcome.cost_usd;
     exec.outcome.cost_usd = Some(m.cost_usd);
-    exec.outcome.tokens = TokenUsage {
-        input: m.usage.input_tokens + m.usage.cache_write_tokens,
-        output: m.usage.output_tokens,
-        cached_input: m.usage.cache_read_tokens,
-    };
+    exec.outcome.tokens = m.usage.as_token_usage();
     exec.warnings
         .retain(|w| !w.starts_with("the reported cost "));
     exec.warnings.push(format!(

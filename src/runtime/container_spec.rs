@@ -377,6 +377,7 @@ mod tests {
             image: "agent:1".into(),
             model: None,
             max_turns: None,
+            args: Vec::new(),
             env_overlay: vec![EnvVar {
                 name: "ANTHROPIC_API_KEY".into(),
                 from_host: "WORK_KEY".into(),

@@ -269,10 +269,11 @@ pub(super) fn connect(target: &PgTarget) -> Result<Store> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(10));
     }
-    let client = config.connect(NoTls).map_err(|e| StoreError::Unreachable {
-        shown: target.shown.clone(),
-        detail: e.to_string(),
-    })?;
+    let client =
+        super::sql::off_runtime(|| config.connect(NoTls)).map_err(|e| StoreError::Unreachable {
+            shown: target.shown.clone(),
+            detail: e.to_string(),
+        })?;
     let store = Store {
         db: Db::postgres(client),
         path: PathBuf::from(&target.shown),

@@ -42,7 +42,8 @@ pub(super) enum Db {
 }
 
 pub(super) struct PgConn {
-    client: Mutex<postgres::Client>,
+    /// `None` only while being dropped.
+    client: Mutex<Option<postgres::Client>>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_tx: Cell<bool>,
 }
@@ -412,28 +413,49 @@ pub(super) fn render_postgres(sql: &str) -> String {
     out
 }
 
+/// Runs `f` outside any tokio runtime. The `postgres` client blocks on a runtime of its
+/// own (to connect, run a statement, or close when dropped), which tokio refuses inside
+/// another runtime's context (an async task of the daemon calling the store): there, `f`
+/// runs on a plain thread of its own while this one waits, as it would on SQLite's lock.
+pub(super) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 impl PgConn {
-    /// Runs `f` on the client. The `postgres` client blocks on a runtime of its own, which
-    /// tokio refuses inside another runtime's context (an async task of the daemon calling
-    /// the store): there, `f` runs on a plain thread of its own while this one waits, as
-    /// it would on SQLite's file lock.
+    /// Runs `f` on the client ([`off_runtime`]).
     fn call<T: Send>(&self, f: impl FnOnce(&mut postgres::Client) -> T + Send) -> T {
         let client = &self.client;
-        let run = || f(&mut client.lock().unwrap_or_else(|p| p.into_inner()));
-        if tokio::runtime::Handle::try_current().is_err() {
-            return run();
-        }
-        std::thread::scope(|s| match s.spawn(run).join() {
-            Ok(v) => v,
-            Err(panic) => std::panic::resume_unwind(panic),
+        off_runtime(|| {
+            let mut guard = client.lock().unwrap_or_else(|p| p.into_inner());
+            f(guard
+                .as_mut()
+                .expect("the client lives until the connection is dropped"))
         })
+    }
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // Closing the connection blocks on the client's runtime too.
+        let client = self
+            .client
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        off_runtime(move || drop(client));
     }
 }
 
 impl Db {
     pub(super) fn postgres(client: postgres::Client) -> Db {
         Db::Postgres(Box::new(PgConn {
-            client: Mutex::new(client),
+            client: Mutex::new(Some(client)),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
         }))

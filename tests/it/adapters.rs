@@ -443,6 +443,7 @@ fn spec(agent_type: AgentType, cli: &str) -> RunSpec {
         image: "img".into(),
         model: Some("m1".into()),
         max_turns: Some(7),
+        args: Vec::new(),
         env_overlay: vec![],
         volume_mounts: vec![],
         deadline_seconds: 60,
@@ -524,6 +525,23 @@ fn invocations_keep_the_prompt_one_argv_element() {
         assert_eq!(inv.argv, want, "{agent}");
         assert_eq!(inv.stdin, None);
     }
+}
+
+/// Issue 28: OpenCode's `run` auto-rejects permission prompts unless given `--auto`; a
+/// profile's `args` (checked against the descriptor when the config loads) come after
+/// Polyphony's own flags and before the prompt.
+#[test]
+fn opencode_takes_the_profiles_flags_before_the_prompt() {
+    let mut s = spec(AgentType::OpenCode, "opencode");
+    s.args = vec!["--auto".into(), "--agent".into(), "build".into()];
+    let inv = adapter_for(AgentType::OpenCode).invocation(&s, "Fix it");
+    assert_eq!(
+        inv.argv,
+        [
+            "opencode", "run", "--format", "json", "-m", "m1", "--auto", "--agent", "build",
+            "Fix it"
+        ]
+    );
 }
 
 #[test]

@@ -1236,3 +1236,86 @@ fn status_shows_titles_cut_to_fit() {
     let wide = table("300");
     assert!(wide.contains(long), "{wide}");
 }
+
+/// Issue 29: `init --agents claude,codex` writes templates that define and route only to
+/// those agents (the stock ones route web research to gemini, and define kimi); with one
+/// agent, it is the default and every rule's; an unknown name is a usage error.
+#[test]
+fn init_agents_routes_only_to_the_named_agents() {
+    let checked = |agents: &str| -> serde_json::Value {
+        let home = tempfile::tempdir().unwrap();
+        polyphony(home.path())
+            .args(["init", "--agents", agents])
+            .assert()
+            .success();
+        let out = polyphony(home.path())
+            .args(["config", "check", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let identities = std::fs::read_to_string(home.path().join("identities.yaml")).unwrap();
+        assert!(!identities.contains("gemini: ~/.gemini"), "{identities}");
+        assert!(!identities.contains("kimi: ~/.kimi"), "{identities}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let named = |v: &serde_json::Value| -> Vec<String> {
+        let mut all: Vec<String> = v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_string())
+            .collect();
+        all.sort();
+        all
+    };
+    let routed = |v: &serde_json::Value| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let rules = v["routing"]["rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for r in rules.iter().chain([&v["routing"]["default"]]) {
+            out.insert(r["agent"].as_str().unwrap().to_string());
+            for f in r["fallback"].as_array().unwrap() {
+                out.insert(f.as_str().unwrap().to_string());
+            }
+        }
+        out
+    };
+    let two = checked("claude,codex");
+    assert_eq!(named(&two), ["claude", "codex"], "{}", two["agents"]);
+    assert_eq!(
+        routed(&two).into_iter().collect::<Vec<_>>(),
+        ["claude", "codex"],
+        "{}",
+        two["routing"]
+    );
+    assert_eq!(two["routing"]["default"]["agent"], "claude");
+    assert_eq!(
+        two["routing"]["default"]["fallback"],
+        serde_json::json!(["codex"])
+    );
+    assert!(
+        !two["routing"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "web-research"),
+        "{}",
+        two["routing"]
+    );
+    let one = checked("codex");
+    assert_eq!(named(&one), ["codex"]);
+    assert_eq!(routed(&one).into_iter().collect::<Vec<_>>(), ["codex"]);
+    assert_eq!(one["routing"]["default"]["agent"], "codex");
+    let home = tempfile::tempdir().unwrap();
+    polyphony(home.path())
+        .args(["init", "--agents", "claude,cursor"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no template agent `cursor`"));
+}

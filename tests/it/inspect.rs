@@ -50,6 +50,7 @@ fn spec(task_id: &str, attempt: u32, workspace: PathBuf) -> RunSpec {
     RunSpec {
         workspace,
         max_turns: Some(10),
+        args: Vec::new(),
         network: NetworkMode::Bridge,
         egress: Default::default(),
         ..run_spec(task_id, attempt)

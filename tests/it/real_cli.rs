@@ -164,6 +164,8 @@ struct Setup<'a> {
     /// through its attempt's egress proxy's allowlist (with the gateway on, the CLI talks
     /// to the gateway in that proxy, which forwards to the identity's base URL).
     through_proxy: bool,
+    /// The identity's `cost_ceiling_usd_per_day`.
+    ceiling: Option<f64>,
 }
 
 impl Default for Setup<'_> {
@@ -174,6 +176,7 @@ impl Default for Setup<'_> {
             fallback: None,
             github: None,
             through_proxy: false,
+            ceiling: None,
         }
     }
 }
@@ -231,6 +234,9 @@ impl Home {
         std::fs::create_dir_all(&login).expect("login dir");
         std::fs::write(login.join("settings.json"), "{}\n").expect("settings.json");
         let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n", login.display());
+        if let Some(usd) = setup.ceiling {
+            identities.push_str(&format!("    cost_ceiling_usd_per_day: {usd}\n"));
+        }
         let mut fallback = "[]";
         if setup.fallback.is_some() {
             identities.push_str(&format!("  - name: second\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL_2\n", login.display()));
@@ -1052,6 +1058,546 @@ async fn real_claude_keeps_its_gateway_across_a_daemon_kill_9() {
         "real_claude_keeps_its_gateway_across_a_daemon_kill_9: {:?}",
         started.elapsed()
     );
+}
+
+/// An RFC 3339 stamp of `status --json`.
+fn stamp(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_else(|| panic!("no time: {v}")))
+        .unwrap_or_else(|e| panic!("{v}: {e}"))
+        .with_timezone(&chrono::Utc)
+}
+
+/// `docker ls -q` of this home's containers (`kind` = container) or networks of `task`,
+/// filtered further by `extra` labels.
+fn of_task(kind: &str, home: &Home, task: &str, extra: &[String]) -> Vec<String> {
+    let mut cmd = std::process::Command::new("docker");
+    cmd.args([kind, "ls", "-q"]).args([
+        "--filter",
+        &format!("label=polyphony.task={task}"),
+        "--filter",
+        &format!(
+            "label=polyphony.home={}",
+            polyphony::runtime::home_label(&home.path)
+        ),
+    ]);
+    for f in extra {
+        cmd.args(["--filter", f]);
+    }
+    let out = cmd.output().expect("docker ls");
+    text(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// Issue 26: a 429 whose headers give the reset (`anthropic-ratelimit-unified-reset`, 25 s
+/// after the request; `retry-after` says an hour and must not win) parks the task until
+/// exactly that instant: FAILED with the quota wait and the next attempt at the headers'
+/// second, no failure counted, and the daemon's next attempt (the model then fixes add())
+/// starts no earlier and lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_parks_until_the_reset_its_429_headers_give() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("park");
+    let reset = std::sync::Arc::new(std::sync::Mutex::new(None::<i64>));
+    let sent = reset.clone();
+    let api = ScriptedAnthropic::start(net.gateway, move |turn: &Turn<'_>| {
+        let mut sent = sent.lock().expect("lock");
+        if sent.is_none() {
+            let at = chrono::Utc::now().timestamp() + 25;
+            *sent = Some(at);
+            return Reply::RateLimited {
+                retry_after_secs: 3600,
+                reset_epoch: at,
+            };
+        }
+        fix_then_stop(turn)
+    })
+    .await
+    .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+    let daemon = home.start(&["daemon"]);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let parked = loop {
+        let list = home.tasks().await;
+        let t = list.into_iter().find(|t| t["id"] == id.as_str());
+        if let Some(t) = t.filter(|t| !t["quota_wait"].is_null()) {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "never parked: {}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let at = reset.lock().expect("lock").expect("the 429 was sent");
+    assert_eq!(parked["state"], "FAILED", "{parked:#}");
+    assert_eq!(parked["failures"], 0, "{parked:#}");
+    assert_eq!(parked["quota_wait"]["agent"], "claude", "{parked:#}");
+    assert_eq!(stamp(&parked["quota_wait"]["until"]).timestamp(), at);
+    assert_eq!(stamp(&parked["next_attempt_at"]).timestamp(), at);
+
+    let landed = home
+        .wait_for(&id, Duration::from_secs(150), &|| daemon.log(), |v| {
+            v["task"]["state"] == "LANDED"
+        })
+        .await;
+    let a = attempts(&landed);
+    let statuses: Vec<&str> = a
+        .iter()
+        .map(|x| x["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(statuses, ["quota", "succeeded"], "{a:#?}");
+    assert!(
+        stamp(&a[1]["started_at"]).timestamp() >= at,
+        "the next attempt started before the reset: {a:#?}"
+    );
+    assert_eq!(landed["task"]["failures"], 0);
+    daemon.signal(libc::SIGTERM);
+    println!(
+        "real_claude_parks_until_the_reset_its_429_headers_give: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 26: the identity's daily ceiling is $10 and the first agent request is billed
+/// $9.99 (its scripted cache reads at the home's price for the CLI's model): the gateway
+/// refuses the second request before it goes out, the attempt ends as `budget` at that
+/// request (the daemon stops the CLI there; no failure counted) and the task waits for the next UTC midnight. The daemon's clock is the
+/// test's (the orchestrator runs in this process with an injected clock, so no time override
+/// exists in the product): set to three seconds before that midnight, the task waits them
+/// out, runs again on the new day's budget and lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_lands() {
+    use polyphony::orchestrator::drive::drive;
+    use polyphony::orchestrator::pipeline::RunOptions;
+    use polyphony::orchestrator::{AttemptEnd, Orchestrator, QuietProgress};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("budget");
+    // The first agent request bills the scripted 5000 cache-read tokens, which the home's
+    // price for the CLI's model (`gateway.prices`) makes $9.99; every later one reads
+    // nothing from the cache.
+    let first = Arc::new(AtomicBool::new(true));
+    let once = first.clone();
+    let api = ScriptedAnthropic::start(net.gateway, move |turn: &Turn<'_>| {
+        let reply = fix_then_stop(turn);
+        if once.swap(false, Ordering::SeqCst) {
+            reply
+        } else {
+            Reply::Billed {
+                reply: Box::new(reply),
+                cache_read_tokens: 0,
+            }
+        }
+    })
+    .await
+    .expect("scripted model API");
+    let cache_read_usd_per_mtok =
+        9.99 / polyphony::scripted_model::CACHE_READ_TOKENS as f64 * 1_000_000.0;
+    let home = Home::new(
+        &image,
+        &net,
+        &api,
+        Setup {
+            ceiling: Some(10.0),
+            ..Setup::default()
+        },
+    );
+    let mut config_yaml =
+        std::fs::read_to_string(home.path.join("config.yaml")).expect("config.yaml");
+    config_yaml.push_str(&format!(
+        "gateway:\n  prices:\n    claude-opus-5-5: {{input: 4, output: 20, cache_write: 5, cache_read: {cache_read_usd_per_mtok}}}\n"
+    ));
+    std::fs::write(home.path.join("config.yaml"), config_yaml).expect("config.yaml");
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+
+    let config = polyphony::config::Config::load(&home.path).expect("the home's config");
+    let runtime = polyphony::runtime::DockerRuntime::connect()
+        .await
+        .expect("Docker")
+        .with_proxy_binary(support::home::BIN);
+    let (key, url) = (API_KEY.to_string(), api.base_url());
+    let mut orch = Orchestrator::with_runtime(
+        config,
+        Arc::new(runtime),
+        Arc::new(move |name: &str| match name {
+            "POLYPHONY_TEST_ANTHROPIC_KEY" => Some(key.clone()),
+            "POLYPHONY_TEST_ANTHROPIC_URL" => Some(url.clone()),
+            _ => None,
+        }),
+    )
+    .expect("an orchestrator");
+    // The test's clock: 23:00 UTC today, moving with the machine, plus what the test adds.
+    let day = polyphony::identity_policy::utc_day_start(chrono::Utc::now());
+    let (base, midnight) = (
+        day + chrono::Duration::hours(23),
+        day + chrono::Duration::days(1),
+    );
+    let offset = Arc::new(AtomicI64::new(0));
+    let (added, ticking) = (offset.clone(), Instant::now());
+    orch.clock = Arc::new(move || {
+        base + chrono::Duration::milliseconds(added.load(Ordering::SeqCst))
+            + chrono::Duration::from_std(ticking.elapsed()).expect("a duration")
+    });
+    let store = polyphony::store::Store::open(&orch.db_path()).expect("the store");
+    let (_stop, cancel) = tokio::sync::watch::channel(false);
+    let opts = RunOptions {
+        progress: Arc::new(QuietProgress),
+        cancel: cancel.clone(),
+        cancel_means_retry: false,
+    };
+
+    let claimed = store
+        .claim(&id, orch.now())
+        .expect("claim")
+        .expect("claimable");
+    let end = orch.run_claimed(claimed, &opts).await.expect("attempt 1");
+    assert!(
+        matches!(&end, AttemptEnd::Retry { at, .. } if *at == midnight),
+        "{end:?} (want a retry at {midnight})"
+    );
+    assert_eq!(
+        api.turns(),
+        1,
+        "the second request went out: {:?}",
+        api.requests()
+    );
+    let v = home.task(&id).await;
+    let a = attempts(&v);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["status"], "budget", "{a:#?}");
+    let reason = a[0]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("refused a request") && reason.contains("identity's daily"),
+        "{reason}"
+    );
+    assert!(a[0]["cost_usd"].as_f64() >= Some(9.99), "{a:#?}");
+    assert_eq!(v["task"]["state"], "FAILED", "{v:#}");
+    assert_eq!(v["task"]["failures"], 0, "{v:#}");
+    assert_eq!(stamp(&v["task"]["next_attempt_at"]), midnight, "{v:#}");
+    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
+    assert!(
+        events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|e| e["data"]["gateway"]["outcome"] == "refused_budget"),
+        "no refused request in the events:\n{events}"
+    );
+
+    // Three seconds before the reset by the daemon's clock: it waits them out and lands.
+    let now = orch.now();
+    offset.fetch_add((midnight - now).num_milliseconds() - 3000, Ordering::SeqCst);
+    let said = std::sync::Mutex::new(Vec::new());
+    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
+    let task = store.get_task(&id).expect("read").expect("the task");
+    let end = drive(&orch, &store, task, &opts, cancel, &say)
+        .await
+        .expect("driven");
+    let said = said.lock().expect("lock").clone();
+    assert!(
+        matches!(end, Some(ref e) if e.is_landed()),
+        "{end:?}\n{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with("waiting ") && l.contains("before trying again (0 of")),
+        "{said:?}"
+    );
+    let v = home.task(&id).await;
+    let a = attempts(&v);
+    let statuses: Vec<&str> = a
+        .iter()
+        .map(|x| x["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(statuses, ["budget", "succeeded"], "{a:#?}");
+    assert!(stamp(&a[1]["started_at"]) >= midnight, "{a:#?}");
+    assert_eq!(v["task"]["failures"], 0);
+    assert!(api.credentials().iter().all(|c| c == API_KEY));
+    println!(
+        "real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_lands: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 26: the gateway is its attempt's agent's alone. While the real Claude sleeps in a
+/// tool step between its two model requests, the test starts a second container on the
+/// attempt's internal network presenting the attempt's own placeholder (read from the agent
+/// container): the gateway refuses it (401, never forwarded). From the test's network (where
+/// another attempt's proxy would be) the gateway is refused too: unreachable, or the same
+/// 401. The agent's own second request still passes and the task lands.
+fn sleep_long_then_fix(turn: &Turn<'_>) -> Reply {
+    if turn.transcript.contains("tool_result") {
+        Reply::Text("Fixed add().".into())
+    } else {
+        // Not a leading `sleep`: Claude Code 2.1.332 blocks long ones.
+        Reply::Bash(format!("timeout 40 tail -f /dev/null; {FIX}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_container_presenting_the_attempts_placeholder_is_refused() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let net = TestNetwork::create("gwpeer");
+    let api = ScriptedAnthropic::start(net.gateway, sleep_long_then_fix)
+        .await
+        .expect("scripted model API");
+    let home = Home::new(&image, &net, &api, Setup::default());
+    let id = home
+        .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+        .await;
+    let mut daemon = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.turns() < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no model request: {}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let agent = of_task(
+        "container",
+        &home,
+        &id,
+        &["label=polyphony.role=agent".into()],
+    );
+    assert_eq!(agent.len(), 1, "{agent:?}");
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{range .Config.Env}}{{println .}}{{end}}",
+            &agent[0],
+        ])
+        .output()
+        .expect("docker inspect");
+    let env = text(&out.stdout);
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in the agent's environment"))
+            .to_string()
+    };
+    let placeholder = var("ANTHROPIC_API_KEY");
+    assert!(placeholder.starts_with("polyphony-gw-"), "{placeholder}");
+    let gateway = var("ANTHROPIC_BASE_URL");
+    let host = gateway
+        .trim_start_matches("http://")
+        .trim_end_matches(":3129")
+        .to_string();
+    let internal = of_task("network", &home, &id, &[]);
+    assert_eq!(internal.len(), 1, "{internal:?}");
+    let proxy = of_task(
+        "container",
+        &home,
+        &id,
+        &["label=polyphony.role=egress".into()],
+    );
+    assert_eq!(proxy.len(), 1, "{proxy:?}");
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            &format!(
+                "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+                net.name
+            ),
+            &proxy[0],
+        ])
+        .output()
+        .expect("docker inspect proxy");
+    let outside_ip = text(&out.stdout).trim().to_string();
+    // A raw HTTP request with the placeholder from a fresh container on `network` (bash's
+    // /dev/tcp; at most 8 s, an unreachable address says CONNECT-FAILED). Not labelled
+    // with the home: the daemon would take it for one of its own containers.
+    let probe = |network: &str, host: &str| {
+        let request = "exec 3<>/dev/tcp/$GW_HOST/3129 || exit 1; \
+             printf 'POST /v1/messages HTTP/1.1\r\nHost: gw\r\nx-api-key: %s\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n' \"$GW_KEY\" >&3; \
+             cat <&3";
+        let out = std::process::Command::new("docker")
+            .args([
+                "run",
+                "--rm",
+                "--network",
+                network,
+                "--entrypoint",
+                "/bin/bash",
+            ])
+            .args(["-e", &format!("GW_HOST={host}")])
+            .args(["-e", &format!("GW_KEY={placeholder}")])
+            .args(["-e", &format!("PROBE={request}")])
+            .args([
+                image.as_str(),
+                "-c",
+                "timeout 8 bash -c \"$PROBE\" || echo CONNECT-FAILED $?",
+            ])
+            .output()
+            .expect("docker run");
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    };
+    let proxy_log = || {
+        let out = std::process::Command::new("docker")
+            .args(["logs", "--tail", "8", &proxy[0]])
+            .output()
+            .expect("docker logs");
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    };
+    let inside = probe(&internal[0], &host);
+    assert!(
+        inside.contains("HTTP/1.1 401") && inside.contains("in use by another client"),
+        "a second container on the attempt's network got:\n{inside}\nproxy:\n{}",
+        proxy_log()
+    );
+    let outside = probe(&net.name, &outside_ip);
+    assert!(
+        outside.contains("CONNECT-FAILED")
+            || (outside.contains("HTTP/1.1 401") && outside.contains("another client")),
+        "a container on the proxy's outbound network got:\n{outside}"
+    );
+
+    let status = daemon.wait(Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", daemon.log());
+    assert_eq!(attempts(&v).len(), 1);
+    assert!(api.turns() >= 2, "{:?}", api.requests());
+    assert!(api.credentials().iter().all(|c| c == API_KEY));
+    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
+    let refused = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["data"]["gateway"]["outcome"] == "refused_client")
+        .count();
+    assert!(refused >= 1, "no refused client in the events:\n{events}");
+    println!(
+        "a_second_container_presenting_the_attempts_placeholder_is_refused: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 26: the gateway is invisible to the CLI. The same scripted conversation runs once
+/// with the gateway off (the CLI reaches the scripted API through its egress proxy's
+/// allowlist) and once through the gateway; the real CLI's output (its stream-json
+/// transcript) is the same line for line, once the values that differ between any two runs
+/// (ids, session ids, timestamps, durations) are blanked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_prints_the_same_with_and_without_the_gateway() {
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let mut outputs = Vec::new();
+    for through_proxy in [true, false] {
+        let net = TestNetwork::create(if through_proxy { "nogw" } else { "withgw" });
+        let api = ScriptedAnthropic::start(net.gateway, fix_then_stop)
+            .await
+            .expect("scripted model API");
+        let home = Home::new(
+            &image,
+            &net,
+            &api,
+            Setup {
+                through_proxy,
+                ..Setup::default()
+            },
+        );
+        let id = home
+            .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
+            .await;
+        let out = home.run(&["spawn", "--task", &id]).await;
+        let v = home.task(&id).await;
+        assert!(out.status.success(), "spawn: {}\n{v:#}", output(&out));
+        assert_eq!(v["task"]["state"], "LANDED", "{v:#}");
+        let gated = api.credentials().iter().all(|c| c == API_KEY);
+        assert!(gated, "the API got another credential");
+        outputs.push(normalised(&home.transcript(&id, 1)));
+    }
+    let (direct, gated) = (&outputs[0], &outputs[1]);
+    assert!(direct.len() >= 3, "{direct:#?}");
+    let mut differences = Vec::new();
+    for (n, (d, g)) in direct.iter().zip(gated).enumerate() {
+        differ(&format!("line {}", n + 1), d, g, &mut differences);
+    }
+    assert!(
+        differences.is_empty() && direct.len() == gated.len(),
+        "{} vs {} lines; differences:\n{}",
+        direct.len(),
+        gated.len(),
+        differences.join("\n")
+    );
+    println!(
+        "real_claude_prints_the_same_with_and_without_the_gateway: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Every path where `a` and `b` differ, with both values (cut to 200 characters).
+fn differ(at: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                differ(
+                    &format!("{at}.{k}"),
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differ(&format!("{at}[{i}]"), p, q, out);
+            }
+        }
+        _ if a != b => {
+            let cut = |v: &Value| v.to_string().chars().take(200).collect::<String>();
+            out.push(format!("{at}: {} | {}", cut(a), cut(b)));
+        }
+        _ => {}
+    }
+}
+
+/// A transcript's JSON lines with run-specific values blanked: ids, session ids, uuids,
+/// timestamps, durations (keys ending in `_ms`), the CLI's per-process socket path.
+fn normalised(transcript: &str) -> Vec<Value> {
+    fn blank(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for (k, x) in map.iter_mut() {
+                    let volatile = matches!(
+                        k.as_str(),
+                        "id" | "session_id"
+                            | "uuid"
+                            | "timestamp"
+                            | "tool_use_id"
+                            | "request_id"
+                            | "messaging_socket_path"
+                    ) || k.ends_with("_ms");
+                    if volatile {
+                        *x = Value::Null;
+                    } else {
+                        blank(x);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(blank),
+            _ => {}
+        }
+    }
+    transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|mut v| {
+            blank(&mut v);
+            v
+        })
+        .collect()
 }
 
 // ------------------------------------------------------------------ the real Codex CLI

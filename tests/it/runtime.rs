@@ -82,6 +82,7 @@ impl World {
             image: self.image.clone(),
             model: None,
             max_turns: Some(10),
+            args: Vec::new(),
             env_overlay: vec![],
             volume_mounts: vec![],
             deadline_seconds: 60,

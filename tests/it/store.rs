@@ -34,6 +34,7 @@ fn spec(task_id: &str, attempt: u32, identity: &str) -> RunSpec {
         fallback: vec!["codex".into()],
         identity: identity.into(),
         max_turns: Some(10),
+        args: Vec::new(),
         network: NetworkMode::Bridge,
         egress: Default::default(),
         ..run_spec(task_id, attempt)

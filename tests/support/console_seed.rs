@@ -41,6 +41,7 @@ pub fn spec(task: &str, attempt: u32, agent: &str, identity: &str) -> RunSpec {
         image: "polyphony-worker:latest".into(),
         model: None,
         max_turns: None,
+        args: Vec::new(),
         env_overlay: vec![],
         volume_mounts: vec![],
         deadline_seconds: 1800,

@@ -40,6 +40,7 @@ pub fn run_spec(task_id: &str, attempt: u32) -> RunSpec {
         image: "polyphony-worker:latest".into(),
         model: None,
         max_turns: None,
+        args: Vec::new(),
         env_overlay: vec![],
         volume_mounts: vec![],
         deadline_seconds: 1800,

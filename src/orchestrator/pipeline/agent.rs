@@ -271,6 +271,9 @@ impl AttemptRun<'_> {
             .spend
             .join(&self.task.id, spec.attempt, &spec.identity, budget_file);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let agent_id = match &follow {
+            Follow::Start(id) | Follow::Reattach(id, _) => id.clone(),
+        };
         let agent = async {
             let exec = match follow {
                 Follow::Start(id) => execute::start_created(run, &container, &id).await,
@@ -281,7 +284,7 @@ impl AttemptRun<'_> {
         };
         let live = async {
             if let Some(plan) = &egress {
-                self.follow_proxy(spec, plan, stopped).await;
+                self.follow_proxy(spec, plan, &agent_id, stopped).await;
             }
         };
         let (exec, ()) = tokio::join!(agent, live);
@@ -385,10 +388,15 @@ impl AttemptRun<'_> {
     /// request the gateway records is logged as it happens and its cost counted against the
     /// identity's daily budget of every running attempt of that identity (their budget
     /// files); each refusal is logged at once. The whole log is read again at the end.
+    /// The first request the gateway refuses for the budget ends the attempt there (issue
+    /// 26): the agent's container is killed, and the attempt ends as `budget` (a CLI may
+    /// otherwise retry, or try to compact its context, against the refusal until a limit
+    /// stops it).
     async fn follow_proxy(
         &self,
         spec: &RunSpec,
         plan: &crate::runtime::EgressPlan,
+        agent_id: &str,
         mut stop: tokio::sync::oneshot::Receiver<()>,
     ) {
         use futures_util::StreamExt;
@@ -421,6 +429,12 @@ impl AttemptRun<'_> {
                 }
                 if !report.gateway.is_empty() {
                     self.share_budget(spec, meter.cost_picos);
+                }
+                if let Some(refusal) = meter.budget_refusal.take() {
+                    tracing::info!(task = %self.task.id, attempt = spec.attempt, limit = %refusal.limit, "the model-API gateway refused a request for the budget: the attempt ends");
+                    if let Err(e) = self.orch.runtime.kill(agent_id).await {
+                        tracing::warn!(task = %self.task.id, error = %e, "cannot stop the agent after a budget refusal");
+                    }
                 }
             }
         }
