@@ -4,18 +4,19 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status ingest clone spawn egress daemon http sse soak vacuum (default: all)
+#   SECTION: queue status pg ingest clone spawn egress daemon http sse soak vacuum (default: all)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
 #      examples/bench.rs and examples/bench/attempts.rs), BENCH_SOAK_TASKS (1000),
-#      BENCH_SOAK_CONCURRENCY (4). spawn, daemon and soak need a Docker engine.
+#      BENCH_SOAK_CONCURRENCY (4). spawn, daemon and soak need a Docker engine; pg starts a
+#      throwaway PostgreSQL cluster (scripts/pg-test-cluster.sh; BENCH_PG_URL: use that one).
 #
 # Adding a section: write `section_NAME` printing its Markdown body, add NAME to ALL below.
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status ingest clone spawn egress daemon http sse soak vacuum"
+ALL="queue status pg ingest clone spawn egress daemon http sse soak vacuum"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -68,6 +69,24 @@ section_status() {
   echo "- Command: \`$(env_line BENCH_REPS BENCH_STATUS_TASKS)bench/run.sh status\` (examples/bench.rs \`status\`)"
   echo
   "$harness" status
+}
+
+section_pg() {
+  echo "Issue 27. Claims per second on a PostgreSQL store with 1 and 4 claiming processes, each"
+  echo "beside the bare \`UPDATE … FOR UPDATE SKIP LOCKED RETURNING\` in the same run."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Command: \`$(env_line BENCH_REPS BENCH_TASKS)bench/run.sh pg\` (examples/bench.rs \`pg\`)"
+  echo
+  if [ -n "${BENCH_PG_URL:-}" ]; then
+    "$harness" pg
+    return
+  fi
+  eval "$(scripts/pg-test-cluster.sh start 55470)"
+  # The test cluster runs with fsync off; a benchmark measures durable commits.
+  psql "$POLYPHONY_TEST_PG_URL" -qc "ALTER SYSTEM SET fsync = on" -c "SELECT pg_reload_conf()" >/dev/null
+  BENCH_PG_URL="$POLYPHONY_TEST_PG_URL" "$harness" pg || { scripts/pg-test-cluster.sh stop "$POLYPHONY_TEST_PG_DIR"; return 1; }
+  scripts/pg-test-cluster.sh stop "$POLYPHONY_TEST_PG_DIR"
 }
 
 section_http() {
@@ -169,6 +188,7 @@ heading() {
   case "$1" in
     queue) echo "Queue" ;;
     status) echo "Status at scale" ;;
+    pg) echo "Queue on PostgreSQL" ;;
     ingest) echo "Ingestion through replay" ;;
     clone) echo "Clone per attempt" ;;
     spawn) echo "Spawn overhead" ;;

@@ -34,22 +34,23 @@ pub fn run(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         "polyphony demo --real-claude in {}\n  REAL Claude Code CLI, SCRIPTED model API: no real model is involved",
         dir.display()
     );
-    let image = build_real_image("--real-claude")?;
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home)?;
-    let label = home_label(&home);
-    let network = format!("polyphony-demo-{}", std::process::id());
-    // Set up in a runtime of its own: the listeners' addresses must be in the environment
-    // (the identities' api_keys read host variables) before the daemon's threads start.
-    let gateway = tokio::runtime::Runtime::new()
-        .context("cannot start the async runtime")?
-        .block_on(async {
-            let docker = DockerRuntime::connect().await?;
-            docker.create_network(&network, &label).await
-        })?;
-    eprintln!(
-        "- Docker network {network}; the scripted model API listens on its gateway {gateway}"
-    );
+    on_network(
+        &dir,
+        ("--real-claude", "polyphony-demo", "the scripted model API"),
+        |image, home, network, gateway| claude_on(&dir, image, home, network, gateway, json),
+    )
+}
+
+/// The Claude demo on its network: the scripted APIs' listeners bound on the gateway and
+/// their addresses in the environment before the daemon's runtime starts.
+fn claude_on(
+    dir: &Path,
+    image: &str,
+    home: &Path,
+    network: &str,
+    gateway: std::net::IpAddr,
+    json: bool,
+) -> anyhow::Result<Outcome> {
     let bind = || -> anyhow::Result<std::net::TcpListener> {
         let l = std::net::TcpListener::bind((gateway, 0))
             .with_context(|| format!("cannot listen on {gateway}"))?;
@@ -70,19 +71,51 @@ pub fn run(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     );
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let result = runtime.block_on(demo_in(
-        &dir,
-        &home,
-        &image,
-        (&network, gateway, &ports),
+    runtime.block_on(demo_in(
+        dir,
+        home,
+        image,
+        (network, gateway, &ports),
         limited,
         healthy,
         json,
-    ));
-    let removed = runtime.block_on(async {
-        let docker = DockerRuntime::connect().await?;
-        docker.remove_network(&network).await
-    });
+    ))
+}
+
+/// Builds the image, makes the home and a Docker network of the demo's own (`demo`: its
+/// flag, the network's name prefix, what listens on the gateway), runs `body` with the
+/// image, home, network and gateway, and removes the network whatever `body` returned.
+/// The network is made in a runtime of its own: a demo puts the scripted API's address in
+/// the environment (the identities' api_keys read host variables) before its daemon's
+/// threads start.
+fn on_network(
+    dir: &Path,
+    (flag, prefix, listener): (&str, &str, &str),
+    body: impl FnOnce(&str, &Path, &str, std::net::IpAddr) -> anyhow::Result<Outcome>,
+) -> anyhow::Result<Outcome> {
+    let image = build_real_image(flag)?;
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home)?;
+    let label = home_label(&home);
+    let network = format!("{prefix}-{}", std::process::id());
+    let gateway = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")?
+        .block_on(async {
+            let docker = DockerRuntime::connect().await?;
+            docker.create_network(&network, &label).await
+        })?;
+    eprintln!("- Docker network {network}; {listener} listens on its gateway {gateway}");
+    let result = body(&image, &home, &network, gateway);
+    let removed = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")
+        .and_then(|runtime| {
+            runtime
+                .block_on(async {
+                    let docker = DockerRuntime::connect().await?;
+                    docker.remove_network(&network).await
+                })
+                .map_err(anyhow::Error::from)
+        });
     if let Err(e) = removed {
         eprintln!("warning: could not remove the Docker network {network}: {e}");
     }
@@ -189,28 +222,19 @@ pub fn run_codex(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         "polyphony demo --real-codex in {}\n  REAL Codex CLI, SCRIPTED model API (OpenAI Responses): no real model is involved",
         dir.display()
     );
-    let image = build_real_image("--real-codex")?;
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home)?;
-    let label = home_label(&home);
-    let network = format!("polyphony-demo-codex-{}", std::process::id());
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let gateway = runtime.block_on(async {
-        let docker = DockerRuntime::connect().await?;
-        docker.create_network(&network, &label).await
-    })?;
-    eprintln!(
-        "- Docker network {network}; the scripted Responses API listens on its gateway {gateway}"
-    );
-    let result = runtime.block_on(codex_demo_in(&dir, &home, &image, &network, gateway, json));
-    let removed = runtime.block_on(async {
-        let docker = DockerRuntime::connect().await?;
-        docker.remove_network(&network).await
-    });
-    if let Err(e) = removed {
-        eprintln!("warning: could not remove the Docker network {network}: {e}");
-    }
-    result
+    on_network(
+        &dir,
+        (
+            "--real-codex",
+            "polyphony-demo-codex",
+            "the scripted Responses API",
+        ),
+        |image, home, network, gateway| {
+            tokio::runtime::Runtime::new()
+                .context("cannot start the async runtime")?
+                .block_on(codex_demo_in(&dir, home, image, network, gateway, json))
+        },
+    )
 }
 
 async fn codex_demo_in(
