@@ -231,6 +231,13 @@ async fn a_trusted_inline_comment_becomes_one_verified_commit_and_one_reply() {
         "names the commit: {}",
         replies[0].1
     );
+    // Issue 29: the reply says what the commit changed (the commented file, here).
+    assert!(
+        replies[0].1.starts_with("Addressed this comment")
+            && replies[0].1.contains("It changed `calc.sh`."),
+        "names what changed: {}",
+        replies[0].1
+    );
 
     // Looking again finds nothing new: the comment is handled, our reply is ours.
     scene.shepherd().await;
@@ -321,6 +328,12 @@ async fn a_review_and_an_addressed_comment_get_one_commit_and_a_reply_each() {
         .iter()
         .any(|r| r.starts_with("Addressed this request")));
     assert!(replies.iter().all(|r| r.contains(&commits[0][..12])));
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.contains("`calc.sh`") && r.contains("`README.md`")),
+        "each reply names what the commit changed: {replies:?}"
+    );
     let v = scene.task(&scene.issue).await;
     assert_eq!(Scene::followups(&v).len(), 1, "{v:#}");
 }

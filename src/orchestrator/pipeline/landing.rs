@@ -165,13 +165,30 @@ impl AttemptRun<'_> {
             (Some(run), _) => {
                 let source = self.orch.sources.of(&self.task).map_err(Failure::crash)?;
                 let summary = ran.result.final_message.as_deref();
+                // What the pushed commit changed, read from our own repository (never the
+                // agent's): the replies name it (issue 29).
+                let changed = {
+                    let (workspaces, ws, sha) = (
+                        self.orch.workspaces.clone(),
+                        ran.ws.clone(),
+                        sha.to_string(),
+                    );
+                    tokio::task::spawn_blocking(move || workspaces.changes(&ws, &sha))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .map(|changes| changes.into_iter().map(|c| c.path).collect::<Vec<_>>())
+                };
                 followup::post_replies(
                     source,
                     &self.store,
                     &self.task,
                     run,
-                    sha,
-                    summary,
+                    &followup::Pushed {
+                        sha,
+                        summary,
+                        changed: changed.as_deref(),
+                    },
                     self.orch.now(),
                 )
                 .await

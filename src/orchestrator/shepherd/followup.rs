@@ -137,6 +137,16 @@ pub fn reply_to(item: &Feedback) -> ReplyPlace {
     }
 }
 
+/// What a follow-up pushed, as its replies describe it.
+#[derive(Debug, Clone, Copy)]
+pub struct Pushed<'a> {
+    pub sha: &'a str,
+    /// The agent's final message.
+    pub summary: Option<&'a str>,
+    /// The paths the commit changed, read from our own repository (None: not readable).
+    pub changed: Option<&'a [String]>,
+}
+
 /// Posts one reply per piece of feedback the follow-up carried, naming the pushed commit;
 /// each is recorded, and found again by its marker when a kill came between post and
 /// record. Errors leave the rest for the resumed landing. Posted through the follow-up's
@@ -146,10 +156,14 @@ pub async fn post_replies(
     store: &std::sync::Mutex<Store>,
     task: &Task,
     run: &FollowUpRun,
-    sha: &str,
-    summary: Option<&str>,
+    pushed: &Pushed<'_>,
     now: DateTime<Utc>,
 ) -> Result<(), SourceError> {
+    let Pushed {
+        sha,
+        summary,
+        changed,
+    } = *pushed;
     let task_id = task.id.as_str();
     for item in &run.plan.feedback {
         let key = item.key();
@@ -157,7 +171,7 @@ pub async fn post_replies(
         if recorded.is_some() {
             continue;
         }
-        let body = text::reply(item, sha, task_id, summary);
+        let body = text::reply(item, sha, task_id, summary, changed);
         let marker = text::reply_marker(item);
         let id = source.reply(task, reply_to(item), &marker, &body).await?;
         // A kill here leaves the reply posted but unrecorded: its marker finds it again.

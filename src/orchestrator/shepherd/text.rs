@@ -120,8 +120,16 @@ pub fn body(pr_number: u64, branch: &str, base: &str, plan: &FollowUp) -> String
     out
 }
 
-/// The one reply to a piece of feedback once its follow-up landed.
-pub fn reply(item: &Feedback, sha: &str, task_id: &str, summary: Option<&str>) -> String {
+/// The one reply to a piece of feedback once its follow-up landed. `changed`: the paths the
+/// pushed commit changed, read from our own repository (None when they could not be read).
+/// An inline comment on a file the commit did not touch is not called addressed (issue 29).
+pub fn reply(
+    item: &Feedback,
+    sha: &str,
+    task_id: &str,
+    summary: Option<&str>,
+    changed: Option<&[String]>,
+) -> String {
     let short = &sha[..sha.len().min(12)];
     // The agent's words: quoted the way a PR body quotes them (no @mentions, markers or
     // closing keywords).
@@ -134,15 +142,50 @@ pub fn reply(item: &Feedback, sha: &str, task_id: &str, summary: Option<&str>) -
             )
         })
         .unwrap_or_default();
-    let addressed = match &item.place {
-        Place::Inline { .. } => "this comment",
-        Place::Review { .. } => "this review",
-        Place::Conversation => "this request",
+    let done = format!("in {short} (Polyphony follow-up {task_id}, verified before the push)");
+    let first = match (&item.place, changed) {
+        (Place::Inline { path, .. }, Some(paths)) if !paths.iter().any(|p| p == path) => {
+            format!(
+                "Answered this comment {done}; that commit changed {} but not {}.",
+                file_list(paths),
+                code_name(path)
+            )
+        }
+        (place, changed) => {
+            let addressed = match place {
+                Place::Inline { .. } => "this comment",
+                Place::Review { .. } => "this review",
+                Place::Conversation => "this request",
+            };
+            let files = changed
+                .map(|paths| format!(" It changed {}.", file_list(paths)))
+                .unwrap_or_default();
+            format!("Addressed {addressed} {done}.{files}")
+        }
     };
-    format!(
-        "Addressed {addressed} in {short} (Polyphony follow-up {task_id}, verified before the push).{what}\n\n{}",
-        reply_marker(item)
-    )
+    format!("{first}{what}\n\n{}", reply_marker(item))
+}
+
+/// At most ten of the commit's paths, each as inline code, then how many more.
+fn file_list(paths: &[String]) -> String {
+    const SHOWN: usize = 10;
+    if paths.is_empty() {
+        return "no file".into();
+    }
+    let mut names: Vec<String> = paths.iter().take(SHOWN).map(|p| code_name(p)).collect();
+    if paths.len() > SHOWN {
+        names.push(format!("{} more", paths.len() - SHOWN));
+    }
+    match names.len() {
+        1 => names.remove(0),
+        n => format!("{} and {}", names[..n - 1].join(", "), names[n - 1]),
+    }
+}
+
+/// A path (the agent chose its name) as inline code that notifies nobody and closes no
+/// code span (the same spelling the blocked comment gives agent text).
+fn code_name(path: &str) -> String {
+    crate::sources::github::landing::inline_agent_text(path)
 }
 
 /// The hidden marker of the reply to `item`: found again, it is never posted twice.
@@ -258,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_reply_names_the_commit_and_carries_its_marker() {
-        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", None);
+        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", None, None);
         assert!(reply.contains(&"c".repeat(12)), "{reply}");
         assert!(reply.contains("<!-- polyphony:reply:review-comment:7 -->"));
     }
@@ -266,9 +309,47 @@ mod tests {
     #[test]
     fn the_agents_summary_in_a_reply_notifies_nobody_and_hides_no_marker() {
         let summary = "Done, @alice. <!-- polyphony:hand-off -->";
-        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", Some(summary));
+        let reply = reply(&inline(), &"c".repeat(40), "o/r#1-f1", Some(summary), None);
         assert!(reply.contains("> Done, alice."), "{reply}");
         assert!(!reply.contains("@alice"), "{reply}");
         assert!(!reply.contains("polyphony:hand-off"), "{reply}");
+    }
+
+    #[test]
+    fn a_reply_names_what_its_commit_changed() {
+        let sha = "c".repeat(40);
+        let touched = vec!["lib.sh".to_string(), "README.md".to_string()];
+        let reply = reply(&inline(), &sha, "o/r#1-f1", None, Some(&touched));
+        assert!(
+            reply.starts_with("Addressed this comment in cccccccccccc"),
+            "{reply}"
+        );
+        assert!(
+            reply.contains("It changed `lib.sh` and `README.md`."),
+            "{reply}"
+        );
+    }
+
+    #[test]
+    fn a_comment_on_a_file_the_commit_did_not_touch_is_not_called_addressed() {
+        let sha = "c".repeat(40);
+        let other = vec!["calc.sh".to_string()];
+        let reply = reply(&inline(), &sha, "o/r#1-f1", None, Some(&other));
+        assert!(!reply.contains("Addressed"), "{reply}");
+        assert!(
+            reply.contains("that commit changed `calc.sh` but not `lib.sh`."),
+            "{reply}"
+        );
+    }
+
+    #[test]
+    fn file_names_notify_nobody_and_long_lists_are_cut() {
+        let sha = "c".repeat(40);
+        let mut paths: Vec<String> = (0..12).map(|i| format!("f{i}.sh")).collect();
+        paths[0] = "@mallory `x`.sh".into();
+        let reply = reply(&inline(), &sha, "o/r#1-f1", None, Some(&paths));
+        assert!(!reply.contains("@mallory"), "{reply}");
+        assert!(reply.contains("and 2 more"), "{reply}");
+        assert!(!reply.contains("f11.sh"), "{reply}");
     }
 }
