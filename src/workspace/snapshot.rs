@@ -383,20 +383,8 @@ impl WorkspaceManager {
             .args(["ls-remote", "--refs", "--", &target, &full])
             .current_dir(&self.mirror_root)
             .token(&askpass, token, &target)
-            .run()
-            .map_err(|e| match e {
-                WorkspaceError::Git { op, code, stderr } => WorkspaceError::Git {
-                    op,
-                    code,
-                    stderr: scrub(&stderr, token),
-                },
-                other => other,
-            })?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .find(|(_, name)| *name == full)
-            .map(|(oid, _)| oid.to_string()))
+            .run();
+        ls_remote_sha(out, &full, token)
     }
 
     /// The commit `refs/heads/{branch}` names at the upstream, `None` when it does not exist.
@@ -414,20 +402,8 @@ impl WorkspaceManager {
             .git("ls-remote")
             .args(["ls-remote", "--refs", "--", &target, &full])
             .token(&askpass, token, &target)
-            .run()
-            .map_err(|e| match e {
-                WorkspaceError::Git { op, code, stderr } => WorkspaceError::Git {
-                    op,
-                    code,
-                    stderr: scrub(&stderr, token),
-                },
-                other => other,
-            })?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .find(|(_, name)| *name == full)
-            .map(|(oid, _)| oid.to_string()))
+            .run();
+        ls_remote_sha(out, &full, token)
     }
 }
 
@@ -600,6 +576,28 @@ fn quote(path: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// The commit `full` (a whole ref name) names in `git ls-remote`'s answer, `None` when it is
+/// not there; a failure's stderr has `token` scrubbed out.
+fn ls_remote_sha(
+    out: Result<std::process::Output, WorkspaceError>,
+    full: &str,
+    token: Option<&str>,
+) -> Result<Option<String>, WorkspaceError> {
+    let out = out.map_err(|e| match e {
+        WorkspaceError::Git { op, code, stderr } => WorkspaceError::Git {
+            op,
+            code,
+            stderr: scrub(&stderr, token),
+        },
+        other => other,
+    })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .find(|(_, name)| *name == full)
+        .map(|(oid, _)| oid.to_string()))
 }
 
 #[cfg(test)]
