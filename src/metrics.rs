@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -89,7 +89,6 @@ fn duration_histogram() -> Histogram {
 /// Every metric this process exports.
 pub struct Metrics {
     registry: Registry,
-    tasks: Family<StateLabels, Gauge>,
     attempts: Family<AttemptLabels, Counter>,
     attempt_duration: Family<AgentLabels, Histogram, fn() -> Histogram>,
     verification_duration: Histogram,
@@ -112,7 +111,6 @@ impl Metrics {
     fn new() -> Metrics {
         let mut registry = Registry::with_prefix("polyphony");
         let m = Metrics {
-            tasks: Family::default(),
             attempts: Family::default(),
             attempt_duration: Family::new_with_constructor(duration_histogram),
             verification_duration: duration_histogram(),
@@ -129,7 +127,6 @@ impl Metrics {
             store_write: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
             registry: Registry::default(),
         };
-        registry.register("tasks", "Tasks in the queue by state", m.tasks.clone());
         registry.register(
             "attempts",
             "Attempts that ended, by agent and outcome",
@@ -363,21 +360,27 @@ pub fn store_write(took: Duration) {
     get().store_write.observe(took.as_secs_f64());
 }
 
-/// The exposition text: the queue gauges set from `tasks_by_state` (every state listed,
-/// zero included), then every metric of this process.
+/// The exposition text: the queue gauges from `tasks_by_state` (every state listed, zero
+/// included), then every metric of this process. The queue gauges belong to this scrape
+/// alone (a registry of their own, not the process-wide one), so two scrapes at once, or
+/// two callers with different counts, never see each other's values.
 pub fn render(tasks_by_state: &BTreeMap<TaskState, u64>) -> String {
-    let m = get();
+    let tasks: Family<StateLabels, Gauge> = Family::default();
     for state in TaskState::ALL {
         let n = tasks_by_state.get(&state).copied().unwrap_or(0);
-        m.tasks
+        tasks
             .get_or_create(&StateLabels {
                 state: state.as_str().to_string(),
             })
             .set(n as i64);
     }
+    let mut queue = Registry::with_prefix("polyphony");
+    queue.register("tasks", "Tasks in the queue by state", tasks);
     let mut out = String::new();
     // Writing into a String cannot fail.
-    let _ = encode(&mut out, &m.registry);
+    let _ = encode_registry(&mut out, &queue);
+    let _ = encode_registry(&mut out, &get().registry);
+    let _ = encode_eof(&mut out);
     out
 }
 
