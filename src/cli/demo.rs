@@ -85,6 +85,23 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     }
     eprintln!("- running the daemon until every task is done (retries back off 10 s, 20 s)\n");
     let env: EnvLookup = Arc::new(|name: &str| std::env::var(name).ok());
+    run_daemon_until_idle(config, docker, env).await?;
+
+    let all_ok = super::demo_report::report(&store, &expected, &home, &origin, json, "codex")?;
+    Ok(if all_ok {
+        Outcome::Success
+    } else {
+        Outcome::NotLanded
+    })
+}
+
+/// Runs the daemon over the demo's queue until every task is done (`--exit-when-idle`),
+/// with progress lines, a signal stopping it as it stops `polyphony daemon`.
+pub(super) async fn run_daemon_until_idle(
+    config: Config,
+    docker: DockerRuntime,
+    env: EnvLookup,
+) -> anyhow::Result<()> {
     let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
     let (tx, rx) = watch::channel(0u32);
     tokio::spawn(super::daemon::count_signals(tx));
@@ -94,11 +111,5 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
         upkeep: None,
     };
     daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
-
-    let all_ok = super::demo_report::report(&store, &expected, &home, &origin, json, "codex")?;
-    Ok(if all_ok {
-        Outcome::Success
-    } else {
-        Outcome::NotLanded
-    })
+    Ok(())
 }
