@@ -189,7 +189,7 @@ async fn demo_in(
     eprintln!("- running the daemon until every task is done (retries back off 10 s, 20 s)\n");
     let env: EnvLookup = Arc::new(|name: &str| std::env::var(name).ok());
     let docker = DockerRuntime::connect().await?;
-    super::demo::run_daemon_until_idle(config, docker, env).await?;
+    super::demo_report::run_daemon_until_idle(config, docker, env).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "claude-b")?;
     if !json {
         println!("(REAL Claude Code CLI; the model's moves were scripted: src/demo.rs `real_claude_script`.)");
@@ -268,7 +268,7 @@ async fn codex_demo_in(
         _ => std::env::var(name).ok(),
     });
     let docker = DockerRuntime::connect().await?;
-    super::demo::run_daemon_until_idle(config, docker, env).await?;
+    super::demo_report::run_daemon_until_idle(config, docker, env).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "codex")?;
     if !json {
         println!(
