@@ -588,6 +588,16 @@ fn daemon_log(home: &Home) -> String {
     home.logs()
 }
 
+/// Starts `polyphony ARGS` (a daemon, `spawn`) and returns it once task `id` is RUNNING.
+async fn start_until_running(home: &Home, id: &str, args: &[&str]) -> Daemon {
+    let started = home.start(args);
+    home.wait_for(id, Duration::from_secs(40), &|| daemon_log(home), |v| {
+        state(v) == "RUNNING"
+    })
+    .await;
+    started
+}
+
 /// How many `Progress i/N` events of `id`'s first attempt the store holds.
 fn progress_events(home: &Home, id: &str) -> i64 {
     home.db()
@@ -629,12 +639,8 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
     );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
-    let mut first = home.start(&["daemon"]);
+    let mut first = start_until_running(&home, &id, &["daemon"]).await;
     let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
     // A few progress events are stored before the crash.
     wait_until(
         Duration::from_secs(20),
@@ -835,12 +841,8 @@ async fn sigterm_leaves_the_attempt_running_and_a_restart_reattaches_it() {
     );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
-    let mut first = home.start(&["daemon", "--json"]);
+    let mut first = start_until_running(&home, &id, &["daemon", "--json"]).await;
     let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
     // The agent is under way (its container started and printed), as a person's restart
     // would find it; RUNNING alone is recorded just before the container starts.
     wait_until(
@@ -1042,12 +1044,8 @@ async fn kill_9_then_container_exits_then_restart_collects_and_lands() {
     );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
-    let mut first = home.start(&["daemon"]);
+    let mut first = start_until_running(&home, &id, &["daemon"]).await;
     let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
     // The agent is under way (it streams progress) when the daemon dies.
     wait_until(
         Duration::from_secs(20),
@@ -1204,12 +1202,7 @@ async fn ctrl_c_during_spawn_cancels_cleanly() {
             "Fix add() slowly",
         )
         .await;
-    let mut spawn = home.start(&["spawn", "--task", &id]);
-    let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
+    let mut spawn = start_until_running(&home, &id, &["spawn", "--task", &id]).await;
     spawn.signal(libc::SIGINT);
     let status = spawn.wait(Duration::from_secs(20)).await;
     assert_eq!(status.code(), Some(1), "{}", spawn.log());
@@ -1330,12 +1323,7 @@ async fn sigterm_with_drain_lets_the_attempt_land() {
     );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
-    let mut daemon = home.start(&["daemon", "--drain"]);
-    let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
+    let mut daemon = start_until_running(&home, &id, &["daemon", "--drain"]).await;
     // Labelled after the signal: must not be claimed.
     daemon.signal(libc::SIGTERM);
     let late = ready_issue(&fake, &repo, "Late", &body_with("polyphony-fake: succeed"));
@@ -1377,12 +1365,7 @@ async fn kill_9_and_container_lost_retries_and_closes_the_attempt() {
             "Fix add() slowly",
         )
         .await;
-    let mut first = home.start(&["daemon"]);
-    let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
+    let mut first = start_until_running(&home, &id, &["daemon"]).await;
     first.child.start_kill().expect("kill -9");
     first.wait(Duration::from_secs(10)).await;
     let ids = home.containers();
@@ -2862,12 +2845,8 @@ async fn cancel_through_the_daemon_kills_the_attempt_and_releases_the_claim() {
     );
     let home = polling_home(&image, &fake, &repo);
     let id = format!("{repo}#{n}");
-    let mut daemon = home.start(&["daemon", "--json"]);
+    let mut daemon = start_until_running(&home, &id, &["daemon", "--json"]).await;
     let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
     wait_until(Duration::from_secs(20), "the agent printed", log, || {
         progress_events(&home, &id) >= 1
     })
@@ -2959,12 +2938,8 @@ async fn cancel_without_a_daemon_removes_the_container_a_restart_would_reattach(
             "Fix add() very slowly",
         )
         .await;
-    let mut daemon = home.start(&["daemon"]);
+    let mut daemon = start_until_running(&home, &id, &["daemon"]).await;
     let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
     wait_until(Duration::from_secs(20), "the agent printed", log, || {
         progress_events(&home, &id) >= 1
     })
@@ -3025,12 +3000,7 @@ async fn cancel_stops_a_spawn_in_the_foreground() {
             "Fix add() very slowly",
         )
         .await;
-    let mut spawn = home.start(&["spawn", "--task", &id]);
-    let log = || daemon_log(&home);
-    home.wait_for(&id, Duration::from_secs(40), &log, |v| {
-        state(v) == "RUNNING"
-    })
-    .await;
+    let mut spawn = start_until_running(&home, &id, &["spawn", "--task", &id]).await;
     let out = home.run(&["cancel", &id, "--by", "bob"]).await;
     assert!(
         out.status.success(),
