@@ -57,6 +57,8 @@ impl Store {
         ])?;
         if inserted == 1 {
             super::refresh_summary(conn, &task.id)?;
+            // New work: the fleet's daemons look now (PostgreSQL; issue 27).
+            super::wake::notify(conn)?;
         }
         Ok(inserted == 1)
         })
