@@ -417,8 +417,24 @@ pub(super) async fn follow_and_collect(
         Ok(Err(e)) => return Err(e),
         Err(_) => None,
     };
-    let info = rt.inspect(id).await?;
+    let mut info = rt.inspect(id).await?;
     let exit_code = exit_code.or(info.exit_code);
+    // The engine learns of an OOM kill from a separate event, which under load can come
+    // after the exit: a SIGKILL (137) under a memory limit with no OOM mark yet is read
+    // again for up to a second before it is called a plain crash.
+    if stop.is_none()
+        && exit_code == Some(137)
+        && !info.oom_killed
+        && info.memory_bytes.is_some_and(|m| m > 0)
+    {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            info = rt.inspect(id).await?;
+            if info.oom_killed {
+                break;
+            }
+        }
+    }
     if stop.is_none() {
         // The agent may have filled the disk after the last measurement.
         if let Some((cap, path)) = &size_cap {
