@@ -37,7 +37,11 @@ pub fn write_sample_repo(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(origin)
 }
 
-/// Writes a home whose agents all run in `image` with dummy logins under `dir/logins`.
+/// Writes a home whose agents all run in `image` with dummy logins under `dir/logins`:
+/// each agent's login directory holds exactly the files its descriptor stages (and the
+/// files beside it), so every mount the identity asks for exists and no attempt warns
+/// about a missing login. The fake agents call no model API, so the home turns the model
+/// gateway off: there is nothing for it to stand in for.
 pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(home)?;
     let logins = dir.join("logins");
@@ -45,13 +49,27 @@ pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
     for agent in crate::domain::AgentType::ALL {
         let login = logins.join(agent.as_str());
         std::fs::create_dir_all(&login)?;
-        std::fs::write(login.join("credentials.json"), "{\"demo\": true}\n")?;
+        let mut files: Vec<PathBuf> = crate::identity::credential_files(agent)
+            .iter()
+            .map(|f| login.join(f))
+            .collect();
+        for (suffix, _) in crate::identity::sibling_files(agent) {
+            let mut beside = login.clone().into_os_string();
+            beside.push(suffix);
+            files.push(PathBuf::from(beside));
+        }
+        for file in files {
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&file, dummy_login(&file))?;
+        }
         volumes.push_str(&format!("      {agent}: {}\n", login.display()));
     }
     std::fs::write(
         home.join("config.yaml"),
         format!(
-            "# Written by `polyphony demo`.\npoll_interval: 30s\nmax_concurrent_agents: 4\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\n# The offline fake agents reach nothing: no network at all.\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
+            "# Written by `polyphony demo`.\npoll_interval: 30s\nmax_concurrent_agents: 4\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\n# The offline fake agents reach nothing: no network at all.\negress:\n  mode: none\n# They call no model API either: no gateway to stand in for one.\ngateway:\n  enabled: false\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n"
         ),
     )?;
     std::fs::write(
@@ -63,6 +81,15 @@ pub fn write_home(home: &Path, dir: &Path, image: &str) -> anyhow::Result<()> {
         "# Everything goes to claude; codex takes over when claude is out of quota.\ndefault:\n  agent: claude\n  fallback: [codex]\n",
     )?;
     Ok(())
+}
+
+/// A dummy login file's text, valid for its kind (the fake agents read none of them).
+fn dummy_login(file: &Path) -> &'static str {
+    match file.extension().and_then(|e| e.to_str()) {
+        Some("json") => "{\"demo\": true}\n",
+        Some("toml") => "# A dummy login written by `polyphony demo`.\n",
+        _ => "polyphony-demo\n",
+    }
 }
 
 /// One demo task: title, body (with the fake agents' directives) and the state it must

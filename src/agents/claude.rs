@@ -16,15 +16,12 @@
 use serde_json::{Map, Value};
 
 use super::common::{
-    content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
-    unknown_object, SUMMARY_CHARS,
+    classify_line, content_text, event, one_line, str_of, tool_summary, u64_of, unknown_object,
+    with_prompt, SUMMARY_CHARS,
 };
 use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, FailureKind, Invocation};
 use crate::domain::{AgentType, EventKind, RunSpec, TokenUsage};
-
-/// Prompts at least this long go through stdin instead of argv (ARG_MAX is shared with env).
-pub const STDIN_PROMPT_BYTES: usize = 100 * 1024;
 
 pub struct ClaudeAdapter;
 
@@ -122,24 +119,12 @@ impl AgentAdapter for ClaudeAdapter {
             argv.push("--model".into());
             argv.push(model.clone());
         }
-        // A prompt that starts with `-` would be read as an option; a huge one would hit
-        // ARG_MAX. Print mode reads the prompt from stdin when none is given.
-        if use_stdin(prompt) {
-            Invocation {
-                argv,
-                stdin: Some(prompt.to_string()),
-            }
-        } else {
-            argv.push(prompt.to_string());
-            Invocation { argv, stdin: None }
-        }
+        // Print mode reads the prompt from stdin when none is given.
+        with_prompt(argv, prompt, None, None)
     }
 
     fn classify(&self, line: &str) -> Classified {
-        match parse_object(line) {
-            Ok(map) => classify_object(map),
-            Err(note) => unknown(line, note),
-        }
+        classify_line(line, classify_object)
     }
 
     fn is_final(&self, event: &Classified) -> bool {
@@ -178,11 +163,6 @@ impl AgentAdapter for ClaudeAdapter {
             _ => {}
         }
     }
-}
-
-/// Whether the prompt must go through stdin.
-pub fn use_stdin(prompt: &str) -> bool {
-    prompt.len() >= STDIN_PROMPT_BYTES || prompt.starts_with('-')
 }
 
 fn classify_object(map: Map<String, Value>) -> Classified {

@@ -20,10 +20,9 @@ use regex::Regex;
 use serde_json::{Map, Value};
 use std::sync::LazyLock;
 
-use super::claude::use_stdin;
 use super::common::{
-    content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
-    unknown_object, value_text,
+    classify_line, content_text, event, one_line, str_of, tool_summary, u64_of, unknown_object,
+    value_text, with_prompt,
 };
 use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, ApiRetry, Classified, FailureKind, Invocation};
@@ -121,24 +120,13 @@ impl AgentAdapter for CodexAdapter {
             argv.push("-m".into());
             argv.push(model.clone());
         }
-        // `codex exec` has no turn limit flag; the deadline bounds the run instead.
-        if use_stdin(prompt) {
-            argv.push("-".into());
-            Invocation {
-                argv,
-                stdin: Some(prompt.to_string()),
-            }
-        } else {
-            argv.push(prompt.to_string());
-            Invocation { argv, stdin: None }
-        }
+        // `codex exec` has no turn limit flag; the deadline bounds the run instead. The
+        // prompt `-` reads it from stdin.
+        with_prompt(argv, prompt, None, Some("-"))
     }
 
     fn classify(&self, line: &str) -> Classified {
-        match parse_object(line) {
-            Ok(map) => classify_object(map),
-            Err(note) => unknown(line, note),
-        }
+        classify_line(line, classify_object)
     }
 
     fn is_final(&self, event: &Classified) -> bool {

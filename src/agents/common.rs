@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::Classified;
+use super::{Classified, Invocation};
 use crate::domain::EventKind;
 
 /// Lines longer than this are never parsed (the runtime cuts lines here too, spec §9).
@@ -17,6 +17,49 @@ const MAX_RAW_BYTES: usize = 16 * 1024;
 
 /// Longest summary, in characters.
 pub const SUMMARY_CHARS: usize = 160;
+
+/// Prompts at least this long go through stdin instead of argv (ARG_MAX is shared with env).
+pub const STDIN_PROMPT_BYTES: usize = 100 * 1024;
+
+/// Whether the prompt must go through stdin: one that starts with `-` would be read as an
+/// option, a huge one would hit ARG_MAX.
+pub fn use_stdin(prompt: &str) -> bool {
+    prompt.len() >= STDIN_PROMPT_BYTES || prompt.starts_with('-')
+}
+
+/// `argv` with the prompt handed over: on stdin when [`use_stdin`] says so (`stdin_arg`, such
+/// as Codex's `-`, then ends argv), otherwise as the last argument, after `flag` (such as
+/// `-p`) when the CLI takes one.
+pub fn with_prompt(
+    mut argv: Vec<String>,
+    prompt: &str,
+    flag: Option<&str>,
+    stdin_arg: Option<&str>,
+) -> Invocation {
+    if use_stdin(prompt) {
+        argv.extend(stdin_arg.map(str::to_string));
+        Invocation {
+            argv,
+            stdin: Some(prompt.to_string()),
+        }
+    } else {
+        argv.extend(flag.map(str::to_string));
+        argv.push(prompt.to_string());
+        Invocation { argv, stdin: None }
+    }
+}
+
+/// Classifies one stdout line of a CLI whose every event is a JSON object: the object
+/// through `classify_object`, anything else `unknown`.
+pub fn classify_line(
+    line: &str,
+    classify_object: fn(Map<String, Value>) -> Classified,
+) -> Classified {
+    match parse_object(line) {
+        Ok(map) => classify_object(map),
+        Err(note) => unknown(line, note),
+    }
+}
 
 /// Parses `line` as one JSON object, or says why it is not one.
 pub fn parse_object(line: &str) -> Result<Map<String, Value>, &'static str> {

@@ -15,10 +15,9 @@
 
 use serde_json::{Map, Value};
 
-use super::claude::use_stdin;
 use super::common::{
-    event, one_line, parse_object, str_of, tool_summary, u64_of, unknown, unknown_object,
-    value_text,
+    classify_line, event, one_line, str_of, tool_summary, u64_of, unknown_object, value_text,
+    with_prompt,
 };
 use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
@@ -94,23 +93,11 @@ impl AgentAdapter for GeminiAdapter {
             argv.push(model.clone());
         }
         // Without a TTY the CLI runs headless and reads the prompt from stdin.
-        if use_stdin(prompt) {
-            Invocation {
-                argv,
-                stdin: Some(prompt.to_string()),
-            }
-        } else {
-            argv.push("-p".into());
-            argv.push(prompt.to_string());
-            Invocation { argv, stdin: None }
-        }
+        with_prompt(argv, prompt, Some("-p"), None)
     }
 
     fn classify(&self, line: &str) -> Classified {
-        match parse_object(line) {
-            Ok(map) => classify_object(map),
-            Err(note) => unknown(line, note),
-        }
+        classify_line(line, classify_object)
     }
 
     fn is_final(&self, event: &Classified) -> bool {

@@ -19,10 +19,9 @@ use regex::Regex;
 use serde_json::{Map, Value};
 use std::sync::LazyLock;
 
-use super::claude::use_stdin;
 use super::common::{
     content_text, event, one_line, parse_object, str_of, tool_summary, u64_of, unknown,
-    unknown_object,
+    unknown_object, with_prompt,
 };
 use super::spec::{AgentSpec, BaseUrl, CredentialKind, FailureText, GatewaySpec, WireApi};
 use super::{quota, AgentAdapter, AgentOutcome, Classified, Invocation};
@@ -118,16 +117,7 @@ impl AgentAdapter for KimiAdapter {
             argv.push(steps.to_string());
         }
         // Print mode reads the command from stdin when `-p` is absent and stdin is not a TTY.
-        if use_stdin(prompt) {
-            Invocation {
-                argv,
-                stdin: Some(prompt.to_string()),
-            }
-        } else {
-            argv.push("-p".into());
-            argv.push(prompt.to_string());
-            Invocation { argv, stdin: None }
-        }
+        with_prompt(argv, prompt, Some("-p"), None)
     }
 
     fn classify(&self, line: &str) -> Classified {

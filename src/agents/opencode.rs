@@ -32,9 +32,10 @@
 
 use serde_json::{Map, Value};
 
-use super::claude::use_stdin;
-use super::common::{event, one_line, parse_object, str_of, tool_summary, u64_of, unknown};
-use super::common::{unknown_object, value_text};
+use super::common::{
+    classify_line, event, one_line, str_of, tool_summary, u64_of, unknown_object, value_text,
+    with_prompt,
+};
 use super::quota::{self, ResetHint};
 use super::spec::{AgentSpec, BaseUrl, FailureText, ProfileFlag};
 use super::{AgentAdapter, AgentOutcome, Classified, FailureKind, Invocation};
@@ -152,22 +153,11 @@ impl AgentAdapter for OpenCodeAdapter {
         argv.extend(spec.args.iter().cloned());
         // No turn-limit flag; the deadline bounds the run. With no message, `run` takes
         // the message from piped stdin (`resolveRunInput`).
-        if use_stdin(prompt) {
-            Invocation {
-                argv,
-                stdin: Some(prompt.to_string()),
-            }
-        } else {
-            argv.push(prompt.to_string());
-            Invocation { argv, stdin: None }
-        }
+        with_prompt(argv, prompt, None, None)
     }
 
     fn classify(&self, line: &str) -> Classified {
-        match parse_object(line) {
-            Ok(map) => classify_object(map),
-            Err(note) => unknown(line, note),
-        }
+        classify_line(line, classify_object)
     }
 
     fn is_final(&self, event: &Classified) -> bool {

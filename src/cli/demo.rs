@@ -7,14 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use tokio::sync::watch;
 
 use super::{Context, Outcome};
 use crate::config::Config;
 use crate::demo;
-use crate::orchestrator::daemon::{self, DaemonOptions};
-use crate::orchestrator::progress::LineProgress;
-use crate::orchestrator::{EnvLookup, Orchestrator};
+use crate::orchestrator::EnvLookup;
 use crate::runtime::{ensure_test_image, DockerRuntime};
 use crate::store::StoreHandle;
 
@@ -85,15 +82,7 @@ async fn demo_in(dir: PathBuf, json: bool) -> anyhow::Result<Outcome> {
     }
     eprintln!("- running the daemon until every task is done (retries back off 10 s, 20 s)\n");
     let env: EnvLookup = Arc::new(|name: &str| std::env::var(name).ok());
-    let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
-    let (tx, rx) = watch::channel(0u32);
-    tokio::spawn(super::daemon::count_signals(tx));
-    let opts = DaemonOptions {
-        drain: false,
-        exit_when_idle: true,
-        upkeep: None,
-    };
-    daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
+    super::demo_report::run_daemon_until_idle(config, docker, env).await?;
 
     let all_ok = super::demo_report::report(&store, &expected, &home, &origin, json, "codex")?;
     Ok(if all_ok {

@@ -13,14 +13,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use chrono::Utc;
-use tokio::sync::watch;
 
 use super::Outcome;
 use crate::config::Config;
 use crate::demo;
-use crate::orchestrator::daemon::{self, DaemonOptions};
-use crate::orchestrator::progress::LineProgress;
-use crate::orchestrator::{EnvLookup, Orchestrator};
+use crate::orchestrator::EnvLookup;
 use crate::runtime::{daemon_user, home_label, DockerRuntime, WorkerRuntime as _};
 use crate::scripted_model::ScriptedAnthropic;
 use crate::scripted_openai::ScriptedOpenAi;
@@ -192,15 +189,7 @@ async fn demo_in(
     eprintln!("- running the daemon until every task is done (retries back off 10 s, 20 s)\n");
     let env: EnvLookup = Arc::new(|name: &str| std::env::var(name).ok());
     let docker = DockerRuntime::connect().await?;
-    let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
-    let (tx, rx) = watch::channel(0u32);
-    tokio::spawn(super::daemon::count_signals(tx));
-    let opts = DaemonOptions {
-        drain: false,
-        exit_when_idle: true,
-        upkeep: None,
-    };
-    daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
+    super::demo_report::run_daemon_until_idle(config, docker, env).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "claude-b")?;
     if !json {
         println!("(REAL Claude Code CLI; the model's moves were scripted: src/demo.rs `real_claude_script`.)");
@@ -279,15 +268,7 @@ async fn codex_demo_in(
         _ => std::env::var(name).ok(),
     });
     let docker = DockerRuntime::connect().await?;
-    let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
-    let (tx, rx) = watch::channel(0u32);
-    tokio::spawn(super::daemon::count_signals(tx));
-    let opts = DaemonOptions {
-        drain: false,
-        exit_when_idle: true,
-        upkeep: None,
-    };
-    daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
+    super::demo_report::run_daemon_until_idle(config, docker, env).await?;
     let all_ok = super::demo_report::report(&store, &expected, home, &origin, json, "codex")?;
     if !json {
         println!(

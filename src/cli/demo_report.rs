@@ -1,7 +1,17 @@
-//! The closing table of `polyphony demo` (and `--real-claude`): each task's state against
-//! what the demo promised, as text or `--json`.
+//! What the demos (`polyphony demo`, `--real-claude`, `--real-codex`) share: the daemon run
+//! over their queue, and the closing table, each task's state against what the demo
+//! promised, as text or `--json`.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
 
 use super::print_json;
+use crate::config::Config;
+use crate::orchestrator::daemon::{self, DaemonOptions};
+use crate::orchestrator::progress::LineProgress;
+use crate::orchestrator::{EnvLookup, Orchestrator};
+use crate::runtime::DockerRuntime;
 use crate::store::Store;
 
 /// Prints the outcome of the demo's tasks; whether every one ended as promised.
@@ -77,4 +87,23 @@ pub(super) fn report(
         println!("Branches landed in {}", origin.display());
     }
     Ok(all_ok)
+}
+
+/// Runs the daemon over the demo's queue until every task is done (`--exit-when-idle`),
+/// with progress lines, a signal stopping it as it stops `polyphony daemon`.
+pub(super) async fn run_daemon_until_idle(
+    config: Config,
+    docker: DockerRuntime,
+    env: EnvLookup,
+) -> anyhow::Result<()> {
+    let orch = Arc::new(Orchestrator::with_runtime(config, Arc::new(docker), env)?);
+    let (tx, rx) = watch::channel(0u32);
+    tokio::spawn(super::daemon::count_signals(tx));
+    let opts = DaemonOptions {
+        drain: false,
+        exit_when_idle: true,
+        upkeep: None,
+    };
+    daemon::run(orch, opts, Arc::new(LineProgress::new()), rx).await?;
+    Ok(())
 }

@@ -516,18 +516,28 @@ async fn reconcile(
                 cancel_here(orch, store, &task.id, &request).await?;
                 continue;
             }
-            let record = store.attempt(&task.id, task.attempts)?;
+            let mut record = store.attempt(&task.id, task.attempts)?;
             let container = live.remove(&(task.id.clone(), task.attempts));
-            // Only a container whose id was recorded and that was started is re-attached.
-            // One killed between `docker create` and the record (or before its start) ran
-            // nothing: it is removed and the attempt retried without a failure (issue 19).
+            // The attempt's container is re-attached: a started one is followed on, and one
+            // a kill left created but never started (between `docker create` and the
+            // record, or between the record and the start) is started by the re-attach and
+            // run once, the attempt going on as if nothing happened (issue 29). Its id is
+            // recorded first when the kill came before the record (the container carries
+            // the attempt's labels).
+            if let (Some(r), Some((id, RunState::Created))) = (&record, &container) {
+                if r.container_id.is_none()
+                    && r.status.is_none()
+                    && matches!(state, TaskState::Running | TaskState::Provisioned)
+                {
+                    store.set_container(&task.id, r.attempt, id)?;
+                    tracing::info!(task = %task.id, attempt = r.attempt, container = %id,
+                        "found the attempt's container created and never started; it starts now");
+                    record = store.attempt(&task.id, task.attempts)?;
+                }
+            }
             let resumable = match (&record, state) {
                 (Some(r), TaskState::Running | TaskState::Provisioned) => {
-                    container
-                        .as_ref()
-                        .is_some_and(|(_, run)| *run != RunState::Created)
-                        && r.container_id.is_some()
-                        && r.status.is_none()
+                    container.is_some() && r.container_id.is_some() && r.status.is_none()
                 }
                 (Some(_), TaskState::Verifying) => true,
                 _ => false,

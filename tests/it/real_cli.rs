@@ -704,6 +704,13 @@ async fn demo_real_claude_runs_as_promised() {
         err.contains("REAL Claude Code CLI, SCRIPTED model API"),
         "{err}"
     );
+    // The demo knows what it staged: no warning about its logins (issue 29). The CLI's
+    // own refused connections are real warnings and stay.
+    let about_logins: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" WARN ") && !l.contains("egress refused"))
+        .collect();
+    assert!(about_logins.is_empty(), "{}", about_logins.join("\n"));
     let network = err
         .split_whitespace()
         .find(|w| w.starts_with("polyphony-demo-"))
@@ -2129,6 +2136,13 @@ async fn demo_real_codex_lands_its_task() {
     assert_eq!(rows[0]["agents"], serde_json::json!(["codex"]));
     let err = text(&out.stderr);
     assert!(err.contains("REAL Codex CLI, SCRIPTED model API"), "{err}");
+    // The demo knows what it staged: no warning about its logins (issue 29). The CLI's
+    // own refused connections are real warnings and stay.
+    let about_logins: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" WARN ") && !l.contains("egress refused"))
+        .collect();
+    assert!(about_logins.is_empty(), "{}", about_logins.join("\n"));
     let network = err
         .split_whitespace()
         .find(|w| w.starts_with("polyphony-demo-codex-"))

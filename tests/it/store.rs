@@ -1,5 +1,6 @@
 //! The store against a real SQLite file: migrations, the transition log, the claim race,
-//! attempts, events and idempotency records.
+//! summaries and idempotency records. Attempts, events and landings round-trip on both
+//! backends in `store_contract.rs`.
 
 use crate::support;
 
@@ -8,8 +9,7 @@ use std::sync::{Arc, Barrier};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use polyphony::domain::{
-    AttemptStatus, CheckEvidence, EventKind, EventStream, NetworkMode, Risk, RunResult, RunSpec,
-    SourceKind, Task, TaskEvent, TaskState, TokenUsage,
+    AttemptStatus, NetworkMode, Risk, RunResult, RunSpec, SourceKind, Task, TaskState,
 };
 use polyphony::store::{Store, StoreError};
 use support::spec::{local_task, path_to, run_spec};
@@ -392,142 +392,6 @@ fn summaries_match_the_listing_and_stream_in_order() {
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(ref s) if s == "stop"));
     assert_eq!(calls, 1);
-}
-
-#[test]
-fn attempts_record_spec_result_evidence_and_landing() {
-    let (_dir, store) = temp_store();
-    store.insert_task(&task("t")).unwrap();
-    store.insert_task(&task("u")).unwrap();
-    store
-        .start_attempt(&spec("t", 1, "personal"), t0())
-        .unwrap();
-    assert!(matches!(
-        store.start_attempt(&spec("t", 1, "personal"), t0()),
-        Err(StoreError::AttemptExists { attempt: 1, .. })
-    ));
-    assert!(matches!(
-        store.start_attempt(&spec("ghost", 1, "p"), t0()),
-        Err(StoreError::NotFound(_))
-    ));
-    assert_eq!(store.get_task("t").unwrap().unwrap().attempts, 1);
-    store.set_container("t", 1, "abc123").unwrap();
-    assert!(matches!(
-        store.set_container("t", 9, "x"),
-        Err(StoreError::AttemptNotFound { attempt: 9, .. })
-    ));
-
-    let running = store.attempt("t", 1).unwrap().unwrap();
-    assert_eq!(running.status, None);
-    assert_eq!(running.container_id.as_deref(), Some("abc123"));
-    assert_eq!(running.spec().unwrap(), spec("t", 1, "personal"));
-
-    let result = RunResult {
-        task_id: "t".into(),
-        attempt: 1,
-        agent: "claude".into(),
-        status: AttemptStatus::Succeeded,
-        turns: 7,
-        duration_seconds: 61.5,
-        cost_usd: Some(0.42),
-        tokens: TokenUsage {
-            input: 1000,
-            output: 200,
-            cached_input: 50,
-        },
-        exit_code: Some(0),
-        final_message: Some("Fixed the parser".into()),
-        reason: None,
-        events: 12,
-        artifacts: vec![],
-    };
-    let evidence = vec![CheckEvidence {
-        name: "test".into(),
-        command: "cargo test".into(),
-        exit_code: Some(0),
-        duration_ms: 900,
-        passed: true,
-        output_tail: "test result: ok".into(),
-    }];
-    store
-        .finish_attempt(&result, &evidence, t0() + Duration::minutes(2))
-        .unwrap();
-    store
-        .set_attempt_landing("t", 1, "deadbeef", "polyphony/t-a1", None, t0())
-        .unwrap();
-    store
-        .set_attempt_landing(
-            "t",
-            1,
-            "deadbeef",
-            "polyphony/t-a1",
-            Some("https://github.com/a/b/pull/3"),
-            t0(),
-        )
-        .unwrap();
-
-    let done = &store.attempts("t").unwrap()[0];
-    assert_eq!(done.status, Some(AttemptStatus::Succeeded));
-    assert_eq!(
-        (done.turns, done.cost_usd, done.exit_code),
-        (Some(7), Some(0.42), Some(0))
-    );
-    assert_eq!(done.tokens, Some(result.tokens));
-    assert_eq!(done.evidence, evidence);
-    assert_eq!(done.commit_sha.as_deref(), Some("deadbeef"));
-    assert_eq!(done.finished_at, Some(t0() + Duration::minutes(2)));
-    let landing = store.landing("t").unwrap().unwrap();
-    assert_eq!(
-        landing.pr_url.as_deref(),
-        Some("https://github.com/a/b/pull/3")
-    );
-    assert_eq!(store.landing("u").unwrap(), None);
-
-    // The daily ceiling counts spend since a time, per identity.
-    store
-        .start_attempt(&spec("u", 1, "personal"), t0() + Duration::hours(3))
-        .unwrap();
-    let mut r2 = result.clone();
-    r2.task_id = "u".into();
-    r2.cost_usd = Some(1.0);
-    store
-        .finish_attempt(&r2, &[], t0() + Duration::hours(3))
-        .unwrap();
-    let spent = |since| store.cost_spent_since("personal", since).unwrap();
-    assert!((spent(t0()) - 1.42).abs() < 1e-9);
-    assert!((spent(t0() + Duration::hours(1)) - 1.0).abs() < 1e-9);
-    assert_eq!(store.cost_spent_since("work", t0()).unwrap(), 0.0);
-}
-
-#[test]
-fn events_append_in_order_and_never_duplicate() {
-    let (_dir, store) = temp_store();
-    store.insert_task(&task("t")).unwrap();
-    store.start_attempt(&spec("t", 1, "p"), t0()).unwrap();
-    let ev = |seq: u64| TaskEvent {
-        seq,
-        kind: if seq.is_multiple_of(2) {
-            EventKind::Message
-        } else {
-            EventKind::ToolCall
-        },
-        stream: EventStream::Stdout,
-        summary: format!("event {seq}"),
-        data: serde_json::json!({"n": seq}),
-        at: t0() + Duration::seconds(seq as i64),
-    };
-    let first: Vec<TaskEvent> = (0..5).map(ev).collect();
-    assert_eq!(store.append_events("t", 1, &first).unwrap(), 5);
-    // A crash replays 3..8: only 5..8 are new.
-    let replay: Vec<TaskEvent> = (3..8).map(ev).collect();
-    assert_eq!(store.append_events("t", 1, &replay).unwrap(), 3);
-    let all = store.events("t", 1, None, 100).unwrap();
-    assert_eq!(all.len(), 8);
-    assert_eq!(all, (0..8).map(ev).collect::<Vec<_>>());
-    let page = store.events("t", 1, Some(4), 2).unwrap();
-    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), [5, 6]);
-    // Events need a started attempt.
-    assert!(store.append_events("t", 2, &first).is_err());
 }
 
 #[test]

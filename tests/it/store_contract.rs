@@ -452,14 +452,28 @@ fn walk_to(store: &polyphony::store::Store, id: &str, state: TaskState) {
 }
 
 fn attempts_events_and_landings_round_trip(b: Backend) {
-    use polyphony::domain::{AttemptStatus, CheckEvidence, RunResult, TokenUsage};
+    use polyphony::domain::{
+        AttemptStatus, CheckEvidence, EventKind, NetworkMode, RunResult, RunSpec, TaskEvent,
+        TokenUsage,
+    };
     let store = full(&b);
     store.insert_task(&task("local-1")).unwrap();
     walk_to(&store, "local-1", Running);
-    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    // Every field of the spec round-trips, the optional ones set.
+    let spec = RunSpec {
+        fallback: vec!["codex".into()],
+        max_turns: Some(10),
+        network: NetworkMode::Bridge,
+        ..run_spec("local-1", 1)
+    };
+    store.start_attempt(&spec, t0()).unwrap();
     assert!(matches!(
-        store.start_attempt(&run_spec("local-1", 1), t0()),
+        store.start_attempt(&spec, t0()),
         Err(StoreError::AttemptExists { attempt: 1, .. })
+    ));
+    assert!(matches!(
+        store.start_attempt(&run_spec("ghost", 1), t0()),
+        Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.get_task("local-1").unwrap().unwrap().attempts, 1);
     store.set_container("local-1", 1, "c0ffee").unwrap();
@@ -467,10 +481,20 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
         store.set_container("local-1", 9, "x"),
         Err(StoreError::AttemptNotFound { attempt: 9, .. })
     ));
+    let running = store.attempt("local-1", 1).unwrap().unwrap();
+    assert_eq!(running.status, None);
+    assert_eq!(running.container_id.as_deref(), Some("c0ffee"));
+    assert_eq!(running.spec().unwrap(), spec);
 
-    let events: Vec<_> = (0..5)
-        .map(|i| {
-            message_event(
+    let events: Vec<_> = (0..5u64)
+        .map(|i| TaskEvent {
+            kind: if i.is_multiple_of(2) {
+                EventKind::Message
+            } else {
+                EventKind::ToolCall
+            },
+            at: t0() + Duration::seconds(i as i64),
+            ..message_event(
                 i,
                 &format!("line {i}"),
                 serde_json::json!({"i": i, "s": "é\"q"}),
@@ -484,7 +508,9 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
     let after = store.events("local-1", 1, Some(1), 2).unwrap();
     assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
     assert_eq!(after[0].data, events[2].data);
-    assert_eq!(store.events("local-1", 1, None, 100).unwrap().len(), 5);
+    assert_eq!(store.events("local-1", 1, None, 100).unwrap(), events);
+    // Events need a started attempt.
+    assert!(store.append_events("local-1", 2, &events).is_err());
 
     let result = RunResult {
         task_id: "local-1".into(),
@@ -518,12 +544,15 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
         .unwrap();
     let done = store.attempt("local-1", 1).unwrap().unwrap();
     assert_eq!(done.status, Some(AttemptStatus::Succeeded));
-    assert_eq!(done.turns, Some(7));
-    assert_eq!(done.cost_usd, Some(0.42));
-    assert_eq!(done.tokens.unwrap().cached_input, 50);
+    assert_eq!(
+        (done.turns, done.cost_usd, done.exit_code),
+        (Some(7), Some(0.42), Some(0))
+    );
+    assert_eq!(done.tokens, Some(result.tokens));
     assert_eq!(done.evidence, evidence);
+    assert_eq!(done.finished_at, Some(t0() + Duration::minutes(2)));
     assert_eq!(done.container_id.as_deref(), Some("c0ffee"));
-    assert_eq!(done.spec().unwrap(), run_spec("local-1", 1));
+    assert_eq!(done.spec().unwrap(), spec);
     assert_eq!(store.attempts("local-1").unwrap(), vec![done]);
     assert_eq!(
         store.attempt_brief("local-1").unwrap(),
@@ -566,6 +595,26 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
         Some("https://github.example/o/r/pull/7")
     );
     assert!(store.landing("local-2").unwrap().is_none());
+    let landed = store.attempt("local-1", 1).unwrap().unwrap();
+    assert_eq!(landed.commit_sha.as_deref(), Some("deadbeef"));
+
+    // The daily ceiling counts spend since a time, per identity, over every task.
+    store.insert_task(&task("local-2")).unwrap();
+    store
+        .start_attempt(&run_spec("local-2", 1), t0() + Duration::hours(3))
+        .unwrap();
+    let second = RunResult {
+        task_id: "local-2".into(),
+        cost_usd: Some(1.0),
+        ..result.clone()
+    };
+    store
+        .finish_attempt(&second, &[], t0() + Duration::hours(3))
+        .unwrap();
+    let spent = |since| store.cost_spent_since("personal", since).unwrap();
+    assert!((spent(t0()) - 1.42).abs() < 1e-9);
+    assert!((spent(t0() + Duration::hours(1)) - 1.0).abs() < 1e-9);
+    assert_eq!(store.cost_spent_since("work", t0()).unwrap(), 0.0);
     assert_eq!(store.running_attempts().unwrap().len(), 0, "finished");
 }
 

@@ -207,14 +207,24 @@ async fn discard_on_error<T>(
 /// Resumes an attempt whose follower died (daemon restart) without duplicating events:
 /// the logs of `container_id` are re-read from the start, every stdout line still feeds
 /// the adapter (so turns and cost are whole), and only lines from seq `recorded` on are
-/// stored. The deadline counts from the container's own start time.
+/// stored. The deadline counts from the container's own start time. A container that was
+/// created and never started is started first.
 pub async fn reattach(
     run: AgentRun<'_>,
     container_id: &str,
     recorded: u64,
 ) -> Result<AttemptExecution, RuntimeError> {
     let rt = run.runtime;
-    let info = rt.inspect(container_id).await?;
+    let mut info = rt.inspect(container_id).await?;
+    if info.state == crate::runtime::RunState::Created {
+        // A daemon killed between `docker create` and `start` (issue 29): the container
+        // ran nothing yet; it starts now, its deadline counted from here.
+        if let Err(e) = rt.start(container_id).await {
+            let _ = rt.remove(container_id).await;
+            return Err(e);
+        }
+        info = rt.inspect(container_id).await?;
+    }
     let ran_for = info
         .started_at
         .and_then(|t| ((run.clock)() - t).to_std().ok())

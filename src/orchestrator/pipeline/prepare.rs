@@ -211,10 +211,24 @@ impl AttemptRun<'_> {
         };
         // A login directory that does not exist on this host cannot be mounted (Docker
         // refuses the bind); run without it and say so: the agent then reports its own
-        // authentication error, and `polyphony doctor` names the missing path.
+        // authentication error, and `polyphony doctor` names the missing path. When the
+        // identity gives the CLI its model credential through `api_keys` (set on this host),
+        // the login files are not how it logs in (and a gateway drops them anyway): their
+        // absence is no warning (the demos' homes, and any key-only login).
+        let keyed = keyed_login(
+            profile.agent_type,
+            &brokered.env_overlay,
+            self.orch.env.as_ref(),
+        );
         brokered.volume_mounts.retain(|m| {
             let present = m.host_path.exists();
-            if !present {
+            if !present && keyed {
+                tracing::debug!(
+                    identity = %brokered.identity,
+                    path = %m.host_path.display(),
+                    "login file absent; the agent logs in with its api_keys credential"
+                );
+            } else if !present {
                 tracing::warn!(
                     identity = %brokered.identity,
                     path = %m.host_path.display(),
@@ -343,5 +357,59 @@ impl AttemptRun<'_> {
         secrets.extend(self.orch.sources.secrets().iter().map(|(_, s)| s.clone()));
         secrets.extend(crate::orchestrator::secrets::credential_tokens(mounts));
         self.scrubber = Arc::new(Scrubber::new(secrets));
+    }
+}
+
+/// Whether the identity gives `agent` its model credential through `api_keys` (an overlay
+/// entry under a name the CLI reads, whose host variable is set): its login files are then
+/// not how it logs in.
+fn keyed_login(
+    agent: crate::domain::AgentType,
+    overlay: &[EnvVar],
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> bool {
+    crate::orchestrator::gateway_plan::credential_vars(agent)
+        .iter()
+        .any(|(name, _)| {
+            overlay
+                .iter()
+                .any(|v| v.name == *name && env(&v.from_host).is_some_and(|s| !s.is_empty()))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::AgentType;
+
+    fn var(name: &str, from: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            from_host: from.into(),
+        }
+    }
+
+    #[test]
+    fn a_login_by_api_key_needs_no_login_files() {
+        let set = |n: &str| (n == "DEMO_KEY").then(|| "sk-x".to_string());
+        let codex = [var("OPENAI_API_KEY", "DEMO_KEY")];
+        assert!(keyed_login(AgentType::Codex, &codex, &set));
+        let claude = [var("ANTHROPIC_API_KEY", "DEMO_KEY")];
+        assert!(keyed_login(AgentType::Claude, &claude, &set));
+        // A key the CLI does not read, a host variable unset or empty: the files are the login.
+        assert!(!keyed_login(AgentType::Claude, &codex, &set));
+        assert!(!keyed_login(
+            AgentType::Claude,
+            &[var("FAKE_API_KEY", "DEMO_KEY")],
+            &set
+        ));
+        assert!(!keyed_login(
+            AgentType::Codex,
+            &[var("OPENAI_API_KEY", "UNSET")],
+            &set
+        ));
+        let empty = |_: &str| Some(String::new());
+        assert!(!keyed_login(AgentType::Codex, &codex, &empty));
+        assert!(!keyed_login(AgentType::Claude, &[], &set));
     }
 }
