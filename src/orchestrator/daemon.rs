@@ -142,6 +142,10 @@ pub async fn run(
     let mut attempts: Attempts = JoinSet::new();
     let max = orch.config.max_concurrent_agents().max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
+    // The console shows each machine's slots (issue 29): this daemon says how many it runs.
+    if let Err(e) = store.set_machine_slots(&orch.leases.owner.machine, max as u32, orch.now()) {
+        tracing::warn!(error = %e, "cannot record this daemon's agent slots");
+    }
 
     reconcile(
         &orch,

@@ -254,17 +254,6 @@ impl Store {
         )
     }
 
-    /// The latest attempt's agent and the cost of all attempts of a task (for the
-    /// `status` table).
-    pub fn attempt_brief(&self, task_id: &str) -> Result<(Option<String>, Option<f64>)> {
-        self.db.query_row(
-            "SELECT (SELECT agent FROM attempts WHERE task_id = ?1 ORDER BY attempt DESC LIMIT 1), \
-                    (SELECT SUM(cost_usd) FROM attempts WHERE task_id = ?1)",
-            params![task_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-    }
-
     /// Dollars spent by attempts of `identity` started at or after `since` (the daily
     /// cost ceiling of spec §3.2).
     pub fn cost_spent_since(&self, identity: &str, since: DateTime<Utc>) -> Result<f64> {

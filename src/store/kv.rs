@@ -42,3 +42,23 @@ impl Store {
         self.kv_get(FLEET_CLAIMANT)
     }
 }
+
+/// The kv key of a machine's agent slots.
+fn slots_key(machine: &str) -> String {
+    format!("fleet.slots.{machine}")
+}
+
+impl Store {
+    /// Records how many agent slots (`max_concurrent_agents`) the daemon of `machine` runs,
+    /// for the console's per-machine slots (issue 29); each daemon writes it at start.
+    pub fn set_machine_slots(&self, machine: &str, slots: u32, now: DateTime<Utc>) -> Result<()> {
+        self.kv_set(&slots_key(machine), &slots.to_string(), now)
+    }
+
+    /// The agent slots `machine`'s daemon last recorded; `None` when it never did.
+    pub fn machine_slots(&self, machine: &str) -> Result<Option<u32>> {
+        Ok(self
+            .kv_get(&slots_key(machine))?
+            .and_then(|v| v.trim().parse().ok()))
+    }
+}

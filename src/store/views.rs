@@ -41,6 +41,9 @@ pub struct RunningAttempt {
     pub identity: String,
     pub branch: String,
     pub started_at: DateTime<Utc>,
+    /// The machine whose daemon holds the task's claim (issue 27); `None` for a claim
+    /// written without an owner (`spawn`, or before schema 8).
+    pub machine: Option<String>,
 }
 
 /// One task as a listing shows it (`polyphony status --json`): what identifies it, where
@@ -262,8 +265,8 @@ impl Store {
 
     /// Attempts that started and have not ended, oldest first.
     pub fn running_attempts(&self) -> Result<Vec<RunningAttempt>> {
-        let stmt_sql = "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at \
-             FROM attempts a JOIN tasks t ON t.id = a.task_id \
+        let stmt_sql = "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at, c.machine \
+             FROM attempts a JOIN tasks t ON t.id = a.task_id LEFT JOIN claims c ON c.task_id = a.task_id \
              WHERE a.status IS NULL AND t.state IN ('PROVISIONED', 'RUNNING', 'VERIFYING') \
              ORDER BY a.started_at";
         let rows = self.db.query_map(stmt_sql, params![], |r| {
@@ -276,6 +279,7 @@ impl Store {
                 identity: r.get(5)?,
                 branch: r.get(6)?,
                 started_at: time_col(r, 7)?,
+                machine: r.get(8)?,
             })
         })?;
         Ok(rows)

@@ -803,3 +803,90 @@ async fn cancel_on_a_running_slot_records_the_request_with_who_asked() {
         "{log:?}"
     );
 }
+
+/// Issue 29: once there is a fleet (a running attempt claimed by another machine's
+/// daemon), the Now panel shows the agent slots per machine, this one first, each with
+/// its busy and idle slots; a home of one machine shows one list without headings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_now_panel_shows_agent_slots_per_machine_in_a_fleet() {
+    use polyphony::store::Owner;
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (dir, addr, _) = seeded(None).await;
+    let db = dir.path().join("queue.db");
+    // What the Now panel shows: each group's heading, and each list's slots as
+    // `task` (busy) or `idle`.
+    const READ: &str = "JSON.stringify({heads: Array.from(document.querySelectorAll('#now h3.machine')).map(function(e){return e.textContent.trim()}), lists: Array.from(document.querySelectorAll('#now ul.slots')).map(function(u){return {machine: u.getAttribute('data-machine'), slots: Array.from(u.querySelectorAll('li.slot')).map(function(l){return l.getAttribute('data-task') || 'idle'})}}), summary: document.getElementById('summary').textContent})";
+    let (alone, fleet) = with_browser(binary, 1280, move |b| {
+        b.goto(&format!("http://{addr}/"));
+        let alone = b.eval(READ).as_str().unwrap_or_default().to_string();
+        // local-2 is this machine's; a second machine, `far`, runs 3 slots and one attempt.
+        let store = Store::open(&db).unwrap();
+        let now = Utc::now();
+        let lease = now + chrono::Duration::minutes(10);
+        store
+            .take_over("local-2", &Owner::this_process("test-machine"), lease, now)
+            .unwrap();
+        console_seed::task(
+            &store,
+            "far-1",
+            "Port the lexer",
+            now - chrono::Duration::minutes(3),
+        );
+        console_seed::walk(
+            &store,
+            "far-1",
+            &[
+                TaskState::Claimed,
+                TaskState::Routed,
+                TaskState::Provisioned,
+                TaskState::Running,
+            ],
+            "seed",
+            now - chrono::Duration::minutes(2),
+        );
+        store
+            .start_attempt(
+                &console_seed::spec("far-1", 1, "codex", "work"),
+                now - chrono::Duration::minutes(2),
+            )
+            .unwrap();
+        store
+            .take_over("far-1", &Owner::this_process("far"), lease, now)
+            .unwrap();
+        store.set_machine_slots("far", 3, now).unwrap();
+        b.goto(&format!("http://{addr}/"));
+        let fleet = b.eval(READ).as_str().unwrap_or_default().to_string();
+        (alone, fleet)
+    })
+    .await;
+    let alone: serde_json::Value = serde_json::from_str(&alone).unwrap();
+    assert_eq!(alone["heads"], serde_json::json!([]), "{alone}");
+    assert_eq!(
+        alone["lists"],
+        serde_json::json!([{"machine": null, "slots": ["local-2", "idle"]}]),
+        "{alone}"
+    );
+    let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    assert_eq!(
+        fleet["heads"],
+        serde_json::json!(["test-machine 1 of 2 slots busy", "far 1 of 3 slots busy"]),
+        "{fleet}"
+    );
+    assert_eq!(
+        fleet["lists"],
+        serde_json::json!([
+            {"machine": "test-machine", "slots": ["local-2", "idle"]},
+            {"machine": "far", "slots": ["far-1", "idle", "idle"]},
+        ]),
+        "{fleet}"
+    );
+    assert!(
+        fleet["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("2 of 5 agent slots busy on 2 machines"),
+        "{fleet}"
+    );
+}

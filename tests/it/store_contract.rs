@@ -554,10 +554,12 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
     assert_eq!(done.container_id.as_deref(), Some("c0ffee"));
     assert_eq!(done.spec().unwrap(), spec);
     assert_eq!(store.attempts("local-1").unwrap(), vec![done]);
-    assert_eq!(
-        store.attempt_brief("local-1").unwrap(),
-        (Some("claude".to_string()), Some(0.42))
-    );
+    // The stored summary (what `status --json` and the console's queue read) has the
+    // latest attempt's agent and the attempts' cost (issue 29).
+    let summary: serde_json::Value =
+        serde_json::from_str(&store.summary_json("local-1").unwrap().unwrap()).unwrap();
+    assert_eq!(summary["agent"], "claude", "{summary}");
+    assert_eq!(summary["cost_usd"], 0.42, "{summary}");
     assert!((store.cost_spent_since("personal", t0()).unwrap() - 0.42).abs() < 1e-9);
     assert_eq!(
         store

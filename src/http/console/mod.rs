@@ -5,9 +5,9 @@
 //!
 //! - `/`: *Needs attention* (blocked tasks with their reason and Retry, parked tasks with
 //!   the limit they wait for and a countdown, held tasks, pull requests with failing
-//!   checks or changes requested, gate refusals), *Now* (agent slots with each running
-//!   attempt's counters, usage-limit windows, cost today), *Pictures* (inline SVG) and the
-//!   queue.
+//!   checks or changes requested, gate refusals), *Now* (agent slots, per machine in a
+//!   fleet, with each running attempt's counters, usage-limit windows, cost today),
+//!   *Pictures* (inline SVG) and the queue (agent and cost from the stored summaries).
 //! - `/tasks/{id}`: the task page (attempts, evidence, the diff that landed, transcript,
 //!   pull request, generations and follow-ups, the action log).
 //! - `/login`, `/logout`, and the forms `POST /tasks/{id}/{retry,run-now,hold,release}`
@@ -31,6 +31,7 @@ pub mod task;
 pub mod view;
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -246,12 +247,20 @@ fn query_of(raw: Option<&str>) -> PageQuery {
 fn gather(
     store: &Store,
     now: DateTime<Utc>,
-    slots: u32,
+    (slots, machine): (u32, String),
     identities: Vec<(String, Option<f64>)>,
 ) -> Result<(view::Facts, Vec<view::QueueRow>, Option<DiskUsage>), StoreError> {
     let counts = store.count_by_state()?;
     let mut running = Vec::new();
+    let mut machine_slots = BTreeMap::new();
     for a in store.running_attempts()? {
+        if let Some(m) = a.machine.as_deref().filter(|m| *m != machine) {
+            if !machine_slots.contains_key(m) {
+                if let Some(n) = store.machine_slots(m)? {
+                    machine_slots.insert(m.to_string(), n);
+                }
+            }
+        }
         let agent = store
             .attempt(&a.task_id, a.attempt)?
             .and_then(|r| r.spec().ok())
@@ -331,6 +340,8 @@ fn gather(
     let facts = view::Facts {
         now,
         slots,
+        machine,
+        machine_slots,
         counts,
         running,
         blocked,
@@ -345,7 +356,6 @@ fn gather(
     };
     let mut rows = Vec::new();
     store.for_each_task_summary(None, Some(QUEUE_ROWS), |t| -> Result<(), StoreError> {
-        let (agent, cost) = store.attempt_brief(t.id)?;
         let next = t
             .next_attempt_at
             .and_then(|n| DateTime::parse_from_rfc3339(n).ok())
@@ -356,9 +366,9 @@ fn gather(
             title: t.title.to_string(),
             state: t.state.to_string(),
             next: view::next_text(t.state, next, now),
-            agent: agent.unwrap_or_else(|| "-".into()),
+            agent: t.agent.unwrap_or("-").to_string(),
             attempts: t.attempts,
-            cost: cost.map_or("-".into(), |c| format!("${c:.2}")),
+            cost: t.cost_usd.map_or("-".into(), |c| format!("${c:.2}")),
         });
         Ok(())
     })?;
@@ -373,7 +383,11 @@ pub async fn home(
 ) -> Response {
     let viewer = Viewer::of(&s, &headers);
     let q = query_of(raw.as_deref());
-    let (db, slots, identities) = (s.db.clone(), s.slots, s.identities.clone());
+    let (db, slots, identities) = (
+        s.db.clone(),
+        (s.slots, s.machine.clone()),
+        s.identities.clone(),
+    );
     let read = tokio::task::spawn_blocking(move || {
         let store = db.open()?;
         gather(&store, Utc::now(), slots, identities)

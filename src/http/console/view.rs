@@ -137,7 +137,11 @@ pub struct RunningFact {
 #[derive(Debug, Clone)]
 pub struct Facts {
     pub now: DateTime<Utc>,
+    /// This daemon's agent slots and machine.
     pub slots: u32,
+    pub machine: String,
+    /// The agent slots other machines' daemons recorded (issue 29), by machine.
+    pub machine_slots: BTreeMap<String, u32>,
     pub counts: BTreeMap<TaskState, u64>,
     pub running: Vec<RunningFact>,
     pub blocked: Vec<BlockedFact>,
@@ -234,6 +238,16 @@ pub struct RunningView {
     pub actions: Vec<Button>,
 }
 
+/// One machine's agent slots. A home with one machine has one, unnamed; a fleet (a running
+/// attempt claimed by another machine) has one per machine, this one first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineSlots {
+    pub name: Option<String>,
+    /// `2 of 4 slots busy`, or `1 running` when the machine never said how many it runs.
+    pub line: String,
+    pub slots: Vec<Slot>,
+}
+
 /// A usage-limit window as a bar.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuotaBar {
@@ -265,7 +279,7 @@ pub struct Picture {
 pub struct Home {
     pub summary: String,
     pub attention: Vec<Attention>,
-    pub slots: Vec<Slot>,
+    pub machines: Vec<MachineSlots>,
     pub quota: Vec<QuotaBar>,
     pub spend: Vec<SpendBar>,
     pub pictures: Vec<Picture>,
@@ -425,13 +439,55 @@ pub fn tokens(n: u64) -> String {
     }
 }
 
-/// The slots, busy ones first, each with its attempt's counters.
-pub fn slots(f: &Facts) -> Vec<Slot> {
-    let n = f.slots.max(f.running.len() as u32);
+/// The agent slots per machine (issue 29): the machine of a running attempt is the one
+/// whose daemon holds its claim (an unowned claim is this machine's). Without an attempt of
+/// another machine, one unnamed group of this daemon's slots.
+pub fn machines(f: &Facts) -> Vec<MachineSlots> {
+    let mut by: BTreeMap<&str, Vec<&RunningFact>> = BTreeMap::new();
+    let mut here: Vec<&RunningFact> = Vec::new();
+    for r in &f.running {
+        match r.attempt.machine.as_deref() {
+            Some(m) if m != f.machine => by.entry(m).or_default().push(r),
+            _ => here.push(r),
+        }
+    }
+    if by.is_empty() {
+        return vec![MachineSlots {
+            name: None,
+            line: String::new(),
+            slots: slots(f.slots, &here, f.now),
+        }];
+    }
+    let group = |name: &str, known: Option<u32>, running: &[&RunningFact]| {
+        let line = match known {
+            Some(n) => format!(
+                "{} of {} slots busy",
+                running.len(),
+                n.max(running.len() as u32)
+            ),
+            None => format!("{} running", running.len()),
+        };
+        MachineSlots {
+            name: Some(name.to_string()),
+            line,
+            slots: slots(known.unwrap_or(0), running, f.now),
+        }
+    };
+    let mut out = vec![group(&f.machine, Some(f.slots), &here)];
+    for (name, running) in by {
+        out.push(group(name, f.machine_slots.get(name).copied(), &running));
+    }
+    out
+}
+
+/// `n` slots (at least one per running attempt), busy ones first, each with its attempt's
+/// counters.
+fn slots(n: u32, running: &[&RunningFact], now: DateTime<Utc>) -> Vec<Slot> {
+    let n = n.max(running.len() as u32);
     (0..n)
         .map(|i| Slot {
             n: i + 1,
-            running: f.running.get(i as usize).map(|r| {
+            running: running.get(i as usize).map(|r| {
                 let a = &r.attempt;
                 let c = &r.counters;
                 RunningView {
@@ -443,7 +499,7 @@ pub fn slots(f: &Facts) -> Vec<Slot> {
                     agent: a.agent.clone(),
                     identity: a.identity.clone(),
                     since: a.started_at.to_rfc3339(),
-                    elapsed: stopwatch(f.now - a.started_at),
+                    elapsed: stopwatch(now - a.started_at),
                     turns: c.turns,
                     tokens: tokens(c.tokens),
                     cost: c.cost_usd.map_or("-".into(), money),
@@ -455,7 +511,7 @@ pub fn slots(f: &Facts) -> Vec<Slot> {
                     last_ago: c
                         .last
                         .as_ref()
-                        .map_or(String::new(), |(at, _)| ago(*at, f.now)),
+                        .map_or(String::new(), |(at, _)| ago(*at, now)),
                     actions: vec![action(&a.task_id, "cancel", "Cancel")],
                 }
             }),
@@ -741,18 +797,23 @@ pub fn next_text(state: TaskState, next: Option<DateTime<Utc>>, now: DateTime<Ut
 pub fn home(f: &Facts) -> Home {
     let attention = attention(f);
     let landed_today = f.counts.get(&TaskState::Landed).copied().unwrap_or(0);
+    let machines = machines(f);
+    let total: usize = machines.iter().map(|m| m.slots.len()).sum();
+    let on = match machines.len() {
+        1 => String::new(),
+        n => format!(" on {n} machines"),
+    };
     let summary = format!(
-        "{} need{} attention · {} of {} agent slots busy · {} landed",
+        "{} need{} attention · {} of {total} agent slots busy{on} · {} landed",
         attention.len(),
         if attention.len() == 1 { "s" } else { "" },
         f.running.len(),
-        f.slots,
         landed_today
     );
     Home {
         summary,
         attention,
-        slots: slots(f),
+        machines,
         quota: quota_bars(f),
         spend: spend(f),
         pictures: pictures(f),
@@ -772,6 +833,8 @@ mod tests {
         Facts {
             now: at("2026-12-01T07:27:00Z"),
             slots: 2,
+            machine: "here".into(),
+            machine_slots: BTreeMap::new(),
             counts: BTreeMap::new(),
             running: vec![],
             blocked: vec![],
@@ -992,5 +1055,70 @@ mod tests {
         assert!(bars[0].out);
         assert_eq!(bars[0].percent, 50);
         assert_eq!(bars[0].text, "out since 06:27 UTC, resets 08:27 UTC");
+    }
+
+    fn running(task: &str, machine: Option<&str>) -> RunningFact {
+        RunningFact {
+            attempt: RunningAttempt {
+                task_id: task.into(),
+                title: format!("Fix {task}"),
+                state: TaskState::Running,
+                attempt: 1,
+                agent: "claude".into(),
+                identity: "demo".into(),
+                branch: format!("polyphony/{task}-a1"),
+                started_at: at("2026-12-01T07:20:00Z"),
+                machine: machine.map(String::from),
+            },
+            counters: Default::default(),
+        }
+    }
+
+    #[test]
+    fn slots_per_machine_once_there_is_a_fleet() {
+        let mut f = facts();
+        f.running = vec![running("local-1", Some("here")), running("local-2", None)];
+        let one = home(&f);
+        assert_eq!(one.machines.len(), 1, "one machine: no groups");
+        assert_eq!(one.machines[0].name, None);
+        assert_eq!(one.machines[0].slots.len(), 2);
+        assert!(
+            one.summary.contains("2 of 2 agent slots busy · "),
+            "{}",
+            one.summary
+        );
+
+        f.running.push(running("o/r#3", Some("far")));
+        f.running.push(running("o/r#4", Some("other")));
+        f.machine_slots.insert("far".into(), 3);
+        let fleet = home(&f);
+        let names: Vec<Option<&str>> = fleet.machines.iter().map(|m| m.name.as_deref()).collect();
+        assert_eq!(
+            names,
+            [Some("here"), Some("far"), Some("other")],
+            "this machine first"
+        );
+        let lines: Vec<&str> = fleet.machines.iter().map(|m| m.line.as_str()).collect();
+        assert_eq!(
+            lines,
+            ["2 of 2 slots busy", "1 of 3 slots busy", "1 running"]
+        );
+        let busy = |m: &MachineSlots| -> Vec<String> {
+            m.slots
+                .iter()
+                .filter_map(|s| s.running.as_ref().map(|r| r.task_id.clone()))
+                .collect()
+        };
+        assert_eq!(busy(&fleet.machines[0]), ["local-1", "local-2"]);
+        assert_eq!(busy(&fleet.machines[1]), ["o/r#3"]);
+        assert_eq!(fleet.machines[1].slots.len(), 3, "far's idle slots too");
+        assert_eq!(busy(&fleet.machines[2]), ["o/r#4"]);
+        assert!(
+            fleet
+                .summary
+                .contains("4 of 6 agent slots busy on 3 machines"),
+            "{}",
+            fleet.summary
+        );
     }
 }
