@@ -400,24 +400,64 @@ impl Drop for Sampler {
     }
 }
 
-/// Stops the daemon with SIGTERM when dropped (a failed run leaves no daemon behind).
-pub(super) struct Daemon(pub(super) Child);
+/// The daemon of `home`, stopped with SIGTERM when dropped. A stopped daemon leaves its
+/// running attempts (their containers and egress networks) for its next start, which a
+/// scratch home never has: they are removed too, so a failed run leaves nothing behind
+/// (16 leftover networks are enough to exhaust the engine's address pools).
+pub(super) struct Daemon {
+    pub(super) child: Child,
+    pub(super) home: PathBuf,
+}
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
+impl Daemon {
+    fn stop(&mut self) {
         // SAFETY: kill(2) on our own child's pid touches no memory.
         unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM);
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
+            if let Ok(Some(_)) = self.child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Removes what `docker LIST` names (by this home's label) with `docker REMOVE`.
+    fn remove_labelled(&self, list: &[&str], remove: &[&str]) {
+        let label = format!(
+            "label=polyphony.home={}",
+            polyphony::runtime::home_label(&self.home)
+        );
+        let Ok(out) = Command::new("docker")
+            .args(list)
+            .args(["--filter", &label])
+            .output()
+        else {
+            return;
+        };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(remove)
+                .args(&ids)
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+        self.remove_labelled(&["ps", "-aq"], &["rm", "-f"]);
+        self.remove_labelled(&["network", "ls", "-q"], &["network", "rm"]);
     }
 }
 
@@ -461,7 +501,10 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
         .spawn()
         .context("starting polyphony daemon")?;
     let pid = child.id();
-    let daemon = Daemon(child);
+    let daemon = Daemon {
+        child,
+        home: home.clone(),
+    };
     let sampler = Sampler::start(pid);
     let mut phases = Vec::new();
 

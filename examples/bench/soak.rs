@@ -119,7 +119,10 @@ pub fn soak(cfg: &Config) -> anyhow::Result<String> {
         .spawn()
         .context("starting polyphony daemon")?;
     let pid = child.id();
-    let daemon = Daemon(child);
+    let daemon = Daemon {
+        child,
+        home: home.clone(),
+    };
     std::thread::sleep(Duration::from_secs(2));
     let idle_kib = rss_kib(pid).context("the daemon exited at start")?;
     let idle_parts = rss_parts(pid);

@@ -197,10 +197,15 @@ pub fn sse(cfg: &Config) -> anyhow::Result<String> {
     };
     let reps = (cfg.reps * 10).max(50);
 
+    // The second start retries the first one's live attempts (their containers are gone),
+    // and their repository does not exist: with `egress: none` those retries make no Docker
+    // network (one made beside the clone outlives the stopped daemon; this home has no
+    // next start to remove it).
+    const NO_EGRESS: &str = "egress:\n  mode: none\n";
     // Caps raised so all 300 are served.
     std::fs::write(
         home.join("config.yaml"),
-        "http:\n  max_streams: 1000\n  max_streams_per_client: 1000\n",
+        format!("{NO_EGRESS}http:\n  max_streams: 1000\n  max_streams_per_client: 1000\n"),
     )?;
     let (daemon, addr) = start_daemon(cfg, &home)?;
     let pid = daemon.id();
@@ -267,7 +272,7 @@ pub fn sse(cfg: &Config) -> anyhow::Result<String> {
     }
 
     // The default caps: how many of 300 streams from one address get in.
-    std::fs::remove_file(home.join("config.yaml"))?;
+    std::fs::write(home.join("config.yaml"), NO_EGRESS)?;
     let (daemon, addr) = start_daemon(cfg, &home)?;
     std::thread::sleep(Duration::from_secs(1));
     let stop_flag = Arc::new(AtomicBool::new(false));

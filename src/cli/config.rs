@@ -12,6 +12,7 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum ConfigCommand {
     /// Validate the configuration and print it with every default and path resolved.
+    #[command(after_long_help = super::help::CONFIG)]
     Check {
         /// Print the effective configuration as JSON.
         #[arg(long)]

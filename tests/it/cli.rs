@@ -723,21 +723,26 @@ fn man_page_renders() {
     );
 }
 
-/// Issue 29: every verb's `--help` ends with EXAMPLES (naming the verb) and EXIT STATUS.
+/// Issue 29: every verb's `--help` ends with EXAMPLES (naming the verb) and EXIT STATUS,
+/// a verb's own verbs (`config check`) included.
 #[test]
 fn every_verb_help_has_examples_and_exit_status() {
     use clap::CommandFactory as _;
     let home = tempfile::tempdir().unwrap();
     let cmd = polyphony::cli::Cli::command();
-    let verbs: Vec<String> = cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(|s| s.get_name().to_string())
-        .collect();
-    assert!(verbs.len() >= 14, "{verbs:?}");
+    let mut verbs: Vec<String> = Vec::new();
+    for s in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        verbs.push(s.get_name().to_string());
+        for sub in s.get_subcommands().filter(|s| !s.is_hide_set()) {
+            verbs.push(format!("{} {}", s.get_name(), sub.get_name()));
+        }
+    }
+    assert!(verbs.len() >= 15, "{verbs:?}");
+    assert!(verbs.iter().any(|v| v == "config check"), "{verbs:?}");
     for verb in verbs {
         let out = polyphony(home.path())
-            .args([verb.as_str(), "--help"])
+            .args(verb.split(' '))
+            .arg("--help")
             .output()
             .unwrap();
         assert!(out.status.success(), "{verb} --help: {out:?}");

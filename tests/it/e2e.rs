@@ -588,6 +588,19 @@ fn daemon_log(home: &Home) -> String {
     home.logs()
 }
 
+/// The JSON summary line a `daemon --json` printed, found by its `field` (a number).
+fn json_summary(daemon: &Daemon, field: &str) -> Value {
+    daemon
+        .log()
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v[field].is_number())
+        })
+        .expect("JSON summary")
+}
+
 /// Starts `polyphony ARGS` (a daemon, `spawn`) and returns it once task `id` is RUNNING.
 async fn start_until_running(home: &Home, id: &str, args: &[&str]) -> Daemon {
     let started = home.start(args);
@@ -666,15 +679,7 @@ async fn kill_9_mid_run_then_restart_lands_exactly_once() {
     let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
     let status = second.wait(Duration::from_secs(120)).await;
     assert!(status.success(), "daemon: {}", second.log());
-    let summary: Value = second
-        .log()
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["resumed"].is_number())
-        })
-        .expect("JSON summary");
+    let summary = json_summary(&second, "resumed");
     assert_eq!(summary["resumed"], 1, "{summary}");
     assert_eq!(summary["attempts"], 0, "{summary}");
 
@@ -860,15 +865,7 @@ async fn sigterm_leaves_the_attempt_running_and_a_restart_reattaches_it() {
     let stop = signalled.elapsed();
     assert!(status.success(), "daemon: {status:?}\n{}", first.log());
     assert!(stop < Duration::from_secs(5), "SIGTERM took {stop:?}");
-    let summary: Value = first
-        .log()
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["left_running"].is_number())
-        })
-        .expect("JSON summary");
+    let summary = json_summary(&first, "left_running");
     assert_eq!(summary["left_running"], 1, "{summary}");
     assert_eq!(
         home.containers(),
@@ -887,15 +884,7 @@ async fn sigterm_leaves_the_attempt_running_and_a_restart_reattaches_it() {
     let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
     let status = second.wait(Duration::from_secs(120)).await;
     assert!(status.success(), "daemon: {}", second.log());
-    let summary: Value = second
-        .log()
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["resumed"].is_number())
-        })
-        .expect("JSON summary");
+    let summary = json_summary(&second, "resumed");
     assert_eq!(
         summary["resumed"], 1,
         "the attempt was re-attached: {summary}"
@@ -2020,15 +2009,7 @@ async fn issue_19_kill_after_container_create_is_not_a_failure() {
     let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
     let status = second.wait(Duration::from_secs(150)).await;
     assert!(status.success(), "daemon: {}", second.log());
-    let summary: Value = second
-        .log()
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["resumed"].is_number())
-        })
-        .expect("JSON summary");
+    let summary = json_summary(&second, "resumed");
     assert_eq!(summary["resumed"], 1, "the attempt went on: {summary}");
     assert_eq!(
         summary["attempts"], 0,
@@ -2964,15 +2945,7 @@ async fn cancel_without_a_daemon_removes_the_container_a_restart_would_reattach(
     let mut next = home.start(&["daemon", "--exit-when-idle", "--json"]);
     let status = next.wait(Duration::from_secs(60)).await;
     assert!(status.success(), "daemon: {}", next.log());
-    let summary: Value = next
-        .log()
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["resumed"].is_number())
-        })
-        .expect("JSON summary");
+    let summary = json_summary(&next, "resumed");
     assert_eq!(
         (summary["resumed"].as_u64(), summary["attempts"].as_u64()),
         (Some(0), Some(0)),
