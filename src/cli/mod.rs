@@ -156,6 +156,36 @@ pub struct Context {
     pub log_json: bool,
     /// `--quiet`: verbs print only errors and their result (no progress lines).
     pub quiet: bool,
+    /// The queue the soundness check opened before the verb ran, for the verb to take
+    /// ([`Context::open_store`]) instead of opening the file a second time.
+    pub checked: CheckedQueue,
+}
+
+/// The SQLite queue `run` opened to check it (`check_queue`), kept for the verb: opening
+/// queue.db twice costs a verb like `status ID --json` half its time (each open and close
+/// creates and removes the write-ahead log and shared-memory files).
+#[derive(Clone, Default)]
+pub struct CheckedQueue(std::sync::Arc<std::sync::Mutex<Option<crate::store::Store>>>);
+
+impl std::fmt::Debug for CheckedQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckedQueue")
+    }
+}
+
+impl Context {
+    /// Opens the store `handle` names: the connection the soundness check already opened
+    /// when it is that same SQLite file (taken once), else a new one.
+    pub fn open_store(
+        &self,
+        handle: &crate::store::StoreHandle,
+    ) -> crate::store::Result<crate::store::Store> {
+        let mut kept = self.checked.0.lock().unwrap_or_else(|p| p.into_inner());
+        match kept.take() {
+            Some(store) if handle.sqlite_path() == Some(store.path()) => Ok(store),
+            _ => handle.open(),
+        }
+    }
 }
 
 pub use crate::error::UsageError;
@@ -173,14 +203,18 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         home,
         log_json: cli.global.log_format == LogFormat::Json,
         quiet: cli.global.quiet,
+        checked: CheckedQueue::default(),
     };
     let db = crate::config::db_path(&ctx.home);
     // Issue 24: every verb that reads the queue checks it first (the remembered verdict,
     // `store::health`, keeps this one stat while the file is unchanged), so a damaged
     // file is never read as if it were a shorter queue. The verdict is remembered only
     // once the verb succeeded: a refused verb leaves the home as it was.
+    // `status` takes the checked connection over (one open of queue.db per look); the
+    // other verbs open their own, as they always did.
+    let keep = matches!(command, Command::Status(_)).then_some(&ctx.checked);
     let sound = match reads_queue(&command) {
-        true => check_queue(&db),
+        true => check_queue(&db, keep),
         false => Ok(None),
     };
     let result = sound.and_then(|sound| {
@@ -216,13 +250,20 @@ fn reads_queue(command: &Command) -> bool {
 
 /// The queue's soundness verdict, `None` when there is no queue yet (each verb says what
 /// that means for it).
-fn check_queue(db: &std::path::Path) -> anyhow::Result<Option<crate::store::Sound>> {
+fn check_queue(
+    db: &std::path::Path,
+    keep: Option<&CheckedQueue>,
+) -> anyhow::Result<Option<crate::store::Sound>> {
     if std::fs::symlink_metadata(db).is_err() {
         return Ok(None);
     }
     // The SQLite file's own check (a PostgreSQL store has no file: `doctor` checks it).
     let store = crate::store::StoreHandle::sqlite(db).open()?;
-    Ok(Some(store.ensure_sound()?))
+    let sound = store.ensure_sound()?;
+    if let Some(keep) = keep {
+        *keep.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
+    }
+    Ok(Some(sound))
 }
 
 fn dispatch(command: Command, ctx: &Context) -> anyhow::Result<Outcome> {

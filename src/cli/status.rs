@@ -34,7 +34,11 @@ pub struct Args {
 pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
     let db = crate::store::StoreHandle::for_home(&ctx.home)?;
     // Looking must not create anything: a home without a queue has no tasks.
-    let store = if db.exists() { Some(db.open()?) } else { None };
+    let store = if db.exists() {
+        Some(ctx.open_store(&db)?)
+    } else {
+        None
+    };
     match &args.task {
         Some(id) => show_task(store.as_ref(), id, args.json),
         None => list(store.as_ref(), &args, &ctx.home),

@@ -3,7 +3,8 @@
 //! One daemon per home (an OS lock on `daemon.lock`). On start it reconciles: containers
 //! labelled for this home are re-attached (running or exited) or removed, and tasks
 //! stranded mid-pipeline are resumed or sent back for an immediate retry. Then it polls
-//! GitHub every `poll_interval`, wakes at once when `enqueue` pokes `daemon.sock`, sleeps
+//! GitHub every `poll_interval`, wakes at once when `enqueue` pokes `daemon.sock` (and, on
+//! a PostgreSQL store, when any process of the fleet notifies `polyphony_wake`), sleeps
 //! until the next retry is due, and runs up to `max_concurrent_agents` attempts.
 //!
 //! Shutdown (issue 29: a restart loses nothing): the first signal stops claiming. Without
@@ -127,6 +128,9 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket_path.display()))?;
     let _socket_guard = RemoveOnDrop(socket_path.clone());
     let store = orch.store.open()?;
+    // Issue 27: on PostgreSQL another machine's enqueue wakes this loop too.
+    let fleet_wake = Arc::new(tokio::sync::Notify::new());
+    listen_for_wakeups(&orch.store, &fleet_wake);
     // Never start work on a damaged queue (issue 12): the whole file, every start.
     store.ensure_sound_now()?;
     // The store answered: this daemon's leases start fresh (issue 27).
@@ -309,6 +313,7 @@ pub async fn run(
                     tracing::warn!(error = %e, "wake socket");
                 }
             }
+            _ = fleet_wake.notified(), if !stopping => {}
             Some(joined) = attempts.join_next(), if !attempts.is_empty() => {
                 // Only ended attempts' switches go (a retry at once may run already).
                 stops.retain(|_, stop| !stop.is_closed());
@@ -334,6 +339,53 @@ pub async fn run(
     }
     tracing::info!(?summary, "daemon stopped");
     Ok(summary)
+}
+
+/// Issue 27: on a PostgreSQL store a thread of its own listens for the fleet's wake-ups
+/// (`store::wake`: a task inserted or a cancel requested by any process on any machine)
+/// and wakes the daemon's loop through `wake`. It reconnects after an error (the poll
+/// covers the gap) and ends soon after the loop drops `wake`. SQLite: nothing (its
+/// daemon wakes by the home's socket).
+fn listen_for_wakeups(store: &crate::store::StoreHandle, wake: &Arc<tokio::sync::Notify>) {
+    /// How often the thread looks whether the daemon is gone.
+    const CHECK: Duration = Duration::from_secs(1);
+    if store.sqlite_path().is_some() {
+        return;
+    }
+    let (store, wake) = (store.clone(), Arc::downgrade(wake));
+    let spawned = std::thread::Builder::new()
+        .name("polyphony-wake".into())
+        .spawn(move || {
+            while wake.strong_count() > 0 {
+                match store.wake_listener() {
+                    Ok(Some(mut listener)) => loop {
+                        match listener.wait(CHECK) {
+                            Ok(true) => match wake.upgrade() {
+                                Some(w) => w.notify_one(),
+                                None => return,
+                            },
+                            Ok(false) if wake.strong_count() == 0 => return,
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "lost the fleet's wake-ups; reconnecting (the poll still runs)");
+                                break;
+                            }
+                        }
+                    },
+                    Ok(None) => return,
+                    Err(e) => tracing::warn!(error = %e, "cannot listen for the fleet's wake-ups (the poll still runs)"),
+                }
+                for _ in 0..5 {
+                    if wake.strong_count() == 0 {
+                        return;
+                    }
+                    std::thread::sleep(CHECK);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the wake-up listener (the poll still runs)");
+    }
 }
 
 /// Stops a background task when the daemon loop returns, however it returns.

@@ -35,7 +35,11 @@ impl Store {
     /// Records that `by` asked for `task_id` to be cancelled (again: the newest wins).
     pub fn request_cancel(&self, task_id: &str, request: &CancelRequest) -> Result<()> {
         let value = super::to_json("cancel request", request)?;
-        self.kv_set(&request_key(task_id), &value, request.at)
+        self.atomic(|db| {
+            self.kv_set(&request_key(task_id), &value, request.at)?;
+            // The daemon running it may be on another machine (PostgreSQL; issue 27).
+            super::wake::notify(db)
+        })
     }
 
     /// The pending cancel request of `task_id`, if any.

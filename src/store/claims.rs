@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 
 use super::sql::{params, Db};
-use super::{current_state, get_task, ts, write_transition, Result, Store, StoreError};
+use super::tasks::claim_transition;
+use super::{current_state, ts, Result, Store};
 use crate::domain::{Task, TaskState};
 
 impl Store {
@@ -61,22 +62,7 @@ impl Store {
 }
 
 /// Moves a task to CLAIMED inside an IMMEDIATE transaction the caller holds.
-pub(super) fn claim_in(tx: &Db, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
+fn claim_in(tx: &Db, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
     let from = current_state(tx, task_id)?;
-    let reason = if from == TaskState::Failed {
-        "claimed for retry"
-    } else {
-        "claimed"
-    };
-    // Cleared first: the transition writes the summary once, with both changes.
-    tx.execute(
-        "UPDATE tasks SET next_attempt_at = NULL WHERE id = ?1",
-        params![task_id],
-    )?;
-    write_transition(tx, task_id, from, TaskState::Claimed, reason, now)?;
-    let task = get_task(tx, task_id)?.ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
-    if from == TaskState::Discovered && task.attempts == 0 {
-        crate::metrics::first_claim((now - task.created_at).to_std().unwrap_or_default());
-    }
-    Ok(task)
+    claim_transition(tx, task_id, from, now)
 }

@@ -130,6 +130,15 @@ impl StoreHandle {
         }
     }
 
+    /// A connection listening for the fleet's wake-ups (PostgreSQL, `store::wake`);
+    /// `None` on SQLite, whose daemon wakes by its home's socket.
+    pub fn wake_listener(&self) -> Result<Option<super::WakeListener>> {
+        match &*self.location {
+            Location::Sqlite(_) => Ok(None),
+            Location::Postgres(pg) => super::WakeListener::listen(super::pg::client(pg)?).map(Some),
+        }
+    }
+
     /// Opens the PostgreSQL store (`doctor`, benchmarks); `None` for SQLite.
     pub fn open_postgres(&self) -> Option<Result<Store>> {
         match &*self.location {

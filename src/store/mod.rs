@@ -47,6 +47,7 @@ pub mod schema;
 mod sql;
 mod tasks;
 mod views;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -70,6 +71,7 @@ pub use tasks::TransitionRecord;
 pub use views::{
     FollowUpOf, Label, PullBrief, QuotaWaitBrief, RunningAttempt, TaskFilter, TaskSummary,
 };
+pub use wake::WakeListener;
 
 // The shared row helpers, importable as `super::…` by every file of the store.
 pub use pulls::{FollowUpRecord, PullLook, PullRecord};

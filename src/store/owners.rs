@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 
 use super::core::{Claim, Owner, Reconcilable};
-use super::sql::{params, Db};
-use super::{claims::claim_in, get_task, time_col, ts, Result, Store};
+use super::sql::{params, Db, Dialect};
+use super::tasks::{claim_next_postgres, claim_transition};
+use super::{get_task, parse_col, time_col, ts, Result, Store};
 
 impl Store {
     /// See [`super::QueueCore::pin_task`].
@@ -32,41 +33,46 @@ impl Store {
         })
     }
 
-    /// See [`super::QueueCore::claim_next_owned`]: `BEGIN IMMEDIATE` makes it exclusive.
+    /// See [`super::QueueCore::claim_next_owned`]. On SQLite `BEGIN IMMEDIATE` makes it
+    /// exclusive: one statement picks the older candidate, then the claim's state change
+    /// and its owner. On PostgreSQL one statement does it all under row locks
+    /// (`tasks::claim_next_postgres`), claimers side by side.
     pub fn claim_next_owned(
         &self,
         owner: &Owner,
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
+        if self.db.dialect() == Dialect::Postgres {
+            return self.transaction(Db::begin_claim, |tx| {
+                claim_next_postgres(tx, owner, lease_until, now)
+            });
+        }
         self.immediate(|tx| {
-            let not_pinned_elsewhere = "NOT EXISTS (SELECT 1 FROM pins \
-                 WHERE pins.task_id = tasks.id AND pins.machine <> ?1)";
-            let discovered: Option<(i64, String)> = tx.query_opt(
-                &format!(
-                    "SELECT rowid, id FROM tasks WHERE state = 'DISCOVERED' \
-                     AND {not_pinned_elsewhere} ORDER BY rowid LIMIT 1"
-                ),
-                params![owner.machine],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            let retry: Option<(i64, String)> = tx.query_opt(
-                &format!(
-                    "SELECT rowid, id FROM tasks WHERE state = 'FAILED' \
-                     AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?2 \
-                     AND {not_pinned_elsewhere} ORDER BY rowid LIMIT 1"
-                ),
-                params![owner.machine, ts(now)],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            let pick = match (discovered, retry) {
-                (Some(d), Some(r)) => Some(if d.0 <= r.0 { d } else { r }),
-                (d, r) => d.or(r),
-            };
-            let Some((_, id)) = pick else {
+            // Two probes keep each one on an index; the older candidate wins.
+            static PICK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                let not_pinned_elsewhere = "NOT EXISTS (SELECT 1 FROM pins \
+                     WHERE pins.task_id = tasks.id AND pins.machine <> ?1)";
+                format!(
+                    "SELECT id, state FROM (\
+                     SELECT * FROM (SELECT rowid AS r, id, state FROM tasks \
+                       WHERE state = 'DISCOVERED' AND {not_pinned_elsewhere} \
+                       ORDER BY rowid LIMIT 1) \
+                     UNION ALL \
+                     SELECT * FROM (SELECT rowid AS r, id, state FROM tasks \
+                       WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL \
+                       AND next_attempt_at <= ?2 AND {not_pinned_elsewhere} \
+                       ORDER BY rowid LIMIT 1)) \
+                     ORDER BY r LIMIT 1"
+                )
+            });
+            let pick = tx.query_opt(&PICK, params![owner.machine, ts(now)], |r| {
+                Ok((r.get::<String>(0)?, parse_col::<TaskState>(r, 1)?))
+            })?;
+            let Some((id, from)) = pick else {
                 return Ok(None);
             };
-            let task = claim_in(tx, &id, now)?;
+            let task = claim_transition(tx, &id, from, now)?;
             write_claim(tx, &id, owner, lease_until)?;
             Ok(Some(task))
         })
@@ -138,7 +144,7 @@ impl Store {
     }
 }
 
-use crate::domain::Task;
+use crate::domain::{Task, TaskState};
 
 fn write_claim(conn: &Db, task_id: &str, owner: &Owner, lease_until: DateTime<Utc>) -> Result<()> {
     conn.execute(

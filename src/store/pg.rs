@@ -260,6 +260,16 @@ pub(super) struct PgTarget {
 /// Connects (the password from the URL, else `PGPASSWORD`) and migrates: the full
 /// [`Store`] on PostgreSQL.
 pub(super) fn connect(target: &PgTarget) -> Result<Store> {
+    let store = Store {
+        db: Db::postgres(client(target)?),
+        path: PathBuf::from(&target.shown),
+    };
+    store.migrate()?;
+    Ok(store)
+}
+
+/// A connection to the server (the password from the URL, else `PGPASSWORD`).
+pub(super) fn client(target: &PgTarget) -> Result<postgres::Client> {
     let mut config = target.config.clone();
     if config.get_password().is_none() {
         if let Ok(password) = std::env::var("PGPASSWORD") {
@@ -269,17 +279,10 @@ pub(super) fn connect(target: &PgTarget) -> Result<Store> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(10));
     }
-    let client =
-        super::sql::off_runtime(|| config.connect(NoTls)).map_err(|e| StoreError::Unreachable {
-            shown: target.shown.clone(),
-            detail: e.to_string(),
-        })?;
-    let store = Store {
-        db: Db::postgres(client),
-        path: PathBuf::from(&target.shown),
-    };
-    store.migrate()?;
-    Ok(store)
+    super::sql::off_runtime(|| config.connect(NoTls)).map_err(|e| StoreError::Unreachable {
+        shown: target.shown.clone(),
+        detail: e.to_string(),
+    })
 }
 
 /// The schema version of the server's store (0 before the first migration).

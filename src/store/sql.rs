@@ -17,6 +17,17 @@
 //! another daemon's, and no statement needs `FOR UPDATE`. Reads outside a transaction
 //! see what was committed (SQLite's WAL snapshot, PostgreSQL's READ COMMITTED).
 //!
+//! The one exception is the owned claim on PostgreSQL ([`Db::begin_claim`], issue 27): it
+//! takes that lock *shared*, so claimers run side by side while every other writer still
+//! excludes them (and each other). It stays correct because a claim is one statement that
+//! locks the row it takes (`FOR UPDATE SKIP LOCKED`, its state re-checked on the newest
+//! version), and writes only what belongs to that task — its `tasks` row, its `claims` and
+//! `task_summaries` rows, an appended `transitions` row — reading besides only rows that
+//! exclusive writers alone change (pull requests, follow-ups, attempts, quota waits). Two
+//! claimers therefore touch disjoint rows and never take one task; a writer that reads
+//! then writes still sees nothing change under it. PostgreSQL queues a shared request
+//! behind a waiting exclusive one, so claimers cannot starve the other writers.
+//!
 //! Must not: let a driver's error type out of the store (they become [`StoreError`]).
 
 use std::cell::{Cell, RefCell};
@@ -623,22 +634,42 @@ impl Db {
     }
 
     /// Opens a writing transaction: `BEGIN IMMEDIATE` on SQLite; on PostgreSQL `BEGIN`
-    /// and the store's write lock (see the module docs).
+    /// and the store's write lock (see the module docs), in one round trip.
     pub(super) fn begin_write(&self) -> Result<()> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
             Db::Postgres(pg) => {
-                pg.call(|c| c.batch_execute("BEGIN"))?;
-                pg.in_tx.set(true);
-                let locked =
-                    pg.call(|c| c.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]));
-                if let Err(e) = locked {
-                    self.rollback();
-                    return Err(e.into());
-                }
-                Ok(())
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                });
+                self.pg_begin(pg, &SQL)
             }
         }
+    }
+
+    /// Opens a claiming transaction: on SQLite the same as [`Db::begin_write`]; on
+    /// PostgreSQL `BEGIN` and the write lock *shared* (module docs: claims lock their rows).
+    pub(super) fn begin_claim(&self) -> Result<()> {
+        match self {
+            Db::Sqlite(_) => self.begin_write(),
+            Db::Postgres(pg) => {
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})")
+                });
+                self.pg_begin(pg, &SQL)
+            }
+        }
+    }
+
+    fn pg_begin(&self, pg: &PgConn, sql: &str) -> Result<()> {
+        let begun = pg.call(|c| c.batch_execute(sql));
+        pg.in_tx.set(true);
+        if let Err(e) = begun {
+            // A failed lock leaves the transaction open (and aborted): end it.
+            self.rollback();
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     pub(super) fn commit(&self) -> Result<()> {

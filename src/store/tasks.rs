@@ -57,6 +57,8 @@ impl Store {
         ])?;
         if inserted == 1 {
             super::refresh_summary(conn, &task.id)?;
+            // New work: the fleet's daemons look now (PostgreSQL; issue 27).
+            super::wake::notify(conn)?;
         }
         Ok(inserted == 1)
         })
@@ -291,10 +293,7 @@ pub(super) fn write_transition(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    domain::transition(from, to).map_err(|source| StoreError::InvalidTransition {
-        task_id: task_id.to_string(),
-        source,
-    })?;
+    check_transition(task_id, from, to)?;
     let changed = tx.execute(
         "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
         params![task_id, from.as_str(), to.as_str(), ts(now)],
@@ -314,26 +313,162 @@ pub(super) fn write_transition(
 }
 
 pub(super) fn task_from_row(r: &Row<'_>) -> Result<Task> {
+    task_from_row_at(r, 0)
+}
+
+/// A task from [`TASK_COLS`] starting at column `at` of the row.
+pub(super) fn task_from_row_at(r: &Row<'_>, at: usize) -> Result<Task> {
     Ok(Task {
-        id: r.get(0)?,
-        title: r.get(1)?,
-        body: r.get(2)?,
-        source: parse_col::<SourceKind>(r, 3)?,
-        source_ref: r.get(4)?,
-        repo: r.get(5)?,
-        base_ref: r.get(6)?,
-        state: parse_col::<TaskState>(r, 7)?,
-        task_type: parse_col::<TaskType>(r, 8)?,
-        scope: parse_col::<Scope>(r, 9)?,
-        risk: parse_col::<Risk>(r, 10)?,
-        context_tokens: r.get::<i64>(11)? as u64,
-        requires_web: r.get(12)?,
-        labels: json_col(r, 13)?,
-        metadata: json_col(r, 14)?,
-        attempts: r.get(15)?,
-        failures: r.get(16)?,
-        created_at: time_col(r, 17)?,
-        updated_at: time_col(r, 18)?,
-        next_attempt_at: opt_time_col(r, 19)?,
+        id: r.get(at)?,
+        title: r.get(at + 1)?,
+        body: r.get(at + 2)?,
+        source: parse_col::<SourceKind>(r, at + 3)?,
+        source_ref: r.get(at + 4)?,
+        repo: r.get(at + 5)?,
+        base_ref: r.get(at + 6)?,
+        state: parse_col::<TaskState>(r, at + 7)?,
+        task_type: parse_col::<TaskType>(r, at + 8)?,
+        scope: parse_col::<Scope>(r, at + 9)?,
+        risk: parse_col::<Risk>(r, at + 10)?,
+        context_tokens: r.get::<i64>(at + 11)? as u64,
+        requires_web: r.get(at + 12)?,
+        labels: json_col(r, at + 13)?,
+        metadata: json_col(r, at + 14)?,
+        attempts: r.get(at + 15)?,
+        failures: r.get(at + 16)?,
+        created_at: time_col(r, at + 17)?,
+        updated_at: time_col(r, at + 18)?,
+        next_attempt_at: opt_time_col(r, at + 19)?,
     })
+}
+
+/// Why a claim moved a task, by the state it left.
+fn claim_reason(from: TaskState) -> &'static str {
+    if from == TaskState::Failed {
+        "claimed for retry"
+    } else {
+        "claimed"
+    }
+}
+
+fn check_transition(task_id: &str, from: TaskState, to: TaskState) -> Result<()> {
+    domain::transition(from, to)
+        .map(|_| ())
+        .map_err(|source| StoreError::InvalidTransition {
+            task_id: task_id.to_string(),
+            source,
+        })
+}
+
+/// A task claimed for the first time: how long it waited in the queue (metrics).
+fn note_claim(task: &Task, from: TaskState, now: DateTime<Utc>) {
+    if from == TaskState::Discovered && task.attempts == 0 {
+        crate::metrics::first_claim((now - task.created_at).to_std().unwrap_or_default());
+    }
+}
+
+/// A claim's state change (`claims`, `owners`): `from` (DISCOVERED, or FAILED with its
+/// retry due) to CLAIMED with the retry time cleared, its transition row and summary, in
+/// the caller's writing transaction; returns the claimed task. Besides
+/// [`write_transition`] the only writers of `state`, checked against `domain::transition`
+/// the same way; a claim is the hot path (issue 27), so one statement changes the row and
+/// returns it.
+pub(super) fn claim_transition(
+    tx: &Db,
+    task_id: &str,
+    from: TaskState,
+    now: DateTime<Utc>,
+) -> Result<Task> {
+    check_transition(task_id, from, TaskState::Claimed)?;
+    static UPDATE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?3 \
+             WHERE id = ?1 AND state = ?2 RETURNING {TASK_COLS}"
+        )
+    });
+    let task = tx
+        .query_opt(
+            &UPDATE,
+            params![task_id, from.as_str(), ts(now)],
+            task_from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
+    tx.execute(
+        "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, 'CLAIMED', ?3, ?4)",
+        params![task_id, from.as_str(), claim_reason(from), ts(now)],
+    )?;
+    super::refresh_summary(tx, task_id)?;
+    note_claim(&task, from, now);
+    Ok(task)
+}
+
+/// [`super::QueueCore::claim_next_owned`] on PostgreSQL in one statement (issue 27): the
+/// oldest DISCOVERED task and the oldest FAILED one whose retry is due, each not pinned to
+/// another machine, are locked with `FOR UPDATE SKIP LOCKED` (a row another claimer holds
+/// is passed over, not waited for; one it claimed and committed meanwhile fails the
+/// re-checked state and is passed over too); the older becomes CLAIMED with its retry time
+/// cleared, its transition row and its claim (`owner`, lease to `lease_until`) are written,
+/// and the row comes back with its summary's columns. The summary is then stored in the
+/// same transaction. The caller's transaction holds the store's write lock shared
+/// (`sql::Db::begin_claim`): claimers run side by side, other writers exclude them.
+pub(super) fn claim_next_postgres(
+    tx: &Db,
+    owner: &super::Owner,
+    lease_until: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Option<Task>> {
+    for from in [TaskState::Discovered, TaskState::Failed] {
+        check_transition("(next claimable)", from, TaskState::Claimed)?;
+    }
+    static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let not_pinned_elsewhere = "NOT EXISTS (SELECT 1 FROM pins \
+             WHERE pins.task_id = tasks.id AND pins.machine <> ?1)";
+        let task_cols: Vec<String> = TASK_COLS
+            .split(',')
+            .map(|c| format!("tasks.{}", c.trim()))
+            .collect();
+        format!(
+            "WITH d AS (SELECT seq FROM tasks WHERE state = 'DISCOVERED' \
+               AND {not_pinned_elsewhere} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), \
+             r AS (SELECT seq FROM tasks WHERE state = 'FAILED' \
+               AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?2 \
+               AND {not_pinned_elsewhere} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), \
+             pick AS (SELECT seq, from_state FROM \
+               (SELECT seq, 'DISCOVERED' AS from_state FROM d \
+                UNION ALL SELECT seq, 'FAILED' AS from_state FROM r) c \
+               ORDER BY seq LIMIT 1), \
+             upd AS (UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?2 \
+               FROM pick WHERE tasks.seq = pick.seq RETURNING tasks.*, pick.from_state), \
+             tr AS (INSERT INTO transitions (task_id, from_state, to_state, reason, at) \
+               SELECT id, from_state, 'CLAIMED', CASE WHEN from_state = 'FAILED' \
+               THEN '{}' ELSE '{}' END, ?2 FROM upd), \
+             cl AS (INSERT INTO claims (task_id, machine, owner, lease_until) \
+               SELECT id, ?1, ?3, ?4 FROM upd ON CONFLICT (task_id) DO UPDATE SET \
+               machine = excluded.machine, owner = excluded.owner, \
+               lease_until = excluded.lease_until) \
+             {}",
+            claim_reason(TaskState::Failed),
+            claim_reason(TaskState::Discovered),
+            super::views::summary_select(
+                "upd",
+                &format!("tasks.from_state, {}", task_cols.join(", "))
+            )
+        )
+    });
+    let extra = super::views::SUMMARY_EXTRA_COL;
+    let claimed = tx.query_opt(
+        &CLAIM,
+        params![owner.machine, ts(now), owner.key(), ts(lease_until)],
+        |r| {
+            let (seq, json) = super::views::summary_of_row(r)?;
+            let from = parse_col::<TaskState>(r, extra)?;
+            Ok((seq, json, from, task_from_row_at(r, extra + 1)?))
+        },
+    )?;
+    let Some((seq, json, from, task)) = claimed else {
+        return Ok(None);
+    };
+    super::views::write_summary(tx, seq, &task.id, &json)?;
+    note_claim(&task, from, now);
+    Ok(Some(task))
 }

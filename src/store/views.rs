@@ -126,13 +126,33 @@ const SUMMARY_COLS: &str = "tasks.id, tasks.title, tasks.source_ref, tasks.state
 /// The column after [`SUMMARY_COLS`] the summary writers select: the task's rowid.
 const SEQ_COL: usize = 26;
 
+/// The joins of [`SUMMARY_FROM`] onto a relation named `tasks`.
+macro_rules! summary_joins {
+    () => {
+        "LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED' \
+         LEFT JOIN pulls p ON p.task_id = tasks.id \
+         LEFT JOIN followups f ON f.task_id = tasks.id \
+         LEFT JOIN pulls fp ON fp.task_id = f.pull_task_id"
+    };
+}
+
 /// The tasks table with the quota wait of the FAILED ones (a parked task's), the pull
 /// request each landed and, for a follow-up, the pull request it works on.
-const SUMMARY_FROM: &str =
-    "tasks LEFT JOIN quota_waits w ON w.task_id = tasks.id AND tasks.state = 'FAILED' \
-     LEFT JOIN pulls p ON p.task_id = tasks.id \
-     LEFT JOIN followups f ON f.task_id = tasks.id \
-     LEFT JOIN pulls fp ON fp.task_id = f.pull_task_id";
+const SUMMARY_FROM: &str = concat!("tasks ", summary_joins!());
+
+/// What a summary writer selects from `relation` (a table or a statement's `WITH` name
+/// holding rows of `tasks`, aliased `tasks`): [`SUMMARY_COLS`], the rowid at [`SEQ_COL`],
+/// then `extra` (more of the relation's columns, comma-separated, `tasks.`-qualified).
+/// [`summary_of_row`] reads what one such row says.
+pub(super) fn summary_select(relation: &str, extra: &str) -> String {
+    format!(
+        "SELECT {SUMMARY_COLS}, tasks.rowid, {extra} FROM {relation} AS tasks {}",
+        summary_joins!()
+    )
+}
+
+/// The first column after [`summary_select`]'s summary and rowid.
+pub(super) const SUMMARY_EXTRA_COL: usize = SEQ_COL + 1;
 
 impl Store {
     /// Calls `each` with every task, newest first, optionally only those in `state`, at
@@ -332,24 +352,35 @@ impl Store {
 /// follows up) calls this in its own transaction, so a reader never sees a summary that
 /// disagrees with the rows (issue 27: this replaced the triggers of schema 2-6).
 pub(super) fn refresh_summary(db: &Db, task_id: &str) -> Result<()> {
-    let summary = db.query_opt(
-        &format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1"),
-        params![task_id],
-        |row| {
-            Ok((
-                row.get::<i64>(SEQ_COL)?,
-                summary_json(&summary_from_row(row)?)?,
-            ))
-        },
-    )?;
+    // Built once: this runs in every state change, claims included.
+    static SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1")
+    });
+    let summary = db.query_opt(&SELECT, params![task_id], summary_of_row)?;
     match summary {
-        Some((seq, json)) => db.execute(
-            "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
-            params![seq, task_id, json],
-        )?,
-        None => db.execute("DELETE FROM task_summaries WHERE id = ?1", params![task_id])?,
-    };
+        Some((seq, json)) => write_summary(db, seq, task_id, &json),
+        None => {
+            db.execute("DELETE FROM task_summaries WHERE id = ?1", params![task_id])?;
+            Ok(())
+        }
+    }
+}
+
+/// The rowid and stored JSON of the summary a [`summary_select`] row holds.
+pub(super) fn summary_of_row(row: &Row<'_>) -> Result<(i64, String)> {
+    Ok((
+        row.get::<i64>(SEQ_COL)?,
+        summary_json(&summary_from_row(row)?)?,
+    ))
+}
+
+/// Stores one task's summary (rowid `seq`, its JSON).
+pub(super) fn write_summary(db: &Db, seq: i64, task_id: &str, json: &str) -> Result<()> {
+    db.execute(
+        "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
+        params![seq, task_id, json],
+    )?;
     Ok(())
 }
 

@@ -68,14 +68,19 @@ struct World {
 
 impl World {
     fn new() -> World {
+        // This home is machine m1 of the fleet; short leases keep the test fast.
+        World::with_store("store:\n  machine: m1\n  lease: 30s\n  heartbeat: 1s\n")
+    }
+
+    /// A world whose home's config.yaml ends with `store` (a `store:` block).
+    fn with_store(store: &str) -> World {
         let dir = tempfile::tempdir().expect("a temp dir");
         let origin = write_sample_repo(dir.path()).expect("the sample origin");
         let home = dir.path().join("home");
         write_home(&home, dir.path(), "polyphony-test:scripted").expect("a home");
-        // This home is machine m1 of the fleet; short leases keep the test fast.
         let config = home.join("config.yaml");
         let mut text = std::fs::read_to_string(&config).expect("config.yaml");
-        text.push_str("store:\n  machine: m1\n  lease: 30s\n  heartbeat: 1s\n");
+        text.push_str(store);
         std::fs::write(&config, text).expect("config.yaml");
         World {
             _dir: dir,
@@ -414,6 +419,70 @@ async fn the_daemon_claims_under_its_lease_and_renews_it() {
             return false;
         }
         c.lease_until == w.t0 + secs(30)
+    })
+    .await;
+}
+
+/// Issue 27: on PostgreSQL an enqueue by another process (another machine's daemon or
+/// CLI) wakes the daemon through LISTEN/NOTIFY: it claims the task at once, not at its
+/// next poll (10 minutes) or heartbeat (20 s). Needs the test server
+/// (`POLYPHONY_TEST_PG_URL`, scripts/pg-test-cluster.sh): SKIPPED without, failing with `CI`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_another_processs_enqueue_wakes_the_daemon_before_its_poll() {
+    // The admin connection blocks: off the test's runtime.
+    let pg = tokio::task::spawn_blocking(|| crate::store_contract::postgres("fleet_wake"))
+        .await
+        .expect("create the test database");
+    let Some(pg) = pg else { return };
+    let w = World::with_store(&format!(
+        "store:\n  url: {}\n  machine: m1\n  lease: 60s\n  heartbeat: 20s\n",
+        pg.handle
+    ));
+    let config = w.home.join("config.yaml");
+    let text = std::fs::read_to_string(&config).expect("config.yaml");
+    assert!(text.contains("poll_interval: 30s"), "{text}");
+    std::fs::write(
+        &config,
+        text.replace("poll_interval: 30s", "poll_interval: 10m"),
+    )
+    .expect("config.yaml");
+    // Another process's connection to the same server.
+    let store = pg.handle.open().expect("the server");
+    // The first task shows the daemon's loop has started (its first poll and claims are
+    // behind it); both attempts wait for their stop.
+    w.runtime.push(claude_fixes().hangs());
+    w.runtime.push(claude_fixes().hangs());
+    let first = w.offer(&store);
+    let orch = Arc::new(w.orchestrator("m1", w.t0));
+    let second: std::cell::RefCell<Option<(String, std::time::Instant)>> = Default::default();
+    run_daemon_until(orch, &store, |s| {
+        let mut second = second.borrow_mut();
+        match second.as_ref() {
+            None => {
+                if s.claim_of(&first).unwrap().is_some() {
+                    // Let the loop settle into its wait, then enqueue from elsewhere.
+                    std::thread::sleep(Duration::from_millis(500));
+                    *second = Some((w.offer(s), std::time::Instant::now()));
+                }
+                false
+            }
+            Some((id, at)) => {
+                let waited = at.elapsed();
+                let claimed = s.claim_of(id).unwrap();
+                assert!(
+                    waited < Duration::from_secs(8) || claimed.is_some(),
+                    "not claimed {waited:?} after the enqueue: the daemon waited for its poll or heartbeat"
+                );
+                match claimed {
+                    Some(c) => {
+                        assert!(waited < Duration::from_secs(8), "claimed only after {waited:?}");
+                        assert_eq!(c.machine, "m1");
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
     })
     .await;
 }

@@ -188,6 +188,30 @@ struct Home {
     origin: PathBuf,
 }
 
+/// Who a real-CLI home runs: the entries of identities.yaml, agents.yaml (none: the
+/// defaults), and the routing default `agent` with its `fallback` chain.
+struct Roster<'a> {
+    identities: String,
+    agents: Option<String>,
+    agent: &'a str,
+    fallback: &'a str,
+}
+
+/// One entry of identities.yaml: `agent`'s login directory `login`, and the api_keys
+/// `key` and `url`, each (the CLI's variable, the host variable it is read from).
+fn identity_yaml(
+    name: &str,
+    agent: &str,
+    login: &Path,
+    (key, key_from): (&str, &str),
+    (url, url_from): (&str, &str),
+) -> String {
+    format!(
+        "  - name: {name}\n    volumes:\n      {agent}: {}\n    api_keys:\n      {key}: {key_from}\n      {url}: {url_from}\n",
+        login.display()
+    )
+}
+
 impl std::ops::Deref for Home {
     type Target = support::home::Home;
 
@@ -198,10 +222,7 @@ impl std::ops::Deref for Home {
 
 impl Home {
     fn new(image: &str, network: &TestNetwork, api: &ScriptedAnthropic, setup: Setup<'_>) -> Home {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("home");
-        std::fs::create_dir_all(&path).expect("home");
-        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        let (dir, path, origin) = Home::scaffold();
         let url = |api: &ScriptedAnthropic| {
             if setup.through_proxy {
                 model_url(api)
@@ -233,36 +254,89 @@ impl Home {
         let login = dir.path().join("login-claude");
         std::fs::create_dir_all(&login).expect("login dir");
         std::fs::write(login.join("settings.json"), "{}\n").expect("settings.json");
-        let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL\n", login.display());
+        let keys = ("ANTHROPIC_API_KEY", "POLYPHONY_TEST_ANTHROPIC_KEY");
+        let mut identities = identity_yaml(
+            "scripted",
+            "claude",
+            &login,
+            keys,
+            ("ANTHROPIC_BASE_URL", "POLYPHONY_TEST_ANTHROPIC_URL"),
+        );
         if let Some(usd) = setup.ceiling {
             identities.push_str(&format!("    cost_ceiling_usd_per_day: {usd}\n"));
         }
+        let mut agents = None;
         let mut fallback = "[]";
         if setup.fallback.is_some() {
-            identities.push_str(&format!("  - name: second\n    volumes:\n      claude: {}\n    api_keys:\n      ANTHROPIC_API_KEY: POLYPHONY_TEST_ANTHROPIC_KEY\n      ANTHROPIC_BASE_URL: POLYPHONY_TEST_ANTHROPIC_URL_2\n", login.display()));
-            std::fs::write(
-                path.join("agents.yaml"),
-                "agents:\n  - name: claude\n    agent_type: claude\n  - name: claude-b\n    agent_type: claude\n    identity: second\n",
-            )
-            .expect("agents.yaml");
+            identities.push_str(&identity_yaml(
+                "second",
+                "claude",
+                &login,
+                keys,
+                ("ANTHROPIC_BASE_URL", "POLYPHONY_TEST_ANTHROPIC_URL_2"),
+            ));
+            agents = Some("agents:\n  - name: claude\n    agent_type: claude\n  - name: claude-b\n    agent_type: claude\n    identity: second\n".to_string());
             fallback = "[claude-b]";
         }
-        std::fs::write(path.join("identities.yaml"), identities).expect("identities.yaml");
+        let roster = Roster {
+            identities,
+            agents,
+            agent: "claude",
+            fallback,
+        };
+        let env = [
+            ("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY.to_string()),
+            ("POLYPHONY_TEST_ANTHROPIC_URL", url(api)),
+            (
+                "POLYPHONY_TEST_ANTHROPIC_URL_2",
+                setup.fallback.map(url).unwrap_or_default(),
+            ),
+        ];
+        let github = setup.github.map(|(fake, _)| fake);
+        Home::finish((dir, path, origin), roster, github, &env)
+    }
+
+    /// A temp dir holding the sample origin and an empty `home/`: (dir, home, origin).
+    fn scaffold() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("home");
+        std::fs::create_dir_all(&path).expect("home");
+        let origin = write_sample_repo(dir.path()).expect("sample repo");
+        (dir, path, origin)
+    }
+
+    /// The [`Home::scaffold`] with its config.yaml written: `roster`'s files written and
+    /// `env` (the variables the identities' api_keys name) in every run's environment.
+    fn finish(
+        (dir, path, origin): (tempfile::TempDir, PathBuf, PathBuf),
+        roster: Roster<'_>,
+        github: Option<&FakeGithub>,
+        env: &[(&str, String)],
+    ) -> Home {
+        std::fs::write(
+            path.join("identities.yaml"),
+            format!("identities:\n{}", roster.identities),
+        )
+        .expect("identities.yaml");
+        if let Some(agents) = roster.agents {
+            std::fs::write(path.join("agents.yaml"), agents).expect("agents.yaml");
+        }
         std::fs::write(
             path.join("routing.yaml"),
-            format!("default:\n  agent: claude\n  fallback: {fallback}\n"),
+            format!(
+                "default:\n  agent: {}\n  fallback: {}\n",
+                roster.agent, roster.fallback
+            ),
         )
         .expect("routing.yaml");
-        let github = setup.github.map(|(fake, _)| fake);
-        let base = support::home::Home::at(dir, path, github)
-            .with_env("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY)
-            .with_env("POLYPHONY_TEST_ANTHROPIC_URL", &url(api))
-            .with_env(
-                "POLYPHONY_TEST_ANTHROPIC_URL_2",
-                &setup.fallback.map(url).unwrap_or_default(),
-            )
-            .with_run_limit(RUN_LIMIT);
-        Home { base, origin }
+        let mut base = support::home::Home::at(dir, path, github);
+        for (key, value) in env {
+            base = base.with_env(key, value);
+        }
+        Home {
+            base: base.with_run_limit(RUN_LIMIT),
+            origin,
+        }
     }
 
     async fn enqueue(&self, body: &str, title: &str) -> String {
@@ -1657,10 +1731,7 @@ fn codex_home_with(
     fallback: Option<&ScriptedOpenAi>,
     knobs: CodexKnobs<'_>,
 ) -> Home {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("home");
-    std::fs::create_dir_all(&path).expect("home");
-    let origin = write_sample_repo(dir.path()).expect("sample repo");
+    let (dir, path, origin) = Home::scaffold();
     std::fs::write(
         path.join("config.yaml"),
         format!(
@@ -1701,32 +1772,44 @@ fn codex_home_with(
     let first = login("login-codex", api);
     // The gateway's upstream: the identity's OPENAI_BASE_URL (the scripted API's address,
     // reached from the proxy over the test network).
-    let mut identities = format!("identities:\n  - name: scripted\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n      OPENAI_BASE_URL: POLYPHONY_TEST_OPENAI_URL\n", first.display());
+    let keys = ("OPENAI_API_KEY", "POLYPHONY_TEST_OPENAI_KEY");
+    let mut identities = identity_yaml(
+        "scripted",
+        "codex",
+        &first,
+        keys,
+        ("OPENAI_BASE_URL", "POLYPHONY_TEST_OPENAI_URL"),
+    );
     let mut agents = "agents:\n  - name: codex\n    agent_type: codex\n".to_string();
     let mut chain = "[]";
     if let Some(second) = fallback {
         let login2 = login("login-codex-b", second);
-        identities.push_str(&format!("  - name: second\n    volumes:\n      codex: {}\n    api_keys:\n      OPENAI_API_KEY: POLYPHONY_TEST_OPENAI_KEY\n      OPENAI_BASE_URL: POLYPHONY_TEST_OPENAI_URL_2\n", login2.display()));
+        identities.push_str(&identity_yaml(
+            "second",
+            "codex",
+            &login2,
+            keys,
+            ("OPENAI_BASE_URL", "POLYPHONY_TEST_OPENAI_URL_2"),
+        ));
         agents.push_str("  - name: codex-b\n    agent_type: codex\n    identity: second\n");
         chain = "[codex-b]";
     }
-    std::fs::write(path.join("identities.yaml"), identities).expect("identities.yaml");
-    std::fs::write(path.join("agents.yaml"), agents).expect("agents.yaml");
-    std::fs::write(
-        path.join("routing.yaml"),
-        format!("default:\n  agent: codex\n  fallback: {chain}\n"),
-    )
-    .expect("routing.yaml");
+    let roster = Roster {
+        identities,
+        agents: Some(agents),
+        agent: "codex",
+        fallback: chain,
+    };
     let upstream = |a: &ScriptedOpenAi| a.base_url().trim_end_matches("/v1").to_string();
-    let base = support::home::Home::at(dir, path, knobs.github)
-        .with_env("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY)
-        .with_env("POLYPHONY_TEST_OPENAI_URL", &upstream(api))
-        .with_env(
+    let env = [
+        ("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY.to_string()),
+        ("POLYPHONY_TEST_OPENAI_URL", upstream(api)),
+        (
             "POLYPHONY_TEST_OPENAI_URL_2",
-            &fallback.map(upstream).unwrap_or_default(),
-        )
-        .with_run_limit(RUN_LIMIT);
-    Home { base, origin }
+            fallback.map(upstream).unwrap_or_default(),
+        ),
+    ];
+    Home::finish((dir, path, origin), roster, knobs.github, &env)
 }
 
 /// The port of a scripted Responses API listening on `network`'s gateway.

@@ -110,6 +110,7 @@ contract!(
     an_expired_claim_is_taken_over_by_exactly_one_daemon,
     a_pinned_task_is_claimed_only_on_its_machine,
     a_failed_task_is_claimed_again_once_its_retry_time_comes,
+    a_claim_writes_its_transition_and_the_summary_a_refresh_would,
     usage_limit_merges_are_atomic_across_connections,
     attempts_events_and_landings_round_trip,
     intents_settle_with_their_state_change,
@@ -616,6 +617,120 @@ fn attempts_events_and_landings_round_trip(b: Backend) {
     assert!((spent(t0() + Duration::hours(1)) - 1.0).abs() < 1e-9);
     assert_eq!(store.cost_spent_since("work", t0()).unwrap(), 0.0);
     assert_eq!(store.running_attempts().unwrap().len(), 0, "finished");
+}
+
+/// Issue 27: the claim is one statement on PostgreSQL (its summary built from what that
+/// statement returns) and a short path on SQLite; either way it writes the transition row,
+/// the owner, and exactly the summary the general refresh writes — the attempts' agent
+/// and cost kept, the quota wait of the FAILED task gone.
+fn a_claim_writes_its_transition_and_the_summary_a_refresh_would(b: Backend) {
+    use polyphony::domain::{AttemptStatus, QuotaWait, RunResult, TokenUsage};
+    let store = full(&b);
+    store.insert_task(&task("local-1")).unwrap();
+    store.insert_task(&task("local-2")).unwrap();
+    walk_to(&store, "local-1", Running);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    let result = RunResult {
+        task_id: "local-1".into(),
+        attempt: 1,
+        agent: "claude".into(),
+        status: AttemptStatus::Failed,
+        turns: 3,
+        duration_seconds: 20.0,
+        cost_usd: Some(0.25),
+        tokens: TokenUsage::default(),
+        exit_code: Some(1),
+        final_message: None,
+        reason: Some("tests failed".into()),
+        events: 0,
+        artifacts: vec![],
+    };
+    store.finish_attempt(&result, &[], t0()).unwrap();
+    store
+        .transition("local-1", Running, Failed, "tests failed", t0())
+        .unwrap();
+    let due = t0() + Duration::minutes(10);
+    store
+        .set_quota_wait(&QuotaWait {
+            task_id: "local-1".into(),
+            until: due,
+            agent: "claude".into(),
+            identity: "personal".into(),
+            resets: vec![],
+            parked_at: t0(),
+        })
+        .unwrap();
+    store.set_retry("local-1", 1, Some(due)).unwrap();
+    let parked: serde_json::Value =
+        serde_json::from_str(&store.summary_json("local-1").unwrap().unwrap()).unwrap();
+    assert_eq!(parked["quota_wait"]["agent"], "claude", "{parked}");
+
+    let me = owner("m1", "a");
+    let lease = t0() + Duration::minutes(1);
+    // Not due yet: the DISCOVERED one is claimed.
+    let first = store.claim_next_owned(&me, lease, t0()).unwrap().unwrap();
+    assert_eq!(first.id, "local-2");
+    assert_eq!(
+        store
+            .transitions("local-2")
+            .unwrap()
+            .last()
+            .map(|t| (t.from, t.to, t.reason.as_str())),
+        Some((Discovered, Claimed, "claimed"))
+    );
+    store.insert_task(&task("local-3")).unwrap();
+    // Due: the older candidate, the retry, wins over local-3.
+    let at = due + Duration::minutes(1);
+    let retry = store
+        .claim_next_owned(&me, at + Duration::minutes(1), at)
+        .unwrap()
+        .unwrap();
+    assert_eq!(retry.id, "local-1");
+    assert_eq!(
+        (
+            retry.state,
+            retry.attempts,
+            retry.failures,
+            retry.next_attempt_at,
+            retry.updated_at
+        ),
+        (Claimed, 1, 1, None, at)
+    );
+    assert_eq!(store.get_task("local-1").unwrap().as_ref(), Some(&retry));
+    let last = store.transitions("local-1").unwrap().pop().unwrap();
+    assert_eq!(
+        (last.from, last.to, last.reason.as_str(), last.at),
+        (Failed, Claimed, "claimed for retry", at)
+    );
+    let claim = store.claim_of("local-1").unwrap().unwrap();
+    assert_eq!(
+        (claim.owner, claim.lease_until),
+        (me.key(), at + Duration::minutes(1))
+    );
+
+    let claimed = store.summary_json("local-1").unwrap().unwrap();
+    let json: serde_json::Value = serde_json::from_str(&claimed).unwrap();
+    assert_eq!(json["state"], "CLAIMED", "{claimed}");
+    assert_eq!(
+        json["next_attempt_at"],
+        serde_json::Value::Null,
+        "{claimed}"
+    );
+    assert_eq!(json["quota_wait"], serde_json::Value::Null, "{claimed}");
+    assert_eq!(json["agent"], "claude", "{claimed}");
+    assert_eq!(json["cost_usd"], 0.25, "{claimed}");
+    // The general refresh (any write that leaves the row as it is) writes the same bytes.
+    store
+        .set_task_facts(
+            "local-1",
+            retry.task_type,
+            retry.scope,
+            retry.risk,
+            retry.context_tokens,
+        )
+        .unwrap();
+    assert_eq!(store.summary_json("local-1").unwrap().unwrap(), claimed);
+    assert_eq!(store.count_by_state().unwrap().get(&Claimed), Some(&2));
 }
 
 fn intents_settle_with_their_state_change(b: Backend) {
