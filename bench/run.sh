@@ -4,19 +4,21 @@
 # others kept), under a "Run" section naming the machine and the command.
 #
 # Usage: bench/run.sh [--quick] [SECTION ...]
-#   SECTION: queue status pg ingest clone spawn egress daemon http sse soak vacuum (default: all)
+#   SECTION: queue status pg ingest clone spawn egress gateway daemon http sse soak vacuum
+#            (default: all)
 #   --quick: fewer repetitions and smaller inputs (a smoke test; do not record its figures)
 # Env: BENCH_DIR (scratch, default /tmp/polyphony-bench), BENCH_REPS, BENCH_TASKS,
 #      BENCH_CLI_SAMPLE, BENCH_STATUS_TASKS, BENCH_INGEST_MB, BENCH_DAEMON_SECS (see
 #      examples/bench.rs and examples/bench/attempts.rs), BENCH_SOAK_TASKS (1000),
-#      BENCH_SOAK_CONCURRENCY (4). spawn, daemon and soak need a Docker engine; pg starts a
+#      BENCH_SOAK_CONCURRENCY (4), BENCH_GATEWAY_REQUESTS (2000), BENCH_GATEWAY_MIB (32).
+#      spawn, egress, gateway, daemon and soak need a Docker engine; pg starts a
 #      throwaway PostgreSQL cluster (scripts/pg-test-cluster.sh; BENCH_PG_URL: use that one).
 #
 # Adding a section: write `section_NAME` printing its Markdown body, add NAME to ALL below.
 set -eu
 cd "$(dirname "$0")/.."
 
-ALL="queue status pg ingest clone spawn egress daemon http sse soak vacuum"
+ALL="queue status pg ingest clone spawn egress gateway daemon http sse soak vacuum"
 quick=0
 sections=""
 for arg in "$@"; do
@@ -35,12 +37,13 @@ if [ "$quick" = 1 ]; then
   export BENCH_CLI_SAMPLE="${BENCH_CLI_SAMPLE:-20}" BENCH_STATUS_TASKS="${BENCH_STATUS_TASKS:-10000}"
   export BENCH_INGEST_MB="${BENCH_INGEST_MB:-10}" BENCH_COMMITS="${BENCH_COMMITS:-500}"
   export BENCH_DAEMON_SECS="${BENCH_DAEMON_SECS:-3}" BENCH_SOAK_TASKS="${BENCH_SOAK_TASKS:-20}"
+  export BENCH_GATEWAY_REQUESTS="${BENCH_GATEWAY_REQUESTS:-200}" BENCH_GATEWAY_MIB="${BENCH_GATEWAY_MIB:-4}"
 fi
 export BENCH_DIR="${BENCH_DIR:-/tmp/polyphony-bench}"
 command -v /usr/bin/time >/dev/null || { echo "bench/run.sh: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
 command -v sqlite3 >/dev/null || { echo "bench/run.sh: sqlite3 missing (apt-get install sqlite3)" >&2; exit 2; }
 
-cargo build --release --bin polyphony --example bench
+cargo build --release --bin polyphony --example bench --example gateway_bench
 target="${CARGO_TARGET_DIR:-target}"
 export POLYPHONY_BIN="$(cd "$target/release" && pwd)/polyphony"
 harness="$target/release/examples/bench"
@@ -139,6 +142,18 @@ section_egress() {
   "$harness" egress
 }
 
+section_gateway() {
+  echo "Issue 26. Model-API gateway overhead per request (p50 and p99 added latency) and the"
+  echo "throughput of a streamed answer, each beside the client talking to the scripted server directly,"
+  echo "in one run: the gateway on loopback and the gateway inside an attempt's egress proxy container."
+  echo
+  echo "- Date: $(stamp)"
+  echo "- Build: release (\`cargo build --release\`, the profile bench/run.sh builds)"
+  echo "- Command: \`$(env_line BENCH_GATEWAY_REQUESTS BENCH_GATEWAY_MIB)bench/run.sh gateway\` (examples/gateway_bench.rs \`markdown\`)"
+  echo
+  "$target/release/examples/gateway_bench" markdown
+}
+
 section_daemon() {
   echo "Issue 8 item 4. Resident memory of \`polyphony daemon\` idle and with 16 concurrent fake agents"
   echo "streaming output, then with transcripts about 10 times larger."
@@ -193,6 +208,7 @@ heading() {
     clone) echo "Clone per attempt" ;;
     spawn) echo "Spawn overhead" ;;
     egress) echo "Egress: allowlist against open" ;;
+    gateway) echo "Model-API gateway" ;;
     daemon) echo "Daemon memory" ;;
     http) echo "HTTP API and dashboard" ;;
     sse) echo "Event streams under load" ;;

@@ -71,12 +71,56 @@ pub fn ceiling_hold(
     }
 }
 
+/// How long an attempt held by the reservations of running attempts waits before it asks
+/// again (one of them may have ended by then, freeing its reservation).
+pub const RESERVED_RECHECK: Duration = Duration::seconds(10);
+
+/// The hold of an attempt whose identity's finished spend (`spent`) plus the reservations
+/// of its `running` attempts (`reserved`, each the per-attempt cap) reach the ceiling: if
+/// the spend alone does, until the next 00:00 UTC; otherwise a short wait for a running
+/// attempt to end ([`RESERVED_RECHECK`]).
+pub fn reserved_hold(
+    identity: &str,
+    spent: f64,
+    running: u32,
+    reserved: f64,
+    ceiling: f64,
+    now: DateTime<Utc>,
+) -> CeilingHold {
+    if over_ceiling(spent, ceiling) {
+        return ceiling_hold(identity, spent, ceiling, now, None);
+    }
+    let plural = if running == 1 { "" } else { "s" };
+    CeilingHold {
+        reason: format!(
+            "identity `{identity}` spent ${spent:.2} of its ${ceiling:.2} daily ceiling and {running} running attempt{plural} may spend ${reserved:.2} more; waits for one to end"
+        ),
+        until: now + RESERVED_RECHECK,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().expect("a timestamp")
+    }
+
+    #[test]
+    fn a_start_held_by_running_attempts_waits_briefly_and_one_over_the_spend_till_tomorrow() {
+        let now = at("2026-12-01T10:00:00Z");
+        let short = reserved_hold("demo", 0.04, 2, 0.10, 0.12, now);
+        assert_eq!(short.until, now + RESERVED_RECHECK);
+        assert!(
+            short
+                .reason
+                .contains("2 running attempts may spend $0.10 more"),
+            "{}",
+            short.reason
+        );
+        let day = reserved_hold("demo", 0.12, 1, 0.05, 0.12, now);
+        assert_eq!(day.until, at("2026-12-02T00:00:00Z"));
     }
 
     #[test]

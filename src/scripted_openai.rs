@@ -34,6 +34,9 @@ use serde_json::{json, Value};
 pub enum Reply {
     /// A `function_call` to `exec_command` with this shell command.
     Shell(String),
+    /// [`Reply::Shell`] asking Codex to wait up to `yield_time_ms` for the command (its
+    /// default is 10 s, its cap 30 s) before answering with what it printed so far.
+    ShellWaiting { cmd: String, yield_time_ms: u64 },
     /// A `custom_tool_call` to `apply_patch` with this patch (`*** Begin Patch` …).
     ApplyPatch(String),
     /// An assistant message; the turn ends.
@@ -42,12 +45,25 @@ pub enum Reply {
     Unauthorized,
     /// 429 `usage_limit_reached` with `resets_at` (epoch seconds).
     UsageLimit { resets_at: i64 },
+    /// [`Reply::UsageLimit`] with OpenAI's rate-limit headers besides:
+    /// `x-ratelimit-reset-requests: <reset_requests_secs>s` and
+    /// `x-ratelimit-reset-tokens: 1s` (api.openai.com's duration spelling).
+    UsageLimitWithHeaders {
+        resets_at: i64,
+        reset_requests_secs: u64,
+    },
     /// 404 `model_not_found`.
     ModelNotFound,
     /// 500 `server_error`.
     ServerError,
     /// 200 and an SSE stream cut before `response.completed`.
     DroppedStream,
+    /// `reply`, billed with this many cached input tokens (of [`INPUT_TOKENS`]) instead of
+    /// [`CACHED_TOKENS`] (a request that costs what a test needs).
+    Billed {
+        reply: Box<Reply>,
+        cached_tokens: u64,
+    },
 }
 
 pub use crate::scripted_server::Turn;
@@ -134,10 +150,24 @@ fn error(status: StatusCode, error: Value) -> Response {
 
 fn answer(model: &str, reply: Reply, stream: bool) -> Response {
     let n = next_id();
+    let (mut reply, mut cached) = (reply, CACHED_TOKENS);
+    while let Reply::Billed {
+        reply: inner,
+        cached_tokens,
+    } = reply
+    {
+        (reply, cached) = (*inner, cached_tokens.min(INPUT_TOKENS));
+    }
     let item = match reply {
         Reply::Shell(cmd) => json!({"type": "function_call", "id": format!("fc_{n}"),
             "call_id": format!("call_{n}"), "name": "exec_command",
             "arguments": json!({"cmd": cmd}).to_string(), "status": "completed"}),
+        Reply::ShellWaiting { cmd, yield_time_ms } => {
+            json!({"type": "function_call", "id": format!("fc_{n}"),
+            "call_id": format!("call_{n}"), "name": "exec_command",
+            "arguments": json!({"cmd": cmd, "yield_time_ms": yield_time_ms}).to_string(),
+            "status": "completed"})
+        }
         Reply::ApplyPatch(patch) => json!({"type": "custom_tool_call", "id": format!("ctc_{n}"),
             "call_id": format!("call_{n}"), "name": "apply_patch", "input": patch, "status": "completed"}),
         Reply::Text(text) => {
@@ -158,6 +188,23 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
                        "plan_type": "plus", "resets_at": resets_at}),
             )
         }
+        Reply::UsageLimitWithHeaders {
+            resets_at,
+            reset_requests_secs,
+        } => {
+            let mut resp = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"type": "usage_limit_reached", "message": "The usage limit has been reached",
+                       "plan_type": "plus", "resets_at": resets_at}),
+            );
+            let h = resp.headers_mut();
+            h.insert(
+                "x-ratelimit-reset-requests",
+                format!("{reset_requests_secs}s").parse().expect("header"),
+            );
+            h.insert("x-ratelimit-reset-tokens", "1s".parse().expect("header"));
+            return resp;
+        }
         Reply::ModelNotFound => {
             return error(
                 StatusCode::NOT_FOUND,
@@ -172,6 +219,7 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
                        "type": "server_error", "param": null, "code": null}),
             )
         }
+        Reply::Billed { .. } => unreachable!("unwrapped by the loop above"),
         Reply::DroppedStream => {
             let created = json!({"type": "response.created", "sequence_number": 0,
                 "response": {"id": format!("resp_{n}"), "object": "response", "status": "in_progress", "model": model}});
@@ -179,7 +227,7 @@ fn answer(model: &str, reply: Reply, stream: bool) -> Response {
         }
     };
     let id = format!("resp_{n}");
-    let usage = json!({"input_tokens": INPUT_TOKENS, "input_tokens_details": {"cached_tokens": CACHED_TOKENS},
+    let usage = json!({"input_tokens": INPUT_TOKENS, "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": OUTPUT_TOKENS, "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS});
     let done = json!({"id": id, "object": "response", "status": "completed", "model": model,

@@ -213,7 +213,10 @@ pub fn render_text(s: &ReplaySummary, source: &str) -> String {
             .as_deref()
             .map(|r| format!(" (resets {})", crate::domain::when::reset_absolute(r)))
             .unwrap_or_default();
-        out.push_str(&format!("quota: {}{resets}\n", q.message));
+        out.push_str(&format!(
+            "quota: {}{resets}\n",
+            crate::domain::when::without_epoch_tail(&q.message)
+        ));
     }
     if let Some(e) = &o.error {
         out.push_str(&format!("error: {}\n", one_line(e, 300)));

@@ -246,6 +246,14 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let links = store.generation_links(id)?;
     let generation = crate::domain::generation::number(&task);
     print_task(&task);
+    if let Some(c) = crate::ops::actions::running_claim(store, id)? {
+        crate::println_printable!(
+            "  machine:  {} (daemon {}, lease until {})",
+            c.machine,
+            c.owner,
+            crate::domain::when::human(c.lease_until, Utc::now())
+        );
+    }
     print_generation(&task, generation, &links);
     print_quota(&store.quota_detail_json(id)?, Utc::now());
     crate::println_printable!("\ntransitions:");

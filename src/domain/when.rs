@@ -77,6 +77,16 @@ pub fn message_text(message: &str, now: DateTime<Utc>) -> String {
     message.to_string()
 }
 
+/// A limit message without the reset's epoch seconds Claude Code's classic message ends
+/// in (`Claude AI usage limit reached|1796054700` → `Claude AI usage limit reached`), for
+/// text that names the reset itself; any other message stays as it is.
+pub fn without_epoch_tail(message: &str) -> &str {
+    match message.rsplit_once('|') {
+        Some((text, tail)) if epoch(tail).is_some() => text.trim_end(),
+        _ => message,
+    }
+}
+
 /// 9 to 13 digits: epoch seconds (up to 11) or milliseconds.
 fn epoch(raw: &str) -> Option<DateTime<Utc>> {
     let digits = raw.trim();
@@ -154,5 +164,11 @@ mod tests {
             "Claude AI usage limit reached (resets 14:04 UTC, in 52 min)"
         );
         assert_eq!(message_text("a | b", now), "a | b");
+        assert_eq!(
+            without_epoch_tail(&format!("Claude AI usage limit reached|{reset}")),
+            "Claude AI usage limit reached"
+        );
+        assert_eq!(without_epoch_tail("a | b"), "a | b");
+        assert_eq!(without_epoch_tail("limit|12345"), "limit|12345");
     }
 }

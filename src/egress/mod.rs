@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use proxy::{EventLog, ProxyConfig, GATEWAY_PORT, PROXY_PORT};
 
 use crate::domain::{EgressMode, NetworkMode, RunSpec};
-use crate::runtime::container_spec::{container_name, Role};
+use crate::runtime::container_spec::{container_name, ContainerSpec, Role};
 use crate::runtime::{EgressPlan, LABEL_ATTEMPT, LABEL_HOME, LABEL_ROLE, LABEL_TASK};
 
 /// `polyphony-<key>-<attempt>-<home>-net` and `…-egress`: one home's attempt, never
@@ -91,6 +91,33 @@ pub fn agent_network(run: &RunSpec, plan: Option<&EgressPlan>) -> NetworkMode {
         (EgressMode::Allowlist | EgressMode::None, _) => NetworkMode::None,
         (EgressMode::Open, _) => run.network.clone(),
     }
+}
+
+/// The one upstream resolver an agent confined to its attempt's network is given (the
+/// container's `--dns`): its own loopback, inside its own network namespace.
+///
+/// Every container on a user-defined network resolves through the engine's embedded DNS
+/// (127.0.0.11), which forwards names it does not know to upstream resolvers. Without a
+/// `--dns` those are the host's, and engines before 23.0.11/25.0.5/26 forward to a host
+/// resolver on a loopback address *from the host's namespace* even for a container on an
+/// `--internal` network (CVE-2024-29018): a DNS tunnel out of a network with no route.
+/// Servers named by `--dns` are always dialled from the container's own namespace (moby
+/// `setExternalResolvers(.., checkLoopback=false)` on 20.10, `NSOverride` on 26+), so with
+/// this one a forwarded query goes to the agent's own loopback and nowhere else, on every
+/// engine. The embedded DNS still answers the names of containers on the attempt's network
+/// (its proxy's), which is all an agent could learn from it.
+pub const AGENT_DNS: &str = "127.0.0.1";
+
+/// Confines an agent's container to the attempt's internal network (its only one), with
+/// [`AGENT_DNS`] as its resolver's only upstream and the proxy variables naming the
+/// attempt's proxy at `proxy_ip`.
+pub fn confine(container: ContainerSpec, plan: &EgressPlan, proxy_ip: IpAddr) -> ContainerSpec {
+    let mut container = container.network(NetworkMode::Named(plan.network.clone()));
+    container.dns = vec![AGENT_DNS.to_string()];
+    for (name, value) in agent_env(proxy_ip) {
+        container = container.env(name, value);
+    }
+    container
 }
 
 /// The proxy variables an agent gets (both spellings: tools read one or the other).
@@ -318,5 +345,26 @@ not json at all
             "NO_PROXY".into(),
             "localhost,127.0.0.1,::1,172.30.0.2".into()
         )));
+    }
+
+    #[test]
+    fn a_confined_agent_is_on_its_network_only_with_its_own_loopback_as_resolver() {
+        let (network, proxy_name) = names("local-3", 2, "0123456789abcdef");
+        let plan = EgressPlan {
+            network,
+            outbound: "bridge".into(),
+            proxy_name,
+            labels: labels("local-3", 2, "0123456789abcdef"),
+            config_json: String::new(),
+            resolver_hosts: Vec::new(),
+            mounts: Vec::new(),
+            user: None,
+        };
+        let spec = ContainerSpec::new("agent", "img", vec![]);
+        assert!(spec.dns.is_empty());
+        let spec = confine(spec, &plan, "172.30.0.2".parse().unwrap());
+        assert_eq!(spec.network, NetworkMode::Named(plan.network.clone()));
+        assert_eq!(spec.dns, vec!["127.0.0.1".to_string()]);
+        assert_eq!(spec.env["HTTPS_PROXY"], "http://172.30.0.2:3128");
     }
 }

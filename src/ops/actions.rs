@@ -172,13 +172,36 @@ pub fn task_detail(store: &Store, id: &str) -> Result<Option<serde_json::Value>,
     };
     crate::ops::report::add_egress(&mut detail, |n| store.egress_events(id, n))?;
     let log = actions(store, id)?;
+    let claim = running_claim(store, id)?;
     if let Some(obj) = detail.as_object_mut() {
         obj.insert(
             "actions".into(),
             serde_json::to_value(log).unwrap_or_default(),
         );
+        // Issue 27: which machine's daemon holds an active task, from any daemon of the fleet.
+        obj.insert(
+            "claim".into(),
+            claim.map_or(serde_json::Value::Null, |c| {
+                serde_json::json!({
+                    "machine": c.machine,
+                    "owner": c.owner,
+                    "lease_until": c.lease_until,
+                })
+            }),
+        );
     }
     Ok(Some(detail))
+}
+
+/// The claim of a task with an attempt in flight (CLAIMED … VERIFYING): the machine and
+/// daemon that hold it, and its lease. `None` for a task at rest, whose last claim row only
+/// says who ran it last, and for a claim written without an owner (`spawn`).
+pub fn running_claim(store: &Store, id: &str) -> Result<Option<crate::store::Claim>, StoreError> {
+    let active = store.get_task(id)?.is_some_and(|t| t.state.is_active());
+    if !active {
+        return Ok(None);
+    }
+    store.claim_of(id)
 }
 
 /// Actions kept per task (the oldest go first).

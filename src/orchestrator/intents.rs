@@ -78,7 +78,8 @@ pub(crate) async fn finish_pending(orch: &Orchestrator, store: &Store) -> anyhow
                 if task.state.is_terminal() || intent.attempt != task.attempts + 1 {
                     true
                 } else {
-                    finish_claim(orch, &task, &intent.payload, intent.attempt).await
+                    let claimant = orch.claimant(store)?;
+                    finish_claim(orch, &task, &intent.payload, intent.attempt, claimant).await
                 }
             }
             IntentKind::Cancel => {
@@ -117,6 +118,7 @@ async fn finish_claim(
     task: &Task,
     payload: &serde_json::Value,
     attempt: u32,
+    claimant: String,
 ) -> bool {
     let Ok(source) = orch.sources.of(task) else {
         return false;
@@ -124,7 +126,7 @@ async fn finish_claim(
     let info = ClaimInfo {
         agent: payload["agent"].as_str().unwrap_or_default().to_string(),
         attempt,
-        claimant: orch.home_label.clone(),
+        claimant,
     };
     match source.claim_resuming(task, &info, true).await {
         Ok(_) => {

@@ -50,7 +50,7 @@ use crate::routing::Router;
 use crate::runtime::{DockerRuntime, WorkerRuntime};
 use crate::sources::github::GithubSource;
 use crate::sources::{Source, Sources};
-use crate::store::StoreHandle;
+use crate::store::{StoreError, StoreHandle};
 use crate::workspace::WorkspaceManager;
 
 pub use pipeline::AttemptEnd;
@@ -147,6 +147,16 @@ impl Orchestrator {
             spend: Arc::default(),
             leases,
         })
+    }
+
+    /// Who this daemon claims tasks as at their source (the GitHub claim comment's `by=`):
+    /// the fleet's one id on a shared store (issue 27: a task another daemon of the fleet
+    /// claimed and this one took over is still ours), else this home's label.
+    pub(crate) fn claimant(&self, store: &crate::store::Store) -> Result<String, StoreError> {
+        let candidate = format!("fleet-{}", self.leases.owner.nonce);
+        Ok(store
+            .fleet_claimant(&candidate, self.now())?
+            .unwrap_or_else(|| self.home_label.clone()))
     }
 
     pub fn home(&self) -> &Path {

@@ -80,6 +80,10 @@ pub struct ContainerSpec {
     /// Variables whose values are read from the host at creation and never stored.
     pub env_from_host: Vec<EnvVar>,
     pub network: NetworkMode,
+    /// The upstream resolvers of the engine's embedded DNS (`--dns`); empty: the engine's
+    /// default (the host's). Agents confined to an attempt's network get the container's
+    /// own loopback (`egress::AGENT_DNS`), so nothing is forwarded anywhere (issue 25).
+    pub dns: Vec<String>,
     /// Hardening and limits; `limits.user` is always resolved (`Some`).
     pub limits: ResourceLimits,
 }
@@ -121,6 +125,7 @@ impl ContainerSpec {
             env,
             env_from_host: Vec::new(),
             network: NetworkMode::Bridge,
+            dns: Vec::new(),
             limits: ResourceLimits::default(),
         }
     }

@@ -428,6 +428,7 @@ impl DockerRuntime {
             mounts: Some(mounts),
             tmpfs: Some(spec.tmpfs.clone().into_iter().collect::<HashMap<_, _>>()),
             network_mode: Some(spec.network.as_docker().to_string()),
+            dns: (!spec.dns.is_empty()).then(|| spec.dns.clone()),
             cap_drop: limits.cap_drop_all.then(|| vec!["ALL".to_string()]),
             security_opt: Some(security_opt),
             init: Some(limits.init),

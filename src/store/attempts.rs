@@ -51,13 +51,77 @@ impl AttemptRecord {
     }
 }
 
+/// An identity's daily cost ceiling, checked where an attempt starts (issue 27): the spend
+/// of today's finished attempts plus `reserve_usd` for each attempt of the identity still
+/// running anywhere in the store (any daemon of a fleet) must stay under `ceiling_usd`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DailyLimit {
+    pub ceiling_usd: f64,
+    /// The start of the ceiling's day (00:00 UTC).
+    pub since: DateTime<Utc>,
+    /// What one running attempt may still cost: the per-attempt cap its reported cost is
+    /// clamped to (`container.max_cost_usd_per_attempt`).
+    pub reserve_usd: f64,
+}
+
+/// Why an attempt was not started under its identity's [`DailyLimit`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpendHeld {
+    /// Today's finished attempts' cost.
+    pub spent_usd: f64,
+    /// Attempts of the identity running now (their reservations held the start).
+    pub running: u32,
+    pub reserved_usd: f64,
+}
+
 impl Store {
     /// Records the start of attempt `spec.attempt` with its immutable RunSpec and bumps the
     /// task's attempt count. `AttemptExists` if that attempt was already started.
     pub fn start_attempt(&self, spec: &RunSpec, now: DateTime<Utc>) -> Result<()> {
+        self.start_attempt_within(spec, now, None).map(|_| ())
+    }
+
+    /// [`Store::start_attempt`] under the identity's daily ceiling, checked in the same
+    /// writing transaction as the insert (the store's one write lock, on SQLite and across
+    /// a fleet on PostgreSQL), so two daemons never both start on the same remainder: a
+    /// running attempt (of any daemon) counts as `reserve_usd` until it ends. `Some(held)`
+    /// and nothing written when the spend and the reservations reach the ceiling.
+    pub fn start_attempt_within(
+        &self,
+        spec: &RunSpec,
+        now: DateTime<Utc>,
+        limit: Option<DailyLimit>,
+    ) -> Result<Option<SpendHeld>> {
         let json = to_json("run spec", spec)?;
         self.immediate(|tx| {
             current_state(tx, &spec.task_id)?;
+            if let Some(limit) = limit {
+                let spent: f64 = tx.query_row(
+                    "SELECT COALESCE(SUM(cost_usd), 0.0) FROM attempts WHERE identity = ?1 AND started_at >= ?2",
+                    params![spec.identity, ts(limit.since)],
+                    |r| r.get(0),
+                )?;
+                // Running: not ended, of a task still in an active state (a row a crash
+                // left open on a task that moved on is not spending).
+                let running: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM attempts a JOIN tasks t ON t.id = a.task_id \
+                     WHERE a.identity = ?1 AND a.started_at >= ?2 AND a.status IS NULL \
+                     AND a.task_id <> ?3 \
+                     AND t.state IN ('CLAIMED','ROUTED','PROVISIONED','RUNNING','VERIFYING')",
+                    params![spec.identity, ts(limit.since), spec.task_id],
+                    |r| r.get(0),
+                )?;
+                let running = running.max(0) as u32;
+                let reserved = f64::from(running) * limit.reserve_usd;
+                // `identity_policy::over_ceiling`'s rule: reaching the ceiling holds.
+                if spent + reserved >= limit.ceiling_usd {
+                    return Ok(Some(SpendHeld {
+                        spent_usd: spent,
+                        running,
+                        reserved_usd: reserved,
+                    }));
+                }
+            }
             let exists: bool = tx.query_row(
                 "SELECT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?1 AND attempt = ?2)",
                 params![spec.task_id, spec.attempt],
@@ -87,7 +151,8 @@ impl Store {
                 "UPDATE tasks SET attempts = CASE WHEN attempts > ?2 THEN attempts ELSE ?2 END, updated_at = ?3 WHERE id = ?1",
                 params![spec.task_id, spec.attempt, ts(now)],
             )?;
-            super::refresh_summary(tx, &spec.task_id)
+            super::refresh_summary(tx, &spec.task_id)?;
+            Ok(None)
         })
     }
 

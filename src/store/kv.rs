@@ -3,7 +3,11 @@
 use super::sql::params;
 use chrono::{DateTime, Utc};
 
+use super::sql::Dialect;
 use super::{ts, Result, Store};
+
+/// The kv key of a shared store's fleet claimant ([`Store::fleet_claimant`]).
+const FLEET_CLAIMANT: &str = "fleet:claimant";
 
 impl Store {
     pub fn kv_get(&self, key: &str) -> Result<Option<String>> {
@@ -20,6 +24,22 @@ impl Store {
             params![key, value, ts(now)],
         )?;
         Ok(())
+    }
+
+    /// Who holds a task in the eyes of a source (the GitHub claim comment's `by=`), when
+    /// the queue is a fleet's (issue 27): on PostgreSQL one id per database, `candidate`
+    /// of whichever daemon asks first, read by every other, so a task one daemon claimed
+    /// and another took over is still the fleet's own claim. `None` on SQLite: the queue is
+    /// one home's, and the home is the claimant.
+    pub fn fleet_claimant(&self, candidate: &str, now: DateTime<Utc>) -> Result<Option<String>> {
+        if matches!(self.db.dialect(), Dialect::Sqlite) {
+            return Ok(None);
+        }
+        self.db.execute(
+            "INSERT INTO kv (key, value, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
+            params![FLEET_CLAIMANT, candidate, ts(now)],
+        )?;
+        self.kv_get(FLEET_CLAIMANT)
     }
 }
 

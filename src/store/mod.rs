@@ -57,7 +57,7 @@ use rusqlite::Connection;
 use sql::Db;
 
 pub use attempt_notes::Handling;
-pub use attempts::AttemptRecord;
+pub use attempts::{AttemptRecord, DailyLimit, SpendHeld};
 pub use cancels::CancelRequest;
 pub use core::{host_machine_id, Claim, Owner, QueueCore, Reconcilable};
 pub use error::{DriverError, StoreError};

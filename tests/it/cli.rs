@@ -1324,3 +1324,78 @@ fn init_agents_routes_only_to_the_named_agents() {
         .code(2)
         .stderr(predicate::str::contains("no template agent `cursor`"));
 }
+
+/// Issue 27: `status TASK` names the machine whose daemon holds an active task's claim, in
+/// its text and `--json` (`claim`), from any home on the shared store; a task at rest has
+/// no claim shown.
+#[test]
+fn status_names_the_machine_running_a_task() {
+    use chrono::{Duration, Utc};
+    use polyphony::domain::{SourceKind, Task, TaskState};
+    use polyphony::store::{Owner, Store};
+    let home = initialised();
+    let store = Store::open(&home.path().join("queue.db")).unwrap();
+    let now = Utc::now();
+    for id in ["local-1", "local-2"] {
+        let task = Task::new(
+            id,
+            SourceKind::Local,
+            format!("local:{id}"),
+            "/r",
+            "Fix",
+            now,
+        );
+        store.insert_task(&task).unwrap();
+    }
+    let owner = Owner {
+        machine: "build-7".into(),
+        pid: 4242,
+        nonce: "n1".into(),
+    };
+    let claimed = store
+        .claim_next_owned(&owner, now + Duration::seconds(60), now)
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, "local-1");
+    drop(store);
+
+    let out = polyphony(home.path())
+        .args(["status", "local-1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("machine:  build-7 (daemon build-7/4242/n1, lease until"),
+        "{text}"
+    );
+    let out = polyphony(home.path())
+        .args(["status", "local-1", "--json"])
+        .output()
+        .unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(detail["task"]["state"], "CLAIMED", "{detail}");
+    assert_eq!(detail["claim"]["machine"], "build-7", "{detail}");
+    assert_eq!(detail["claim"]["owner"], "build-7/4242/n1", "{detail}");
+    assert!(detail["claim"]["lease_until"].is_string(), "{detail}");
+
+    // At rest: no claim, in either form.
+    let store = Store::open(&home.path().join("queue.db")).unwrap();
+    store
+        .transition("local-1", TaskState::Claimed, TaskState::Failed, "x", now)
+        .unwrap();
+    drop(store);
+    for id in ["local-1", "local-2"] {
+        let out = polyphony(home.path())
+            .args(["status", id, "--json"])
+            .output()
+            .unwrap();
+        let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(detail["claim"].is_null(), "{detail}");
+        let out = polyphony(home.path())
+            .args(["status", id])
+            .output()
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("machine:"));
+    }
+}

@@ -115,22 +115,57 @@ fn plan(label: &str, attempt: u32, outbound: &str, config: &ProxyConfig) -> Egre
     }
 }
 
-/// Runs `script` with busybox sh in the test image on `network`, with `env`; its stdout.
-fn probe(image: &str, network: &str, env: &[(String, String)], script: &str) -> String {
-    let mut cmd = Command::new("docker");
-    cmd.args([
-        "run",
-        "--rm",
-        "--network",
-        network,
-        "--entrypoint",
-        "/bin/sh",
-    ]);
-    for (k, v) in env {
-        cmd.args(["-e", &format!("{k}={v}")]);
+/// Runs `script` with busybox sh in the test image as a confined agent of `plan`: created
+/// by the product's runtime with the product's own confinement (`egress::confine`: the
+/// attempt's network only, the agent's resolver settings, the proxy variables); its stdout.
+async fn probe_confined(
+    rt: &DockerRuntime,
+    image: &str,
+    label: &str,
+    plan: &EgressPlan,
+    proxy_ip: IpAddr,
+    script: &str,
+) -> String {
+    use futures_util::StreamExt;
+    use polyphony::runtime::{ContainerSpec, Role};
+    let name = format!("{}-probe", plan.proxy_name);
+    let spec = ContainerSpec::new(
+        name,
+        image,
+        vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string()],
+    )
+    .labels_for("egress-probe", 1, label, Role::Agent)
+    .limits(
+        polyphony::domain::ResourceLimits::default(),
+        &polyphony::runtime::daemon_user(),
+    );
+    let spec = polyphony::egress::confine(spec, plan, proxy_ip);
+    let id = rt.create(&spec).await.expect("create the probe");
+    rt.start(&id).await.expect("start the probe");
+    let mut out = Vec::new();
+    let mut logs = rt.logs(&id, None);
+    while let Some(chunk) = logs.next().await {
+        let chunk = chunk.expect("probe log");
+        if chunk.stream == polyphony::domain::EventStream::Stdout {
+            out.extend_from_slice(&chunk.bytes);
+        }
     }
-    cmd.args([image, "-c", script]);
-    let out = cmd.output().expect("docker run");
+    drop(logs);
+    rt.wait(&id).await.expect("wait for the probe");
+    rt.remove(&id).await.expect("remove the probe");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs `script` with busybox sh in the test image in an unconfined container on
+/// `network` (`docker run` plus `args`): the control that shows a probe reaches its target.
+async fn probe_open(image: &str, network: &str, args: &[&str], script: &str) -> String {
+    let out = tokio::process::Command::new("docker")
+        .args(["run", "--rm", "--network", network])
+        .args(args)
+        .args(["--entrypoint", "/bin/sh", image, "-c", script])
+        .output()
+        .await
+        .expect("docker run");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -139,6 +174,142 @@ fn line<'a>(out: &'a str, key: &str) -> &'a str {
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no `{key}=` in the probe's output:\n{out}"))
 }
+
+type Counter = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+fn count(c: &Counter) -> u64 {
+    c.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A TCP listener on `ip` that writes `banner` to each connection and closes it.
+async fn banner(ip: IpAddr, banner: &'static str) -> (u16, Counter) {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind((ip, 0))
+        .await
+        .unwrap_or_else(|e| panic!("bind {ip}: {e}"));
+    let port = listener.local_addr().unwrap().port();
+    let hits = Counter::default();
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = s.write_all(format!("{banner}\n").as_bytes()).await;
+        }
+    });
+    (port, hits)
+}
+
+/// A UDP listener on `ip` counting the datagrams it receives.
+async fn udp_counter(ip: IpAddr) -> (u16, Counter) {
+    let udp = tokio::net::UdpSocket::bind((ip, 0)).await.expect("udp");
+    let port = udp.local_addr().unwrap().port();
+    let datagrams = Counter::default();
+    let counted = datagrams.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while udp.recv_from(&mut buf).await.is_ok() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (port, datagrams)
+}
+
+/// The answer of [`dns_server`] to a query: every A question gets `192.0.2.7`.
+fn dns_answer(query: &[u8]) -> Option<Vec<u8>> {
+    if query.len() < 12 {
+        return None;
+    }
+    // The question: labels up to the root, then type and class.
+    let mut end = 12;
+    while end < query.len() && query[end] != 0 {
+        end += 1 + query[end] as usize;
+    }
+    let question = query.get(12..end + 5)?;
+    let mut out = Vec::new();
+    out.extend_from_slice(&query[..2]);
+    out.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+    out.extend_from_slice(question);
+    out.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 7]);
+    Some(out)
+}
+
+/// A DNS server the test controls on `ip` port 53 (UDP and TCP: the engine's embedded
+/// resolver forwards over the protocol it was asked on), answering every A query with
+/// 192.0.2.7 and counting the queries that reach it.
+async fn dns_server(ip: IpAddr) -> Counter {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let queries = Counter::default();
+    let udp = tokio::net::UdpSocket::bind((ip, 53))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the DNS case binds {ip}:53 (needs root or CAP_NET_BIND_SERVICE): {e}")
+        });
+    let tcp = tokio::net::TcpListener::bind((ip, 53))
+        .await
+        .unwrap_or_else(|e| panic!("bind {ip}:53/tcp: {e}"));
+    let counted = queries.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(answer) = dns_answer(&buf[..n]) {
+                let _ = udp.send_to(&answer, from).await;
+            }
+        }
+    });
+    let counted = queries.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = tcp.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut len = [0u8; 2];
+                if s.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let mut query = vec![0u8; u16::from_be_bytes(len) as usize];
+                if s.read_exact(&mut query).await.is_err() {
+                    return;
+                }
+                if let Some(answer) = dns_answer(&query) {
+                    let mut framed = (answer.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&answer);
+                    let _ = s.write_all(&framed).await;
+                }
+            });
+        }
+    });
+    queries
+}
+
+/// The host's address on Docker's default `bridge` network: its interface's (docker0's)
+/// IPv4 address (the default bridge's IPAM config may name no gateway).
+fn bridge_gateway() -> IpAddr {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            r#"{{index .Options "com.docker.network.bridge.name"}}"#,
+            "bridge",
+        ])
+        .output()
+        .expect("docker");
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", &name])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no IPv4 address on {name}"))
+}
+
+/// A DNS query for `forwarded.test` (type A) over TCP, as busybox `printf` escapes: the
+/// two-byte length (32), then the message.
+const DNS_TCP_QUERY: &str = r"\000\040\022\064\001\000\000\001\000\000\000\000\000\000\011forwarded\004test\000\000\001\000\001";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_reaches_only_its_allowlist_through_its_proxy() {
@@ -151,19 +322,13 @@ async fn an_attempt_reaches_only_its_allowlist_through_its_proxy() {
     let label = format!("egressit{pid:08x}");
     let out = Net::create(&format!("polyphony-it-egress-out-{pid}"), false);
     let (port, hits) = server(out.gateway).await;
-    // A UDP listener on the same host address: a datagram from the probe must never arrive.
-    let udp = tokio::net::UdpSocket::bind((out.gateway, 0))
-        .await
-        .expect("udp");
-    let uport = udp.local_addr().unwrap().port();
-    let datagrams = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counted = datagrams.clone();
-    tokio::spawn(async move {
-        let mut buf = [0u8; 512];
-        while udp.recv_from(&mut buf).await.is_ok() {
-            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
+    // Listeners the probes must never reach, each shown reachable by a control below: a
+    // UDP one on the server's address, a TCP one on the host's `bridge` address, and a DNS
+    // server (port 53) on the server's address.
+    let (uport, datagrams) = udp_counter(out.gateway).await;
+    let bridge = bridge_gateway();
+    let (bport, bridge_hits) = banner(bridge, "hello-from-the-host-bridge").await;
+    let dns_queries = dns_server(out.gateway).await;
     let config = ProxyConfig {
         allow: vec![format!("model.test:{port}"), "private.test:443".to_string()],
         pins: BTreeMap::from([("model.test".to_string(), out.gateway)]),
@@ -175,11 +340,38 @@ async fn an_attempt_reaches_only_its_allowlist_through_its_proxy() {
     let a = rt.egress_up(&one).await.expect("egress up");
     println!("egress network + proxy up in {:?}", started.elapsed());
     let b = rt.egress_up(&two).await.expect("egress up (attempt 2)");
-    let env = polyphony::egress::agent_env(a.proxy_ip);
     let proxy = a.proxy_ip;
     let gw = out.gateway;
-    let bridge = "172.17.0.1";
     let other = b.proxy_ip;
+
+    // The controls, from an unconfined container on the test's own network: the bridge
+    // listener answers, a UDP datagram arrives, the DNS server answers directly and as the
+    // embedded resolver's upstream (`--dns`). Retried: under load a first try may be slow.
+    let control = format!(
+        r#"
+try() {{ for i in 1 2 3 4 5; do if out=$("$@" 2>&1); then echo "$out"; return 0; fi; sleep 1; done; echo "$out"; return 1; }}
+echo "bridge=$(try nc -w 5 {bridge} {bport} </dev/null)"
+echo "udp=$(timeout 3 tftp -g -r probe -l /tmp/probe {gw} {uport} 2>/dev/null; echo sent)"
+echo "dns_direct=$(try nslookup direct.test {gw} | grep -q 192.0.2.7 && echo answered)"
+echo "dns_forwarded=$(try nslookup forwarded.test | grep -q 192.0.2.7 && echo answered)"
+"#
+    );
+    let control = probe_open(&image, &out.name, &["--dns", &gw.to_string()], &control).await;
+    assert_eq!(
+        line(&control, "bridge"),
+        "hello-from-the-host-bridge",
+        "{control}"
+    );
+    assert_eq!(line(&control, "dns_direct"), "answered", "{control}");
+    assert_eq!(line(&control, "dns_forwarded"), "answered", "{control}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while count(&datagrams) == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(count(&datagrams) > 0, "the control's datagram: {control}");
+    let (datagrams_before, bridge_before, dns_before) =
+        (count(&datagrams), count(&bridge_hits), count(&dns_queries));
+
     // Each probe prints KEY=ok or KEY=fail; `c` sends a CONNECT and prints the status line.
     let script = format!(
         r#"
@@ -195,18 +387,25 @@ echo "private_answer=$(c private.test:443)"
 echo "loopback_name=$(c localhost:{port})"
 unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy
 echo "direct_server=$(r nc -w 3 {gw} {port} </dev/null)"
-echo "direct_bridge=$(r nc -w 3 {bridge} 2375 </dev/null)"
+echo "direct_bridge=$(nc -w 3 {bridge} {bport} </dev/null 2>/dev/null; echo end)"
 echo "direct_other_attempt=$(r nc -w 3 {other} 3128 </dev/null)"
 echo "direct_name=$(r wget -q -T 3 -O - http://model.test:{port}/)"
-echo "udp_server=$(echo ping | nc -u -w 2 {gw} {uport}; echo sent)"
+echo "udp_server=$(timeout 3 tftp -g -r probe -l /tmp/probe {gw} {uport} 2>/dev/null; echo sent)"
 echo "dns_default=$(r nslookup model.test)"
-echo "dns_gateway=$(r nslookup example.com {gw})"
+echo "dns_outside=$(r nslookup forwarded.test)"
+echo "dns_gateway=$(r nslookup direct.test {gw})"
 echo "dns_public=$(r nslookup example.com 8.8.8.8)"
+nc -l -p 53 > /tmp/upstream 2>/dev/null &
+sleep 0.3
+echo "dns_tcp=$(printf '{DNS_TCP_QUERY}' | nc -w 5 127.0.0.11 53 | wc -c)"
+sleep 0.3
+kill %1 2>/dev/null
+echo "dns_upstream=$(tr -c 'a-z' ' ' < /tmp/upstream | tr -s ' ' | sed 's/^ //; s/ $//')"
 echo "docker_socket=$(r test -e /var/run/docker.sock -o -e /run/docker.sock)"
 "#
     );
-    let hits_before = hits.load(std::sync::atomic::Ordering::SeqCst);
-    let result = probe(&image, &one.network, &env, &script);
+    let hits_before = count(&hits);
+    let result = probe_confined(&rt, &image, &label, &one, a.proxy_ip, &script).await;
     let log = rt
         .egress_down(&one.proxy_name, &one.network)
         .await
@@ -268,28 +467,41 @@ echo "docker_socket=$(r test -e /var/run/docker.sock -o -e /run/docker.sock)"
     // With the proxy variables unset there is no way out at all.
     for key in [
         "direct_server",
-        "direct_bridge",
         "direct_other_attempt",
         "direct_name",
         "dns_default",
+        "dns_outside",
         "dns_gateway",
         "dns_public",
         "docker_socket",
     ] {
         assert_eq!(line(&result, key), "fail", "{key}: {result}");
     }
+    assert_eq!(line(&result, "direct_bridge"), "end", "{result}");
+    assert_eq!(
+        count(&bridge_hits),
+        bridge_before,
+        "the host's bridge address was reached: {result}"
+    );
     assert_eq!(line(&result, "udp_server"), "sent", "{result}");
     assert_eq!(
-        datagrams.load(std::sync::atomic::Ordering::SeqCst),
-        0,
+        count(&datagrams),
+        datagrams_before,
         "a UDP datagram got out"
     );
-    // The server saw the two allowed connections (the proxy's) and no direct one.
+    // No DNS query reached the test's server, directly or forwarded, and the engine's
+    // embedded resolver sent the one it could not answer to the agent's own loopback
+    // (`egress::AGENT_DNS`, the `nc -l` above), not to the host's resolvers: the query
+    // arrived there, and no answer came back.
     assert_eq!(
-        hits.load(std::sync::atomic::Ordering::SeqCst) - hits_before,
-        2,
-        "{result}"
+        count(&dns_queries),
+        dns_before,
+        "a DNS query got out: {result}"
     );
+    assert_eq!(line(&result, "dns_upstream"), "forwarded test", "{result}");
+    assert_eq!(line(&result, "dns_tcp"), "0", "{result}");
+    // The server saw the two allowed connections (the proxy's) and no direct one.
+    assert_eq!(count(&hits) - hits_before, 2, "{result}");
     // Nothing of either attempt is left.
     for name in [&one.network, &two.network] {
         let out = Command::new("docker")
@@ -517,4 +729,114 @@ async fn a_gateway_key_left_by_a_killed_daemon_is_swept_by_cleanup_and_at_start(
     );
     assert!(home.containers().is_empty(), "containers left");
     assert!(networks_of(&home.label).is_empty(), "networks left");
+}
+
+/// Every IPv4 address of this host but loopback (`ip -4 -o addr`): where a host service
+/// listening on 0.0.0.0 can be reached.
+fn host_addresses() -> Vec<IpAddr> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            words.next()?.split('/').next()?.parse::<IpAddr>().ok()
+        })
+        .filter(|ip| !ip.is_loopback())
+        .collect()
+}
+
+/// The daemon's HTTP API served on every host address (`--listen 0.0.0.0:PORT`, the real
+/// daemon) cannot be reached from a confined agent at any of the host's addresses, nor
+/// through its proxy; a control from a container on a network this test creates reaches
+/// it at that network's gateway (so the probe itself works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_http_api_is_unreachable_from_an_attempt() {
+    use support::home::{output, Home};
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let image = support::docker::image(&rt).await;
+    let rt: DockerRuntime = rt.with_proxy_binary(BIN);
+    let (dir, path) = Home::temp();
+    let home = Home::at(dir, path, None)
+        .with_env("POLYPHONY_HTTP_TOKEN", "egress-it-api-token-0123456789");
+    let init = home.run(&["init"]).await;
+    assert!(init.status.success(), "init: {}", output(&init));
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("0.0.0.0:{port}");
+    let mut daemon = home.start(&["daemon", "--listen", &listen]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not listen on {listen}: {}",
+            daemon.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pid = std::process::id();
+    let label = format!("egressapi{pid:08x}");
+    let out = Net::create(&format!("polyphony-it-egress-api-{pid}"), false);
+    let config = ProxyConfig::default();
+    let one = plan(&label, 7, &out.name, &config);
+    let up = rt.egress_up(&one).await.expect("egress up");
+    let request = r"GET /metrics HTTP/1.0\r\n\r\n";
+
+    // The control: the API answers a container on the test's network at its gateway.
+    let control = format!(
+        r#"
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  got=$(printf '{request}' | nc -w 5 {gw} {port} | head -1 | tr -d '\r')
+  [ -n "$got" ] && break
+  sleep 1
+done
+echo "api=$got"
+"#,
+        gw = out.gateway
+    );
+    let control = probe_open(&image, &out.name, &[], &control).await;
+    assert!(
+        line(&control, "api").starts_with("HTTP/1."),
+        "the control did not reach the API: {control}"
+    );
+
+    // The confined agent, at every host address, with and without its proxy.
+    let addresses = host_addresses();
+    assert!(addresses.contains(&out.gateway), "{addresses:?}");
+    let mut script = String::new();
+    for (i, ip) in addresses.iter().enumerate() {
+        script.push_str(&format!(
+            "echo \"direct_{i}=$(printf '{request}' | nc -w 3 {ip} {port} 2>/dev/null | head -1 | tr -d '\\r')\"\n\
+             echo \"proxied_{i}=$(printf 'GET http://{ip}:{port}/metrics HTTP/1.1\\r\\nHost: {ip}:{port}\\r\\n\\r\\n' | nc -w 3 $HTTP_PROXY_ADDR 2>/dev/null | head -1 | tr -d '\\r')\"\n"
+        ));
+    }
+    let script = format!("HTTP_PROXY_ADDR=\"{} 3128\"\n{script}", up.proxy_ip);
+    let result = probe_confined(&rt, &image, &label, &one, up.proxy_ip, &script).await;
+    let log = rt
+        .egress_down(&one.proxy_name, &one.network)
+        .await
+        .expect("egress down");
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(std::time::Duration::from_secs(30)).await;
+    for (i, ip) in addresses.iter().enumerate() {
+        assert_eq!(line(&result, &format!("direct_{i}")), "", "{ip}: {result}");
+        assert!(
+            line(&result, &format!("proxied_{i}")).starts_with("HTTP/1.1 403"),
+            "{ip}: {result}"
+        );
+    }
+    let report = EgressReport::from_log(&log);
+    assert!(report.allowed.is_empty(), "{report:?}");
+    assert_eq!(report.refused.len(), addresses.len(), "{report:?}");
 }

@@ -23,6 +23,7 @@ mod dashboard_browser;
 mod e2e;
 mod egress;
 mod fleet;
+mod fleet_pg;
 mod gateway;
 mod github;
 mod github_pulls;

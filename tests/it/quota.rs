@@ -324,6 +324,15 @@ async fn a_chain_out_of_quota_waits_for_the_earliest_reset_across_a_restart() {
     assert!(table.contains("quota: codex@demo out until"), "{table}");
     let show = text(&home.run(&["status", &first]).await.stdout);
     assert!(show.contains("waiting for claude resets"), "{show}");
+    // The reset is said as a time, never as the epoch seconds the CLI ended its message
+    // with (issue 29: `reached|1796154199 (resets …)`).
+    assert!(!show.contains(&reset.to_string()), "{show}");
+    let reason = detail["attempts"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("usage limit: Claude AI usage limit reached (resets ")
+            && !reason.contains('|'),
+        "{reason}"
+    );
     assert!(show.contains("out:      codex@demo until"), "{show}");
 
     // A task queued meanwhile starts no agent: it waits for the same reset at once.

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use polyphony::agents::adapter_for;
 use polyphony::agents::prompt::{PromptContext, PromptTemplate};
 use polyphony::agents::scrub::Scrubber;
+use polyphony::agents::{adapter_for, AgentAdapter};
 use polyphony::domain::{
     AgentType, AttemptStatus, EnvVar, EventKind, EventStream, NetworkMode, ResourceLimits, RunSpec,
     VolumeMount,
@@ -94,6 +94,30 @@ impl World {
             verify_image: self.image.clone(),
             rule: "test".into(),
         }
+    }
+
+    /// `run_attempt` of `cspec` with the defaults: [`LIMITS`], no transcript, the
+    /// [`plain`] scrub, never cancelled, the system clock; its events in `sink`.
+    async fn run_plain(
+        &self,
+        adapter: &dyn AgentAdapter,
+        sink: &mut VecSink,
+        cspec: &ContainerSpec,
+    ) -> Result<AttemptExecution, RuntimeError> {
+        run_attempt(
+            AgentRun {
+                runtime: &self.rt,
+                adapter,
+                sink,
+                limits: LIMITS,
+                transcript: None,
+                scrub: &plain,
+                cancel: no_cancel(),
+                clock: polyphony::orchestrator::clock::system(),
+            },
+            cspec,
+        )
+        .await
     }
 
     async fn assert_no_containers(&self) {
@@ -368,21 +392,10 @@ async fn default_scenario_appends_a_note_and_prompt_goes_through_stdin_too() {
     assert!(inv.stdin.is_some(), "a 200 KB prompt goes through stdin");
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let mut sink = VecSink::default();
-    let exec = run_attempt(
-        AgentRun {
-            runtime: &w.rt,
-            adapter: adapter.as_ref(),
-            sink: &mut sink,
-            limits: LIMITS,
-            transcript: None,
-            scrub: &plain,
-            cancel: no_cancel(),
-            clock: polyphony::orchestrator::clock::system(),
-        },
-        &cspec,
-    )
-    .await
-    .expect("stdin run");
+    let exec = w
+        .run_plain(adapter.as_ref(), &mut sink, &cspec)
+        .await
+        .expect("stdin run");
     assert_eq!(exec.status, AttemptStatus::Succeeded);
     assert_eq!(
         file(&spec.workspace, "calc.sh").as_deref(),
@@ -843,21 +856,10 @@ async fn hardening_user_and_credential_staging() {
 
     {
         let mut sink = VecSink::default();
-        let exec = run_attempt(
-            AgentRun {
-                runtime: &w.rt,
-                adapter: adapter.as_ref(),
-                sink: &mut sink,
-                limits: LIMITS,
-                transcript: None,
-                scrub: &plain,
-                cancel: no_cancel(),
-                clock: polyphony::orchestrator::clock::system(),
-            },
-            &cspec,
-        )
-        .await
-        .unwrap();
+        let exec = w
+            .run_plain(adapter.as_ref(), &mut sink, &cspec)
+            .await
+            .unwrap();
         assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
         assert_eq!(
             file(&spec.workspace, "calc.sh").as_deref(),
@@ -919,21 +921,10 @@ async fn leftover_container_is_replaced_and_foreign_one_left_alone() {
     // A crash left a created (never collected) container with the same name.
     let stale = w.rt.create(&cspec).await.expect("stale create");
     let mut sink = VecSink::default();
-    let exec = run_attempt(
-        AgentRun {
-            runtime: &w.rt,
-            adapter: adapter.as_ref(),
-            sink: &mut sink,
-            limits: LIMITS,
-            transcript: None,
-            scrub: &plain,
-            cancel: no_cancel(),
-            clock: polyphony::orchestrator::clock::system(),
-        },
-        &cspec,
-    )
-    .await
-    .expect("run over a leftover");
+    let exec = w
+        .run_plain(adapter.as_ref(), &mut sink, &cspec)
+        .await
+        .expect("run over a leftover");
     assert_eq!(exec.status, AttemptStatus::Succeeded);
     assert_ne!(exec.container_id, stale);
     assert!(matches!(
@@ -1154,21 +1145,10 @@ async fn oom_kill_is_a_crash_with_the_reason() {
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let adapter = adapter_for(AgentType::Claude);
     let mut sink = VecSink::default();
-    let exec = run_attempt(
-        AgentRun {
-            runtime: &w.rt,
-            adapter: adapter.as_ref(),
-            sink: &mut sink,
-            limits: LIMITS,
-            transcript: None,
-            scrub: &plain,
-            cancel: no_cancel(),
-            clock: polyphony::orchestrator::clock::system(),
-        },
-        &cspec,
-    )
-    .await
-    .expect("oom run");
+    let exec = w
+        .run_plain(adapter.as_ref(), &mut sink, &cspec)
+        .await
+        .expect("oom run");
     assert_eq!(exec.status, AttemptStatus::Crash, "{exec:?}");
     assert!(exec.oom_killed);
     assert!(
@@ -1443,21 +1423,10 @@ async fn agent_runs_unprivileged_and_sees_only_credential_files() {
     let user = default_container_user();
     let cspec = agent_spec(&spec, &inv, &w.label, &user);
     let mut sink = VecSink::default();
-    let exec = run_attempt(
-        AgentRun {
-            runtime: &w.rt,
-            adapter: adapter.as_ref(),
-            sink: &mut sink,
-            limits: LIMITS,
-            transcript: None,
-            scrub: &plain,
-            cancel: no_cancel(),
-            clock: polyphony::orchestrator::clock::system(),
-        },
-        &cspec,
-    )
-    .await
-    .unwrap();
+    let exec = w
+        .run_plain(adapter.as_ref(), &mut sink, &cspec)
+        .await
+        .unwrap();
     assert_eq!(exec.status, AttemptStatus::Succeeded, "{exec:?}");
     let text: String = sink
         .events

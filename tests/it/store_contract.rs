@@ -117,6 +117,8 @@ contract!(
     pull_requests_and_follow_ups_are_recorded_once,
     cancels_settle_without_a_failure,
     listings_and_local_ids_agree,
+    running_attempts_reserve_the_daily_ceiling_across_connections,
+    a_shared_store_names_one_claimant_for_the_fleet,
 );
 
 fn insert_dedupes_and_round_trips(b: Backend) {
@@ -1051,4 +1053,127 @@ fn listings_and_local_ids_agree(b: Backend) {
     );
     let detail = store.task_detail_json("local-2").unwrap().unwrap();
     assert_eq!(detail["task"]["state"], "BLOCKED");
+}
+
+/// Issue 27, shared limits: each running attempt of an identity reserves the per-attempt cap
+/// against its daily ceiling in the start's own writing transaction, so connections of
+/// different daemons starting at once never share one remainder: with a $0.15 ceiling and a
+/// $0.05 cap exactly three of eight concurrent starts go ahead; an ended attempt frees its
+/// reservation and only its reported cost counts, and the spend alone holds the rest.
+fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
+    use polyphony::domain::{AttemptStatus, RunResult, TokenUsage};
+    use polyphony::store::DailyLimit;
+    let limit = DailyLimit {
+        ceiling_usd: 0.15,
+        since: t0() - Duration::hours(1),
+        reserve_usd: 0.05,
+    };
+    let setup = full(&b);
+    for i in 1..=8 {
+        let id = format!("local-{i}");
+        setup.insert_task(&task(&id)).unwrap();
+        walk_to(&setup, &id, Routed);
+    }
+    let barrier = Arc::new(Barrier::new(8));
+    let started: Vec<bool> = (1..=8)
+        .map(|i| {
+            let handle = b.handle.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let store = handle.open().expect("a connection of its own");
+                barrier.wait();
+                store
+                    .start_attempt_within(&run_spec(&format!("local-{i}"), 1), t0(), Some(limit))
+                    .unwrap()
+                    .is_none()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(
+        started.iter().filter(|s| **s).count(),
+        3,
+        "three reservations fill the ceiling: {started:?}"
+    );
+    let held: Vec<usize> = (0..8).filter(|i| !started[*i]).collect();
+    let first = format!("local-{}", held[0] + 1);
+    let again = setup
+        .start_attempt_within(&run_spec(&first, 1), t0(), Some(limit))
+        .unwrap()
+        .expect("still held");
+    assert_eq!(again.running, 3);
+    assert!((again.spent_usd - 0.0).abs() < 1e-9, "{again:?}");
+    assert!((again.reserved_usd - 0.15).abs() < 1e-9, "{again:?}");
+    // Held starts wrote nothing.
+    assert_eq!(setup.attempts(&first).unwrap().len(), 0);
+    // One running attempt ends having cost $0.04: its reservation goes, its cost stays.
+    let ended = format!("local-{}", (0..8).find(|i| started[*i]).unwrap() + 1);
+    setup
+        .finish_attempt(
+            &RunResult {
+                task_id: ended.clone(),
+                attempt: 1,
+                agent: "claude".into(),
+                status: AttemptStatus::Succeeded,
+                turns: 1,
+                duration_seconds: 1.0,
+                cost_usd: Some(0.04),
+                tokens: TokenUsage::default(),
+                exit_code: Some(0),
+                final_message: None,
+                reason: None,
+                events: 0,
+                artifacts: vec![],
+            },
+            &[],
+            t0(),
+        )
+        .unwrap();
+    // 0.04 + 2 x 0.05 = 0.14 < 0.15: one more starts, and then 0.04 + 3 x 0.05 holds.
+    assert_eq!(
+        setup
+            .start_attempt_within(&run_spec(&first, 1), t0(), Some(limit))
+            .unwrap(),
+        None
+    );
+    let second = format!("local-{}", held[1] + 1);
+    let held_again = setup
+        .start_attempt_within(&run_spec(&second, 1), t0(), Some(limit))
+        .unwrap()
+        .expect("held by three reservations and the spend");
+    assert_eq!(held_again.running, 3);
+    assert!((held_again.spent_usd - 0.04).abs() < 1e-9, "{held_again:?}");
+    // Another identity's reservations never count; without a limit an attempt starts.
+    let mut other = run_spec(&second, 1);
+    other.identity = "work".into();
+    assert_eq!(
+        setup
+            .start_attempt_within(&other, t0(), Some(limit))
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        setup
+            .start_attempt_within(&run_spec(&format!("local-{}", held[2] + 1), 1), t0(), None)
+            .unwrap(),
+        None
+    );
+}
+
+/// Issue 27: the daemons of a fleet claim GitHub issues under one name, the first asker's
+/// candidate, so a task one daemon claimed and another took over is still the fleet's; a
+/// home's own SQLite queue has none (the home is the claimant).
+fn a_shared_store_names_one_claimant_for_the_fleet(b: Backend) {
+    let one = full(&b);
+    let two = b.handle.open().expect("a second connection");
+    let first = one.fleet_claimant("fleet-aaaa", t0()).unwrap();
+    let second = two.fleet_claimant("fleet-bbbb", t0()).unwrap();
+    if b.handle.backend() == "sqlite" {
+        assert_eq!((first, second), (None, None));
+    } else {
+        assert_eq!(first.as_deref(), Some("fleet-aaaa"));
+        assert_eq!(second.as_deref(), Some("fleet-aaaa"));
+    }
 }

@@ -85,7 +85,10 @@ pub fn decide(
             .unwrap_or_default();
         return (
             AttemptStatus::Quota,
-            Some(format!("usage limit: {}{resets}", q.message)),
+            Some(format!(
+                "usage limit: {}{resets}",
+                crate::domain::when::without_epoch_tail(&q.message)
+            )),
         );
     }
     match stop {

@@ -317,9 +317,7 @@ impl AttemptRun<'_> {
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "egress network and proxy up"
                     );
-                    for (name, value) in crate::egress::agent_env(endpoint.proxy_ip) {
-                        container = container.env(name, value);
-                    }
+                    container = crate::egress::confine(container, plan, endpoint.proxy_ip);
                 }
                 if let Some(gw) = &gateway {
                     if let Err(e) = gw.apply(&mut container, &scratch) {

@@ -20,10 +20,11 @@ impl AttemptRun<'_> {
         if !source.reports_back() {
             return Ok(None);
         }
+        let claimant = self.orch.claimant(&self.db()).map_err(Failure::crash)?;
         let info = ClaimInfo {
             agent: self.agent.clone(),
             attempt: self.attempt,
-            claimant: self.orch.home_label.clone(),
+            claimant,
         };
         // Recorded before anything is written at the source; a claim this home left half-done
         // (killed between comment and labels) is finished, never taken for a release.

@@ -374,7 +374,7 @@ impl<'a> AttemptRun<'a> {
             ),
         )?;
         let spec = self.build_spec(&decision, &ws).await?;
-        self.db().start_attempt(&spec, self.orch.now())?;
+        self.start_attempt(&spec)?;
         self.spec = Some(spec.clone());
         self.move_to(
             TaskState::Provisioned,

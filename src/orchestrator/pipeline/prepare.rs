@@ -311,6 +311,42 @@ impl AttemptRun<'_> {
         .map_err(Failure::from)
     }
 
+    /// Records the attempt's start under its identity's daily ceiling (issue 27): in the
+    /// store's writing transaction, today's finished spend plus the per-attempt cap of every
+    /// attempt of the identity still running, on any daemon sharing the store, must stay
+    /// under the ceiling, so N daemons (or N slots of one) never start on the same
+    /// remainder and the day ends within the ceiling plus one attempt. Held: the attempt
+    /// waits without counting, until a running one can have ended (or tomorrow).
+    pub(super) fn start_attempt(&mut self, spec: &RunSpec) -> Result<(), Failure> {
+        let now = self.orch.now();
+        let limit = self
+            .orch
+            .config
+            .identity(&spec.identity)
+            .and_then(|i| i.cost_ceiling_usd_per_day)
+            .map(|ceiling| crate::store::DailyLimit {
+                ceiling_usd: ceiling,
+                since: identity_policy::utc_day_start(now),
+                reserve_usd: self.orch.config.max_cost_usd_per_attempt(),
+            });
+        let Some(held) = self.db().start_attempt_within(spec, now, limit)? else {
+            return Ok(());
+        };
+        let ceiling = limit.map_or(0.0, |l| l.ceiling_usd);
+        let hold = identity_policy::reserved_hold(
+            &spec.identity,
+            held.spent_usd,
+            held.running,
+            held.reserved_usd,
+            ceiling,
+            now,
+        );
+        tracing::warn!(identity = %spec.identity, spent = held.spent_usd, running = held.running, ceiling, "{}", hold.reason);
+        let mut failure = Failure::new(AttemptStatus::Cancelled, hold.reason);
+        failure.wait_until = Some(hold.until);
+        Err(failure)
+    }
+
     /// Scrubs, from everything stored from now on, the secrets the agent could echo: the
     /// values of its env overlay, the sources' tokens and the tokens in its credential files.
     pub(super) fn scrub_secrets_of(&mut self, overlay: &[EnvVar], mounts: &[VolumeMount]) {

@@ -1,0 +1,596 @@
+//! A fleet on PostgreSQL (issue 27 "Done means"): three `polyphony daemon` processes (the
+//! BUILT binary) with separate homes, workspace roots and machine ids (`store.machine`) on
+//! one PostgreSQL database (`POLYPHONY_STORE_URL`), the real Docker engine with the offline
+//! test image, real git origins and the stateful fake GitHub.
+//!
+//! - thirty tasks (local ones, by URL and pinned by path, and GitHub issues) drained through
+//!   random kill -9s of any daemon (restarted) and one daemon killed for good: every task
+//!   lands exactly once, one pull request and one comment of each kind per issue, no
+//!   duplicate event, no failure counted;
+//! - a daily cost ceiling across the three ends within the ceiling plus one attempt;
+//! - a usage limit one daemon meets stops the other two from starting that agent.
+//!
+//! Needs the test server (`POLYPHONY_TEST_PG_URL`, scripts/pg-test-cluster.sh) and Docker:
+//! without either SKIPPED, and a failure when `CI` is set.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use polyphony::demo::{write_home, FIX_DIRECTIVE};
+use support::docker::test_image as image;
+use support::fake_github::{FakeGithub, NewIssue};
+use support::home::{Daemon, Home, Origin};
+
+/// The fake agent's reported cost of one run (images/test/fake: `COST_USD`).
+const RUN_COST: f64 = 0.0421;
+
+/// Knobs of one member's config.yaml.
+#[derive(Clone, Copy)]
+struct Conf<'a> {
+    slots: u32,
+    /// `container.max_cost_usd_per_attempt`.
+    max_cost: Option<f64>,
+    /// The identity's `cost_ceiling_usd_per_day`.
+    ceiling: Option<f64>,
+    /// A GitHub repository to poll on the fake.
+    repo: Option<&'a str>,
+}
+
+/// One daemon's home on the shared store: machine id `machine`, its own workspaces and
+/// mirrors (under the home), a 10 s lease renewed every 2 s.
+fn member(
+    image: &str,
+    machine: &str,
+    url: &str,
+    conf: Conf<'_>,
+    github: Option<&FakeGithub>,
+) -> Home {
+    let (dir, path) = Home::temp();
+    write_home(&path, dir.path(), image).expect("home");
+    let max_cost = conf
+        .max_cost
+        .map(|c| format!("  max_cost_usd_per_attempt: {c}\n"))
+        .unwrap_or_default();
+    let repos = conf
+        .repo
+        .map(|r| format!("github:\n  repos: [{r}]\n"))
+        .unwrap_or_default();
+    std::fs::write(
+        path.join("config.yaml"),
+        format!(
+            "poll_interval: 2s\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{max_cost}{repos}store:\n  machine: {machine}\n  lease: 10s\n  heartbeat: 2s\n",
+            conf.slots
+        ),
+    )
+    .expect("config.yaml");
+    if let Some(ceiling) = conf.ceiling {
+        let ids = path.join("identities.yaml");
+        let text = std::fs::read_to_string(&ids).expect("identities.yaml");
+        std::fs::write(
+            &ids,
+            text.replace(
+                "  - name: demo\n",
+                &format!("  - name: demo\n    cost_ceiling_usd_per_day: {ceiling}\n"),
+            ),
+        )
+        .expect("identities.yaml");
+    }
+    Home::at(dir, path, github)
+        .with_env("POLYPHONY_STORE_URL", url)
+        .with_env("RUST_LOG", "info")
+}
+
+/// A database of its own on the test server (SKIPPED / a CI failure without one).
+async fn database(test: &'static str) -> Option<crate::store_contract::Backend> {
+    // The admin connection blocks: off the test's runtime.
+    tokio::task::spawn_blocking(move || crate::store_contract::postgres(test))
+        .await
+        .expect("create the test database")
+}
+
+/// Runs `sql` on the server; every column must be text (cast in the query).
+async fn rows(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).expect("connect");
+        client
+            .query(sql.as_str(), &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+            .iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| r.get::<_, Option<String>>(i))
+                    .collect()
+            })
+            .collect()
+    })
+    .await
+    .expect("query thread")
+}
+
+/// `(id, state, failures, next_attempt_at)` of every task.
+async fn tasks(url: &str) -> Vec<(String, String, i64, Option<String>)> {
+    rows(
+        url,
+        "SELECT id, state, failures::text, next_attempt_at FROM tasks ORDER BY seq",
+    )
+    .await
+    .into_iter()
+    .map(|r| {
+        (
+            r[0].clone().unwrap_or_default(),
+            r[1].clone().unwrap_or_default(),
+            r[2].as_deref().unwrap_or("0").parse().unwrap_or(-1),
+            r[3].clone(),
+        )
+    })
+    .collect()
+}
+
+/// `(task, attempt, agent, status, workspace)` of every attempt.
+async fn attempts(url: &str) -> Vec<(String, i64, String, Option<String>, String)> {
+    rows(
+        url,
+        "SELECT task_id, attempt::text, agent, status, workspace FROM attempts ORDER BY task_id, attempt",
+    )
+    .await
+    .into_iter()
+    .map(|r| {
+        (
+            r[0].clone().unwrap_or_default(),
+            r[1].as_deref().unwrap_or("0").parse().unwrap_or(-1),
+            r[2].clone().unwrap_or_default(),
+            r[3].clone(),
+            r[4].clone().unwrap_or_default(),
+        )
+    })
+    .collect()
+}
+
+fn body(scenario: &str) -> String {
+    format!("`add 2 3` prints -1; test.sh fails.\n\n{scenario}\n{FIX_DIRECTIVE}\n")
+}
+
+/// Every log of every member, for a failure message.
+fn logs(homes: &[Home]) -> String {
+    homes.iter().map(Home::logs).collect::<Vec<_>>().join("\n")
+}
+
+/// A small deterministic generator (xorshift), seeded and printed per run.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = std::env::var("POLYPHONY_FLEET_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(7)
+            })
+            | 1;
+        println!("fleet seed {seed} (POLYPHONY_FLEET_SEED={seed} replays the kill order)");
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// In `lo..hi` milliseconds.
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.next() % (hi - lo))
+    }
+}
+
+/// Stops every running member with SIGTERM and waits for it.
+async fn stop(daemons: &mut [Option<Daemon>]) {
+    for d in daemons.iter().flatten() {
+        d.signal(libc::SIGTERM);
+    }
+    for d in daemons.iter_mut().flatten() {
+        d.wait(Duration::from_secs(60)).await;
+    }
+}
+
+/// The hidden `<!-- polyphony:… -->` markers of a comment body.
+fn markers(body: &str) -> Vec<String> {
+    body.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("<!-- polyphony:") && l.ends_with("-->"))
+        .map(String::from)
+        .collect()
+}
+
+/// The fleet test: 15 GitHub issues and 15 local tasks (10 by `file://` URL, which any
+/// machine may run, and 5 by path, pinned to m2 or m3) drained by three daemons on one
+/// PostgreSQL store while random members are killed with SIGKILL and restarted, and m1 is
+/// killed for good while it holds claims (its leases expire and m2/m3 take them over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_once() {
+    let Some(pg) = database("fleet_thirty_tasks").await else {
+        return;
+    };
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let url = pg.handle.to_string();
+    let fake = FakeGithub::start().await;
+    let gh_origin = Origin::new();
+    let repo = "acme/fleet";
+    fake.add_repo(repo, &gh_origin.url(), "main");
+    // Slow runs (4 s) beside quick ones, so kills meet running agents.
+    let scenario = |i: usize| {
+        if i.is_multiple_of(2) {
+            "polyphony-fake: slow\npolyphony-fake-sleep: 4"
+        } else {
+            "polyphony-fake: succeed"
+        }
+    };
+    let issues: Vec<u64> = (0..15)
+        .map(|i| {
+            fake.add_issue(
+                repo,
+                NewIssue::new(&format!("Fix add() #{i}"))
+                    .body(&body(scenario(i)))
+                    .labels(&["agent-ready"]),
+            )
+        })
+        .collect();
+    let conf = Conf {
+        slots: 3,
+        max_cost: None,
+        ceiling: None,
+        repo: Some(repo),
+    };
+    let homes: Vec<Home> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|m| member(&image, m, &url, conf, Some(&fake)))
+        .collect();
+    let local = Origin::new();
+    let mut local_ids = Vec::new();
+    for i in 0..10 {
+        let id = homes[0]
+            .enqueue(
+                local.url(),
+                &body(scenario(i)),
+                &format!("Local by URL {i}"),
+            )
+            .await;
+        local_ids.push(id);
+    }
+    for i in 0..5 {
+        let id = homes[1 + i % 2]
+            .enqueue(
+                &local.path,
+                &body(scenario(i)),
+                &format!("Local by path {i}"),
+            )
+            .await;
+        local_ids.push(id);
+    }
+    let mut daemons: Vec<Option<Daemon>> =
+        homes.iter().map(|h| Some(h.start(&["daemon"]))).collect();
+    let mut restart_at: Vec<Option<Instant>> = vec![None; 3];
+    let mut rng = Rng::seeded();
+    let mut kills = 0u32;
+    let mut kill_log = Vec::new();
+    let mut dead_for_good = false;
+    let mut next_kill = Instant::now() + rng.millis(4000, 7000);
+    const KILLS: u32 = 6;
+    let limit = Duration::from_secs(300);
+    loop {
+        let all = tasks(&url).await;
+        if all.len() == 30 && all.iter().all(|t| t.1 == "LANDED") {
+            break;
+        }
+        if let Some(t) = all
+            .iter()
+            .find(|t| matches!(t.1.as_str(), "BLOCKED" | "CANCELLED"))
+        {
+            stop(&mut daemons).await;
+            panic!(
+                "{} ended {} (kills: {kill_log:?})\n{:#?}\n{}",
+                t.0,
+                t.1,
+                attempts(&url).await,
+                logs(&homes)
+            );
+        }
+        if started.elapsed() > limit {
+            stop(&mut daemons).await;
+            panic!(
+                "not drained within {limit:?} (kills: {kill_log:?}): {all:#?}\n{}",
+                logs(&homes)
+            );
+        }
+        let now = Instant::now();
+        for i in 0..3 {
+            if restart_at[i].is_some_and(|at| now >= at) {
+                restart_at[i] = None;
+                daemons[i] = Some(homes[i].start(&["daemon"]));
+            }
+        }
+        if kills < KILLS && now >= next_kill {
+            // The third kill is m1's last, once it holds claims of running work.
+            let victim = if kills == 2 {
+                let held = rows(&url, "SELECT task_id FROM claims WHERE machine = 'm1'").await;
+                (daemons[0].is_some() && !held.is_empty()).then_some(0)
+            } else {
+                let alive: Vec<usize> = (0..3).filter(|i| daemons[*i].is_some()).collect();
+                (!alive.is_empty()).then(|| alive[(rng.next() % alive.len() as u64) as usize])
+            };
+            if let Some(v) = victim {
+                let mut d = daemons[v].take().expect("alive");
+                d.child.start_kill().expect("kill -9");
+                let _ = d.child.wait().await;
+                kills += 1;
+                let permanent = kills == 3;
+                kill_log.push(format!(
+                    "{:.1}s m{}{}",
+                    started.elapsed().as_secs_f64(),
+                    v + 1,
+                    if permanent { " (for good)" } else { "" }
+                ));
+                if permanent {
+                    dead_for_good = true;
+                } else {
+                    restart_at[v] = Some(Instant::now() + rng.millis(500, 2500));
+                }
+                next_kill = Instant::now() + rng.millis(3000, 7000);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let drained = started.elapsed();
+    stop(&mut daemons).await;
+    assert!(dead_for_good, "m1 was never killed for good: {kill_log:?}");
+    assert!(kills >= 3, "{kill_log:?}");
+
+    // Every task landed once, with no failure counted (a kill or a lost machine is never
+    // the agent's doing).
+    let all = tasks(&url).await;
+    assert_eq!(all.len(), 30, "{all:#?}");
+    for t in &all {
+        assert_eq!((t.1.as_str(), t.2), ("LANDED", 0), "{t:?}");
+    }
+    let landings = rows(&url, "SELECT task_id FROM landings").await;
+    assert_eq!(landings.len(), 30);
+    let strikes = rows(&url, "SELECT key FROM kv WHERE key LIKE 'strikes:%'").await;
+    assert!(strikes.is_empty(), "strikes counted: {strikes:?}");
+    // One branch pushed per task: an attempt the kills cut short pushed nothing of its
+    // own, or its push was found and finished, never pushed again.
+    assert_eq!(local.branches().len(), 15, "{:?}", local.branches());
+    assert_eq!(gh_origin.branches().len(), 15, "{:?}", gh_origin.branches());
+    // One pull request per issue, and no comment of any kind twice.
+    let pulls = fake.pulls(repo);
+    assert_eq!(pulls.len(), 15, "{pulls:#?}");
+    let mut heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
+    heads.sort();
+    heads.dedup();
+    assert_eq!(heads.len(), 15, "{pulls:#?}");
+    for n in &issues {
+        let comments = fake.comments(repo, *n);
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for c in &comments {
+            for m in markers(c) {
+                *seen.entry(m).or_default() += 1;
+            }
+        }
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "#{n}: a comment twice: {comments:#?}"
+        );
+        let landed = seen
+            .keys()
+            .filter(|m| m.contains("polyphony:landed"))
+            .count();
+        assert_eq!(landed, 1, "#{n}: {comments:#?}");
+        let claimants: Vec<&String> = seen
+            .keys()
+            .filter(|m| m.contains("polyphony:claim"))
+            .collect();
+        assert!(!claimants.is_empty(), "#{n}: {comments:#?}");
+    }
+    // No event stored twice: one attempt's events are unique by content as well as seq
+    // (a re-attached attempt continues after what it stored).
+    let dup = rows(
+        &url,
+        "SELECT task_id, attempt::text, data FROM events GROUP BY task_id, attempt, data HAVING COUNT(*) > 1",
+    )
+    .await;
+    assert!(dup.is_empty(), "events stored twice: {dup:#?}");
+    let runs = attempts(&url).await;
+    let of_m1 = runs
+        .iter()
+        .filter(|a| a.4.starts_with(&homes[0].path.display().to_string()))
+        .count();
+    let taken_over = runs
+        .iter()
+        .filter(|a| {
+            a.4.starts_with(&homes[0].path.display().to_string())
+                && a.3.as_deref() != Some("succeeded")
+        })
+        .count();
+    println!(
+        "fleet: 30 tasks drained in {drained:?} ({} attempts; m1 ran {of_m1}, {taken_over} cut short); {kills} kill -9s: {kill_log:?}",
+        runs.len()
+    );
+}
+
+/// Issue 27, shared limits: a $0.15 daily ceiling across three daemons of two slots each,
+/// each attempt capped at $0.05, nine 4-second tasks of $0.0421: the running attempts of
+/// every daemon reserve their cap in the shared store, so the day ends within the ceiling
+/// plus one attempt (before, each daemon saw only finished spend: six attempts started at
+/// once, $0.25 against $0.15).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
+    let Some(pg) = database("fleet_ceiling").await else {
+        return;
+    };
+    let Some(image) = image().await else { return };
+    let started = Instant::now();
+    let url = pg.handle.to_string();
+    const CEILING: f64 = 0.15;
+    let conf = Conf {
+        slots: 2,
+        max_cost: Some(0.05),
+        ceiling: Some(CEILING),
+        repo: None,
+    };
+    let homes: Vec<Home> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|m| member(&image, m, &url, conf, None))
+        .collect();
+    let origin = Origin::new();
+    for i in 0..9 {
+        homes[0]
+            .enqueue(
+                origin.url(),
+                &body("polyphony-fake: slow\npolyphony-fake-sleep: 4"),
+                &format!("Spend {i}"),
+            )
+            .await;
+    }
+    let mut daemons: Vec<Option<Daemon>> =
+        homes.iter().map(|h| Some(h.start(&["daemon"]))).collect();
+    // Settled: every task landed or waits for tomorrow's ceiling.
+    let tomorrow = (polyphony::identity_policy::utc_day_start(chrono::Utc::now())
+        + chrono::Duration::days(1))
+    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let day = &tomorrow[..10];
+    loop {
+        let all = tasks(&url).await;
+        let settled = all.len() == 9
+            && all.iter().all(|t| {
+                t.1 == "LANDED"
+                    || (t.1 == "FAILED" && t.3.as_deref().is_some_and(|n| n.starts_with(day)))
+            });
+        if settled {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(200) {
+            stop(&mut daemons).await;
+            panic!("not settled: {all:#?}\n{}", logs(&homes));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop(&mut daemons).await;
+    let runs = attempts(&url).await;
+    let all = tasks(&url).await;
+    let landed = all.iter().filter(|t| t.1 == "LANDED").count();
+    assert!(
+        all.iter().all(|t| t.2 == 0),
+        "a ceiling wait counted: {all:#?}"
+    );
+    // What the agents spent is what they reported: $0.0421 a run.
+    let spent = runs.len() as f64 * RUN_COST;
+    println!(
+        "ceiling: {} agent runs, ${spent:.4} against ${CEILING} ({landed} landed) in {:?}",
+        runs.len(),
+        started.elapsed()
+    );
+    assert!(
+        spent <= CEILING + RUN_COST + 1e-9,
+        "{} runs spent ${spent:.4}: more than the ${CEILING} ceiling plus one attempt\n{runs:#?}",
+        runs.len()
+    );
+    assert!(landed >= 3, "the ceiling let too little through: {all:#?}");
+    let recorded = rows(
+        &url,
+        "SELECT COALESCE(SUM(cost_usd), 0)::text FROM attempts WHERE identity = 'demo'",
+    )
+    .await;
+    let recorded: f64 = recorded[0][0].as_deref().unwrap_or("0").parse().unwrap();
+    assert!(recorded <= CEILING + 1e-9, "recorded ${recorded}");
+}
+
+/// Issue 27, shared limits: claude's usage limit met by m1 (its quota row in the shared
+/// store) keeps m2 and m3 from starting claude at all: their tasks (pinned to them by
+/// path) go straight to the fallback, codex, with no claude attempt anywhere but m1's one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
+    let Some(pg) = database("fleet_usage_limit").await else {
+        return;
+    };
+    let Some(image) = image().await else { return };
+    let url = pg.handle.to_string();
+    let conf = Conf {
+        slots: 1,
+        max_cost: None,
+        ceiling: None,
+        repo: None,
+    };
+    let homes: Vec<Home> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|m| member(&image, m, &url, conf, None))
+        .collect();
+    let origin = Origin::new();
+    let first = homes[0]
+        .enqueue(
+            &origin.path,
+            &body("polyphony-fake[claude]: quota\npolyphony-fake[codex]: succeed"),
+            "Meets the limit",
+        )
+        .await;
+    let mut daemons: Vec<Option<Daemon>> = vec![Some(homes[0].start(&["daemon"])), None, None];
+    homes[0]
+        .wait_for(&first, Duration::from_secs(120), &|| homes[0].logs(), |v| {
+            v["task"]["state"] == "LANDED"
+        })
+        .await;
+    let quota = rows(&url, "SELECT identity, agent FROM quota").await;
+    assert_eq!(
+        quota,
+        vec![vec![Some("demo".to_string()), Some("claude".to_string())]],
+        "{}",
+        homes[0].logs()
+    );
+    stop(&mut daemons[..1]).await;
+    daemons[0] = None;
+    // The other two, each with three tasks of its own that claude would do.
+    let mut ids = Vec::new();
+    for (i, home) in homes.iter().enumerate().skip(1) {
+        for n in 0..3 {
+            ids.push(
+                home.enqueue(
+                    &origin.path,
+                    &body("polyphony-fake: succeed"),
+                    &format!("m{} task {n}", i + 1),
+                )
+                .await,
+            );
+        }
+    }
+    daemons[1] = Some(homes[1].start(&["daemon"]));
+    daemons[2] = Some(homes[2].start(&["daemon"]));
+    let started = Instant::now();
+    loop {
+        let all = tasks(&url).await;
+        if all.iter().all(|t| t.1 == "LANDED") {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(150) {
+            stop(&mut daemons).await;
+            panic!("not landed: {all:#?}\n{}", logs(&homes));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop(&mut daemons).await;
+    let runs = attempts(&url).await;
+    let claude: Vec<_> = runs.iter().filter(|a| a.2 == "claude").collect();
+    assert_eq!(claude.len(), 1, "claude started again: {runs:#?}");
+    assert_eq!(claude[0].0, first);
+    for (i, home) in homes.iter().enumerate().skip(1) {
+        let root = home.path.display().to_string();
+        let mine: Vec<_> = runs.iter().filter(|a| a.4.starts_with(&root)).collect();
+        assert_eq!(mine.len(), 3, "m{}: {runs:#?}", i + 1);
+        assert!(mine.iter().all(|a| a.2 == "codex"), "{mine:#?}");
+    }
+}
