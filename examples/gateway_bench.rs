@@ -481,6 +481,7 @@ async fn proxy_with_gateway(
             gateway::spec::CONTAINER_DIR.to_string(),
         )],
         user: Some(user),
+        config_file: None,
     };
     made.proxies.push((proxy_name, network.clone()));
     let endpoint = made.runtime.egress_up(&plan).await?;

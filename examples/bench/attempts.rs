@@ -719,7 +719,10 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         Ok((
             wall,
             [
-                elapsed(&text, "egress network made beside the workspace"),
+                elapsed(
+                    &text,
+                    "egress network and proxy started beside the workspace",
+                ),
                 elapsed(&text, "egress network and proxy up"),
                 elapsed(&text, "egress proxy and network removed"),
             ],
@@ -745,9 +748,9 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             let (wall, [net, s, down]) = run(home, mode, n)?;
             if *mode == "allowlist" {
                 allow.push(wall);
-                network.push(
-                    net.context("no `egress network made beside the workspace` line in the log")?,
-                );
+                network.push(net.context(
+                    "no `egress network and proxy started beside the workspace` line in the log",
+                )?);
                 setup.push(s.context("no `egress network and proxy up` line in the log")?);
                 teardown
                     .push(down.context("no `egress proxy and network removed` line in the log")?);
@@ -771,19 +774,19 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .join(", ")
     };
     let mut md = String::new();
-    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network, made while the workspace is cloned, and its egress proxy container, from the `polyphony-egress` image made of this binary, started before the agent; both removed while the attempt is verified and landed) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`; the setup and teardown figures are the daemon's own (`-v` log, `elapsed_ms`).\n")?;
+    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network and its egress proxy container, from the `polyphony-egress` image made of this binary, both made and started while the workspace is cloned, the proxy waiting for its config file; the config written once the attempt is routed and the proxy's `ready` awaited while the agent's container is created; both removed while the attempt is verified and landed) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`; the setup and teardown figures are the daemon's own (`-v` log, `elapsed_ms`).\n")?;
     writeln!(md, "| One no-op attempt | median | vs open |")?;
     writeln!(md, "|---|---|---|")?;
     writeln!(md, "| `egress: allowlist` | {am:.3} s | {ratio:.2}x |")?;
     writeln!(md, "| `egress: open` | {om:.3} s | 1.00x |")?;
     writeln!(
         md,
-        "| setup on the critical path: the proxy (create it, connect it to the outbound network, start it, wait for `ready` while reading its address) | {:.0} ms | |",
+        "| setup on the critical path: write the proxy's config, wait for its `ready` while the agent's container is created | {:.0} ms | |",
         sm * 1e3
     )?;
     writeln!(
         md,
-        "| the network (look for a leftover, create it; beside the workspace's clone, off the critical path) | {:.0} ms | |",
+        "| the network and the proxy (create the network, create the proxy, connect it to the outbound network, start it, read its address; beside the workspace's clone, off the critical path) | {:.0} ms | |",
         nm * 1e3
     )?;
     writeln!(

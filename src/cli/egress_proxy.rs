@@ -10,9 +10,16 @@ pub struct Args {
     /// JSON config file; default: the `POLYPHONY_EGRESS_CONFIG` environment variable.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Wait until the --config FILE exists (the daemon writes it once the attempt's
+    /// allowlist is known; the proxy starts before that, beside the workspace's clone).
+    #[arg(long, requires = "config")]
+    pub wait_for_config: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let (true, Some(path)) = (args.wait_for_config, &args.config) {
+        crate::egress::proxy::wait_for_file(path);
+    }
     let config = crate::egress::proxy::load_config(args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -46,6 +46,62 @@ pub fn labels(task_id: &str, attempt: u32, home_label: &str) -> BTreeMap<String,
     ])
 }
 
+/// The proxy's config file in its gateway directory (`gateway::spec::CONTAINER_DIR`) when
+/// it starts before the attempt's allowlist is known ([`early_plan`]).
+pub const PROXY_CONFIG_FILE: &str = "proxy.json";
+
+/// [`PROXY_CONFIG_FILE`] as the proxy sees it.
+pub fn proxy_config_path() -> String {
+    format!(
+        "{}/{PROXY_CONFIG_FILE}",
+        crate::gateway::spec::CONTAINER_DIR
+    )
+}
+
+/// `name:address` lines for the proxy's `/etc/hosts`: config.yaml's pins.
+fn resolver_hosts(pins: &BTreeMap<String, IpAddr>) -> Vec<String> {
+    pins.iter()
+        .map(|(name, ip)| format!("{name}:{ip}"))
+        .collect()
+}
+
+fn parse_pins(pins: &BTreeMap<String, String>) -> BTreeMap<String, IpAddr> {
+    // Checked at config load; an address that does not parse is left out.
+    pins.iter()
+        .filter_map(|(name, ip)| Some((name.clone(), ip.trim().parse::<IpAddr>().ok()?)))
+        .collect()
+}
+
+/// An attempt's network and proxy made before the attempt is routed (beside the
+/// workspace's clone): everything but the allowlist, which the proxy reads from
+/// [`PROXY_CONFIG_FILE`] in `dir` (mounted at `gateway::spec::CONTAINER_DIR`) once the
+/// daemon writes it. `outbound` and `pins` are config.yaml's, as every attempt's are.
+pub fn early_plan(
+    task_id: &str,
+    attempt: u32,
+    home_label: &str,
+    outbound: &str,
+    pins: &BTreeMap<String, String>,
+    dir: &std::path::Path,
+    user: String,
+) -> EgressPlan {
+    let (network, proxy_name) = names(task_id, attempt, home_label);
+    let outbound = outbound.trim();
+    let outbound = outbound.strip_prefix("network:").unwrap_or(outbound);
+    let container_dir = crate::gateway::spec::CONTAINER_DIR;
+    EgressPlan {
+        network,
+        outbound: outbound.to_string(),
+        proxy_name,
+        labels: labels(task_id, attempt, home_label),
+        config_json: String::new(),
+        resolver_hosts: resolver_hosts(&parse_pins(pins)),
+        mounts: vec![(dir.display().to_string(), container_dir.to_string())],
+        user: Some(user),
+        config_file: Some(proxy_config_path()),
+    }
+}
+
 /// The attempt's network and proxy when its egress is `allowlist`; `None` otherwise.
 pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
     if run.egress.mode != EgressMode::Allowlist {
@@ -55,13 +111,7 @@ pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
     let labels = labels(&run.task_id, run.attempt, home_label);
     let config = ProxyConfig {
         allow: run.egress.allow.clone(),
-        // Checked at config load; an address that does not parse is left out.
-        pins: run
-            .egress
-            .pins
-            .iter()
-            .filter_map(|(name, ip)| Some((name.clone(), ip.trim().parse::<IpAddr>().ok()?)))
-            .collect(),
+        pins: parse_pins(&run.egress.pins),
         max_connections: run.egress.max_connections,
         max_bytes: run.egress.max_bytes,
         ..ProxyConfig::default()
@@ -73,13 +123,10 @@ pub fn plan(run: &RunSpec, home_label: &str) -> Option<EgressPlan> {
         labels,
         config_json: serde_json::to_string(&config).unwrap_or_default(),
         // The pins again, for the gateway's own resolver (the proxy checks pins first).
-        resolver_hosts: config
-            .pins
-            .iter()
-            .map(|(name, ip)| format!("{name}:{ip}"))
-            .collect(),
+        resolver_hosts: resolver_hosts(&config.pins),
         mounts: Vec::new(),
         user: None,
+        config_file: None,
     })
 }
 
@@ -359,6 +406,7 @@ not json at all
             resolver_hosts: Vec::new(),
             mounts: Vec::new(),
             user: None,
+            config_file: None,
         };
         let spec = ContainerSpec::new("agent", "img", vec![]);
         assert!(spec.dns.is_empty());

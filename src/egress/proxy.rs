@@ -663,6 +663,13 @@ pub async fn run(config: ProxyConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Blocks until `path` exists, looking every 2 ms (the daemon renames it into place whole).
+pub fn wait_for_file(path: &std::path::Path) {
+    while std::fs::symlink_metadata(path).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// Reads the config from `file`, else from [`CONFIG_ENV`].
 pub fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<ProxyConfig> {
     let text = match file {

@@ -153,7 +153,7 @@ pub(crate) fn proxy_dir(home: &Path, proxy_name: &str) -> PathBuf {
 
 /// The proxy's `uid:gid` and, for a root daemon, the owner its files are given: the
 /// daemon's own user, except that a root daemon runs it as `nobody`.
-fn proxy_user() -> (String, Option<u32>) {
+pub(crate) fn proxy_user() -> (String, Option<u32>) {
     let me = crate::runtime::daemon_user();
     if me.starts_with("0:") {
         ("65534:65534".to_string(), Some(65534))
@@ -191,7 +191,11 @@ impl Prepared {
         let dir = proxy_dir(home, &egress.proxy_name);
         let (user, owner) = proxy_user();
         let written = (|| -> std::io::Result<()> {
-            let _ = std::fs::remove_dir_all(&dir);
+            // A proxy started early (`egress::early_plan`) mounts this directory already:
+            // it is kept (made fresh then), and the file the proxy waits for comes last.
+            if egress.config_file.is_none() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             crate::private::create_dir(&dir)?;
             if let Some(uid) = owner {
                 std::os::unix::fs::chown(&dir, Some(uid), Some(uid))?;
@@ -270,6 +274,29 @@ impl Prepared {
 }
 
 /// Deletes the credential file of a proxy that is up (it read it before saying `ready`).
+/// A fresh, empty gateway directory for the proxy `proxy_name` started early
+/// (`egress::early_plan`), owned by the proxy's user; the directory and that user.
+pub(crate) fn fresh_proxy_dir(home: &Path, proxy_name: &str) -> std::io::Result<(PathBuf, String)> {
+    let dir = proxy_dir(home, proxy_name);
+    let (user, owner) = proxy_user();
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::private::create_dir(&dir)?;
+    if let Some(uid) = owner {
+        std::os::unix::fs::chown(&dir, Some(uid), Some(uid))?;
+    }
+    Ok((dir, user))
+}
+
+/// Hands the early proxy its config (`egress::PROXY_CONFIG_FILE`), whole: written aside,
+/// then renamed into the name the proxy waits for.
+pub(crate) fn write_proxy_config(home: &Path, proxy_name: &str, json: &str) -> std::io::Result<()> {
+    let dir = proxy_dir(home, proxy_name);
+    let (_, owner) = proxy_user();
+    let aside = dir.join(format!(".{}.new", crate::egress::PROXY_CONFIG_FILE));
+    write_private(&aside, json, owner)?;
+    std::fs::rename(&aside, dir.join(crate::egress::PROXY_CONFIG_FILE))
+}
+
 pub(crate) fn forget_credential(home: &Path, proxy_name: &str) {
     let path = proxy_dir(home, proxy_name).join(gateway::spec::CREDENTIAL_FILE);
     if let Err(e) = std::fs::remove_file(&path) {

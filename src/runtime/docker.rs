@@ -255,13 +255,29 @@ impl DockerRuntime {
             }),
             ..Default::default()
         };
+        // The config in the environment, or a file the proxy waits for (`config_file`).
+        let (env, cmd) = match &plan.config_file {
+            Some(path) => (
+                None,
+                Some(vec![
+                    "--config".to_string(),
+                    path.clone(),
+                    "--wait-for-config".to_string(),
+                ]),
+            ),
+            None => (
+                Some(vec![format!(
+                    "{}={}",
+                    super::PROXY_CONFIG_ENV,
+                    plan.config_json
+                )]),
+                None,
+            ),
+        };
         let body = ContainerCreateBody {
             image: Some(image),
-            env: Some(vec![format!(
-                "{}={}",
-                super::PROXY_CONFIG_ENV,
-                plan.config_json
-            )]),
+            env,
+            cmd,
             labels: Some(plan.labels.clone().into_iter().collect()),
             user: Some(
                 plan.user
@@ -303,25 +319,16 @@ impl DockerRuntime {
         self.start(&id).await?;
         steps.mark("start");
         // Ready when it says so (it binds before writing `ready`); its address is read
-        // meanwhile (the engine assigned it at the start).
-        let ready = tokio::time::timeout(PROXY_READY_TIMEOUT, async {
-            let mut logs = self.logs(&id, None);
-            let mut seen = Vec::new();
-            while let Some(chunk) = logs.next().await {
-                let chunk = chunk?;
-                seen.extend_from_slice(&chunk.bytes);
-                if memchr::memmem::find(&seen, br#""event":"ready""#).is_some() {
-                    return Ok(());
-                }
+        // meanwhile (the engine assigned it at the start). A proxy waiting for its config
+        // file is not ready yet: `egress_ready` waits for it.
+        let waits = plan.config_file.is_none();
+        let ready = async {
+            if waits {
+                self.proxy_ready(&id).await
+            } else {
+                Ok(())
             }
-            Err(RuntimeError::Engine {
-                op: "start egress proxy",
-                message: format!(
-                    "the proxy exited before it listened: {}",
-                    String::from_utf8_lossy(&seen).trim()
-                ),
-            })
-        });
+        };
         let address = async {
             let inspect = self
                 .docker
@@ -340,10 +347,7 @@ impl DockerRuntime {
                 })
         };
         let (ready, proxy_ip) = tokio::join!(ready, address);
-        ready.map_err(|_| RuntimeError::Engine {
-            op: "start egress proxy",
-            message: format!("the proxy did not listen within {PROXY_READY_TIMEOUT:?}"),
-        })??;
+        ready?;
         let proxy_ip = proxy_ip?;
         steps.mark("ready");
         tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress proxy started");
@@ -351,6 +355,32 @@ impl DockerRuntime {
             proxy_id: id,
             proxy_ip,
         })
+    }
+
+    /// Follows the proxy's log until it says `ready` (at most [`PROXY_READY_TIMEOUT`]).
+    async fn proxy_ready(&self, id: &str) -> Result<(), RuntimeError> {
+        let ready = tokio::time::timeout(PROXY_READY_TIMEOUT, async {
+            let mut logs = self.logs(id, None);
+            let mut seen = Vec::new();
+            while let Some(chunk) = logs.next().await {
+                let chunk = chunk?;
+                seen.extend_from_slice(&chunk.bytes);
+                if memchr::memmem::find(&seen, br#""event":"ready""#).is_some() {
+                    return Ok(());
+                }
+            }
+            Err(RuntimeError::Engine {
+                op: "start egress proxy",
+                message: format!(
+                    "the proxy exited before it listened: {}",
+                    String::from_utf8_lossy(&seen).trim()
+                ),
+            })
+        });
+        ready.await.map_err(|_| RuntimeError::Engine {
+            op: "start egress proxy",
+            message: format!("the proxy did not listen within {PROXY_READY_TIMEOUT:?}"),
+        })?
     }
 
     /// The name to create `spec` under: its own, or — when another home's container holds
@@ -738,6 +768,10 @@ impl WorkerRuntime for DockerRuntime {
                 }
             }
         })
+    }
+
+    fn egress_ready<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move { self.proxy_ready(proxy).await })
     }
 
     fn egress_stop<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {

@@ -152,6 +152,12 @@ pub struct EgressPlan {
     pub mounts: Vec<(String, String)>,
     /// The proxy's `uid:gid` (`None`: `nobody`, 65534:65534).
     pub user: Option<String>,
+    /// A path inside the proxy (below one of `mounts`) it reads its config from instead of
+    /// `config_json`, waiting until the daemon writes it: so the proxy can start beside the
+    /// workspace's clone, before the attempt's allowlist is known. `egress_up` of such a
+    /// plan returns once the proxy runs (its address known), not once it listens:
+    /// [`WorkerRuntime::egress_ready`] waits for that.
+    pub config_file: Option<String>,
 }
 
 /// Where an attempt's agent finds its proxy.
@@ -233,6 +239,13 @@ pub trait WorkerRuntime: Send + Sync {
                 message: "this runtime cannot make networks; use `egress: none`".into(),
             })
         })
+    }
+
+    /// Waits until the proxy `proxy`, started by `egress_up` of a plan with a
+    /// `config_file`, listens (it says `ready` once it read the file the daemon wrote).
+    fn egress_ready<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = proxy;
+        Box::pin(async { Ok(()) })
     }
 
     /// Stops the proxy and returns its log (stdout: one JSON event per line), leaving the

@@ -112,6 +112,7 @@ fn plan(label: &str, attempt: u32, outbound: &str, config: &ProxyConfig) -> Egre
         resolver_hosts: vec!["private.test:10.9.9.9".to_string()],
         mounts: Vec::new(),
         user: None,
+        config_file: None,
     }
 }
 

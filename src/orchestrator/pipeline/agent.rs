@@ -83,11 +83,15 @@ fn explain_refusals(
     });
 }
 
-/// The attempt's egress network, made while the workspace is prepared (issue 25): only
-/// the proxy is left to start when the agent's stage comes.
+/// The attempt's egress network and proxy, made and started while the workspace is
+/// prepared (issue 25): the proxy waits for its config, which the daemon writes once the
+/// attempt is routed; only its `ready` is left when the agent's stage comes.
 pub(super) struct EarlyNetwork {
     name: String,
-    made: tokio::task::JoinHandle<Result<(), crate::runtime::RuntimeError>>,
+    proxy: String,
+    made: tokio::task::JoinHandle<
+        Result<crate::runtime::EgressEndpoint, crate::runtime::RuntimeError>,
+    >,
 }
 
 /// How the agent's container is followed: started fresh, or re-attached after a restart
@@ -118,9 +122,10 @@ impl AttemptRun<'_> {
         crate::agents::cost_room(cap, ceiling, spent)
     }
 
-    /// Begins making this attempt's egress network (`WorkerRuntime::egress_network`) while
-    /// the workspace is prepared, when some agent profile runs under `egress: allowlist`
-    /// (the one routed to may not: the network is removed again, [`Self::take_early_network`]).
+    /// Begins making this attempt's egress network and starting its proxy
+    /// (`egress::early_plan`: the proxy waits for its config file) while the workspace is
+    /// prepared, when some agent profile runs under `egress: allowlist` (the one routed to
+    /// may not: both are removed again, [`Self::take_early_network`]).
     pub(super) fn egress_early(&mut self) {
         let allowlist = self
             .orch
@@ -131,38 +136,56 @@ impl AttemptRun<'_> {
         if !allowlist {
             return;
         }
-        let home = &self.orch.home_label;
-        let (name, _) = crate::egress::names(&self.task.id, self.attempt, home);
-        let labels = crate::egress::labels(&self.task.id, self.attempt, home);
+        let label = &self.orch.home_label;
+        let (name, proxy) = crate::egress::names(&self.task.id, self.attempt, label);
+        let global = self.orch.config.global();
+        let outbound = global.egress.outbound_network.clone();
+        let pins = global.egress.hosts.clone();
+        let home = self.orch.home().to_path_buf();
         let rt = self.orch.runtime.clone();
-        let network = name.clone();
-        let task = self.task.id.clone();
+        let (task, attempt, label) = (self.task.id.clone(), self.attempt, label.clone());
         let made = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let made = rt.egress_network(&network, &labels).await;
+            let (dir, user) = crate::orchestrator::gateway::fresh_proxy_dir(
+                &home,
+                &crate::egress::names(&task, attempt, &label).1,
+            )
+            .map_err(|e| crate::runtime::RuntimeError::Engine {
+                op: "egress",
+                message: format!("cannot make the egress proxy's directory: {e}"),
+            })?;
+            let plan =
+                crate::egress::early_plan(&task, attempt, &label, &outbound, &pins, &dir, user);
+            let made = rt.egress_up(&plan).await;
             if made.is_ok() {
-                tracing::info!(%task, %network, elapsed_ms = started.elapsed().as_millis() as u64, "egress network made beside the workspace");
+                tracing::info!(%task, network = %plan.network, elapsed_ms = started.elapsed().as_millis() as u64, "egress network and proxy started beside the workspace");
             }
             made
         });
-        self.early_network = Some(EarlyNetwork { name, made });
+        self.early_network = Some(EarlyNetwork { name, proxy, made });
     }
 
-    /// Waits for the early network: kept when `plan` runs on it, else removed after the
-    /// attempt ([`Self::teardown`]). A network that failed early is made again by
-    /// `egress_up`.
-    async fn take_early_network(&mut self, plan: Option<&crate::runtime::EgressPlan>) {
-        let Some(early) = self.early_network.take() else {
-            return;
-        };
+    /// Waits for the early network and proxy: their endpoint when `plan` runs on them,
+    /// else they are removed after the attempt ([`Self::teardown`]). Ones that failed
+    /// early are made again by `egress_up` (`None`).
+    async fn take_early_network(
+        &mut self,
+        plan: Option<&crate::runtime::EgressPlan>,
+    ) -> Option<crate::runtime::EgressEndpoint> {
+        let early = self.early_network.take()?;
         let made = early.made.await;
-        let used = plan.is_some_and(|p| p.network == early.name);
+        let used = plan.is_some_and(|p| p.network == early.name && p.proxy_name == early.proxy);
         match made {
-            Ok(Ok(())) if used => {}
+            Ok(Ok(endpoint)) if used => Some(endpoint),
             Ok(Err(e)) if used => {
-                tracing::debug!(task = %self.task.id, network = %early.name, error = %e, "the early egress network failed; it is made again with the proxy");
+                tracing::debug!(task = %self.task.id, network = %early.name, error = %e, "the early egress network or proxy failed; they are made again");
+                None
             }
-            _ => self.teardown(None, early.name),
+            _ => {
+                crate::orchestrator::gateway::remove_proxy_dir(self.orch.home(), &early.proxy);
+                self.teardown(Some(early.proxy), early.name);
+                None
+            }
         }
     }
 
@@ -248,8 +271,13 @@ impl AttemptRun<'_> {
         // `open`/`none`); the container gets a placeholder. A re-attached attempt keeps the
         // proxy, and with it its gateway.
         let mut egress = crate::egress::plan(spec, &self.orch.home_label);
-        if reattach.is_none() {
-            self.take_early_network(egress.as_ref()).await;
+        let early = match reattach {
+            None => self.take_early_network(egress.as_ref()).await,
+            Some(_) => None,
+        };
+        if let (Some(plan), Some(_)) = (egress.as_mut(), &early) {
+            // Its proxy runs already, waiting for this plan's config in its directory.
+            plan.config_file = Some(crate::egress::proxy_config_path());
         }
         let home = self.orch.home().to_path_buf();
         let scratch =
@@ -291,32 +319,42 @@ impl AttemptRun<'_> {
                     &serde_json::json!({ "name": container.name }),
                     self.orch.now(),
                 )?;
+                let mut egress_started = None;
                 if let Some(plan) = &egress {
                     // The window where a gateway's key is on disk for a proxy not started yet
                     // (swept at the next daemon start and by `cleanup`).
                     crate::failpoint::hit("egress-up");
                     let started = std::time::Instant::now();
-                    let endpoint = match rt.egress_up(plan).await {
+                    let endpoint = match &early {
+                        // The early proxy reads this file, then says `ready` (awaited beside
+                        // the agent's create, below).
+                        Some(endpoint) => crate::orchestrator::gateway::write_proxy_config(
+                            &home,
+                            &plan.proxy_name,
+                            &plan.config_json,
+                        )
+                        .map(|()| endpoint.clone())
+                        .map_err(|e| {
+                            Failure::crash(format!("cannot hand the egress proxy its config: {e}"))
+                        }),
+                        None => rt.egress_up(plan).await.map_err(|e| {
+                            Failure::from(e).during("the attempt's egress network or proxy failed")
+                        }),
+                    };
+                    let endpoint = match endpoint {
                         Ok(e) => e,
-                        Err(e) => {
+                        Err(failure) => {
+                            if early.is_some() {
+                                self.collect_egress(spec, plan).await;
+                            }
                             crate::orchestrator::gateway::remove_proxy_dir(&home, &plan.proxy_name);
-                            return Err(Failure::from(e)
-                                .during("the attempt's egress network or proxy failed"));
+                            return Err(failure);
                         }
                     };
                     if let Some(gw) = gateway.as_mut().filter(|g| g.in_proxy()) {
-                        // The proxy read the key before it said `ready`: it leaves the disk.
-                        crate::orchestrator::gateway::forget_credential(&home, &plan.proxy_name);
                         gw.proxy_ready(endpoint.proxy_ip);
                     }
-                    tracing::info!(
-                        task = %self.task.id,
-                        attempt = spec.attempt,
-                        network = %plan.network,
-                        proxy = %endpoint.proxy_ip,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "egress network and proxy up"
-                    );
+                    egress_started = Some((started, endpoint.proxy_ip));
                     container = crate::egress::confine(container, plan, endpoint.proxy_ip);
                 }
                 if let Some(gw) = &gateway {
@@ -327,11 +365,48 @@ impl AttemptRun<'_> {
                         return Err(Failure::crash(e));
                     }
                 }
-                let created =
-                    match execute::create(rt, &container, limits.deadline, self.orch.now()).await {
-                        Ok(id) => self.container_created(&id).await.map(|()| id),
-                        Err(e) => Err(Failure::from(e).during("the container failed")),
-                    };
+                // An early proxy says `ready` while the agent's container is created.
+                let ready = async {
+                    match (&egress, &early) {
+                        (Some(plan), Some(_)) => rt.egress_ready(&plan.proxy_name).await,
+                        _ => Ok(()),
+                    }
+                };
+                let (created, ready) = tokio::join!(
+                    execute::create(rt, &container, limits.deadline, self.orch.now()),
+                    ready
+                );
+                let created = match (created, ready) {
+                    (Ok(id), Ok(())) => Ok(id),
+                    (Ok(id), Err(e)) => {
+                        let _ = rt.remove(&id).await;
+                        Err(Failure::from(e).during("the attempt's egress network or proxy failed"))
+                    }
+                    (Err(e), _) => Err(Failure::from(e).during("the container failed")),
+                };
+                if let (Some(plan), Some((started, proxy))) = (&egress, egress_started) {
+                    if created.is_ok() {
+                        // The proxy read the key before it said `ready`: it leaves the disk.
+                        if gateway.as_ref().is_some_and(|g| g.in_proxy()) {
+                            crate::orchestrator::gateway::forget_credential(
+                                &home,
+                                &plan.proxy_name,
+                            );
+                        }
+                        tracing::info!(
+                            task = %self.task.id,
+                            attempt = spec.attempt,
+                            network = %plan.network,
+                            proxy = %proxy,
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "egress network and proxy up"
+                        );
+                    }
+                }
+                let created = match created {
+                    Ok(id) => self.container_created(&id).await.map(|()| id),
+                    Err(failure) => Err(failure),
+                };
                 match created {
                     Ok(id) => Follow::Start(id),
                     Err(failure) => {
