@@ -85,9 +85,9 @@ section_pg() {
     "$harness" pg
     return
   fi
-  eval "$(scripts/pg-test-cluster.sh start 55470)"
   # The test cluster runs with fsync off; a benchmark measures durable commits.
-  psql "$POLYPHONY_TEST_PG_URL" -qc "ALTER SYSTEM SET fsync = on" -c "SELECT pg_reload_conf()" >/dev/null
+  eval "$(PG_TEST_FSYNC=on scripts/pg-test-cluster.sh start 55470)"
+  [ "$(psql "$POLYPHONY_TEST_PG_URL" -qAtXc 'SHOW fsync')" = on ] || { echo "bench/run.sh: the cluster runs without fsync" >&2; scripts/pg-test-cluster.sh stop "$POLYPHONY_TEST_PG_DIR"; return 1; }
   BENCH_PG_URL="$POLYPHONY_TEST_PG_URL" "$harness" pg || { scripts/pg-test-cluster.sh stop "$POLYPHONY_TEST_PG_DIR"; return 1; }
   scripts/pg-test-cluster.sh stop "$POLYPHONY_TEST_PG_DIR"
 }

@@ -1013,7 +1013,12 @@ fn pg(cfg: &Config) -> anyhow::Result<String> {
         rows.push((k, median(&mut ours), median(&mut bare)));
     }
     let mut md = String::new();
-    writeln!(md, "PostgreSQL {server} on loopback (a throwaway cluster: `scripts/pg-test-cluster.sh`, fsync and synchronous_commit on), {n} tasks drained by claimer processes, each with its own connection; medians of {} runs.\n", cfg.reps.min(3))?;
+    let setting = |name: &str| -> anyhow::Result<String> {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls)?;
+        Ok(c.query_one(&format!("SHOW {name}"), &[])?.get(0))
+    };
+    let (fsync, sync_commit) = (setting("fsync")?, setting("synchronous_commit")?);
+    writeln!(md, "PostgreSQL {server} on loopback (a throwaway cluster: `scripts/pg-test-cluster.sh`, fsync {fsync}, synchronous_commit {sync_commit}), {n} tasks drained by claimer processes, each with its own connection; medians of {} runs.\n", cfg.reps.min(3))?;
     writeln!(md, "| Claimers | polyphony `claim_next_owned` (owner + lease) | bare `UPDATE … SKIP LOCKED RETURNING` | time per claim vs bare |")?;
     writeln!(md, "|---|---|---|---|")?;
     for (k, o, b) in &rows {
@@ -1048,11 +1053,13 @@ fn pg_status(cfg: &Config, handle: &StoreHandle, url: &str) -> anyhow::Result<St
     // Populating is not what this measures: without a flush per commit, then durable again.
     let mut admin = postgres::Client::connect(url, postgres::NoTls)?;
     let set_sync = |admin: &mut postgres::Client, on: bool| -> anyhow::Result<()> {
+        // ALTER SYSTEM runs outside a transaction block: one statement per call.
         admin.batch_execute(if on {
-            "ALTER SYSTEM RESET synchronous_commit; SELECT pg_reload_conf()"
+            "ALTER SYSTEM RESET synchronous_commit"
         } else {
-            "ALTER SYSTEM SET synchronous_commit = off; SELECT pg_reload_conf()"
+            "ALTER SYSTEM SET synchronous_commit = off"
         })?;
+        admin.batch_execute("SELECT pg_reload_conf()")?;
         Ok(())
     };
     set_sync(&mut admin, false)?;

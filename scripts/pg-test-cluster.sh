@@ -6,6 +6,9 @@
 #   scripts/pg-test-cluster.sh start [PORT]   prints `export POLYPHONY_TEST_PG_URL=...; export POLYPHONY_TEST_PG_DIR=...`
 #   scripts/pg-test-cluster.sh stop DIR
 #
+# PG_TEST_FSYNC=on starts it with fsync on (benchmarks measure durable commits; tests need
+# not). A command-line setting wins over ALTER SYSTEM, so this is the only switch.
+#
 # Installs Debian's `postgresql` when no server binaries are found (root only).
 set -euo pipefail
 
@@ -32,7 +35,7 @@ start)
     run() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
     run "$bin/initdb" -D "$dir/data" -A trust -U poly >"$dir/initdb.log" 2>&1
     run "$bin/pg_ctl" -D "$dir/data" -w -l "$dir/log" \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=200" start >/dev/null
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=${PG_TEST_FSYNC:-off} -c max_connections=200" start >/dev/null
     run "$bin/createdb" -h 127.0.0.1 -p "$port" -U poly polyphony_test
     echo "export POLYPHONY_TEST_PG_URL=postgres://poly@127.0.0.1:$port/polyphony_test; export POLYPHONY_TEST_PG_DIR=$dir"
     ;;
