@@ -1251,10 +1251,7 @@ async fn real_claude_parks_until_the_reset_its_429_headers_give() {
 /// out, runs again on the new day's budget and lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_lands() {
-    use polyphony::orchestrator::drive::drive;
-    use polyphony::orchestrator::pipeline::RunOptions;
-    use polyphony::orchestrator::{AttemptEnd, Orchestrator, QuietProgress};
-    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let Some(image) = image().await else { return };
     let started = Instant::now();
@@ -1298,20 +1295,50 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
         .await;
 
+    budget_ends_the_attempt_and_the_task_lands_after_the_reset(
+        &home,
+        &id,
+        &api,
+        [
+            ("POLYPHONY_TEST_ANTHROPIC_KEY", API_KEY.to_string()),
+            ("POLYPHONY_TEST_ANTHROPIC_URL", api.base_url()),
+        ],
+        API_KEY,
+    )
+    .await;
+    println!(
+        "real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_lands: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 26, the budget half shared by both real CLIs: the home's ceiling ($10) and prices
+/// make the first model request cost $9.99, so the gateway refuses the second; the attempt
+/// ends `budget` at that request with its retry at UTC midnight (no failure counted). With
+/// the orchestrator's clock moved to 3 s before the reset, the task waits, runs and lands,
+/// and the scripted API only ever saw the real `key`. `env` is what the identity's
+/// `api_keys` read (the test's key and URL variables).
+async fn budget_ends_the_attempt_and_the_task_lands_after_the_reset<R: 'static>(
+    home: &Home,
+    id: &str,
+    api: &polyphony::scripted_server::ScriptedServer<R>,
+    env: [(&'static str, String); 2],
+    key: &str,
+) {
+    use polyphony::orchestrator::drive::drive;
+    use polyphony::orchestrator::pipeline::RunOptions;
+    use polyphony::orchestrator::{AttemptEnd, Orchestrator, QuietProgress};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
     let config = polyphony::config::Config::load(&home.path).expect("the home's config");
     let runtime = polyphony::runtime::DockerRuntime::connect()
         .await
         .expect("Docker")
         .with_proxy_binary(support::home::BIN);
-    let (key, url) = (API_KEY.to_string(), api.base_url());
     let mut orch = Orchestrator::with_runtime(
         config,
         Arc::new(runtime),
-        Arc::new(move |name: &str| match name {
-            "POLYPHONY_TEST_ANTHROPIC_KEY" => Some(key.clone()),
-            "POLYPHONY_TEST_ANTHROPIC_URL" => Some(url.clone()),
-            _ => None,
-        }),
+        Arc::new(move |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())),
     )
     .expect("an orchestrator");
     // The test's clock: 23:00 UTC today, moving with the machine, plus what the test adds.
@@ -1335,13 +1362,15 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
     };
 
     let claimed = store
-        .claim(&id, orch.now())
+        .claim(id, orch.now())
         .expect("claim")
         .expect("claimable");
     let end = orch.run_claimed(claimed, &opts).await.expect("attempt 1");
+    let v = home.task(id).await;
     assert!(
         matches!(&end, AttemptEnd::Retry { at, .. } if *at == midnight),
-        "{end:?} (want a retry at {midnight})"
+        "{end:?} (want a retry at {midnight})\n{v:#}\ntranscript:\n{}",
+        home.transcript(id, 1)
     );
     assert_eq!(
         api.turns(),
@@ -1349,7 +1378,6 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
         "the second request went out: {:?}",
         api.requests()
     );
-    let v = home.task(&id).await;
     let a = attempts(&v);
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(a[0]["status"], "budget", "{a:#?}");
@@ -1362,7 +1390,7 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
     assert_eq!(v["task"]["state"], "FAILED", "{v:#}");
     assert_eq!(v["task"]["failures"], 0, "{v:#}");
     assert_eq!(stamp(&v["task"]["next_attempt_at"]), midnight, "{v:#}");
-    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
+    let events = text(&home.run(&["logs", id, "--json"]).await.stdout);
     assert!(
         events
             .lines()
@@ -1376,7 +1404,7 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
     offset.fetch_add((midnight - now).num_milliseconds() - 3000, Ordering::SeqCst);
     let said = std::sync::Mutex::new(Vec::new());
     let say = |line: &str| said.lock().expect("lock").push(line.to_string());
-    let task = store.get_task(&id).expect("read").expect("the task");
+    let task = store.get_task(id).expect("read").expect("the task");
     let end = drive(&orch, &store, task, &opts, cancel, &say)
         .await
         .expect("driven");
@@ -1390,7 +1418,7 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
             .any(|l| l.starts_with("waiting ") && l.contains("before trying again (0 of")),
         "{said:?}"
     );
-    let v = home.task(&id).await;
+    let v = home.task(id).await;
     let a = attempts(&v);
     let statuses: Vec<&str> = a
         .iter()
@@ -1399,11 +1427,7 @@ async fn real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_l
     assert_eq!(statuses, ["budget", "succeeded"], "{a:#?}");
     assert!(stamp(&a[1]["started_at"]) >= midnight, "{a:#?}");
     assert_eq!(v["task"]["failures"], 0);
-    assert!(api.credentials().iter().all(|c| c == API_KEY));
-    println!(
-        "real_claude_over_budget_at_its_second_request_waits_for_the_reset_and_lands: {:?}",
-        started.elapsed()
-    );
+    assert!(api.credentials().iter().all(|c| c == key));
 }
 
 /// Issue 26: the gateway is its attempt's agent's alone. While the real Claude sleeps in a
@@ -2525,10 +2549,7 @@ async fn real_codex_parks_until_the_reset_its_429_headers_give() {
 /// midnight, the task waits them out, runs on the new day's budget and lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_codex_over_budget_at_its_second_request_waits_for_the_reset_and_lands() {
-    use polyphony::orchestrator::drive::drive;
-    use polyphony::orchestrator::pipeline::RunOptions;
-    use polyphony::orchestrator::{AttemptEnd, Orchestrator, QuietProgress};
-    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let Some(image) = image().await else { return };
     let started = Instant::now();
@@ -2569,109 +2590,18 @@ async fn real_codex_over_budget_at_its_second_request_waits_for_the_reset_and_la
         .enqueue("`add 2 3` prints -1; test.sh fails.", "Fix add()")
         .await;
 
-    let config = polyphony::config::Config::load(&home.path).expect("the home's config");
-    let runtime = polyphony::runtime::DockerRuntime::connect()
-        .await
-        .expect("Docker")
-        .with_proxy_binary(support::home::BIN);
-    let key = OPENAI_KEY.to_string();
     let url = api.base_url().trim_end_matches("/v1").to_string();
-    let mut orch = Orchestrator::with_runtime(
-        config,
-        Arc::new(runtime),
-        Arc::new(move |name: &str| match name {
-            "POLYPHONY_TEST_OPENAI_KEY" => Some(key.clone()),
-            "POLYPHONY_TEST_OPENAI_URL" => Some(url.clone()),
-            _ => None,
-        }),
+    budget_ends_the_attempt_and_the_task_lands_after_the_reset(
+        &home,
+        &id,
+        &api,
+        [
+            ("POLYPHONY_TEST_OPENAI_KEY", OPENAI_KEY.to_string()),
+            ("POLYPHONY_TEST_OPENAI_URL", url),
+        ],
+        OPENAI_KEY,
     )
-    .expect("an orchestrator");
-    let day = polyphony::identity_policy::utc_day_start(chrono::Utc::now());
-    let (base, midnight) = (
-        day + chrono::Duration::hours(23),
-        day + chrono::Duration::days(1),
-    );
-    let offset = Arc::new(AtomicI64::new(0));
-    let (added, ticking) = (offset.clone(), Instant::now());
-    orch.clock = Arc::new(move || {
-        base + chrono::Duration::milliseconds(added.load(Ordering::SeqCst))
-            + chrono::Duration::from_std(ticking.elapsed()).expect("a duration")
-    });
-    let store = polyphony::store::Store::open(&orch.db_path()).expect("the store");
-    let (_stop, cancel) = tokio::sync::watch::channel(false);
-    let opts = RunOptions {
-        progress: Arc::new(QuietProgress),
-        cancel: cancel.clone(),
-        cancel_means_retry: false,
-    };
-
-    let claimed = store
-        .claim(&id, orch.now())
-        .expect("claim")
-        .expect("claimable");
-    let end = orch.run_claimed(claimed, &opts).await.expect("attempt 1");
-    let v = home.task(&id).await;
-    assert!(
-        matches!(&end, AttemptEnd::Retry { at, .. } if *at == midnight),
-        "{end:?} (want a retry at {midnight})\n{v:#}\ntranscript:\n{}",
-        home.transcript(&id, 1)
-    );
-    assert_eq!(
-        api.turns(),
-        1,
-        "the second request went out: {:?}",
-        api.requests()
-    );
-    let a = attempts(&v);
-    assert_eq!(a.len(), 1, "{a:#?}");
-    assert_eq!(a[0]["status"], "budget", "{a:#?}");
-    let reason = a[0]["reason"].as_str().unwrap_or("");
-    assert!(
-        reason.contains("refused a request") && reason.contains("identity's daily"),
-        "{reason}"
-    );
-    assert!(a[0]["cost_usd"].as_f64() >= Some(9.99), "{a:#?}");
-    assert_eq!(v["task"]["state"], "FAILED", "{v:#}");
-    assert_eq!(v["task"]["failures"], 0, "{v:#}");
-    assert_eq!(stamp(&v["task"]["next_attempt_at"]), midnight, "{v:#}");
-    let events = text(&home.run(&["logs", &id, "--json"]).await.stdout);
-    assert!(
-        events
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .any(|e| e["data"]["gateway"]["outcome"] == "refused_budget"),
-        "no refused request in the events:\n{events}"
-    );
-
-    // Three seconds before the reset by the daemon's clock: it waits them out and lands.
-    let now = orch.now();
-    offset.fetch_add((midnight - now).num_milliseconds() - 3000, Ordering::SeqCst);
-    let said = std::sync::Mutex::new(Vec::new());
-    let say = |line: &str| said.lock().expect("lock").push(line.to_string());
-    let task = store.get_task(&id).expect("read").expect("the task");
-    let end = drive(&orch, &store, task, &opts, cancel, &say)
-        .await
-        .expect("driven");
-    let said = said.lock().expect("lock").clone();
-    assert!(
-        matches!(end, Some(ref e) if e.is_landed()),
-        "{end:?}\n{said:?}"
-    );
-    assert!(
-        said.iter()
-            .any(|l| l.starts_with("waiting ") && l.contains("before trying again (0 of")),
-        "{said:?}"
-    );
-    let v = home.task(&id).await;
-    let a = attempts(&v);
-    let statuses: Vec<&str> = a
-        .iter()
-        .map(|x| x["status"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(statuses, ["budget", "succeeded"], "{a:#?}");
-    assert!(stamp(&a[1]["started_at"]) >= midnight, "{a:#?}");
-    assert_eq!(v["task"]["failures"], 0);
-    assert!(api.credentials().iter().all(|c| c == OPENAI_KEY));
+    .await;
     println!(
         "real_codex_over_budget_at_its_second_request_waits_for_the_reset_and_lands: {:?}",
         started.elapsed()
