@@ -21,6 +21,28 @@ fn initialised() -> tempfile::TempDir {
     dir
 }
 
+/// An initialised home whose queue holds `local-1` and `local-2` (DISCOVERED, created `now`),
+/// with the store open on it.
+fn home_with_two_local_tasks(
+    now: chrono::DateTime<chrono::Utc>,
+) -> (tempfile::TempDir, polyphony::store::Store) {
+    use polyphony::domain::{SourceKind, Task};
+    let home = initialised();
+    let store = polyphony::store::Store::open(&home.path().join("queue.db")).unwrap();
+    for id in ["local-1", "local-2"] {
+        let task = Task::new(
+            id,
+            SourceKind::Local,
+            format!("local:{id}"),
+            "/r",
+            "Fix",
+            now,
+        );
+        store.insert_task(&task).unwrap();
+    }
+    (home, store)
+}
+
 #[test]
 fn init_then_config_check_succeeds() {
     let home = tempfile::tempdir().unwrap();
@@ -801,23 +823,10 @@ fn quiet_and_verbose_conflict() {
 #[test]
 fn retry_now_makes_a_parked_task_due_and_clears_its_limit() {
     use chrono::{Duration, Utc};
-    use polyphony::domain::{AgentQuota, AgentReset, QuotaWait, SourceKind, Task, TaskState};
-    use polyphony::store::Store;
-    let home = initialised();
-    let store = Store::open(&home.path().join("queue.db")).unwrap();
+    use polyphony::domain::{AgentQuota, AgentReset, QuotaWait, TaskState};
     let now = Utc::now();
     let later = now + Duration::minutes(55);
-    for id in ["local-1", "local-2"] {
-        let task = Task::new(
-            id,
-            SourceKind::Local,
-            format!("local:{id}"),
-            "/r",
-            "Fix",
-            now,
-        );
-        store.insert_task(&task).unwrap();
-    }
+    let (home, store) = home_with_two_local_tasks(now);
     store.claim("local-1", now).unwrap().unwrap();
     store
         .transition(
@@ -1331,22 +1340,10 @@ fn init_agents_routes_only_to_the_named_agents() {
 #[test]
 fn status_names_the_machine_running_a_task() {
     use chrono::{Duration, Utc};
-    use polyphony::domain::{SourceKind, Task, TaskState};
+    use polyphony::domain::TaskState;
     use polyphony::store::{Owner, Store};
-    let home = initialised();
-    let store = Store::open(&home.path().join("queue.db")).unwrap();
     let now = Utc::now();
-    for id in ["local-1", "local-2"] {
-        let task = Task::new(
-            id,
-            SourceKind::Local,
-            format!("local:{id}"),
-            "/r",
-            "Fix",
-            now,
-        );
-        store.insert_task(&task).unwrap();
-    }
+    let (home, store) = home_with_two_local_tasks(now);
     let owner = Owner {
         machine: "build-7".into(),
         pid: 4242,
