@@ -200,6 +200,29 @@ async fn stop(daemons: &mut [Option<Daemon>]) {
     }
 }
 
+/// Polls the fleet's tasks every 500 ms until `done` holds; past `limit` stops every
+/// member and fails with `what`, the tasks and every member's log.
+async fn wait_for(
+    url: &str,
+    homes: &[Home],
+    daemons: &mut [Option<Daemon>],
+    limit: Instant,
+    what: &str,
+    done: impl Fn(&[(String, String, i64, Option<String>)]) -> bool,
+) {
+    loop {
+        let all = tasks(url).await;
+        if done(&all) {
+            return;
+        }
+        if Instant::now() > limit {
+            stop(daemons).await;
+            panic!("{what}: {all:#?}\n{}", logs(homes));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// The hidden `<!-- polyphony:… -->` markers of a comment body.
 fn markers(body: &str) -> Vec<String> {
     body.lines()
@@ -465,22 +488,15 @@ async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
         + chrono::Duration::days(1))
     .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let day = &tomorrow[..10];
-    loop {
-        let all = tasks(&url).await;
-        let settled = all.len() == 9
+    let limit = started + Duration::from_secs(200);
+    wait_for(&url, &homes, &mut daemons, limit, "not settled", |all| {
+        all.len() == 9
             && all.iter().all(|t| {
                 t.1 == "LANDED"
                     || (t.1 == "FAILED" && t.3.as_deref().is_some_and(|n| n.starts_with(day)))
-            });
-        if settled {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(200) {
-            stop(&mut daemons).await;
-            panic!("not settled: {all:#?}\n{}", logs(&homes));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            })
+    })
+    .await;
     stop(&mut daemons).await;
     let runs = attempts(&url).await;
     let all = tasks(&url).await;
@@ -570,18 +586,11 @@ async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
     }
     daemons[1] = Some(homes[1].start(&["daemon"]));
     daemons[2] = Some(homes[2].start(&["daemon"]));
-    let started = Instant::now();
-    loop {
-        let all = tasks(&url).await;
-        if all.iter().all(|t| t.1 == "LANDED") {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(150) {
-            stop(&mut daemons).await;
-            panic!("not landed: {all:#?}\n{}", logs(&homes));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let limit = Instant::now() + Duration::from_secs(150);
+    wait_for(&url, &homes, &mut daemons, limit, "not landed", |all| {
+        all.iter().all(|t| t.1 == "LANDED")
+    })
+    .await;
     stop(&mut daemons).await;
     let runs = attempts(&url).await;
     let claude: Vec<_> = runs.iter().filter(|a| a.2 == "claude").collect();
