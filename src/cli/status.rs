@@ -246,7 +246,7 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
     let links = store.generation_links(id)?;
     let generation = crate::domain::generation::number(&task);
     print_task(&task);
-    if let Some(c) = crate::ops::actions::running_claim(store, id)? {
+    if let Some(c) = crate::ops::actions::running_claim(store, id, task.state)? {
         crate::println_printable!(
             "  machine:  {} (daemon {}, lease until {})",
             c.machine,

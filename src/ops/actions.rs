@@ -172,7 +172,14 @@ pub fn task_detail(store: &Store, id: &str) -> Result<Option<serde_json::Value>,
     };
     crate::ops::report::add_egress(&mut detail, |n| store.egress_events(id, n))?;
     let log = actions(store, id)?;
-    let claim = running_claim(store, id)?;
+    // The task's state as the detail itself read it: no second read of the task.
+    let state = detail["task"]["state"]
+        .as_str()
+        .and_then(|s| s.parse::<TaskState>().ok());
+    let claim = match state {
+        Some(state) => running_claim(store, id, state)?,
+        None => None,
+    };
     if let Some(obj) = detail.as_object_mut() {
         obj.insert(
             "actions".into(),
@@ -196,9 +203,13 @@ pub fn task_detail(store: &Store, id: &str) -> Result<Option<serde_json::Value>,
 /// The claim of a task with an attempt in flight (CLAIMED … VERIFYING): the machine and
 /// daemon that hold it, and its lease. `None` for a task at rest, whose last claim row only
 /// says who ran it last, and for a claim written without an owner (`spawn`).
-pub fn running_claim(store: &Store, id: &str) -> Result<Option<crate::store::Claim>, StoreError> {
-    let active = store.get_task(id)?.is_some_and(|t| t.state.is_active());
-    if !active {
+/// `state` is the task's, as the caller already read it.
+pub fn running_claim(
+    store: &Store,
+    id: &str,
+    state: TaskState,
+) -> Result<Option<crate::store::Claim>, StoreError> {
+    if !state.is_active() {
         return Ok(None);
     }
     store.claim_of(id)
