@@ -223,6 +223,20 @@ CREATE TABLE followup_replies (
     PRIMARY KEY (task_id, key)
 );
 "#,
+    // 3: an attempt's egress events as its proxy logs them (issue 25; SQLite's version 10).
+    r#"
+CREATE TABLE egress_events (
+    task_id  TEXT NOT NULL,
+    attempt  BIGINT NOT NULL,
+    seq      BIGINT NOT NULL,
+    what     TEXT NOT NULL,
+    summary  TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (task_id, attempt, seq),
+    FOREIGN KEY (task_id, attempt) REFERENCES attempts(task_id, attempt) ON DELETE CASCADE
+);
+"#,
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).
@@ -235,6 +249,7 @@ pub const TABLES: &[&str] = &[
     "quota",
     "attempts",
     "events",
+    "egress_events",
     "landings",
     "source_comments",
     "counters",
