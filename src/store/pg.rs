@@ -223,6 +223,9 @@ CREATE TABLE followup_replies (
     PRIMARY KEY (task_id, key)
 );
 "#,
+    // 3: each attempt records its reservation against its identity's daily ceiling, as
+    // SQLite's schema 10 (NULL on rows started before: counted at the checker's cap).
+    "ALTER TABLE attempts ADD COLUMN reserve_usd DOUBLE PRECISION;",
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).

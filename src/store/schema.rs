@@ -342,6 +342,11 @@ CREATE TABLE pins (
     // 9: `status --json` summaries gain `agent` (the latest attempt's) and `cost_usd` (all
     // attempts', issue 29). No table changes: `Store::migrate` rewrites every summary.
     "",
+    // 10: each attempt records its reservation against its identity's daily ceiling, the
+    // per-attempt cap of the daemon that started it (issue 27: daemons of a fleet may have
+    // different caps). Rows started before have none (NULL): a ceiling check counts one
+    // still running at the checking daemon's cap, as before; an ended one needs none.
+    "ALTER TABLE attempts ADD COLUMN reserve_usd REAL;",
 ];
 
 /// The version whose migration hands the summaries to the store: after it, every summary
