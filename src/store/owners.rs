@@ -1,4 +1,4 @@
-//! Owned claims, leases and pins (issue 27; `core` says the rules). Since schema 10 the
+//! Owned claims, leases and pins (issue 27; `core` says the rules). Since schema 11 the
 //! claim (machine, owner, lease) and the pin are columns of the task's row, so a claim
 //! writes no other table's pages (docs/benchmarks.md "Queue"). The same code runs on both
 //! backends (`sql`).

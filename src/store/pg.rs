@@ -223,7 +223,10 @@ CREATE TABLE followup_replies (
     PRIMARY KEY (task_id, key)
 );
 "#,
-    // 3: SQLite's schema 10 (issue 27): the claim's owner and lease and a task's pin are
+    // 3: each attempt records its reservation against its identity's daily ceiling, as
+    // SQLite's schema 10 (NULL on rows started before: counted at the checker's cap).
+    "ALTER TABLE attempts ADD COLUMN reserve_usd DOUBLE PRECISION;",
+    // 4: SQLite's schema 11 (issue 27): the claim's owner and lease and a task's pin are
     // columns of its row (views keep `claims` and `pins` readable), a summary is found by
     // its task's `seq` alone, and a task's transitions are numbered per task, keyed by
     // (task seq, number). On PostgreSQL a claim then writes one heap row and its indexes
@@ -252,7 +255,7 @@ ALTER TABLE transitions ALTER COLUMN task_seq SET NOT NULL, ALTER COLUMN n SET N
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).
-/// `claims` and `pins` are views of `tasks` since version 3.
+/// `claims` and `pins` are views of `tasks` since version 4.
 pub const TABLES: &[&str] = &[
     "tasks",
     "transitions",

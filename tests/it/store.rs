@@ -765,6 +765,9 @@ fn migration_9_adds_agent_and_cost_to_stored_summaries() {
              INSERT INTO task_summaries (seq, id, json) VALUES (1, 't', '{\"id\":\"t\"}');",
         )
         .unwrap();
+        // Nor the columns later versions add.
+        conn.execute_batch("ALTER TABLE attempts DROP COLUMN reserve_usd")
+            .unwrap();
         conn.pragma_update(None, "user_version", 8).unwrap();
     }
     let store = Store::open(&db).unwrap();
@@ -780,14 +783,14 @@ fn migration_9_adds_agent_and_cost_to_stored_summaries() {
     );
 }
 
-/// Issue 27: schema 10 moves the claim's owner and lease and the pin into the task's row,
+/// Issue 27: schema 11 moves the claim's owner and lease and the pin into the task's row,
 /// keys summaries by the task's rowid alone and numbers transitions per task. A home of
-/// schema 9 with a live claim, a pin and interleaved transitions upgrades in place: the
+/// schema 10 with a live claim, a pin and interleaved transitions upgrades in place: the
 /// claim, its lease and the pin hold as before, each task's transitions keep their order,
 /// `status --json` prints the same bytes, and the `claims` and `pins` views read as the
 /// tables did.
 #[test]
-fn schema_9_home_keeps_its_claims_pins_transitions_and_summaries_through_migration_10() {
+fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migration_11() {
     use polyphony::store::Owner;
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
@@ -808,10 +811,10 @@ fn schema_9_home_keeps_its_claims_pins_transitions_and_summaries_through_migrati
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
             .unwrap();
-        for sql in &polyphony::store::schema::MIGRATIONS[..9] {
+        for sql in &polyphony::store::schema::MIGRATIONS[..10] {
             conn.execute_batch(sql).unwrap();
         }
-        conn.pragma_update(None, "user_version", 9).unwrap();
+        conn.pragma_update(None, "user_version", 10).unwrap();
         for (i, (id, state)) in [
             ("local-1", "RUNNING"),
             ("local-2", "DISCOVERED"),
@@ -878,7 +881,7 @@ fn schema_9_home_keeps_its_claims_pins_transitions_and_summaries_through_migrati
     newest_first.reverse();
     assert_eq!(status_json(), format!("[{}]\n", newest_first.join(",")));
     let store = Store::open(&db).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 10);
+    assert_eq!(store.schema_version().unwrap(), 11);
     // The claim and its lease.
     let claim = store.claim_of("local-1").unwrap().unwrap();
     assert_eq!(

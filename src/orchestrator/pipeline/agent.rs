@@ -173,8 +173,13 @@ impl AttemptRun<'_> {
         plan: Option<&crate::runtime::EgressPlan>,
     ) -> Option<crate::runtime::EgressEndpoint> {
         let early = self.early_network.take()?;
+        let waited = std::time::Instant::now();
         let made = early.made.await;
         let used = plan.is_some_and(|p| p.network == early.name && p.proxy_name == early.proxy);
+        if used {
+            // The part of the early setup the attempt waited for (on its critical path).
+            tracing::info!(task = %self.task.id, network = %early.name, waited_ms = waited.elapsed().as_millis() as u64, "egress network and proxy awaited");
+        }
         match made {
             Ok(Ok(endpoint)) if used => Some(endpoint),
             Ok(Err(e)) if used => {
@@ -521,8 +526,12 @@ impl AttemptRun<'_> {
     ) -> Option<crate::egress::EgressReport> {
         // The log is read now (it decides the attempt's events and failure reason); the
         // stopped proxy and the network are removed off the critical path.
+        let started = std::time::Instant::now();
         let stopped = self.orch.runtime.egress_stop(&plan.proxy_name).await;
         self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
+        if stopped.is_ok() {
+            tracing::info!(task = %self.task.id, proxy = %plan.proxy_name, elapsed_ms = started.elapsed().as_millis() as u64, "egress proxy stopped and its log read");
+        }
         let log = match stopped {
             Ok(log) => log,
             Err(e) => {
