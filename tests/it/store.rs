@@ -765,9 +765,6 @@ fn migration_9_adds_agent_and_cost_to_stored_summaries() {
              INSERT INTO task_summaries (seq, id, json) VALUES (1, 't', '{\"id\":\"t\"}');",
         )
         .unwrap();
-        // Nor the columns later versions add.
-        conn.execute_batch("ALTER TABLE attempts DROP COLUMN reserve_usd")
-            .unwrap();
         conn.pragma_update(None, "user_version", 8).unwrap();
     }
     let store = Store::open(&db).unwrap();
