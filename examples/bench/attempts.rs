@@ -743,7 +743,10 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             for (phase, what) in [
                 ("setup", "egress network and proxy up proxy="),
                 ("teardown, critical path", "egress proxy stopped proxy="),
-                ("teardown, beside verification", "egress proxy and network removed proxy="),
+                (
+                    "teardown, beside verification",
+                    "egress proxy and network removed proxy=",
+                ),
             ] {
                 for (name, secs) in steps_of(&text, what) {
                     match all.iter_mut().find(|(p, s, _)| *p == phase && *s == name) {
