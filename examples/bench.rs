@@ -170,10 +170,12 @@ fn bare_connection(path: &Path) -> anyhow::Result<Connection> {
     Ok(conn)
 }
 
-/// Bare SQLite: the same schema, one autocommit INSERT per task with precomputed values.
+/// Bare SQLite: the same tasks table (schema 1's with its indexes, and the columns schema
+/// 10 added), one autocommit INSERT per task with precomputed values.
 fn bare_insert(path: &Path, tasks: &[Task]) -> anyhow::Result<Duration> {
     let conn = bare_connection(path)?;
     conn.execute_batch(schema::MIGRATIONS[0])?;
+    conn.execute_batch(schema::TASKS_CLAIM_COLUMNS)?;
     let now = Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true);
     let labels = r#"["polyphony","parser"]"#;
     let start = Instant::now();
@@ -422,7 +424,9 @@ fn queue(cfg: &Config) -> anyhow::Result<String> {
         cli.push(time_command(&mut c)?);
         let sql = format!(
             "PRAGMA busy_timeout=30000; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; \
-             INSERT INTO tasks VALUES ('local-{i}', 'Fix the flaky parser test number {i}', '{}', \
+             INSERT INTO tasks (id, title, body, source, source_ref, repo, base_ref, state, \
+             task_type, scope, risk, context_tokens, requires_web, labels, metadata, attempts, \
+             failures, created_at, updated_at, next_attempt_at) VALUES ('local-{i}', 'Fix the flaky parser test number {i}', '{}', \
              'local', 'local:local-{i}', 'https://example.com/acme/widgets.git', NULL, 'DISCOVERED', \
              'bugfix', 'small', 'low', 150, 0, '[\"polyphony\",\"parser\"]', '{{}}', 0, 0, \
              strftime('%Y-%m-%dT%H:%M:%fZ'), strftime('%Y-%m-%dT%H:%M:%fZ'), NULL);",

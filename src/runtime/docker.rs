@@ -52,9 +52,6 @@ pub struct DockerRuntime {
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
     /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
-    /// Egress networks `egress_network` made ahead of their proxy and no `egress_up` has
-    /// used yet (issue 25): `egress_up` of such a network only starts the proxy.
-    early_networks: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl DockerRuntime {
@@ -73,7 +70,6 @@ impl DockerRuntime {
             staged: Arc::default(),
             proxy_image: Arc::default(),
             proxy_binary: None,
-            early_networks: Arc::default(),
         }
     }
 
@@ -198,15 +194,14 @@ impl DockerRuntime {
         }
     }
 
-    /// Creates the attempt's internal network (issue 25), replacing a leftover of this home
-    /// under its name (a crash). Engines before API 1.44 create a second network of the
-    /// same name instead of refusing one, so the name is looked up first.
+    /// Creates the attempt's internal network (issue 25). A leftover of this home under its
+    /// name (a crash) is removed first by the caller: engines before API 1.44 create a
+    /// second network of the same name instead of refusing one.
     async fn create_egress_network(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), RuntimeError> {
-        self.remove_network_and_members(name).await?;
         let request = bollard::models::NetworkCreateRequest {
             name: name.to_string(),
             driver: Some("bridge".into()),
@@ -301,12 +296,10 @@ impl DockerRuntime {
         Ok(created.map_err(|e| engine("create egress proxy", e))?.id)
     }
 
-    async fn start_proxy(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
-        let mut steps = Steps::start();
+    /// The proxy's container, created and joined to its outbound network (not started).
+    async fn made_proxy(&self, plan: &EgressPlan) -> Result<String, RuntimeError> {
         let image = self.proxy_image().await?;
-        steps.mark("image");
         let id = self.create_proxy(plan, image).await?;
-        steps.mark("create");
         let connect = bollard::models::NetworkConnectRequest {
             container: id.clone(),
             endpoint_config: None,
@@ -315,7 +308,43 @@ impl DockerRuntime {
             .connect_network(&plan.outbound, connect)
             .await
             .map_err(|e| engine("connect the egress proxy to its outbound network", e))?;
-        steps.mark("connect");
+        Ok(id)
+    }
+
+    /// [`WorkerRuntime::egress_up`]: the network and the proxy's container are made at
+    /// once (the engine resolves a container's network by name when it starts it, so the
+    /// proxy's create need not wait for its network's), then the proxy is started.
+    async fn up(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
+        let mut steps = Steps::start();
+        // A leftover network of this home under this name (a crash), with its members.
+        self.remove_network_and_members(&plan.network).await?;
+        steps.mark("leftovers");
+        let (made, proxy) = tokio::join!(
+            async {
+                let made = self
+                    .create_egress_network(&plan.network, &plan.labels)
+                    .await;
+                (made, std::time::Instant::now())
+            },
+            async {
+                let proxy = self.made_proxy(plan).await;
+                (proxy, std::time::Instant::now())
+            }
+        );
+        let ((made, net_at), (proxy, proxy_at)) = (made, proxy);
+        steps.mark_at("network", net_at);
+        steps.mark_at("proxy create+connect", proxy_at);
+        steps.next();
+        made?;
+        let id = match proxy {
+            Ok(id) => id,
+            // An engine that wants the network to exist at create: once more, after it.
+            Err(first) => {
+                tracing::debug!(proxy = %plan.proxy_name, error = %first, "egress proxy create beside its network failed; trying again after it");
+                self.remove(&plan.proxy_name).await?;
+                self.made_proxy(plan).await?
+            }
+        };
         self.start(&id).await?;
         steps.mark("start");
         // Ready when it says so (it binds before writing `ready`); its address is read
@@ -349,8 +378,8 @@ impl DockerRuntime {
         let (ready, proxy_ip) = tokio::join!(ready, address);
         ready?;
         let proxy_ip = proxy_ip?;
-        steps.mark("ready");
-        tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress proxy started");
+        steps.mark(if waits { "ready+address" } else { "address" });
+        tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress network and proxy up");
         Ok(EgressEndpoint {
             proxy_id: id,
             proxy_ip,
@@ -521,9 +550,20 @@ impl Steps {
     }
 
     fn mark(&mut self, step: &'static str) {
-        let now = std::time::Instant::now();
-        self.done.push((step, (now - self.last).as_millis()));
-        self.last = now;
+        self.mark_at(step, std::time::Instant::now());
+        self.next();
+    }
+
+    /// `step` ended at `at` (steps run at once each end at their own time, counted from
+    /// the same start).
+    fn mark_at(&mut self, step: &'static str, at: std::time::Instant) {
+        self.done
+            .push((step, at.saturating_duration_since(self.last).as_millis()));
+    }
+
+    /// Later steps count from now.
+    fn next(&mut self) {
+        self.last = std::time::Instant::now();
     }
 }
 
@@ -720,46 +760,12 @@ impl WorkerRuntime for DockerRuntime {
         })
     }
 
-    fn egress_network<'a>(
-        &'a self,
-        name: &'a str,
-        labels: &'a BTreeMap<String, String>,
-    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move {
-            let (made, image) =
-                tokio::join!(self.create_egress_network(name, labels), self.proxy_image());
-            made?;
-            image?;
-            if let Ok(mut early) = self.early_networks.lock() {
-                early.insert(name.to_string());
-            }
-            Ok(())
-        })
-    }
-
     fn egress_up<'a>(
         &'a self,
         plan: &'a EgressPlan,
     ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
         Box::pin(async move {
-            let early = self
-                .early_networks
-                .lock()
-                .map(|mut e| e.remove(&plan.network))
-                .unwrap_or(false);
-            if !early {
-                // The image is looked at (once per process) while the network is made.
-                let (made, image) = tokio::join!(
-                    self.create_egress_network(&plan.network, &plan.labels),
-                    self.proxy_image()
-                );
-                made?;
-                if let Err(e) = image {
-                    let _ = self.remove_network_and_members(&plan.network).await;
-                    return Err(e);
-                }
-            }
-            match self.start_proxy(plan).await {
+            match self.up(plan).await {
                 Ok(endpoint) => Ok(endpoint),
                 Err(e) => {
                     let _ = self.remove(&plan.proxy_name).await;
@@ -776,21 +782,43 @@ impl WorkerRuntime for DockerRuntime {
 
     fn egress_stop<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
         Box::pin(async move {
+            let mut steps = Steps::start();
+            // SIGKILL (the proxy needs no graceful stop: it holds nothing to flush), not
+            // awaited: the engine answers a kill only once it released the proxy's two
+            // network endpoints (about 130 ms on 20.10), while the log ends as soon as
+            // the process is gone (about 50 ms). The log is read to its end meanwhile;
+            // `egress_remove`'s forced removal waits for the rest.
+            let rt = self.clone();
+            let name = proxy.to_string();
+            let mut kill = tokio::spawn(async move { rt.kill(&name).await });
+            let mut killed = false;
             let mut out = Vec::new();
-            match self.kill(proxy).await {
-                Ok(()) | Err(RuntimeError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-            // Exited now, so following the log ends at its last byte.
             let mut logs = self.logs(proxy, None);
-            while let Some(chunk) = logs.next().await {
+            loop {
+                let chunk = tokio::select! {
+                    answered = &mut kill, if !killed => {
+                        killed = true;
+                        steps.mark("kill answered");
+                        match answered {
+                            Ok(Ok(()) | Err(RuntimeError::NotFound(_))) => continue,
+                            Ok(Err(e)) => return Err(e),
+                            Err(e) => return Err(RuntimeError::Engine { op: "kill", message: e.to_string() }),
+                        }
+                    }
+                    chunk = logs.next() => chunk,
+                };
                 match chunk {
-                    Ok(c) if c.stream == EventStream::Stdout => out.extend_from_slice(&c.bytes),
-                    Ok(_) => {}
-                    Err(RuntimeError::NotFound(_)) => break,
-                    Err(e) => return Err(e),
+                    None => break,
+                    Some(Ok(c)) if c.stream == EventStream::Stdout => {
+                        out.extend_from_slice(&c.bytes)
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(RuntimeError::NotFound(_))) => break,
+                    Some(Err(e)) => return Err(e),
                 }
             }
+            steps.mark("log read to its end");
+            tracing::debug!(%proxy, steps = %steps, "egress proxy stopped");
             Ok(out)
         })
     }
@@ -801,11 +829,13 @@ impl WorkerRuntime for DockerRuntime {
         network: &'a str,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
-            if let Ok(mut early) = self.early_networks.lock() {
-                early.remove(network);
-            }
+            let mut steps = Steps::start();
             self.remove(proxy).await?;
-            self.remove_network_and_members(network).await
+            steps.mark("remove proxy");
+            self.remove_network_and_members(network).await?;
+            steps.mark("remove network");
+            tracing::debug!(%proxy, %network, steps = %steps, "egress proxy and network removed");
+            Ok(())
         })
     }
 
@@ -837,12 +867,7 @@ impl WorkerRuntime for DockerRuntime {
     }
 
     fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move {
-            if let Ok(mut early) = self.early_networks.lock() {
-                early.remove(name);
-            }
-            self.remove_network_and_members(name).await
-        })
+        Box::pin(async move { self.remove_network_and_members(name).await })
     }
 
     fn host_address<'a>(

@@ -220,23 +220,9 @@ pub trait WorkerRuntime: Send + Sync {
 
     fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ContainerInfo, RuntimeError>>;
 
-    /// Creates an attempt's internal network ahead of its proxy (replacing a leftover of
-    /// this home under the name) and readies what the proxy needs (its image), so that a
-    /// later `egress_up` of a plan on this network only starts the proxy. The pipeline
-    /// calls it beside the workspace's preparation, off the attempt's critical path.
-    /// Runtimes that make no networks do nothing here.
-    fn egress_network<'a>(
-        &'a self,
-        name: &'a str,
-        labels: &'a BTreeMap<String, String>,
-    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        let _ = (name, labels);
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Creates the attempt's internal network (unless `egress_network` just made it) and
-    /// starts its proxy (replacing leftovers of this home under the same names); returns
-    /// once the proxy listens.
+    /// Creates the attempt's internal network and starts its proxy (replacing leftovers of
+    /// this home under the same names); returns once the proxy listens (or, for a plan
+    /// with a `config_file`, once it runs: [`WorkerRuntime::egress_ready`]).
     fn egress_up<'a>(
         &'a self,
         plan: &'a EgressPlan,
@@ -292,8 +278,9 @@ pub trait WorkerRuntime: Send + Sync {
     }
 
     /// Stops the proxy and returns its log (stdout: one JSON event per line), leaving the
-    /// stopped container and the network for [`WorkerRuntime::egress_remove`]. A missing
-    /// proxy is not an error (an empty log then).
+    /// container and the network for [`WorkerRuntime::egress_remove`]. Returns once the
+    /// log has ended (the proxy's process is gone), which may be before the engine has
+    /// finished stopping the container. A missing proxy is not an error (an empty log then).
     fn egress_stop<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<Vec<u8>, RuntimeError>> {
         let _ = proxy;
         Box::pin(async { Ok(Vec::new()) })

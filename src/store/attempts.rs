@@ -52,16 +52,13 @@ impl AttemptRecord {
 }
 
 /// An identity's daily cost ceiling, checked where an attempt starts (issue 27): the spend
-/// of today's finished attempts plus `reserve_usd` for each attempt of the identity still
+/// of today's finished attempts plus the reservation of each attempt of the identity still
 /// running anywhere in the store (any daemon of a fleet) must stay under `ceiling_usd`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DailyLimit {
     pub ceiling_usd: f64,
     /// The start of the ceiling's day (00:00 UTC).
     pub since: DateTime<Utc>,
-    /// What one running attempt may still cost: the per-attempt cap its reported cost is
-    /// clamped to (`container.max_cost_usd_per_attempt`).
-    pub reserve_usd: f64,
 }
 
 /// Why an attempt was not started under its identity's [`DailyLimit`].
@@ -76,20 +73,40 @@ pub struct SpendHeld {
 
 impl Store {
     /// Records the start of attempt `spec.attempt` with its immutable RunSpec and bumps the
-    /// task's attempt count. `AttemptExists` if that attempt was already started.
+    /// task's attempt count. `AttemptExists` if that attempt was already started. No
+    /// reservation is recorded: a ceiling check counts the attempt, while it runs, at the
+    /// checking daemon's cap.
     pub fn start_attempt(&self, spec: &RunSpec, now: DateTime<Utc>) -> Result<()> {
-        self.start_attempt_within(spec, now, None).map(|_| ())
+        self.start_attempt_reserving(spec, now, None, None)
+            .map(|_| ())
     }
 
     /// [`Store::start_attempt`] under the identity's daily ceiling, checked in the same
     /// writing transaction as the insert (the store's one write lock, on SQLite and across
-    /// a fleet on PostgreSQL), so two daemons never both start on the same remainder: a
-    /// running attempt (of any daemon) counts as `reserve_usd` until it ends. `Some(held)`
-    /// and nothing written when the spend and the reservations reach the ceiling.
+    /// a fleet on PostgreSQL), so two daemons never both start on the same remainder.
+    ///
+    /// `reserve_usd` is what this attempt may cost (the starting daemon's
+    /// `max_cost_usd_per_attempt`, which its reported cost is clamped to), recorded with the
+    /// attempt: while it runs, every daemon's check counts it at that reservation, not at
+    /// the checker's own cap, so daemons with different configs share one ceiling (issue
+    /// 27). An attempt with none recorded (started before schema 10, or by
+    /// [`Store::start_attempt`]) counts at `reserve_usd`. `Some(held)` and nothing written
+    /// when the spend and the reservations reach the ceiling.
     pub fn start_attempt_within(
         &self,
         spec: &RunSpec,
         now: DateTime<Utc>,
+        reserve_usd: f64,
+        limit: Option<DailyLimit>,
+    ) -> Result<Option<SpendHeld>> {
+        self.start_attempt_reserving(spec, now, Some(reserve_usd), limit)
+    }
+
+    fn start_attempt_reserving(
+        &self,
+        spec: &RunSpec,
+        now: DateTime<Utc>,
+        reserve_usd: Option<f64>,
         limit: Option<DailyLimit>,
     ) -> Result<Option<SpendHeld>> {
         let json = to_json("run spec", spec)?;
@@ -103,16 +120,21 @@ impl Store {
                 )?;
                 // Running: not ended, of a task still in an active state (a row a crash
                 // left open on a task that moved on is not spending).
-                let running: i64 = tx.query_row(
-                    "SELECT COUNT(*) FROM attempts a JOIN tasks t ON t.id = a.task_id \
+                let (running, reserved): (i64, f64) = tx.query_row(
+                    "SELECT COUNT(*), COALESCE(SUM(COALESCE(a.reserve_usd, ?4)), 0.0) \
+                     FROM attempts a JOIN tasks t ON t.id = a.task_id \
                      WHERE a.identity = ?1 AND a.started_at >= ?2 AND a.status IS NULL \
                      AND a.task_id <> ?3 \
                      AND t.state IN ('CLAIMED','ROUTED','PROVISIONED','RUNNING','VERIFYING')",
-                    params![spec.identity, ts(limit.since), spec.task_id],
-                    |r| r.get(0),
+                    params![
+                        spec.identity,
+                        ts(limit.since),
+                        spec.task_id,
+                        reserve_usd.unwrap_or(0.0)
+                    ],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
                 let running = running.max(0) as u32;
-                let reserved = f64::from(running) * limit.reserve_usd;
                 // `identity_policy::over_ceiling`'s rule: reaching the ceiling holds.
                 if spent + reserved >= limit.ceiling_usd {
                     return Ok(Some(SpendHeld {
@@ -134,8 +156,8 @@ impl Store {
                 });
             }
             tx.execute(
-                "INSERT INTO attempts (task_id, attempt, agent, identity, run_spec, workspace, branch, started_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO attempts (task_id, attempt, agent, identity, run_spec, workspace, branch, started_at, reserve_usd) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     spec.task_id,
                     spec.attempt,
@@ -144,7 +166,8 @@ impl Store {
                     json,
                     spec.workspace.to_string_lossy(),
                     spec.branch,
-                    ts(now)
+                    ts(now),
+                    reserve_usd
                 ],
             )?;
             tx.execute(

@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{params, Db};
+use super::sql::params;
 use super::tasks::claim_transition;
-use super::{current_state, ts, Result, Store};
+use super::{parse_col, ts, Result, Store, StoreError};
 use crate::domain::{Task, TaskState};
 
 impl Store {
@@ -27,11 +27,14 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
             let pick = match (discovered, retry) {
-                (Some(d), Some(r)) => Some(if d.0 <= r.0 { d } else { r }),
-                (d, r) => d.or(r),
+                (Some(d), Some(r)) if r.0 < d.0 => Some((r, TaskState::Failed)),
+                (Some(d), _) => Some((d, TaskState::Discovered)),
+                (None, r) => r.map(|r| (r, TaskState::Failed)),
             };
             match pick {
-                Some((_, id)) => claim_in(tx, &id, now).map(Some),
+                Some(((seq, id), from)) => {
+                    claim_transition(tx, seq, &id, from, None, now).map(Some)
+                }
                 None => Ok(None),
             }
         })
@@ -41,28 +44,23 @@ impl Store {
     /// `Ok(None)` when it exists but is not, `NotFound` when it does not exist.
     pub fn claim(&self, task_id: &str, now: DateTime<Utc>) -> Result<Option<Task>> {
         self.immediate(|tx| {
-            let state = current_state(tx, task_id)?;
-            let next: Option<String> = tx.query_row(
-                "SELECT next_attempt_at FROM tasks WHERE id = ?1",
-                params![task_id],
-                |r| r.get(0),
-            )?;
+            let (seq, state, next): (i64, TaskState, Option<String>) = tx
+                .query_opt(
+                    "SELECT rowid, state, next_attempt_at FROM tasks WHERE id = ?1",
+                    params![task_id],
+                    |r| Ok((r.get(0)?, parse_col::<TaskState>(r, 1)?, r.get(2)?)),
+                )?
+                .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
             let ready = match state {
                 TaskState::Discovered => true,
                 TaskState::Failed => next.is_some_and(|n| n <= ts(now)),
                 _ => false,
             };
             if ready {
-                claim_in(tx, task_id, now).map(Some)
+                claim_transition(tx, seq, task_id, state, None, now).map(Some)
             } else {
                 Ok(None)
             }
         })
     }
-}
-
-/// Moves a task to CLAIMED inside an IMMEDIATE transaction the caller holds.
-fn claim_in(tx: &Db, task_id: &str, now: DateTime<Utc>) -> Result<Task> {
-    let from = current_state(tx, task_id)?;
-    claim_transition(tx, task_id, from, now)
 }

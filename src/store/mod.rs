@@ -201,13 +201,13 @@ impl Store {
             }
             for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
                 conn.execute_batch(sql)?;
-                let version = i as i64 + 1;
-                if schema::SUMMARY_REBUILDS.contains(&version) {
-                    // The triggers are gone (7), or the summaries gained fields (9): the
-                    // store writes every summary, in the same transaction.
-                    views::rebuild_summaries(db)?;
-                }
-                conn.pragma_update(None, "user_version", version)?;
+                conn.pragma_update(None, "user_version", i as i64 + 1)?;
+            }
+            if schema::SUMMARY_REBUILDS.iter().any(|v| current < *v) {
+                // The triggers are gone (7), or the summaries gained fields (9): the store
+                // writes every summary, in the same transaction, once the schema is the
+                // one its statements are written for.
+                views::rebuild_summaries(db)?;
             }
             Ok(())
         })

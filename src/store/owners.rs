@@ -1,22 +1,26 @@
-//! Owned claims, leases and pins on SQLite (issue 27, schema 8; `core` says the rules).
-//! The same code runs on both backends (`sql`).
+//! Owned claims, leases and pins (issue 27; `core` says the rules). Since schema 11 the
+//! claim (machine, owner, lease) and the pin are columns of the task's row, so a claim
+//! writes no other table's pages (docs/benchmarks.md "Queue"). The same code runs on both
+//! backends (`sql`).
 
 use chrono::{DateTime, Utc};
 
 use super::core::{Claim, Owner, Reconcilable};
 use super::sql::{params, Db, Dialect};
 use super::tasks::{claim_next_postgres, claim_transition};
-use super::{get_task, parse_col, time_col, ts, Result, Store};
+use super::{get_task, parse_col, time_col, ts, Result, Store, StoreError};
 
 impl Store {
     /// See [`super::QueueCore::pin_task`].
     pub fn pin_task(&self, task_id: &str, machine: &str) -> Result<()> {
         self.atomic(|conn| {
-            conn.execute(
-                "INSERT INTO pins (task_id, machine) VALUES (?1, ?2) \
-                 ON CONFLICT (task_id) DO UPDATE SET machine = excluded.machine",
+            let changed = conn.execute(
+                "UPDATE tasks SET pinned_to = ?2 WHERE id = ?1",
                 params![task_id, machine],
             )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(task_id.to_string()));
+            }
             Ok(())
         })
     }
@@ -34,8 +38,8 @@ impl Store {
     }
 
     /// See [`super::QueueCore::claim_next_owned`]. On SQLite `BEGIN IMMEDIATE` makes it
-    /// exclusive: one statement picks the older candidate, then the claim's state change
-    /// and its owner. On PostgreSQL one statement does it all under row locks
+    /// exclusive: one statement picks the older candidate, then one changes its state and
+    /// writes its owner and lease. On PostgreSQL one statement does it all under row locks
     /// (`tasks::claim_next_postgres`), claimers side by side.
     pub fn claim_next_owned(
         &self,
@@ -51,10 +55,9 @@ impl Store {
         self.immediate(|tx| {
             // Two probes keep each one on an index; the older candidate wins.
             static PICK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-                let not_pinned_elsewhere = "NOT EXISTS (SELECT 1 FROM pins \
-                     WHERE pins.task_id = tasks.id AND pins.machine <> ?1)";
+                let not_pinned_elsewhere = "(pinned_to IS NULL OR pinned_to = ?1)";
                 format!(
-                    "SELECT id, state FROM (\
+                    "SELECT r, id, state FROM (\
                      SELECT * FROM (SELECT rowid AS r, id, state FROM tasks \
                        WHERE state = 'DISCOVERED' AND {not_pinned_elsewhere} \
                        ORDER BY rowid LIMIT 1) \
@@ -67,22 +70,27 @@ impl Store {
                 )
             });
             let pick = tx.query_opt(&PICK, params![owner.machine, ts(now)], |r| {
-                Ok((r.get::<String>(0)?, parse_col::<TaskState>(r, 1)?))
+                Ok((
+                    r.get::<i64>(0)?,
+                    r.get::<String>(1)?,
+                    parse_col::<TaskState>(r, 2)?,
+                ))
             })?;
-            let Some((id, from)) = pick else {
+            let Some((seq, id, from)) = pick else {
                 return Ok(None);
             };
-            let task = claim_transition(tx, &id, from, now)?;
-            write_claim(tx, &id, owner, lease_until)?;
-            Ok(Some(task))
+            claim_transition(tx, seq, &id, from, Some((owner, lease_until)), now).map(Some)
         })
     }
 
     /// See [`super::QueueCore::renew_leases`].
     pub fn renew_leases(&self, owner: &Owner, until: DateTime<Utc>) -> Result<u64> {
         self.atomic(|conn| {
+            // Through the state index: only active tasks hold a claim.
             Ok(conn.execute(
-                "UPDATE claims SET lease_until = ?2 WHERE owner = ?1",
+                &format!(
+                    "UPDATE tasks SET lease_until = ?2 WHERE state IN ({ACTIVE}) AND owner = ?1"
+                ),
                 params![owner.key(), ts(until)],
             )? as u64)
         })
@@ -95,10 +103,10 @@ impl Store {
     /// See [`super::QueueCore::reconcilable`].
     pub fn reconcilable(&self, owner: &Owner, now: DateTime<Utc>) -> Result<Vec<Reconcilable>> {
         let ids: Vec<String> = self.db.query_map(
-            "SELECT tasks.id FROM tasks LEFT JOIN claims c ON c.task_id = tasks.id \
-             WHERE tasks.state IN ('CLAIMED','ROUTED','PROVISIONED','RUNNING','VERIFYING') \
-             AND (c.task_id IS NULL OR c.machine = ?1 OR c.lease_until < ?2) \
-             ORDER BY tasks.rowid",
+            &format!(
+                "SELECT id FROM tasks WHERE state IN ({ACTIVE}) \
+                 AND (owner IS NULL OR machine = ?1 OR lease_until < ?2) ORDER BY rowid"
+            ),
             params![owner.machine, ts(now)],
             |r| r.get(0),
         )?;
@@ -146,11 +154,12 @@ impl Store {
 
 use crate::domain::{Task, TaskState};
 
+/// The active states, quoted for `IN (…)`: the tasks that may hold a claim.
+const ACTIVE: &str = "'CLAIMED', 'ROUTED', 'PROVISIONED', 'RUNNING', 'VERIFYING'";
+
 fn write_claim(conn: &Db, task_id: &str, owner: &Owner, lease_until: DateTime<Utc>) -> Result<()> {
     conn.execute(
-        "INSERT INTO claims (task_id, machine, owner, lease_until) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (task_id) DO UPDATE SET machine = excluded.machine, \
-         owner = excluded.owner, lease_until = excluded.lease_until",
+        "UPDATE tasks SET machine = ?2, owner = ?3, lease_until = ?4 WHERE id = ?1",
         params![task_id, owner.machine, owner.key(), ts(lease_until)],
     )?;
     Ok(())
@@ -158,7 +167,7 @@ fn write_claim(conn: &Db, task_id: &str, owner: &Owner, lease_until: DateTime<Ut
 
 fn claim_of(conn: &Db, task_id: &str) -> Result<Option<Claim>> {
     conn.query_opt(
-        "SELECT task_id, machine, owner, lease_until FROM claims WHERE task_id = ?1",
+        "SELECT id, machine, owner, lease_until FROM tasks WHERE id = ?1 AND owner IS NOT NULL",
         params![task_id],
         |r| {
             Ok(Claim {

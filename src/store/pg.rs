@@ -223,7 +223,36 @@ CREATE TABLE followup_replies (
     PRIMARY KEY (task_id, key)
 );
 "#,
-    // 3: an attempt's egress events as its proxy logs them (issue 25; SQLite's version 10).
+    // 3: each attempt records its reservation against its identity's daily ceiling, as
+    // SQLite's schema 10 (NULL on rows started before: counted at the checker's cap).
+    "ALTER TABLE attempts ADD COLUMN reserve_usd DOUBLE PRECISION;",
+    // 4: SQLite's schema 11 (issue 27): the claim's owner and lease and a task's pin are
+    // columns of its row (views keep `claims` and `pins` readable), a summary is found by
+    // its task's `seq` alone, and a task's transitions are numbered per task, keyed by
+    // (task seq, number). On PostgreSQL a claim then writes one heap row and its indexes
+    // fewer; the statements are the same on both backends.
+    r#"
+ALTER TABLE tasks ADD COLUMN machine TEXT, ADD COLUMN owner TEXT,
+    ADD COLUMN lease_until TEXT COLLATE "C", ADD COLUMN pinned_to TEXT;
+UPDATE tasks SET machine = c.machine, owner = c.owner, lease_until = c.lease_until
+    FROM claims c WHERE c.task_id = tasks.id;
+UPDATE tasks SET pinned_to = p.machine FROM pins p WHERE p.task_id = tasks.id;
+DROP TABLE claims;
+DROP TABLE pins;
+CREATE VIEW claims AS
+    SELECT id AS task_id, machine, owner, lease_until FROM tasks WHERE owner IS NOT NULL;
+CREATE VIEW pins AS SELECT id AS task_id, pinned_to AS machine FROM tasks WHERE pinned_to IS NOT NULL;
+ALTER TABLE task_summaries DROP COLUMN id;
+ALTER TABLE transitions ADD COLUMN task_seq BIGINT, ADD COLUMN n BIGINT;
+UPDATE transitions tr SET task_seq = t.seq, n = x.n
+    FROM tasks t, (SELECT id, row_number() OVER (PARTITION BY task_id ORDER BY id) AS n
+                   FROM transitions) x
+    WHERE t.id = tr.task_id AND x.id = tr.id;
+ALTER TABLE transitions DROP COLUMN id;
+ALTER TABLE transitions ALTER COLUMN task_seq SET NOT NULL, ALTER COLUMN n SET NOT NULL,
+    ADD PRIMARY KEY (task_seq, n);
+"#,
+    // 5: an attempt's egress events as its proxy logs them (issue 25; SQLite's schema 12).
     r#"
 CREATE TABLE egress_events (
     task_id  TEXT NOT NULL,
@@ -240,12 +269,11 @@ CREATE TABLE egress_events (
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).
+/// `claims` and `pins` are views of `tasks` since version 4.
 pub const TABLES: &[&str] = &[
     "tasks",
     "transitions",
     "task_summaries",
-    "claims",
-    "pins",
     "quota",
     "attempts",
     "events",

@@ -3,6 +3,23 @@
 //! Each entry of [`MIGRATIONS`] moves the schema from version `i` to `i + 1`. Entries are
 //! append-only: never edit one that has shipped, add a new one.
 
+/// The columns schema 11 adds to `tasks`: the claim's owner and lease, and the pin. Bare
+/// SQLite in `examples/bench.rs` creates its tasks table from schema 1 and these, so both
+/// sides of the claim benchmark write the same row.
+macro_rules! tasks_claim_columns {
+    () => {
+        r#"
+ALTER TABLE tasks ADD COLUMN machine TEXT;       -- the claim's daemon: its machine id
+ALTER TABLE tasks ADD COLUMN owner TEXT;         -- machine/pid/nonce; NULL at rest
+ALTER TABLE tasks ADD COLUMN lease_until TEXT;   -- fixed-width RFC 3339 UTC
+ALTER TABLE tasks ADD COLUMN pinned_to TEXT;     -- the only machine that may claim it
+"#
+    };
+}
+
+/// The `ALTER TABLE tasks ADD COLUMN`s of schema 11 (the claim's owner and lease, the pin).
+pub const TASKS_CLAIM_COLUMNS: &str = tasks_claim_columns!();
+
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
 pub const MIGRATIONS: &[&str] = &[
     // 1: tasks, transitions, attempts, events, landing records, counters.
@@ -342,7 +359,58 @@ CREATE TABLE pins (
     // 9: `status --json` summaries gain `agent` (the latest attempt's) and `cost_usd` (all
     // attempts', issue 29). No table changes: `Store::migrate` rewrites every summary.
     "",
-    // 10: an attempt's egress events as its proxy logs them (issue 25), stored while the
+    // 10: each attempt records its reservation against its identity's daily ceiling, the
+    // per-attempt cap of the daemon that started it (issue 27: daemons of a fleet may have
+    // different caps). Rows started before have none (NULL): a ceiling check counts one
+    // still running at the checking daemon's cap, as before; an ended one needs none.
+    "ALTER TABLE attempts ADD COLUMN reserve_usd REAL;",
+    // 11: a claim dirties fewer pages (issue 27, docs/benchmarks.md "Queue"): each B-tree a
+    // write touches is a page appended to the WAL, and a claim touched nine (a bare
+    // `UPDATE … RETURNING` two). The claim's owner and lease and a task's pin become
+    // columns of its row (the `claims` and `pins` tables, with their three indexes, go;
+    // views of the same names keep them readable); a summary is found by its task's rowid,
+    // not by a second index on its id; and a task's transitions are one B-tree keyed by
+    // (task rowid, number), not a table and an index (they are listed per task by `n` and
+    // across tasks by time).
+    concat!(
+        tasks_claim_columns!(),
+        r#"
+UPDATE tasks SET machine = c.machine, owner = c.owner, lease_until = c.lease_until
+    FROM claims c WHERE c.task_id = tasks.id;
+UPDATE tasks SET pinned_to = p.machine FROM pins p WHERE p.task_id = tasks.id;
+DROP TABLE claims;
+DROP TABLE pins;
+CREATE VIEW claims AS
+    SELECT id AS task_id, machine, owner, lease_until FROM tasks WHERE owner IS NOT NULL;
+CREATE VIEW pins AS SELECT id AS task_id, pinned_to AS machine FROM tasks WHERE pinned_to IS NOT NULL;
+
+CREATE TABLE task_summaries_11 (
+    seq   INTEGER PRIMARY KEY,               -- the task's rowid
+    json  TEXT NOT NULL
+);
+INSERT INTO task_summaries_11 (seq, json) SELECT seq, json FROM task_summaries;
+DROP TABLE task_summaries;
+ALTER TABLE task_summaries_11 RENAME TO task_summaries;
+
+CREATE TABLE transitions_11 (
+    task_seq    INTEGER NOT NULL,            -- the task's rowid (tasks are never deleted)
+    n           INTEGER NOT NULL,            -- 1, 2, …: the task's transitions in order
+    task_id     TEXT NOT NULL,
+    from_state  TEXT NOT NULL,
+    to_state    TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    PRIMARY KEY (task_seq, n)
+) WITHOUT ROWID;
+INSERT INTO transitions_11 (task_seq, n, task_id, from_state, to_state, reason, at)
+    SELECT t.rowid, row_number() OVER (PARTITION BY tr.task_id ORDER BY tr.id), tr.task_id,
+        tr.from_state, tr.to_state, tr.reason, tr.at
+    FROM transitions tr JOIN tasks t ON t.id = tr.task_id;
+DROP TABLE transitions;
+ALTER TABLE transitions_11 RENAME TO transitions;
+"#
+    ),
+    // 12: an attempt's egress events as its proxy logs them (issue 25), stored while the
     // attempt runs. Their own sequence, apart from `events` (whose seq is the agent's
     // stream line, where a re-attached stream resumes): `seq` is twice the proxy's log
     // line the row comes from, plus one for a summary (so a summary can follow the refusal

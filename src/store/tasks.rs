@@ -219,7 +219,7 @@ impl Store {
     ) -> Result<Vec<TransitionRecord>> {
         self.db.query_map(
             "SELECT task_id, from_state, to_state, reason, at FROM transitions \
-             WHERE to_state = ?1 AND at >= ?2 ORDER BY id",
+             WHERE to_state = ?1 AND at >= ?2 ORDER BY at, task_seq, n",
             params![to.as_str(), ts(since)],
             |r| {
                 Ok(TransitionRecord {
@@ -240,9 +240,9 @@ impl Store {
         since: DateTime<Utc>,
     ) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
         self.db.query_map(
-            "SELECT t.created_at, tr.at FROM transitions tr JOIN tasks t ON t.id = tr.task_id \
+            "SELECT t.created_at, tr.at FROM transitions tr JOIN tasks t ON t.rowid = tr.task_seq \
              WHERE tr.from_state = 'DISCOVERED' AND tr.to_state = 'CLAIMED' AND tr.at >= ?1 \
-             ORDER BY tr.id",
+             ORDER BY tr.at, tr.task_seq, tr.n",
             params![ts(since)],
             |r| Ok((time_col(r, 0)?, time_col(r, 1)?)),
         )
@@ -252,7 +252,7 @@ impl Store {
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
         self.db.query_map(
             "SELECT task_id, from_state, to_state, reason, at FROM transitions \
-             WHERE task_id = ?1 ORDER BY id",
+             WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n",
             params![task_id],
             |r| {
                 Ok(TransitionRecord {
@@ -294,22 +294,43 @@ pub(super) fn write_transition(
     now: DateTime<Utc>,
 ) -> Result<()> {
     check_transition(task_id, from, to)?;
-    let changed = tx.execute(
-        "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
-        params![task_id, from.as_str(), to.as_str(), ts(now)],
-    )?;
-    if changed != 1 {
-        return Err(StoreError::NotFound(task_id.to_string()));
-    }
-    tx.execute(
-        "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![task_id, from.as_str(), to.as_str(), reason, ts(now)],
-    )?;
+    let seq: i64 = tx
+        .query_opt(
+            "UPDATE tasks SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2 RETURNING rowid",
+            params![task_id, from.as_str(), to.as_str(), ts(now)],
+            |r| r.get(0),
+        )?
+        .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
+    insert_transition(tx, seq, task_id, from, to, reason, now)?;
     if from.is_active() && !to.is_active() {
         // The claim goes with the activity (issue 27, `owners`).
-        tx.execute("DELETE FROM claims WHERE task_id = ?1", params![task_id])?;
+        tx.execute(
+            "UPDATE tasks SET machine = NULL, owner = NULL, lease_until = NULL WHERE rowid = ?1",
+            params![seq],
+        )?;
     }
-    super::refresh_summary(tx, task_id)
+    super::views::refresh_summary_of(tx, seq)
+}
+
+/// Appends a transition row of the task whose rowid is `seq`: its next number (schema
+/// 10: the table is keyed by (task rowid, number), so the row lands beside the task's
+/// others and no second index is written).
+fn insert_transition(
+    tx: &Db,
+    seq: i64,
+    task_id: &str,
+    from: TaskState,
+    to: TaskState,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
+         VALUES (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM transitions WHERE task_seq = ?1), \
+         ?2, ?3, ?4, ?5, ?6)",
+        params![seq, task_id, from.as_str(), to.as_str(), reason, ts(now)],
+    )?;
+    Ok(())
 }
 
 pub(super) fn task_from_row(r: &Row<'_>) -> Result<Task> {
@@ -367,37 +388,50 @@ fn note_claim(task: &Task, from: TaskState, now: DateTime<Utc>) {
     }
 }
 
-/// A claim's state change (`claims`, `owners`): `from` (DISCOVERED, or FAILED with its
-/// retry due) to CLAIMED with the retry time cleared, its transition row and summary, in
-/// the caller's writing transaction; returns the claimed task. Besides
+/// A claim's state change (`claims`, `owners`): the task whose rowid is `seq`, `from`
+/// (DISCOVERED, or FAILED with its retry due) to CLAIMED with the retry time cleared and
+/// the claim's owner and lease (`None`: a claim without an owner), its transition row and
+/// summary, in the caller's writing transaction; returns the claimed task. Besides
 /// [`write_transition`] the only writers of `state`, checked against `domain::transition`
-/// the same way; a claim is the hot path (issue 27), so one statement changes the row and
-/// returns it.
+/// the same way; a claim is the hot path (issue 27), so one statement changes the row,
+/// owner and lease included, and returns it.
 pub(super) fn claim_transition(
     tx: &Db,
+    seq: i64,
     task_id: &str,
     from: TaskState,
+    owner: Option<(&super::Owner, DateTime<Utc>)>,
     now: DateTime<Utc>,
 ) -> Result<Task> {
     check_transition(task_id, from, TaskState::Claimed)?;
     static UPDATE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?3 \
-             WHERE id = ?1 AND state = ?2 RETURNING {TASK_COLS}"
+            "UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?3, \
+             machine = ?4, owner = ?5, lease_until = ?6 \
+             WHERE rowid = ?1 AND state = ?2 RETURNING {TASK_COLS}"
         )
     });
+    let (machine, key, lease) = match owner {
+        Some((o, until)) => (Some(o.machine.as_str()), Some(o.key()), Some(ts(until))),
+        None => (None, None, None),
+    };
     let task = tx
         .query_opt(
             &UPDATE,
-            params![task_id, from.as_str(), ts(now)],
+            params![seq, from.as_str(), ts(now), machine, key, lease],
             task_from_row,
         )?
         .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
-    tx.execute(
-        "INSERT INTO transitions (task_id, from_state, to_state, reason, at) VALUES (?1, ?2, 'CLAIMED', ?3, ?4)",
-        params![task_id, from.as_str(), claim_reason(from), ts(now)],
+    insert_transition(
+        tx,
+        seq,
+        task_id,
+        from,
+        TaskState::Claimed,
+        claim_reason(from),
+        now,
     )?;
-    super::refresh_summary(tx, task_id)?;
+    super::views::refresh_summary_of(tx, seq)?;
     note_claim(&task, from, now);
     Ok(task)
 }
@@ -407,8 +441,8 @@ pub(super) fn claim_transition(
 /// another machine, are locked with `FOR UPDATE SKIP LOCKED` (a row another claimer holds
 /// is passed over, not waited for; one it claimed and committed meanwhile fails the
 /// re-checked state and is passed over too); the older becomes CLAIMED with its retry time
-/// cleared, its transition row and its claim (`owner`, lease to `lease_until`) are written,
-/// and the row comes back with its summary's columns. The summary is then stored in the
+/// cleared and its claim (`owner`, lease to `lease_until`) in the same row, its transition
+/// row is written, and the row comes back with its summary's columns. The summary is then stored in the
 /// same transaction. The caller's transaction holds the store's write lock shared
 /// (`sql::Db::begin_claim`): claimers run side by side, other writers exclude them.
 pub(super) fn claim_next_postgres(
@@ -421,8 +455,7 @@ pub(super) fn claim_next_postgres(
         check_transition("(next claimable)", from, TaskState::Claimed)?;
     }
     static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        let not_pinned_elsewhere = "NOT EXISTS (SELECT 1 FROM pins \
-             WHERE pins.task_id = tasks.id AND pins.machine <> ?1)";
+        let not_pinned_elsewhere = "(pinned_to IS NULL OR pinned_to = ?1)";
         let task_cols: Vec<String> = TASK_COLS
             .split(',')
             .map(|c| format!("tasks.{}", c.trim()))
@@ -437,15 +470,13 @@ pub(super) fn claim_next_postgres(
                (SELECT seq, 'DISCOVERED' AS from_state FROM d \
                 UNION ALL SELECT seq, 'FAILED' AS from_state FROM r) c \
                ORDER BY seq LIMIT 1), \
-             upd AS (UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?2 \
+             upd AS (UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?2, \
+               machine = ?1, owner = ?3, lease_until = ?4 \
                FROM pick WHERE tasks.seq = pick.seq RETURNING tasks.*, pick.from_state), \
-             tr AS (INSERT INTO transitions (task_id, from_state, to_state, reason, at) \
-               SELECT id, from_state, 'CLAIMED', CASE WHEN from_state = 'FAILED' \
-               THEN '{}' ELSE '{}' END, ?2 FROM upd), \
-             cl AS (INSERT INTO claims (task_id, machine, owner, lease_until) \
-               SELECT id, ?1, ?3, ?4 FROM upd ON CONFLICT (task_id) DO UPDATE SET \
-               machine = excluded.machine, owner = excluded.owner, \
-               lease_until = excluded.lease_until) \
+             tr AS (INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
+               SELECT seq, (SELECT COALESCE(MAX(t.n), 0) + 1 FROM transitions t \
+               WHERE t.task_seq = upd.seq), id, from_state, 'CLAIMED', \
+               CASE WHEN from_state = 'FAILED' THEN '{}' ELSE '{}' END, ?2 FROM upd) \
              {}",
             claim_reason(TaskState::Failed),
             claim_reason(TaskState::Discovered),
@@ -468,7 +499,7 @@ pub(super) fn claim_next_postgres(
     let Some((seq, json, from, task)) = claimed else {
         return Ok(None);
     };
-    super::views::write_summary(tx, seq, &task.id, &json)?;
+    super::views::write_summary(tx, seq, &json)?;
     note_claim(&task, from, now);
     Ok(Some(task))
 }

@@ -203,7 +203,7 @@ impl Store {
         let sql = match state {
             // The state index yields the rowids in order; each summary is one lookup.
             Some(_) => {
-                "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
+                "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid \
                  WHERE t.state = ?2 ORDER BY t.rowid DESC LIMIT ?1"
             }
             None => "SELECT json FROM task_summaries WHERE CAST(?2 AS TEXT) IS NULL ORDER BY seq DESC LIMIT ?1",
@@ -215,7 +215,7 @@ impl Store {
     /// The stored summary object of one task (`status --json`'s bytes for it).
     pub fn summary_json(&self, task_id: &str) -> Result<Option<String>> {
         self.db.query_opt(
-            "SELECT json FROM task_summaries WHERE id = ?1",
+            "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid WHERE t.id = ?1",
             params![task_id],
             |r| r.get(0),
         )
@@ -250,7 +250,7 @@ impl Store {
              AND CAST(?4 AS TEXT) IS NULL AND CAST(?5 AS TEXT) IS NULL \
              ORDER BY seq DESC LIMIT ?1 OFFSET ?2"
         } else {
-            "SELECT s.json FROM tasks t JOIN task_summaries s ON s.id = t.id \
+            "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid \
              WHERE (CAST(?3 AS TEXT) IS NULL OR t.state = ?3) \
              AND (CAST(?4 AS TEXT) IS NULL OR t.source = ?4) \
              AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
@@ -285,8 +285,8 @@ impl Store {
 
     /// Attempts that started and have not ended, oldest first.
     pub fn running_attempts(&self) -> Result<Vec<RunningAttempt>> {
-        let stmt_sql = "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at, c.machine \
-             FROM attempts a JOIN tasks t ON t.id = a.task_id LEFT JOIN claims c ON c.task_id = a.task_id \
+        let stmt_sql = "SELECT a.task_id, t.title, t.state, a.attempt, a.agent, a.identity, a.branch, a.started_at, t.machine \
+             FROM attempts a JOIN tasks t ON t.id = a.task_id \
              WHERE a.status IS NULL AND t.state IN ('PROVISIONED', 'RUNNING', 'VERIFYING') \
              ORDER BY a.started_at";
         let rows = self.db.query_map(stmt_sql, params![], |r| {
@@ -351,18 +351,28 @@ impl Store {
 /// summary field (the task's own columns, its quota wait, its pull request or the one it
 /// follows up) calls this in its own transaction, so a reader never sees a summary that
 /// disagrees with the rows (issue 27: this replaced the triggers of schema 2-6).
+///
+/// A task is never deleted, and its summary is keyed by its rowid: with no task there is no
+/// summary to write (or remove).
 pub(super) fn refresh_summary(db: &Db, task_id: &str) -> Result<()> {
-    // Built once: this runs in every state change, claims included.
     static SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.id = ?1")
     });
-    let summary = db.query_opt(&SELECT, params![task_id], summary_of_row)?;
-    match summary {
-        Some((seq, json)) => write_summary(db, seq, task_id, &json),
-        None => {
-            db.execute("DELETE FROM task_summaries WHERE id = ?1", params![task_id])?;
-            Ok(())
-        }
+    match db.query_opt(&SELECT, params![task_id], summary_of_row)? {
+        Some((seq, json)) => write_summary(db, seq, &json),
+        None => Ok(()),
+    }
+}
+
+/// [`refresh_summary`] of the task whose rowid is `seq` (a state change has it).
+pub(super) fn refresh_summary_of(db: &Db, seq: i64) -> Result<()> {
+    // Built once: this runs in every state change, claims included.
+    static SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} WHERE tasks.rowid = ?1")
+    });
+    match db.query_opt(&SELECT, params![seq], summary_of_row)? {
+        Some((seq, json)) => write_summary(db, seq, &json),
+        None => Ok(()),
     }
 }
 
@@ -374,12 +384,12 @@ pub(super) fn summary_of_row(row: &Row<'_>) -> Result<(i64, String)> {
     ))
 }
 
-/// Stores one task's summary (rowid `seq`, its JSON).
-pub(super) fn write_summary(db: &Db, seq: i64, task_id: &str, json: &str) -> Result<()> {
+/// Stores one task's summary (its task's rowid `seq`, its JSON).
+pub(super) fn write_summary(db: &Db, seq: i64, json: &str) -> Result<()> {
     db.execute(
-        "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (seq) DO UPDATE SET id = excluded.id, json = excluded.json",
-        params![seq, task_id, json],
+        "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2) \
+         ON CONFLICT (seq) DO UPDATE SET json = excluded.json",
+        params![seq, json],
     )?;
     Ok(())
 }
@@ -393,18 +403,14 @@ pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
         params![],
         |row| {
             let summary = summary_from_row(row)?;
-            rows.push((
-                row.get::<i64>(SEQ_COL)?,
-                summary.id.to_string(),
-                summary_json(&summary)?,
-            ));
+            rows.push((row.get::<i64>(SEQ_COL)?, summary_json(&summary)?));
             Ok::<(), StoreError>(())
         },
     )?;
-    for (seq, id, json) in rows {
+    for (seq, json) in rows {
         db.execute(
-            "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3)",
-            params![seq, id, json],
+            "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2)",
+            params![seq, json],
         )?;
     }
     Ok(())

@@ -925,7 +925,7 @@ async fn a_refusal_shows_in_status_while_the_agent_still_runs() {
         return;
     };
     let (home, _origin, id) = reaching_home(&image, &["evil.example:443"], 25).await;
-    let mut daemon = home.start(&["daemon", "--exit-when-idle"]);
+    let mut daemon = home.start(&["-v", "daemon", "--exit-when-idle"]);
     let v = until_refused(
         &home,
         &id,
@@ -954,6 +954,14 @@ async fn a_refusal_shows_in_status_while_the_agent_still_runs() {
     let v = home.task(&id).await;
     assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", daemon.log());
     assert_eq!(refused_hosts(&v), vec!["evil.example"], "{v:#}");
+    // The follower read the log to its end once the proxy was stopped: no second read.
+    let stopped = daemon
+        .log()
+        .lines()
+        .find(|l| l.contains("egress proxy stopped and its log read"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no stop line: {}", daemon.log()));
+    assert!(stopped.contains("read_whole=false"), "{stopped}");
     assert!(
         v["attempts"][0]["egress"]["summary"]
             .as_str()

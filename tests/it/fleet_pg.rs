@@ -8,7 +8,10 @@
 //!   lands exactly once, one pull request and one comment of each kind per issue, no
 //!   duplicate event, no failure counted;
 //! - a daily cost ceiling across the three ends within the ceiling plus one attempt;
-//! - a usage limit one daemon meets stops the other two from starting that agent.
+//! - a usage limit one daemon meets stops the other two from starting that agent;
+//! - a trusted review on a landed pull request, watched by all three, gets one follow-up
+//!   commit and one reply while the follow-up's machine dies (mid-run, or between its
+//!   reply and the record).
 //!
 //! Needs the test server (`POLYPHONY_TEST_PG_URL`, scripts/pg-test-cluster.sh) and Docker:
 //! without either SKIPPED, and a failure when `CI` is set.
@@ -36,6 +39,8 @@ struct Conf<'a> {
     ceiling: Option<f64>,
     /// A GitHub repository to poll on the fake.
     repo: Option<&'a str>,
+    /// `shepherd.enabled`: watch the pull requests the fleet opened.
+    shepherd: bool,
 }
 
 /// One daemon's home on the shared store: machine id `machine`, its own workspaces and
@@ -57,10 +62,15 @@ fn member(
         .repo
         .map(|r| format!("github:\n  repos: [{r}]\n"))
         .unwrap_or_default();
+    let shepherd = if conf.shepherd {
+        "shepherd:\n  enabled: true\n"
+    } else {
+        ""
+    };
     std::fs::write(
         path.join("config.yaml"),
         format!(
-            "poll_interval: 2s\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{max_cost}{repos}store:\n  machine: {machine}\n  lease: 10s\n  heartbeat: 2s\n",
+            "poll_interval: 2s\nmax_concurrent_agents: {}\nevent_idle_timeout: 1m\nmax_attempts: 3\ndefault_identity: demo\negress:\n  mode: none\ncontainer:\n  image: {image}\n  deadline: 2m\n  memory: 512m\n  cpus: 1\n{max_cost}{repos}{shepherd}store:\n  machine: {machine}\n  lease: 10s\n  heartbeat: 2s\n",
             conf.slots
         ),
     )
@@ -271,6 +281,7 @@ async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_
         max_cost: None,
         ceiling: None,
         repo: Some(repo),
+        shepherd: false,
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
@@ -466,6 +477,7 @@ async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
         max_cost: Some(0.05),
         ceiling: Some(CEILING),
         repo: None,
+        shepherd: false,
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
@@ -542,6 +554,7 @@ async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
         max_cost: None,
         ceiling: None,
         repo: None,
+        shepherd: false,
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
@@ -602,4 +615,267 @@ async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
         assert_eq!(mine.len(), 3, "m{}: {runs:#?}", i + 1);
         assert!(mine.iter().all(|a| a.2 == "codex"), "{mine:#?}");
     }
+}
+
+/// Where the follow-up's machine dies.
+#[derive(Clone, Copy, PartialEq)]
+enum FollowUpKill {
+    /// kill -9 from outside while its agent runs.
+    MidRun,
+    /// `followup-reply`: after the reply was posted, before it was recorded.
+    AfterReply,
+}
+
+/// Issue 27 with issue 15, the follow-ups of one pull request in a fleet: a follow-up
+/// whose machine was killed -9 while its agent ran is taken over by another daemon once
+/// its lease expires, and lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_whose_machine_dies_mid_run_lands_once_from_another() {
+    follow_up_across_the_fleet("fleet_follow_up_run", FollowUpKill::MidRun).await;
+}
+
+/// The same with the kill between the reply and its record: the daemon taking over finds
+/// the pushed commit and the posted reply (by its marker) another machine made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_whose_machine_dies_after_its_reply_posts_nothing_twice() {
+    follow_up_across_the_fleet("fleet_follow_up_reply", FollowUpKill::AfterReply).await;
+}
+
+/// Three daemons with the shepherd on watch the same landed pull request in the shared
+/// store; a trusted reviewer's inline comment asks for a change, the daemon whose claim
+/// runs the follow-up dies (`kill`) and stays dead, and another takes the task over when
+/// its lease expires. Exactly one follow-up task, one commit on top of the old head (doing
+/// what the comment asked), one reply in the reviewer's thread, no comment twice, and no
+/// failure counted; later looks by every daemon add nothing.
+async fn follow_up_across_the_fleet(db: &'static str, kill: FollowUpKill) {
+    const REVIEWER: &str = "alice";
+    const DOC_LINE: &str = "# add A B: prints A + B";
+    let Some(pg) = database(db).await else {
+        return;
+    };
+    let Some(image) = image().await else { return };
+    let url = pg.handle.to_string();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = "acme/fleet-review";
+    fake.add_repo(repo, &origin.url(), "main");
+    fake.set_permission(repo, REVIEWER, "write");
+    // No scenario line: the follow-up's scenario is the reviewer's (the first one wins).
+    let issue = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add()")
+            .body(&format!(
+                "`add 2 3` prints -1; test.sh fails.\n\n{FIX_DIRECTIVE}\n"
+            ))
+            .labels(&["agent-ready"]),
+    );
+    let conf = Conf {
+        slots: 2,
+        max_cost: None,
+        ceiling: None,
+        repo: Some(repo),
+        shepherd: true,
+    };
+    let homes: Vec<Home> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|m| member(&image, m, &url, conf, Some(&fake)))
+        .collect();
+    // The schema, before the test reads the tables (the daemons would make it too).
+    let handle = pg.handle.clone();
+    tokio::task::spawn_blocking(move || handle.open().map(drop))
+        .await
+        .expect("migrate thread")
+        .expect("migrate");
+    let armed = |h: &Home| {
+        let mut cmd = h.cmd(&["daemon"]);
+        if kill == FollowUpKill::AfterReply {
+            cmd.env("POLYPHONY_FAILPOINT", "followup-reply");
+        }
+        h.start_cmd(cmd, &["daemon"])
+    };
+    let mut daemons: Vec<Option<Daemon>> = homes.iter().map(|h| Some(armed(h))).collect();
+    let task_id = format!("{repo}#{issue}");
+    let limit = Instant::now() + Duration::from_secs(150);
+    wait_for(
+        &url,
+        &homes,
+        &mut daemons,
+        limit,
+        "the issue landed",
+        |all| all.iter().any(|t| t.0 == task_id && t.1 == "LANDED"),
+    )
+    .await;
+    let pull = rows(&url, "SELECT number::text, branch FROM pulls").await;
+    assert_eq!(pull.len(), 1, "one watched pull request: {pull:?}");
+    let number: u64 = pull[0][0]
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .expect("number");
+    let branch = pull[0][1].clone().expect("branch");
+    let git = |args: &[&str]| support::git::git(&origin.path, args);
+    let head = git(&["rev-parse", &format!("refs/heads/{branch}")]);
+
+    let sleep = if kill == FollowUpKill::MidRun { 8 } else { 2 };
+    let comment = fake.add_review_comment_as(
+        repo,
+        number,
+        REVIEWER,
+        "calc.sh",
+        5,
+        &format!(
+            "Please document add() above it.\n\npolyphony-fake: slow\npolyphony-fake-sleep: {sleep}\npolyphony-fake-sed: calc.sh 1a {DOC_LINE}"
+        ),
+    );
+    let deadline = limit + Duration::from_secs(60);
+    let no_follow_up = || Instant::now() > deadline;
+    match kill {
+        FollowUpKill::MidRun => {
+            // The machine running the follow-up, once its agent runs: killed for good.
+            let victim = loop {
+                let held = rows(
+                    &url,
+                    "SELECT c.machine FROM claims c JOIN followups f ON f.task_id = c.task_id \
+                     JOIN tasks t ON t.id = c.task_id WHERE t.state = 'RUNNING'",
+                )
+                .await;
+                if let Some(m) = held.first().and_then(|r| r[0].clone()) {
+                    break m;
+                }
+                if no_follow_up() {
+                    stop(&mut daemons).await;
+                    panic!(
+                        "no follow-up ran: {:#?}\n{}",
+                        tasks(&url).await,
+                        logs(&homes)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            };
+            let v: usize = victim[1..].parse::<usize>().expect("m1..m3") - 1;
+            let mut d = daemons[v].take().expect("alive");
+            d.child.start_kill().expect("kill -9");
+            let _ = d.child.wait().await;
+            println!("killed {victim} while it ran the follow-up");
+        }
+        FollowUpKill::AfterReply => {
+            // The member that posted the reply killed itself; the others are restarted
+            // unarmed (SIGTERM), and the dead one stays dead.
+            let victim = loop {
+                let dead = daemons.iter_mut().position(|d| {
+                    d.as_mut()
+                        .is_some_and(|d| d.child.try_wait().ok().flatten().is_some())
+                });
+                if let Some(v) = dead {
+                    break v;
+                }
+                if no_follow_up() {
+                    stop(&mut daemons).await;
+                    panic!(
+                        "no reply was posted: {:#?}\n{}",
+                        tasks(&url).await,
+                        logs(&homes)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            daemons[victim] = None;
+            let replied = fake
+                .review_comments(repo, number)
+                .into_iter()
+                .filter(|c| c.author == "polyphony-bot")
+                .count();
+            assert_eq!(replied, 1, "m{} died after its reply", victim + 1);
+            stop(&mut daemons).await;
+            for i in (0..3).filter(|i| *i != victim) {
+                daemons[i] = Some(homes[i].start(&["daemon"]));
+            }
+            println!("m{} died between its reply and the record", victim + 1);
+        }
+    }
+
+    let limit = Instant::now() + Duration::from_secs(150);
+    wait_for(
+        &url,
+        &homes,
+        &mut daemons,
+        limit,
+        "the follow-up landed",
+        |all| all.len() == 2 && all.iter().all(|t| t.1 == "LANDED"),
+    )
+    .await;
+    // Several more looks by each live daemon (2 s polls) find nothing new.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop(&mut daemons).await;
+
+    let all = tasks(&url).await;
+    assert_eq!(all.len(), 2, "the issue and one follow-up: {all:#?}");
+    for t in &all {
+        assert_eq!(
+            (t.1.as_str(), t.2),
+            ("LANDED", 0),
+            "{t:?}\n{}",
+            logs(&homes)
+        );
+    }
+    let followups = rows(&url, "SELECT task_id FROM followups").await;
+    assert_eq!(followups.len(), 1, "{followups:?}");
+    let list = git(&[
+        "rev-list",
+        "--first-parent",
+        &format!("{head}..refs/heads/{branch}"),
+    ]);
+    let commits: Vec<&str> = list.lines().collect();
+    assert_eq!(
+        commits.len(),
+        1,
+        "one follow-up commit: {commits:?}\n{}",
+        logs(&homes)
+    );
+    let parents = git(&["rev-list", "--parents", "-n1", commits[0]]);
+    assert_eq!(
+        parents.split_whitespace().skip(1).collect::<Vec<_>>(),
+        vec![head.as_str()],
+        "on top of the old head, no force"
+    );
+    let calc = origin.show(&format!("{}:calc.sh", commits[0]));
+    assert!(calc.contains(DOC_LINE) && calc.contains("a + b"), "{calc}");
+    let replies: Vec<_> = fake
+        .review_comments(repo, number)
+        .into_iter()
+        .filter(|c| c.author == "polyphony-bot")
+        .collect();
+    assert_eq!(replies.len(), 1, "one reply: {replies:#?}");
+    assert_eq!(
+        replies[0].in_reply_to,
+        Some(comment),
+        "in the reviewer's thread"
+    );
+    assert!(
+        replies[0].body.contains(&commits[0][..12]),
+        "{}",
+        replies[0].body
+    );
+    for n in [issue, number] {
+        let comments = fake.comments(repo, n);
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for c in &comments {
+            for m in markers(c) {
+                *seen.entry(m).or_default() += 1;
+            }
+        }
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "#{n}: a comment twice: {comments:#?}"
+        );
+    }
+    assert_eq!(fake.pulls(repo).len(), 1, "no second pull request");
+    let strikes = rows(&url, "SELECT key FROM kv WHERE key LIKE 'strikes:%'").await;
+    assert!(strikes.is_empty(), "strikes counted: {strikes:?}");
+    let dup = rows(
+        &url,
+        "SELECT task_id, attempt::text, data FROM events GROUP BY task_id, attempt, data HAVING COUNT(*) > 1",
+    )
+    .await;
+    assert!(dup.is_empty(), "events stored twice: {dup:#?}");
 }

@@ -745,38 +745,24 @@ fn summaries_carry_the_latest_agent_and_the_cost() {
 /// rewrites them with both.
 #[test]
 fn migration_9_adds_agent_and_cost_to_stored_summaries() {
-    let (dir, store) = temp_store();
-    store.insert_task(&task("t")).unwrap();
-    store
-        .start_attempt(&spec("t", 1, "personal"), t0())
-        .unwrap();
-    store
-        .finish_attempt(
-            &RunResult {
-                cost_usd: Some(1.5),
-                ..RunResult::new("t", 1, "claude", AttemptStatus::Failed)
-            },
-            &[],
-            t0(),
-        )
-        .unwrap();
-    drop(store);
-    let db = dir.path().join("home/queue.db");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
     {
-        // The summary as schema 8 wrote it: without the two fields.
+        // A home as schema 8 wrote it: a task with a finished attempt, its summary without
+        // the two fields.
         let conn = rusqlite::Connection::open(&db).unwrap();
-        let json: String = conn
-            .query_row("SELECT json FROM task_summaries WHERE id = 't'", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let o = old.as_object_mut().unwrap();
-        o.remove("agent");
-        o.remove("cost_usd");
-        conn.execute(
-            "UPDATE task_summaries SET json = ?1 WHERE id = 't'",
-            [old.to_string()],
+        for sql in &polyphony::store::schema::MIGRATIONS[..8] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tasks VALUES ('t', 'title', 'body', 'local', 'local:t', '/r', NULL, \
+                 'FAILED', 'bugfix', 'small', 'medium', 3, 0, '[]', '{}', 1, 1, \
+                 '2026-11-30T01:00:00.000000Z', '2026-11-30T01:30:00.000000Z', NULL);
+             INSERT INTO attempts (task_id, attempt, agent, identity, run_spec, workspace, \
+                 branch, status, cost_usd, started_at, finished_at) VALUES ('t', 1, 'claude', \
+                 'personal', '{}', '/w', 'b', 'failed', 1.5, '2026-11-30T01:00:00.000000Z', \
+                 '2026-11-30T01:30:00.000000Z');
+             INSERT INTO task_summaries (seq, id, json) VALUES (1, 't', '{\"id\":\"t\"}');",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 8).unwrap();
@@ -792,4 +778,197 @@ fn migration_9_adds_agent_and_cost_to_stored_summaries() {
         (Some("claude"), Some(1.5)),
         "{s}"
     );
+}
+
+/// Issue 27: schema 11 moves the claim's owner and lease and the pin into the task's row,
+/// keys summaries by the task's rowid alone and numbers transitions per task. A home of
+/// schema 10 with a live claim, a pin and interleaved transitions upgrades in place: the
+/// claim, its lease and the pin hold as before, each task's transitions keep their order,
+/// `status --json` prints the same bytes, and the `claims` and `pins` views read as the
+/// tables did.
+#[test]
+fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migration_11() {
+    use polyphony::store::Owner;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let db = home.join("queue.db");
+    let owner = Owner {
+        machine: "m1".into(),
+        pid: 7,
+        nonce: "abc".into(),
+    };
+    let lease = "2026-11-03T09:05:00.000000Z";
+    let summaries = [
+        r#"{"id":"local-1","state":"RUNNING","old":"bytes \u001f kept"}"#,
+        r#"{"id":"local-2","state":"DISCOVERED"}"#,
+        r#"{"id":"local-3","state":"LANDED"}"#,
+    ];
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+            .unwrap();
+        for sql in &polyphony::store::schema::MIGRATIONS[..10] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 10).unwrap();
+        for (i, (id, state)) in [
+            ("local-1", "RUNNING"),
+            ("local-2", "DISCOVERED"),
+            ("local-3", "LANDED"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            conn.execute(
+                "INSERT INTO tasks VALUES (?1, 'title', 'body', 'local', ?1, '/r', NULL, ?2, \
+                 'bugfix', 'small', 'medium', 3, 0, '[]', '{}', 1, 0, \
+                 '2026-11-03T08:00:00.000000Z', '2026-11-03T08:30:00.000000Z', NULL)",
+                rusqlite::params![id, state],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO task_summaries (seq, id, json) VALUES (?1, ?2, ?3)",
+                rusqlite::params![i as i64 + 1, id, summaries[i]],
+            )
+            .unwrap();
+        }
+        // Interleaved: local-3's history is written between local-1's steps.
+        for (task, from, to) in [
+            ("local-1", "DISCOVERED", "CLAIMED"),
+            ("local-3", "DISCOVERED", "CLAIMED"),
+            ("local-1", "CLAIMED", "ROUTED"),
+            ("local-3", "CLAIMED", "LANDED"),
+            ("local-1", "ROUTED", "PROVISIONED"),
+            ("local-1", "PROVISIONED", "RUNNING"),
+        ] {
+            conn.execute(
+                "INSERT INTO transitions (task_id, from_state, to_state, reason, at) \
+                 VALUES (?1, ?2, ?3, 'r', '2026-11-03T08:10:00.000000Z')",
+                rusqlite::params![task, from, to],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO claims VALUES ('local-1', 'm1', ?1, ?2)",
+            rusqlite::params![owner.key(), lease],
+        )
+        .unwrap();
+        conn.execute_batch(
+            "INSERT INTO pins VALUES ('local-2', 'm2'); PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let status_json = || {
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+            .arg("--home")
+            .arg(&home)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // The listing prints the stored bytes, newest first, untouched by the upgrade.
+    let mut newest_first = summaries;
+    newest_first.reverse();
+    assert_eq!(status_json(), format!("[{}]\n", newest_first.join(",")));
+    let store = Store::open(&db).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 12);
+    // The claim and its lease.
+    let claim = store.claim_of("local-1").unwrap().unwrap();
+    assert_eq!(
+        (
+            claim.machine.as_str(),
+            claim.owner.as_str(),
+            claim.lease_until
+        ),
+        ("m1", owner.key().as_str(), t0() + Duration::minutes(5))
+    );
+    assert_eq!(store.claim_of("local-2").unwrap(), None);
+    let other = Owner {
+        machine: "m2".into(),
+        pid: 8,
+        nonce: "def".into(),
+    };
+    let live: Vec<String> = store
+        .reconcilable(&other, t0())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.task.id)
+        .collect();
+    assert!(live.is_empty(), "a live claim of m1 is not m2's: {live:?}");
+    let expired = store
+        .reconcilable(&other, t0() + Duration::minutes(6))
+        .unwrap();
+    assert_eq!(expired.len(), 1);
+    assert!(expired[0].expired && expired[0].task.id == "local-1");
+    assert_eq!(
+        store
+            .renew_leases(&owner, t0() + Duration::minutes(9))
+            .unwrap(),
+        1
+    );
+    // Each task's transitions in their order.
+    let steps = |id: &str| -> Vec<(TaskState, TaskState)> {
+        store
+            .transitions(id)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.from, t.to))
+            .collect()
+    };
+    assert_eq!(
+        steps("local-1"),
+        [
+            (Discovered, Claimed),
+            (Claimed, Routed),
+            (Routed, Provisioned),
+            (Provisioned, Running)
+        ]
+    );
+    assert_eq!(steps("local-3"), [(Discovered, Claimed), (Claimed, Landed)]);
+    // A new transition is the task's next; leaving the active states ends the claim.
+    store
+        .transition("local-1", Running, Failed, "test", t0())
+        .unwrap();
+    assert_eq!(steps("local-1").last(), Some(&(Running, Failed)));
+    assert_eq!(steps("local-1").len(), 5);
+    assert_eq!(store.claim_of("local-1").unwrap(), None);
+    // The pin holds: m1 cannot take local-2, m2 can.
+    let later = t0() + Duration::minutes(10);
+    assert_eq!(
+        store
+            .claim_next_owned(&owner, later, t0())
+            .unwrap()
+            .map(|t| t.id),
+        None
+    );
+    let taken = store
+        .claim_next_owned(&other, later, t0())
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.id, "local-2");
+    // The views read as the tables did.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let claims: Vec<(String, String, String)> = conn
+        .prepare("SELECT task_id, machine, owner FROM claims")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(claims, [("local-2".into(), "m2".into(), other.key())]);
+    let pins: Vec<(String, String)> = conn
+        .prepare("SELECT task_id, machine FROM pins")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(pins, [("local-2".into(), "m2".into())]);
 }

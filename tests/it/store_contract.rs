@@ -118,6 +118,7 @@ contract!(
     cancels_settle_without_a_failure,
     listings_and_local_ids_agree,
     running_attempts_reserve_the_daily_ceiling_across_connections,
+    daemons_with_different_caps_share_one_ceiling_at_the_reservations_they_recorded,
     a_shared_store_names_one_claimant_for_the_fleet,
     egress_events_are_stored_once_by_their_log_line,
 );
@@ -1067,7 +1068,6 @@ fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
     let limit = DailyLimit {
         ceiling_usd: 0.15,
         since: t0() - Duration::hours(1),
-        reserve_usd: 0.05,
     };
     let setup = full(&b);
     for i in 1..=8 {
@@ -1084,7 +1084,12 @@ fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
                 let store = handle.open().expect("a connection of its own");
                 barrier.wait();
                 store
-                    .start_attempt_within(&run_spec(&format!("local-{i}"), 1), t0(), Some(limit))
+                    .start_attempt_within(
+                        &run_spec(&format!("local-{i}"), 1),
+                        t0(),
+                        0.05,
+                        Some(limit),
+                    )
                     .unwrap()
                     .is_none()
             })
@@ -1101,7 +1106,7 @@ fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
     let held: Vec<usize> = (0..8).filter(|i| !started[*i]).collect();
     let first = format!("local-{}", held[0] + 1);
     let again = setup
-        .start_attempt_within(&run_spec(&first, 1), t0(), Some(limit))
+        .start_attempt_within(&run_spec(&first, 1), t0(), 0.05, Some(limit))
         .unwrap()
         .expect("still held");
     assert_eq!(again.running, 3);
@@ -1135,13 +1140,13 @@ fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
     // 0.04 + 2 x 0.05 = 0.14 < 0.15: one more starts, and then 0.04 + 3 x 0.05 holds.
     assert_eq!(
         setup
-            .start_attempt_within(&run_spec(&first, 1), t0(), Some(limit))
+            .start_attempt_within(&run_spec(&first, 1), t0(), 0.05, Some(limit))
             .unwrap(),
         None
     );
     let second = format!("local-{}", held[1] + 1);
     let held_again = setup
-        .start_attempt_within(&run_spec(&second, 1), t0(), Some(limit))
+        .start_attempt_within(&run_spec(&second, 1), t0(), 0.05, Some(limit))
         .unwrap()
         .expect("held by three reservations and the spend");
     assert_eq!(held_again.running, 3);
@@ -1151,15 +1156,89 @@ fn running_attempts_reserve_the_daily_ceiling_across_connections(b: Backend) {
     other.identity = "work".into();
     assert_eq!(
         setup
-            .start_attempt_within(&other, t0(), Some(limit))
+            .start_attempt_within(&other, t0(), 0.05, Some(limit))
             .unwrap(),
         None
     );
     assert_eq!(
         setup
-            .start_attempt_within(&run_spec(&format!("local-{}", held[2] + 1), 1), t0(), None)
+            .start_attempt_within(
+                &run_spec(&format!("local-{}", held[2] + 1), 1),
+                t0(),
+                0.05,
+                None
+            )
             .unwrap(),
         None
+    );
+}
+
+/// Issue 27: each running attempt counts against its identity's ceiling at the reservation
+/// recorded when it started (the cap of the daemon that started it), not at the checking
+/// daemon's cap, so daemons whose configs differ share one ceiling. Daemon A caps attempts
+/// at $0.50 and B at $0.125, ceiling $1: B's three running attempts hold $0.375, so A
+/// starts one ($0.875 then; counted at A's cap they would have held $1.50 and refused it),
+/// B's check counts A's attempt at $0.50 (at B's cap, $0.125, B would overshoot), and one
+/// more of B's fills the ceiling. An attempt with no recorded reservation (started before
+/// schema 10) counts at the checker's cap.
+fn daemons_with_different_caps_share_one_ceiling_at_the_reservations_they_recorded(b: Backend) {
+    use polyphony::store::DailyLimit;
+    let limit = DailyLimit {
+        ceiling_usd: 1.0,
+        since: t0() - Duration::hours(1),
+    };
+    let (cap_a, cap_b) = (0.5, 0.125);
+    let setup = full(&b);
+    for i in 1..=9 {
+        let id = format!("local-{i}");
+        setup.insert_task(&task(&id)).unwrap();
+        walk_to(&setup, &id, Routed);
+    }
+    let a = b.handle.open().expect("daemon A's connection");
+    let bee = b.handle.open().expect("daemon B's connection");
+    let start = |store: &polyphony::store::Store, i: u32, cap: f64| {
+        store
+            .start_attempt_within(&run_spec(&format!("local-{i}"), 1), t0(), cap, Some(limit))
+            .unwrap()
+    };
+    for i in 1..=3 {
+        assert_eq!(start(&bee, i, cap_b), None, "B's attempt {i}");
+    }
+    assert_eq!(
+        start(&a, 4, cap_a),
+        None,
+        "B's three hold $0.375, not 3 x A's $0.50"
+    );
+    assert_eq!(start(&bee, 5, cap_b), None, "$0.875 held: B's fourth fits");
+    let held = start(&bee, 6, cap_b).expect("the reservations reach the ceiling");
+    assert_eq!(held.running, 5);
+    assert!((held.reserved_usd - 1.0).abs() < 1e-9, "{held:?}");
+    let held = start(&a, 6, cap_a).expect("held for A as for B");
+    assert!((held.reserved_usd - 1.0).abs() < 1e-9, "{held:?}");
+    assert_eq!(setup.attempts("local-6").unwrap().len(), 0);
+
+    // An attempt of another identity started without a reservation (as before schema 10)
+    // counts at each checker's own cap.
+    let work = |i: u32| {
+        let mut spec = run_spec(&format!("local-{i}"), 1);
+        spec.identity = "work".into();
+        spec
+    };
+    setup.start_attempt(&work(7), t0()).unwrap();
+    let half = DailyLimit {
+        ceiling_usd: 0.5,
+        ..limit
+    };
+    let held = a
+        .start_attempt_within(&work(8), t0(), cap_a, Some(half))
+        .unwrap()
+        .expect("at A's cap the legacy attempt fills $0.50");
+    assert!((held.reserved_usd - 0.5).abs() < 1e-9, "{held:?}");
+    assert_eq!(
+        bee.start_attempt_within(&work(9), t0(), cap_b, Some(half))
+            .unwrap(),
+        None,
+        "at B's cap it holds $0.125"
     );
 }
 

@@ -57,6 +57,8 @@ struct Followed {
     tally: egress::Tally,
     /// It read the log to its end (the proxy exited); else the log is read whole.
     to_the_end: bool,
+    /// From the agent's end to the log's.
+    drained: std::time::Duration,
 }
 
 /// How the agent's container is followed: started fresh, or re-attached after a restart
@@ -138,8 +140,13 @@ impl AttemptRun<'_> {
         plan: Option<&crate::runtime::EgressPlan>,
     ) -> Option<crate::runtime::EgressEndpoint> {
         let early = self.early_network.take()?;
+        let waited = std::time::Instant::now();
         let made = early.made.await;
         let used = plan.is_some_and(|p| p.network == early.name && p.proxy_name == early.proxy);
+        if used {
+            // The part of the early setup the attempt waited for (on its critical path).
+            tracing::info!(task = %self.task.id, network = %early.name, waited_ms = waited.elapsed().as_millis() as u64, "egress network and proxy awaited");
+        }
         match made {
             Ok(Ok(endpoint)) if used => Some(endpoint),
             Ok(Err(e)) if used => {
@@ -420,10 +427,20 @@ impl AttemptRun<'_> {
                 Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
             };
             if let Some(plan) = &egress {
-                // The agent is gone: the proxy stops, and its log ends for the follower.
-                if let Err(e) = rt.kill(&plan.proxy_name).await {
-                    tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot stop the attempt's egress proxy; its log is read whole");
-                }
+                // The agent is gone: the proxy is killed and its log ends for the follower.
+                // Not awaited: the engine answers a kill only once it released the proxy's
+                // two endpoints (about 130 ms on 20.10), the log ends when the process is
+                // gone (about 50 ms); `egress_remove`'s forced removal waits for the rest.
+                let (rt, proxy, task) = (
+                    self.orch.runtime.clone(),
+                    plan.proxy_name.clone(),
+                    self.task.id.clone(),
+                );
+                tokio::spawn(async move {
+                    if let Err(e) = rt.kill(&proxy).await {
+                        tracing::debug!(%task, %proxy, error = %e, "cannot kill the attempt's egress proxy; its log is read whole");
+                    }
+                });
             }
             let _ = stop.send(());
             exec
@@ -493,9 +510,10 @@ impl AttemptRun<'_> {
         plan: &crate::runtime::EgressPlan,
         followed: Option<Followed>,
     ) -> Option<crate::egress::EgressReport> {
-        let (mut tally, whole) = match followed {
-            Some(f) => (f.tally, !f.to_the_end),
-            None => (self.egress_tally(spec), true),
+        let started = std::time::Instant::now();
+        let (mut tally, whole, drained) = match followed {
+            Some(f) => (f.tally, !f.to_the_end, f.drained),
+            None => (self.egress_tally(spec), true, std::time::Duration::ZERO),
         };
         if whole {
             match self.orch.runtime.egress_stop(&plan.proxy_name).await {
@@ -513,6 +531,8 @@ impl AttemptRun<'_> {
                 }
             }
         }
+        let elapsed = drained + started.elapsed();
+        tracing::info!(task = %self.task.id, proxy = %plan.proxy_name, elapsed_ms = elapsed.as_millis() as u64, read_whole = whole, "egress proxy stopped and its log read");
         // The stopped proxy and the network are removed off the critical path.
         self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
         crate::orchestrator::gateway::remove_proxy_dir(self.orch.home(), &plan.proxy_name);
@@ -586,11 +606,13 @@ impl AttemptRun<'_> {
         let mut meter = crate::gateway::Meter::default();
         let mut due = egress::Due::now();
         let mut drain: Option<tokio::time::Instant> = None;
+        let mut stopped_at: Option<std::time::Instant> = None;
         let to_the_end = loop {
             let limit = drain.unwrap_or_else(|| due.at());
             let line = tokio::select! {
                 _ = &mut stop, if drain.is_none() => {
                     drain = Some(tokio::time::Instant::now() + egress::DRAIN_LIMIT);
+                    stopped_at = Some(std::time::Instant::now());
                     continue;
                 }
                 _ = tokio::time::sleep_until(limit), if drain.is_some() || tally.dirty() => {
@@ -634,7 +656,11 @@ impl AttemptRun<'_> {
                 }
             }
         };
-        Followed { tally, to_the_end }
+        Followed {
+            tally,
+            to_the_end,
+            drained: stopped_at.map(|t| t.elapsed()).unwrap_or_default(),
+        }
     }
 
     /// This attempt metered `spent` so far: rewrites the budget file of every running

@@ -312,8 +312,9 @@ impl AttemptRun<'_> {
     }
 
     /// Records the attempt's start under its identity's daily ceiling (issue 27): in the
-    /// store's writing transaction, today's finished spend plus the per-attempt cap of every
-    /// attempt of the identity still running, on any daemon sharing the store, must stay
+    /// store's writing transaction, today's finished spend plus the reservation of every
+    /// attempt of the identity still running (the per-attempt cap of the daemon that started
+    /// it, recorded with it), on any daemon sharing the store, must stay
     /// under the ceiling, so N daemons (or N slots of one) never start on the same
     /// remainder and the day ends within the ceiling plus one attempt. Held: the attempt
     /// waits without counting, until a running one can have ended (or tomorrow).
@@ -327,9 +328,11 @@ impl AttemptRun<'_> {
             .map(|ceiling| crate::store::DailyLimit {
                 ceiling_usd: ceiling,
                 since: identity_policy::utc_day_start(now),
-                reserve_usd: self.orch.config.max_cost_usd_per_attempt(),
             });
-        let Some(held) = self.db().start_attempt_within(spec, now, limit)? else {
+        // The cap this daemon clamps the attempt's cost to is its reservation, recorded with
+        // it for every daemon's check (theirs may have other caps).
+        let reserve = self.orch.config.max_cost_usd_per_attempt();
+        let Some(held) = self.db().start_attempt_within(spec, now, reserve, limit)? else {
             return Ok(());
         };
         let ceiling = limit.map_or(0.0, |l| l.ceiling_usd);
