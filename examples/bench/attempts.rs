@@ -697,6 +697,24 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         })
     };
     let elapsed = |log: &str, what: &str| ms_field(log, what, "elapsed_ms");
+    // The `steps=` of the runtime's debug line containing `what`: `(step, seconds)` in order.
+    let steps_of = |log: &str, what: &str| -> Vec<(String, f64)> {
+        let Some(line) = log.lines().find(|l| l.contains(what)) else {
+            return Vec::new();
+        };
+        let Some(at) = line.find("steps=") else {
+            return Vec::new();
+        };
+        line[at + "steps=".len()..]
+            .split(", ")
+            .filter_map(|part| {
+                let part = part.trim().strip_suffix(" ms")?;
+                let (name, ms) = part.rsplit_once(' ')?;
+                Some((name.to_string(), ms.parse::<f64>().ok()? / 1e3))
+            })
+            .collect()
+    };
+    let steps = std::cell::RefCell::new(Vec::<(&'static str, String, Vec<f64>)>::new());
     let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, [Option<f64>; 5])> {
         let store = Store::open(&polyphony_db(home))?;
         let id = format!("bench{pid}-{mode}-{n}");
@@ -706,7 +724,9 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         let status = Command::new(&cfg.bin)
             .args(["--home"])
             .arg(home)
-            .args(["-v", "spawn", "--task", &id])
+            .args(["spawn", "--task", &id])
+            // The runtime's per-call step timings are at debug.
+            .env("RUST_LOG", "info,polyphony::runtime::docker=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
@@ -718,6 +738,24 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             log.display()
         );
         let text = std::fs::read_to_string(&log)?;
+        if mode == "allowlist" && n > 0 {
+            let mut all = steps.borrow_mut();
+            for (phase, what) in [
+                ("setup", "egress network and proxy up proxy="),
+                ("teardown, critical path", "egress proxy stopped proxy="),
+                (
+                    "teardown, beside verification",
+                    "egress proxy and network removed proxy=",
+                ),
+            ] {
+                for (name, secs) in steps_of(&text, what) {
+                    match all.iter_mut().find(|(p, s, _)| *p == phase && *s == name) {
+                        Some((_, _, v)) => v.push(secs),
+                        None => all.push((phase, name, vec![secs])),
+                    }
+                }
+            }
+        }
         Ok((
             wall,
             [
@@ -835,6 +873,18 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         "| teardown off the critical path: remove the proxy and the network, beside verification and landing | {:.0} ms | |",
         tm * 1e3
     )?;
+    writeln!(md)?;
+    writeln!(md, "Engine calls, from the runtime's own step timings (`polyphony::runtime::docker` at debug; steps under one phase that run at once each count from the same start):\n")?;
+    writeln!(md, "| phase | step | median | runs |")?;
+    writeln!(md, "|---|---|---|---|")?;
+    for (phase, name, v) in steps.borrow().iter() {
+        writeln!(
+            md,
+            "| {phase} | {name} | {:.0} ms | {} |",
+            median(&mut v.clone()) * 1e3,
+            v.len()
+        )?;
+    }
     writeln!(md)?;
     writeln!(
         md,

@@ -522,11 +522,17 @@ pub(super) fn summary_of_row(row: &Row<'_>) -> Result<(i64, String)> {
 
 /// Stores one task's summary (its task's rowid `seq`, its JSON).
 pub(super) fn write_summary(db: &Db, seq: i64, json: &str) -> Result<()> {
-    db.execute(
-        "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2) \
-         ON CONFLICT (seq) DO UPDATE SET json = excluded.json",
+    // The row exists from the task's insert on: update it; insert only the first.
+    let updated = db.execute(
+        "UPDATE task_summaries SET json = ?2 WHERE seq = ?1",
         params![seq, json],
     )?;
+    if updated == 0 {
+        db.execute(
+            "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2)",
+            params![seq, json],
+        )?;
+    }
     Ok(())
 }
 

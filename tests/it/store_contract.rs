@@ -121,6 +121,7 @@ contract!(
     running_attempts_reserve_the_daily_ceiling_across_connections,
     daemons_with_different_caps_share_one_ceiling_at_the_reservations_they_recorded,
     a_shared_store_names_one_claimant_for_the_fleet,
+    egress_events_are_stored_once_by_their_log_line,
 );
 
 fn insert_dedupes_and_round_trips(b: Backend) {
@@ -1398,4 +1399,74 @@ fn a_shared_store_names_one_claimant_for_the_fleet(b: Backend) {
         assert_eq!(first.as_deref(), Some("fleet-aaaa"));
         assert_eq!(second.as_deref(), Some("fleet-aaaa"));
     }
+}
+
+/// Issue 25: an attempt's egress events, stored as its proxy logs them, apart from its
+/// stream's events: each refusal once by its log line however often the log is read, one
+/// summary (the latest), refusals first; the stream's resume point is untouched.
+fn egress_events_are_stored_once_by_their_log_line(b: Backend) {
+    use polyphony::domain::{EventKind, TaskEvent};
+    let store = full(&b);
+    store.insert_task(&task("local-1")).unwrap();
+    walk_to(&store, "local-1", Running);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    let egress = |line: u64, what: &str, summary: &str| TaskEvent {
+        kind: EventKind::Egress,
+        at: t0() + Duration::seconds(line as i64),
+        ..message_event(line, summary, serde_json::json!({ "egress": what }))
+    };
+    let stream: Vec<_> = (0..3u64)
+        .map(|i| TaskEvent {
+            at: t0(),
+            ..message_event(i, &format!("line {i}"), serde_json::json!({}))
+        })
+        .collect();
+    store.append_events("local-1", 1, &stream).unwrap();
+    assert_eq!(store.egress_line("local-1", 1).unwrap(), None);
+    let first = [egress(1, "refused", "refused a:443")];
+    let summary = egress(2, "summary", "egress: one");
+    assert_eq!(
+        store
+            .record_egress("local-1", 1, &first, Some(&summary))
+            .unwrap(),
+        1
+    );
+    // The log read again from its first line (a re-attached attempt), one line further.
+    let again = [
+        egress(1, "refused", "refused a:443"),
+        egress(4, "refused", "refused b:443"),
+    ];
+    let later = egress(4, "summary", "egress: two");
+    assert_eq!(
+        store
+            .record_egress("local-1", 1, &again, Some(&later))
+            .unwrap(),
+        1,
+        "only the new line's refusal is new"
+    );
+    // An older summary does not replace a newer one.
+    store
+        .record_egress("local-1", 1, &[], Some(&summary))
+        .unwrap();
+    let got = store.egress_events("local-1", 1).unwrap();
+    let shown: Vec<(u64, &str)> = got.iter().map(|e| (e.seq, e.summary.as_str())).collect();
+    assert_eq!(
+        shown,
+        vec![
+            (1, "refused a:443"),
+            (4, "refused b:443"),
+            (4, "egress: two")
+        ]
+    );
+    assert_eq!(got[0].at, t0() + Duration::seconds(1));
+    assert_eq!(store.egress_line("local-1", 1).unwrap(), Some(4));
+    // The stream's events and its resume point are its own.
+    assert_eq!(store.event_count("local-1", 1).unwrap(), 3);
+    assert_eq!(store.events("local-1", 1, None, 100).unwrap(), stream);
+    // A follower's cursor: rows after the stored seq of the last one read.
+    let rows = store.egress_rows_after("local-1", 1, Some(2)).unwrap();
+    assert_eq!(rows.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![8, 9]);
+    // Retention takes them with the stream's events.
+    assert!(store.delete_attempt_events("local-1", 1).unwrap() >= 6);
+    assert!(store.egress_events("local-1", 1).unwrap().is_empty());
 }
