@@ -104,9 +104,11 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
 
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut after: Option<u64> = None;
+    let mut egress_after: Option<u64> = None;
     let mut ended_seen = false;
     loop {
-        let printed = print_new(&store, &attempt, &mut after, format, &mut out)?;
+        let printed = print_new(&store, &attempt, &mut after, format, &mut out)?
+            + print_egress(&store, &attempt, &mut egress_after, format, &mut out)?;
         out.flush()?;
         if !args.follow {
             break;
@@ -171,6 +173,47 @@ fn pick(
     }
 }
 
+/// Prints the attempt's `egress` events (issue 25: stored as its proxy logs them, with a
+/// sequence of their own) after the stored seq `after`; returns how many.
+fn print_egress(
+    store: &Store,
+    attempt: &AttemptRecord,
+    after: &mut Option<u64>,
+    format: Format,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<usize> {
+    let rows = store.egress_rows_after(&attempt.task_id, attempt.attempt, *after)?;
+    for (seq, e) in &rows {
+        print_event(attempt, e, format, out)?;
+        *after = Some(*seq);
+    }
+    Ok(rows.len())
+}
+
+fn print_event(
+    attempt: &AttemptRecord,
+    e: &crate::domain::TaskEvent,
+    format: Format,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    match format {
+        Format::Readable => writeln!(out, "{}", report::printable(&report::event_line(e)))?,
+        Format::Raw => writeln!(out, "{}", report::printable(&report::raw_line(e)))?,
+        Format::Json => {
+            serde_json::to_writer(
+                &mut *out,
+                &report::EventJson {
+                    task: &attempt.task_id,
+                    attempt: attempt.attempt,
+                    event: e,
+                },
+            )?;
+            writeln!(out)?;
+        }
+    }
+    Ok(())
+}
+
 /// Prints every stored event after `after`, page by page; returns how many.
 fn print_new(
     store: &Store,
@@ -183,21 +226,7 @@ fn print_new(
     loop {
         let page = store.events(&attempt.task_id, attempt.attempt, *after, PAGE)?;
         for e in &page {
-            match format {
-                Format::Readable => writeln!(out, "{}", report::printable(&report::event_line(e)))?,
-                Format::Raw => writeln!(out, "{}", report::printable(&report::raw_line(e)))?,
-                Format::Json => {
-                    serde_json::to_writer(
-                        &mut *out,
-                        &report::EventJson {
-                            task: &attempt.task_id,
-                            attempt: attempt.attempt,
-                            event: e,
-                        },
-                    )?;
-                    writeln!(out)?;
-                }
-            }
+            print_event(attempt, e, format, out)?;
             *after = Some(e.seq);
         }
         total += page.len();

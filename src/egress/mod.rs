@@ -215,76 +215,120 @@ pub struct EgressReport {
     pub gateway: Vec<crate::gateway::RequestRecord>,
 }
 
+/// One line of the proxy's structured log (`proxy::EventLog`), parsed (pure).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogLine {
+    /// A connection allowed (its bytes come with its `Closed`).
+    Allowed { host: String, port: u16 },
+    /// An allowed connection ended, with the bytes it carried.
+    Closed {
+        host: String,
+        port: u16,
+        bytes_up: u64,
+        bytes_down: u64,
+    },
+    /// A request refused.
+    Refused(Refused),
+    /// The proxy listens; `gateway`: it serves the model-API gateway too (issue 26).
+    Ready { gateway: bool },
+    /// A request record of the model-API gateway.
+    Gateway(Box<crate::gateway::RequestRecord>),
+}
+
+impl LogLine {
+    /// One line (without its newline): `None` for a line that is not one of the proxy's
+    /// events (not JSON, or an event the daemon does not read).
+    pub fn parse(line: &[u8]) -> Option<LogLine> {
+        let value = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+        let text = |k: &str| {
+            value
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        let num = |k: &str| value.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let (host, port) = (text("host"), num("port") as u16);
+        Some(match value.get("event").and_then(|e| e.as_str())? {
+            "allowed" => LogLine::Allowed { host, port },
+            "closed" => LogLine::Closed {
+                host,
+                port,
+                bytes_up: num("bytes_up"),
+                bytes_down: num("bytes_down"),
+            },
+            "refused" => LogLine::Refused(Refused {
+                host,
+                port,
+                reason: text("reason"),
+                detail: text("detail"),
+            }),
+            "ready" => LogLine::Ready {
+                gateway: value.get("gateway").and_then(|g| g.as_bool()) == Some(true),
+            },
+            "gateway" => LogLine::Gateway(Box::new(
+                serde_json::from_value(value.get("record")?.clone()).ok()?,
+            )),
+            _ => return None,
+        })
+    }
+
+    /// When the proxy wrote the line (its `ts`), if it says.
+    pub fn time_of(line: &[u8]) -> Option<chrono::DateTime<chrono::Utc>> {
+        let value = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+        value.get("ts")?.as_str()?.parse().ok()
+    }
+}
+
 impl EgressReport {
     /// Reads the proxy's stdout (pure): one JSON object per line; other lines are skipped.
     pub fn from_log(log: &[u8]) -> EgressReport {
         let mut report = EgressReport::default();
         for line in log.split(|b| *b == b'\n') {
-            let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
-                continue;
-            };
-            let event = value.get("event").and_then(|e| e.as_str()).unwrap_or("");
-            let host = value
-                .get("host")
-                .and_then(|h| h.as_str())
-                .unwrap_or("")
-                .to_string();
-            let port = value.get("port").and_then(|p| p.as_u64()).unwrap_or(0) as u16;
-            let num = |k: &str| value.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-            match event {
-                "allowed" | "closed" => {
-                    let entry = match report
-                        .allowed
-                        .iter_mut()
-                        .find(|a| a.host == host && a.port == port)
-                    {
-                        Some(e) => e,
-                        None => {
-                            report.allowed.push(AllowedHost {
-                                host: host.clone(),
-                                port,
-                                ..AllowedHost::default()
-                            });
-                            report.allowed.last_mut().expect("just pushed")
-                        }
-                    };
-                    if event == "allowed" {
-                        entry.connections += 1;
-                    } else {
-                        entry.bytes_up += num("bytes_up");
-                        entry.bytes_down += num("bytes_down");
-                    }
-                }
-                "refused" => report.refused.push(Refused {
-                    host,
-                    port,
-                    reason: value
-                        .get("reason")
-                        .and_then(|r| r.as_str())
-                        .unwrap_or("")
-                        .to_string(),
-                    detail: value
-                        .get("detail")
-                        .and_then(|r| r.as_str())
-                        .unwrap_or("")
-                        .to_string(),
-                }),
-                "ready" => {
-                    report.gateway_on =
-                        value.get("gateway").and_then(|g| g.as_bool()) == Some(true);
-                }
-                "gateway" => {
-                    if let Some(r) = value
-                        .get("record")
-                        .and_then(|r| serde_json::from_value(r.clone()).ok())
-                    {
-                        report.gateway.push(r);
-                    }
-                }
-                _ => {}
+            if let Some(line) = LogLine::parse(line) {
+                report.add(line);
             }
         }
         report
+    }
+
+    /// Adds one line of the log (pure): [`EgressReport::from_log`] line by line, for a
+    /// reader following the log as the proxy writes it.
+    pub fn add(&mut self, line: LogLine) {
+        match line {
+            LogLine::Allowed { host, port } => self.entry(host, port).connections += 1,
+            LogLine::Closed {
+                host,
+                port,
+                bytes_up,
+                bytes_down,
+            } => {
+                let e = self.entry(host, port);
+                e.bytes_up += bytes_up;
+                e.bytes_down += bytes_down;
+            }
+            LogLine::Refused(r) => self.refused.push(r),
+            LogLine::Ready { gateway } => self.gateway_on = gateway,
+            LogLine::Gateway(record) => self.gateway.push(*record),
+        }
+    }
+
+    fn entry(&mut self, host: String, port: u16) -> &mut AllowedHost {
+        match self
+            .allowed
+            .iter()
+            .position(|a| a.host == host && a.port == port)
+        {
+            Some(i) => &mut self.allowed[i],
+            None => {
+                self.allowed.push(AllowedHost {
+                    host,
+                    port,
+                    ..AllowedHost::default()
+                });
+                self.allowed.last_mut().expect("just pushed")
+            }
+        }
     }
 
     /// The one-line summary `status TASK` shows: `egress: api.anthropic.com:443 ×3

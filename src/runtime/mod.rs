@@ -81,6 +81,15 @@ pub struct LogChunk {
     pub bytes: Bytes,
 }
 
+/// One line of an egress proxy's log ([`WorkerRuntime::egress_follow`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyLine {
+    /// Its place in the log: 0 for the proxy's first line.
+    pub number: u64,
+    /// The line, without its newline.
+    pub text: String,
+}
+
 /// A container's run state as the engine reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
@@ -232,6 +241,40 @@ pub trait WorkerRuntime: Send + Sync {
     fn egress_ready<'a>(&'a self, proxy: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
         let _ = proxy;
         Box::pin(async { Ok(()) })
+    }
+
+    /// Follows the egress proxy `proxy`'s log (issue 25) from its first line as the proxy
+    /// writes it: each complete stdout line with its number (0 for the first; the same
+    /// number on every read, so a reader after a restart knows which lines it has), until
+    /// the proxy exits. A proxy that cannot be followed ends the stream with the error.
+    fn egress_follow<'a>(
+        &'a self,
+        proxy: &'a str,
+    ) -> BoxStream<'a, Result<ProxyLine, RuntimeError>> {
+        use futures_util::StreamExt;
+        let mut splitter = stream::LineSplitter::default();
+        let mut next = 0u64;
+        self.logs(proxy, None)
+            .filter_map(move |chunk| {
+                let lines: Vec<Result<ProxyLine, RuntimeError>> = match chunk {
+                    Ok(c) if c.stream == EventStream::Stdout => splitter
+                        .push(&c.bytes)
+                        .into_iter()
+                        .map(|line| {
+                            next += 1;
+                            Ok(ProxyLine {
+                                number: next - 1,
+                                text: line.text,
+                            })
+                        })
+                        .collect(),
+                    Ok(_) => Vec::new(),
+                    Err(e) => vec![Err(e)],
+                };
+                std::future::ready(Some(futures_util::stream::iter(lines)))
+            })
+            .flatten()
+            .boxed()
     }
 
     /// Stops the proxy and returns its log (stdout: one JSON event per line), leaving the

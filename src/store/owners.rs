@@ -53,30 +53,29 @@ impl Store {
             });
         }
         self.immediate(|tx| {
-            // Two probes keep each one on an index; the older candidate wins.
+            // Two probes keep each one on an index; the older candidate wins, chosen here
+            // rather than by an outer `ORDER BY` (a sorter per claim).
             static PICK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                 let not_pinned_elsewhere = "(pinned_to IS NULL OR pinned_to = ?1)";
                 format!(
-                    "SELECT r, id, state FROM (\
-                     SELECT * FROM (SELECT rowid AS r, id, state FROM tasks \
+                    "SELECT * FROM (SELECT rowid, id, state FROM tasks \
                        WHERE state = 'DISCOVERED' AND {not_pinned_elsewhere} \
                        ORDER BY rowid LIMIT 1) \
                      UNION ALL \
-                     SELECT * FROM (SELECT rowid AS r, id, state FROM tasks \
+                     SELECT * FROM (SELECT rowid, id, state FROM tasks \
                        WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL \
                        AND next_attempt_at <= ?2 AND {not_pinned_elsewhere} \
-                       ORDER BY rowid LIMIT 1)) \
-                     ORDER BY r LIMIT 1"
+                       ORDER BY rowid LIMIT 1)"
                 )
             });
-            let pick = tx.query_opt(&PICK, params![owner.machine, ts(now)], |r| {
+            let candidates = tx.query_map(&PICK, params![owner.machine, ts(now)], |r| {
                 Ok((
                     r.get::<i64>(0)?,
                     r.get::<String>(1)?,
                     parse_col::<TaskState>(r, 2)?,
                 ))
             })?;
-            let Some((seq, id, from)) = pick else {
+            let Some((seq, id, from)) = candidates.into_iter().min_by_key(|c| c.0) else {
                 return Ok(None);
             };
             claim_transition(tx, seq, &id, from, Some((owner, lease_until)), now).map(Some)

@@ -252,6 +252,20 @@ ALTER TABLE transitions DROP COLUMN id;
 ALTER TABLE transitions ALTER COLUMN task_seq SET NOT NULL, ALTER COLUMN n SET NOT NULL,
     ADD PRIMARY KEY (task_seq, n);
 "#,
+    // 5: an attempt's egress events as its proxy logs them (issue 25; SQLite's schema 12).
+    r#"
+CREATE TABLE egress_events (
+    task_id  TEXT NOT NULL,
+    attempt  BIGINT NOT NULL,
+    seq      BIGINT NOT NULL,
+    what     TEXT NOT NULL,
+    summary  TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (task_id, attempt, seq),
+    FOREIGN KEY (task_id, attempt) REFERENCES attempts(task_id, attempt) ON DELETE CASCADE
+);
+"#,
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).
@@ -263,6 +277,7 @@ pub const TABLES: &[&str] = &[
     "quota",
     "attempts",
     "events",
+    "egress_events",
     "landings",
     "source_comments",
     "counters",

@@ -229,8 +229,10 @@ impl Store {
     ) -> Result<Vec<(String, u32)>> {
         let stmt_sql = "SELECT a.task_id, a.attempt FROM attempts a \
              WHERE a.finished_at IS NOT NULL AND a.finished_at < ?1 \
-             AND EXISTS (SELECT 1 FROM events e \
+             AND (EXISTS (SELECT 1 FROM events e \
                  WHERE e.task_id = a.task_id AND e.attempt = a.attempt) \
+                 OR EXISTS (SELECT 1 FROM egress_events g \
+                 WHERE g.task_id = a.task_id AND g.attempt = a.attempt)) \
              ORDER BY a.finished_at LIMIT ?2";
         let rows = self
             .db
@@ -244,10 +246,13 @@ impl Store {
     /// evidence and event count in `status`) stays.
     pub fn delete_attempt_events(&self, task_id: &str, attempt: u32) -> Result<usize> {
         self.atomic(|conn| {
-            conn.execute(
+            Ok(conn.execute(
                 "DELETE FROM events WHERE task_id = ?1 AND attempt = ?2",
                 params![task_id, attempt],
-            )
+            )? + conn.execute(
+                "DELETE FROM egress_events WHERE task_id = ?1 AND attempt = ?2",
+                params![task_id, attempt],
+            )?)
         })
     }
 

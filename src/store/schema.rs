@@ -410,6 +410,25 @@ DROP TABLE transitions;
 ALTER TABLE transitions_11 RENAME TO transitions;
 "#
     ),
+    // 12: an attempt's egress events as its proxy logs them (issue 25), stored while the
+    // attempt runs. Their own sequence, apart from `events` (whose seq is the agent's
+    // stream line, where a re-attached stream resumes): `seq` is twice the proxy's log
+    // line the row comes from, plus one for a summary (so a summary can follow the refusal
+    // of the same line). A re-read of the log inserts nothing twice; one summary is kept,
+    // the latest. The same table exists on PostgreSQL (`store::pg`).
+    r#"
+CREATE TABLE egress_events (
+    task_id  TEXT NOT NULL,
+    attempt  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    what     TEXT NOT NULL,                  -- refused | summary
+    summary  TEXT NOT NULL,
+    data     TEXT NOT NULL,                  -- JSON
+    at       TEXT NOT NULL,
+    PRIMARY KEY (task_id, attempt, seq),
+    FOREIGN KEY (task_id, attempt) REFERENCES attempts(task_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The version whose migration hands the summaries to the store: after it, every summary

@@ -841,3 +841,183 @@ echo "api=$got"
     assert!(report.allowed.is_empty(), "{report:?}");
     assert_eq!(report.refused.len(), addresses.len(), "{report:?}");
 }
+
+/// A home on the demo's files whose agents run under `egress: allowlist` (the fake
+/// agents call no model: nothing else is allowed), with one local task whose fake agent
+/// asks its proxy for each of `targets` with `secs` seconds between.
+async fn reaching_home(
+    image: &str,
+    targets: &[&str],
+    secs: u32,
+) -> (support::home::Home, support::home::Origin, String) {
+    use support::home::{Home, Origin};
+    let origin = Origin::new();
+    let (dir, path) = Home::temp();
+    polyphony::demo::write_home(&path, dir.path(), image).expect("home");
+    std::fs::write(
+        path.join("config.yaml"),
+        format!(
+            "poll_interval: 1s\nmax_concurrent_agents: 2\nevent_idle_timeout: 1m\nmax_attempts: 1\ndefault_identity: demo\negress:\n  mode: allowlist\ncontainer:\n  image: {image}\n  deadline: 3m\n  memory: 512m\n  cpus: 1\nverify:\n  timeout: 1m\n"
+        ),
+    )
+    .expect("config.yaml");
+    std::fs::write(
+        path.join("routing.yaml"),
+        "default:\n  agent: claude\n  fallback: []\n",
+    )
+    .expect("routing.yaml");
+    let home = Home::at(dir, path, None);
+    let connects: String = targets
+        .iter()
+        .map(|t| format!("polyphony-fake-connect: {t}\n"))
+        .collect();
+    let body = format!(
+        "`add 2 3` prints -1.\n\npolyphony-fake: reach\n{connects}polyphony-fake-sleep: {secs}\n{}\n",
+        polyphony::demo::FIX_DIRECTIVE
+    );
+    let id = home
+        .enqueue(&origin, &body, "Fix add() and look around")
+        .await;
+    (home, origin, id)
+}
+
+/// The hosts of attempt 1's refusals in `status TASK --json`, in order.
+fn refused_hosts(v: &serde_json::Value) -> Vec<String> {
+    v["attempts"][0]["egress"]["refused"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .map(|r| r["host"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `status TASK --json` until attempt 1's egress refused `host`; the detail then.
+async fn until_refused(
+    home: &support::home::Home,
+    id: &str,
+    host: &str,
+    limit: std::time::Duration,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let v = home.task(id).await;
+        if refused_hosts(&v).iter().any(|h| h == host) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal of {host} within {limit:?}: {v:#}\n{}",
+            home.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// Issue 25: a refusal is visible while the attempt runs, not once the agent exits: the
+/// fake agent asks its proxy for `evil.example:443` and then works on for 25 s; the
+/// refusal, with the line that would allow it, is in `status TASK --json` and `status
+/// TASK` while the attempt is still running, and once it lands it is there exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_shows_in_status_while_the_agent_still_runs() {
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    let (home, _origin, id) = reaching_home(&image, &["evil.example:443"], 25).await;
+    let mut daemon = home.start(&["-v", "daemon", "--exit-when-idle"]);
+    let v = until_refused(
+        &home,
+        &id,
+        "evil.example",
+        std::time::Duration::from_secs(90),
+    )
+    .await;
+    // Still running: the agent works on for 25 s after its refusal.
+    assert_eq!(v["task"]["state"], "RUNNING", "{v:#}");
+    assert!(v["attempts"][0]["status"].is_null(), "{v:#}");
+    let refusal = &v["attempts"][0]["egress"]["refused"][0];
+    assert_eq!(refusal["reason"], "not_allowed", "{v:#}");
+    assert_eq!(
+        refusal["suggestion"],
+        "refused evil.example:443 (not on the allowlist) — to allow it add \"evil.example:443\" to egress.allow of profile claude in agents.yaml",
+        "{v:#}"
+    );
+    let text = home.run(&["status", &id]).await;
+    let text = support::home::text(&text.stdout);
+    assert!(
+        text.contains("refused evil.example:443 (not on the allowlist) — to allow it add"),
+        "{text}"
+    );
+    let status = daemon.wait(std::time::Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", daemon.log());
+    assert_eq!(refused_hosts(&v), vec!["evil.example"], "{v:#}");
+    // The follower read the log to its end once the proxy was stopped: no second read.
+    let stopped = daemon
+        .log()
+        .lines()
+        .find(|l| l.contains("egress proxy stopped and its log read"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no stop line: {}", daemon.log()));
+    assert!(stopped.contains("read_whole=false"), "{stopped}");
+    assert!(
+        v["attempts"][0]["egress"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("refused 1: evil.example:443")),
+        "{v:#}"
+    );
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+    assert!(home.containers().is_empty(), "containers left");
+}
+
+/// Issue 25: a daemon killed (SIGKILL) mid-attempt has stored the refusals its proxy logged
+/// so far, and the next daemon, which re-attaches the attempt and follows the same proxy's
+/// log from its first line, adds the later ones and repeats none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_mid_attempt_neither_loses_nor_repeats_egress_events() {
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    let (home, _origin, id) =
+        reaching_home(&image, &["evil.example:443", "other.example:443"], 8).await;
+    let mut first = home.start(&["daemon"]);
+    until_refused(
+        &home,
+        &id,
+        "evil.example",
+        std::time::Duration::from_secs(90),
+    )
+    .await;
+    first.signal(libc::SIGKILL);
+    let _ = first.wait(std::time::Duration::from_secs(20)).await;
+    // With no daemon running, the store holds the refusal (the old daemon read the log
+    // only once the agent exited).
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "RUNNING", "{v:#}");
+    assert_eq!(refused_hosts(&v), vec!["evil.example"], "{v:#}");
+
+    let mut second = home.start(&["daemon", "--exit-when-idle", "--json"]);
+    let status = second.wait(std::time::Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", second.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", home.logs());
+    assert_eq!(v["task"]["attempts"], 1, "the re-attached attempt: {v:#}");
+    assert_eq!(
+        refused_hosts(&v),
+        vec!["evil.example", "other.example"],
+        "each refusal once: {v:#}"
+    );
+    let rows: i64 = home
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM egress_events WHERE task_id = ?1 AND what = 'refused'",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("egress_events");
+    assert_eq!(rows, 2, "{v:#}");
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+    assert!(home.containers().is_empty(), "containers left");
+}

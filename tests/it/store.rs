@@ -878,7 +878,7 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
     newest_first.reverse();
     assert_eq!(status_json(), format!("[{}]\n", newest_first.join(",")));
     let store = Store::open(&db).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 11);
+    assert_eq!(store.schema_version().unwrap(), 12);
     // The claim and its lease.
     let claim = store.claim_of("local-1").unwrap().unwrap();
     assert_eq!(

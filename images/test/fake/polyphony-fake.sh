@@ -730,6 +730,28 @@ fake_main() {
             done
             run_success default
             ;;
+        reach)
+            # Asks the attempt's egress proxy ($HTTPS_PROXY) for a tunnel to each
+            # `polyphony-fake-connect: HOST:PORT`, in order, with `polyphony-fake-sleep: N`
+            # seconds of progress after each (default 5); then success.
+            secs=$(directive polyphony-fake-sleep)
+            case "$secs" in '' | *[!0-9]*) secs=5 ;; esac
+            proxy=${HTTPS_PROXY#http://}
+            proxy=${proxy%/}
+            emit_init
+            for target in $(all_directives polyphony-fake-connect); do
+                answer=$(printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$target" "$target" \
+                    | nc -w 3 "${proxy%:*}" "${proxy##*:}" 2>&1 | head -n 1 | tr -d '\r')
+                emit_text "CONNECT $target: ${answer:-no answer}"
+                i=0
+                while [ "$i" -lt "$secs" ]; do
+                    i=$((i + 1))
+                    emit_text "Waiting $i/$secs"
+                    sleep 1
+                done
+            done
+            run_success default
+            ;;
         repoint-branch) attack_repoint; run_success default ;;
         exclude-hidden) attack_exclude; run_success note "the fix is in an excluded file" ;;
         fifo-index) attack_fifo; run_success default ;;

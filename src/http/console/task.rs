@@ -481,15 +481,21 @@ fn read(
         .or_else(|| attempts.iter().map(|a| a.attempt).max());
     let transcript = match shown {
         Some(n) => {
-            let events = store.events(id, n, None, TRANSCRIPT_EVENTS + 1)?;
+            let mut events = store.events(id, n, None, TRANSCRIPT_EVENTS + 1)?;
             let cut = events.len() > TRANSCRIPT_EVENTS;
+            events.truncate(TRANSCRIPT_EVENTS);
+            // Issue 25: the proxy's refusals and summary, stored apart as it logs them,
+            // among the stream's events by time (a stable sort: each keeps its order).
+            events.extend(
+                store
+                    .egress_rows_after(id, n, None)?
+                    .into_iter()
+                    .map(|(_, e)| e),
+            );
+            events.sort_by_key(|e| e.at);
             Some((
                 n,
-                events
-                    .iter()
-                    .take(TRANSCRIPT_EVENTS)
-                    .map(crate::ops::report::event_line)
-                    .collect(),
+                events.iter().map(crate::ops::report::event_line).collect(),
                 cut,
             ))
         }

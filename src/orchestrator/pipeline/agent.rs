@@ -11,49 +11,7 @@ use crate::orchestrator::sink::{short_id, StoreSink};
 use crate::runtime::container_spec::agent_spec;
 use crate::store::IntentKind;
 
-use super::{AttemptRun, Failure};
-
-/// The attempt's `egress` events (pure): each refusal with the line that would allow
-/// it, then the summary of what was allowed. Seqs are set by the caller.
-pub(crate) fn egress_events(
-    report: &crate::egress::EgressReport,
-    profile: &str,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Vec<crate::domain::TaskEvent> {
-    use crate::domain::{EventKind, EventStream, TaskEvent};
-    let mut out = Vec::new();
-    for r in &report.refused {
-        let why = crate::egress::policy::Refusal::from_code(&r.reason);
-        let summary = match &why {
-            Some(why) if !r.host.is_empty() => {
-                crate::egress::policy::suggestion(&r.host, r.port, why, profile)
-            }
-            _ => format!("refused: {} {}", r.reason, r.detail)
-                .trim()
-                .to_string(),
-        };
-        out.push(TaskEvent {
-            seq: 0,
-            kind: EventKind::Egress,
-            stream: EventStream::Stdout,
-            summary,
-            data: serde_json::json!({ "egress": "refused", "host": r.host, "port": r.port, "reason": r.reason, "detail": r.detail }),
-            at,
-        });
-    }
-    if report.allowed.is_empty() && report.refused.is_empty() {
-        return out;
-    }
-    out.push(TaskEvent {
-        seq: 0,
-        kind: EventKind::Egress,
-        stream: EventStream::Stdout,
-        summary: format!("egress: {}", report.summary()),
-        data: serde_json::json!({ "egress": "summary", "allowed": report.allowed, "refused": report.refused.len() }),
-        at,
-    });
-    out
-}
+use super::{egress, AttemptRun, Failure};
 
 /// A failed attempt whose proxy refused something says so in its reason, with the fix.
 fn explain_refusals(
@@ -92,6 +50,15 @@ pub(super) struct EarlyNetwork {
     made: tokio::task::JoinHandle<
         Result<crate::runtime::EgressEndpoint, crate::runtime::RuntimeError>,
     >,
+}
+
+/// What the follower of the attempt's proxy log read ([`AttemptRun::follow_proxy`]).
+struct Followed {
+    tally: egress::Tally,
+    /// It read the log to its end (the proxy exited); else the log is read whole.
+    to_the_end: bool,
+    /// From the agent's end to the log's.
+    drained: std::time::Duration,
 }
 
 /// How the agent's container is followed: started fresh, or re-attached after a restart
@@ -350,7 +317,7 @@ impl AttemptRun<'_> {
                         Ok(e) => e,
                         Err(failure) => {
                             if early.is_some() {
-                                self.collect_egress(spec, plan).await;
+                                self.collect_egress(spec, plan, None).await;
                             }
                             crate::orchestrator::gateway::remove_proxy_dir(&home, &plan.proxy_name);
                             return Err(failure);
@@ -365,7 +332,7 @@ impl AttemptRun<'_> {
                 if let Some(gw) = &gateway {
                     if let Err(e) = gw.apply(&mut container, &scratch) {
                         if let Some(plan) = &egress {
-                            self.collect_egress(spec, plan).await;
+                            self.collect_egress(spec, plan, None).await;
                         }
                         return Err(Failure::crash(e));
                     }
@@ -416,7 +383,7 @@ impl AttemptRun<'_> {
                     Ok(id) => Follow::Start(id),
                     Err(failure) => {
                         if let Some(plan) = &egress {
-                            self.collect_egress(spec, plan).await;
+                            self.collect_egress(spec, plan, None).await;
                         }
                         return Err(failure);
                     }
@@ -459,19 +426,36 @@ impl AttemptRun<'_> {
                 Follow::Start(id) => execute::start_created(run, &container, &id).await,
                 Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
             };
+            if let Some(plan) = &egress {
+                // The agent is gone: the proxy is killed and its log ends for the follower.
+                // Not awaited: the engine answers a kill only once it released the proxy's
+                // two endpoints (about 130 ms on 20.10), the log ends when the process is
+                // gone (about 50 ms); `egress_remove`'s forced removal waits for the rest.
+                let (rt, proxy, task) = (
+                    self.orch.runtime.clone(),
+                    plan.proxy_name.clone(),
+                    self.task.id.clone(),
+                );
+                tokio::spawn(async move {
+                    if let Err(e) = rt.kill(&proxy).await {
+                        tracing::debug!(%task, %proxy, error = %e, "cannot kill the attempt's egress proxy; its log is read whole");
+                    }
+                });
+            }
             let _ = stop.send(());
             exec
         };
         let live = async {
-            if let Some(plan) = &egress {
-                self.follow_proxy(spec, plan, &agent_id, stopped).await;
+            match &egress {
+                Some(plan) => Some(self.follow_proxy(spec, plan, &agent_id, stopped).await),
+                None => None,
             }
         };
-        let (exec, ()) = tokio::join!(agent, live);
+        let (exec, followed) = tokio::join!(agent, live);
         // The proxy and the network go on every path (success, failure, cancel, deadline,
-        // an engine error); what the proxy logged becomes the attempt's egress events.
+        // an engine error); the follower stored what the proxy logged as it logged it.
         let report = match &egress {
-            Some(plan) => self.collect_egress(spec, plan).await,
+            Some(plan) => self.collect_egress(spec, plan, followed).await,
             None => None,
         };
         self.orch.spend.leave(&self.task.id, spec.attempt);
@@ -491,7 +475,7 @@ impl AttemptRun<'_> {
         };
         let exec = match (exec, records) {
             (Ok(mut exec), Some(records)) => {
-                // After the egress events collect_egress stored.
+                // After every event the agent's stream stored.
                 if let Ok(next) = self.db().event_count(&self.task.id, spec.attempt) {
                     exec.next_seq = exec.next_seq.max(next);
                 }
@@ -516,110 +500,166 @@ impl AttemptRun<'_> {
         Ok(exec)
     }
 
-    /// Stops and removes the attempt's proxy and network, and records what the proxy
-    /// logged: one `egress` event per refusal (with the line to add) and one summary of
-    /// the allowed connections. Best effort: a failure here never fails the attempt.
+    /// Stops and removes the attempt's proxy and network, and returns what the proxy
+    /// logged, all of it stored: the follower's [`egress::Tally`] when it read the log to
+    /// its end, else (no follower, or one cut short) the log read whole, only its lines
+    /// not fed yet counted. Best effort: a failure here never fails the attempt.
     async fn collect_egress(
         &self,
         spec: &RunSpec,
         plan: &crate::runtime::EgressPlan,
+        followed: Option<Followed>,
     ) -> Option<crate::egress::EgressReport> {
-        // The log is read now (it decides the attempt's events and failure reason); the
-        // stopped proxy and the network are removed off the critical path.
         let started = std::time::Instant::now();
-        let stopped = self.orch.runtime.egress_stop(&plan.proxy_name).await;
-        self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
-        if stopped.is_ok() {
-            tracing::info!(task = %self.task.id, proxy = %plan.proxy_name, elapsed_ms = started.elapsed().as_millis() as u64, "egress proxy stopped and its log read");
-        }
-        let log = match stopped {
-            Ok(log) => log,
-            Err(e) => {
-                tracing::warn!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot stop the attempt's egress proxy; it is removed all the same");
-                return None;
-            }
+        let (mut tally, whole, drained) = match followed {
+            Some(f) => (f.tally, !f.to_the_end, f.drained),
+            None => (self.egress_tally(spec), true, std::time::Duration::ZERO),
         };
-        crate::orchestrator::gateway::remove_proxy_dir(self.orch.home(), &plan.proxy_name);
-        let report = crate::egress::EgressReport::from_log(&log);
-        for a in &report.allowed {
-            for _ in 0..a.connections {
-                crate::metrics::egress_connection(true, "");
+        if whole {
+            match self.orch.runtime.egress_stop(&plan.proxy_name).await {
+                Ok(log) => {
+                    let fed = tally.feed_log(&log, self.orch.now());
+                    for f in &fed {
+                        self.count_egress(spec, f);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "cannot stop the attempt's egress proxy; it is removed all the same");
+                    self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
+                    self.store_egress(spec, &mut tally, true);
+                    return None;
+                }
             }
         }
-        for r in &report.refused {
-            crate::metrics::egress_connection(false, &r.reason);
-        }
-        let events = egress_events(&report, &spec.egress.profile, self.orch.now());
-        let db = self.db();
-        let next = db.event_count(&self.task.id, spec.attempt).unwrap_or(0);
-        let events: Vec<_> = events
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut e)| {
-                e.seq = next + i as u64;
-                e.summary = self.scrubber.scrub_line(&e.summary).into_owned();
-                e
-            })
-            .collect();
-        if let Err(e) = db.append_events(&self.task.id, spec.attempt, &events) {
-            tracing::warn!(task = %self.task.id, error = %e, "cannot record the egress events");
-        }
-        Some(report)
+        let elapsed = drained + started.elapsed();
+        tracing::info!(task = %self.task.id, proxy = %plan.proxy_name, elapsed_ms = elapsed.as_millis() as u64, read_whole = whole, "egress proxy stopped and its log read");
+        // The stopped proxy and the network are removed off the critical path.
+        self.teardown(Some(plan.proxy_name.clone()), plan.network.clone());
+        crate::orchestrator::gateway::remove_proxy_dir(self.orch.home(), &plan.proxy_name);
+        self.store_egress(spec, &mut tally, true);
+        Some(tally.report)
     }
 
-    /// Follows the attempt's proxy log while the agent runs (until `stop`): each model-API
+    /// A reader of this attempt's proxy log that knows what the store has of it.
+    fn egress_tally(&self, spec: &RunSpec) -> egress::Tally {
+        let stored = self
+            .db()
+            .egress_line(&self.task.id, spec.attempt)
+            .unwrap_or(None);
+        egress::Tally::new(&spec.egress.profile, stored)
+    }
+
+    /// `/metrics` and the daemon's log for one line read for the first time.
+    fn count_egress(&self, spec: &RunSpec, fed: &egress::Fed) {
+        if !fed.new {
+            return;
+        }
+        if fed.allowed {
+            crate::metrics::egress_connection(true, "");
+        }
+        if let Some(r) = &fed.refused {
+            crate::metrics::egress_connection(false, &r.reason);
+            tracing::warn!(task = %self.task.id, attempt = spec.attempt, host = %r.host, port = r.port, reason = %r.reason, "egress refused");
+        }
+    }
+
+    /// Stores the tally's new refusals and (when changed, or `always`) its summary.
+    fn store_egress(&self, spec: &RunSpec, tally: &mut egress::Tally, always: bool) {
+        let (refused, summary) = tally.take(always);
+        if refused.is_empty() && summary.is_none() {
+            return;
+        }
+        let scrub = |mut e: crate::domain::TaskEvent| {
+            e.summary = self.scrubber.scrub_line(&e.summary).into_owned();
+            e
+        };
+        let refused: Vec<_> = refused.into_iter().map(scrub).collect();
+        let summary = summary.map(scrub);
+        if let Err(e) =
+            self.db()
+                .record_egress(&self.task.id, spec.attempt, &refused, summary.as_ref())
+        {
+            tracing::warn!(task = %self.task.id, error = %e, "cannot record the egress events");
+        }
+    }
+
+    /// Follows the attempt's proxy log from its first line until it ends (the proxy is
+    /// stopped once the agent exits: `stop`), storing each refusal as it is logged and the
+    /// summary of the allowed connections at most every [`egress::SUMMARY_EVERY`] (issue
+    /// 25); lines an earlier daemon stored are stored no second time. Each model-API
     /// request the gateway records is logged as it happens and its cost counted against the
     /// identity's daily budget of every running attempt of that identity (their budget
-    /// files); each refusal is logged at once. The whole log is read again at the end.
-    /// The first request the gateway refuses for the budget ends the attempt there (issue
-    /// 26): the agent's container is killed, and the attempt ends as `budget` (a CLI may
-    /// otherwise retry, or try to compact its context, against the refusal until a limit
-    /// stops it).
+    /// files). The first request the gateway refuses for the budget ends the attempt there
+    /// (issue 26): the agent's container is killed, and the attempt ends as `budget` (a CLI
+    /// may otherwise retry, or try to compact its context, against the refusal until a
+    /// limit stops it).
     async fn follow_proxy(
         &self,
         spec: &RunSpec,
         plan: &crate::runtime::EgressPlan,
         agent_id: &str,
         mut stop: tokio::sync::oneshot::Receiver<()>,
-    ) {
+    ) -> Followed {
         use futures_util::StreamExt;
-        let mut logs = self.orch.runtime.logs(&plan.proxy_name, None);
-        let mut pending: Vec<u8> = Vec::new();
+        let mut tally = self.egress_tally(spec);
+        let mut lines = self.orch.runtime.egress_follow(&plan.proxy_name);
         let mut meter = crate::gateway::Meter::default();
-        loop {
-            let chunk = tokio::select! {
-                _ = &mut stop => return,
-                c = logs.next() => c,
-            };
-            let Some(Ok(chunk)) = chunk else {
-                // The proxy ended (or cannot be followed): wait for the agent.
-                let _ = stop.await;
-                return;
-            };
-            if chunk.stream != crate::domain::EventStream::Stdout {
-                continue;
-            }
-            pending.extend_from_slice(&chunk.bytes);
-            while let Some(at) = memchr::memchr(b'\n', &pending) {
-                let line: Vec<u8> = pending.drain(..=at).collect();
-                let report = crate::egress::EgressReport::from_log(&line);
-                for r in &report.refused {
-                    tracing::warn!(task = %self.task.id, attempt = spec.attempt, host = %r.host, port = r.port, reason = %r.reason, "egress refused");
+        let mut due = egress::Due::now();
+        let mut drain: Option<tokio::time::Instant> = None;
+        let mut stopped_at: Option<std::time::Instant> = None;
+        let to_the_end = loop {
+            let limit = drain.unwrap_or_else(|| due.at());
+            let line = tokio::select! {
+                _ = &mut stop, if drain.is_none() => {
+                    drain = Some(tokio::time::Instant::now() + egress::DRAIN_LIMIT);
+                    stopped_at = Some(std::time::Instant::now());
+                    continue;
                 }
-                for record in &report.gateway {
-                    tracing::info!(target: "polyphony::gateway", task = %self.task.id, attempt = spec.attempt, "{}", record.summary());
-                    meter.add(record);
-                }
-                if !report.gateway.is_empty() {
-                    self.share_budget(spec, meter.cost_picos);
-                }
-                if let Some(refusal) = meter.budget_refusal.take() {
-                    tracing::info!(task = %self.task.id, attempt = spec.attempt, limit = %refusal.limit, "the model-API gateway refused a request for the budget: the attempt ends");
-                    if let Err(e) = self.orch.runtime.kill(agent_id).await {
-                        tracing::warn!(task = %self.task.id, error = %e, "cannot stop the agent after a budget refusal");
+                _ = tokio::time::sleep_until(limit), if drain.is_some() || tally.dirty() => {
+                    if drain.is_some() {
+                        tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, "the egress proxy's log did not end; it is read whole");
+                        break false;
                     }
+                    self.store_egress(spec, &mut tally, false);
+                    due = egress::Due::now();
+                    continue;
+                }
+                l = lines.next() => l,
+            };
+            let line = match line {
+                None => break true,
+                Some(Ok(line)) => line,
+                Some(Err(e)) => {
+                    tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "the egress proxy's log cannot be followed; it is read whole at the end");
+                    if drain.is_none() {
+                        let _ = (&mut stop).await;
+                    }
+                    break false;
+                }
+            };
+            let fed = tally.feed(&line, self.orch.now());
+            self.count_egress(spec, &fed);
+            if tally.has_refusals() {
+                // At once: an operator sees the refusal while the agent runs.
+                self.store_egress(spec, &mut tally, false);
+                due = egress::Due::now();
+            }
+            if let Some(record) = &fed.gateway {
+                tracing::info!(target: "polyphony::gateway", task = %self.task.id, attempt = spec.attempt, "{}", record.summary());
+                meter.add(record);
+                self.share_budget(spec, meter.cost_picos);
+            }
+            if let Some(refusal) = meter.budget_refusal.take() {
+                tracing::info!(task = %self.task.id, attempt = spec.attempt, limit = %refusal.limit, "the model-API gateway refused a request for the budget: the attempt ends");
+                if let Err(e) = self.orch.runtime.kill(agent_id).await {
+                    tracing::warn!(task = %self.task.id, error = %e, "cannot stop the agent after a budget refusal");
                 }
             }
+        };
+        Followed {
+            tally,
+            to_the_end,
+            drained: stopped_at.map(|t| t.elapsed()).unwrap_or_default(),
         }
     }
 

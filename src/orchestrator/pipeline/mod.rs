@@ -28,6 +28,7 @@
 mod agent;
 mod claim;
 mod conclude;
+mod egress;
 mod landing;
 mod prepare;
 mod resume;
