@@ -610,8 +610,8 @@ fn status(cfg: &Config) -> anyhow::Result<String> {
     let reps = (cfg.reps * 3).max(5);
     let mut md = String::new();
     writeln!(md, "{n} tasks (5% DISCOVERED, 10% FAILED, 5% BLOCKED, 80% LANDED), database {} after a checkpoint; each command {reps} times after one warm-up, stdout to /dev/null, medians.\n", mib(file_size(&db)))?;
-    writeln!(md, "| Command | median | min | output |")?;
-    writeln!(md, "|---|---|---|---|")?;
+    writeln!(md, "| Command | median | min | output | peak RSS |")?;
+    writeln!(md, "|---|---|---|---|---|")?;
     let mut figures = Vec::new();
     for (label, argv) in &cases {
         eprintln!("status: {label} ...");
@@ -628,12 +628,16 @@ fn status(cfg: &Config) -> anyhow::Result<String> {
         let min = times.iter().copied().fold(f64::MAX, f64::min);
         let med = median(&mut times);
         figures.push(med);
+        // Memory: the listing streams or it does not (issue 27: read whole, ~40 MB at 100k).
+        let argv_s: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let (_, rss) = time_v(&argv_s)?;
         writeln!(
             md,
-            "| {label} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} |",
             ms(med),
             ms(min),
-            bytes(out.stdout.len() as u64)
+            bytes(out.stdout.len() as u64),
+            kib(rss)
         )?;
     }
     writeln!(md)?;
@@ -1119,8 +1123,8 @@ fn pg_status(cfg: &Config, handle: &StoreHandle, url: &str) -> anyhow::Result<St
     let reps = (cfg.reps * 3).max(5);
     let mut md = String::new();
     writeln!(md, "`status` on the same server: {n} tasks (5% DISCOVERED, 10% FAILED, 5% BLOCKED, 80% LANDED), database {} after `VACUUM ANALYZE`; the binary reaches it through `POLYPHONY_STORE_URL` (each run connects, checks the schema and prepares its statements); each command {reps} times after one warm-up, stdout to /dev/null, medians.\n", mib(size as u64))?;
-    writeln!(md, "| Command | median | min | output |")?;
-    writeln!(md, "|---|---|---|---|")?;
+    writeln!(md, "| Command | median | min | output | peak RSS |")?;
+    writeln!(md, "|---|---|---|---|---|")?;
     let mut figures = Vec::new();
     for (label, argv) in &cases {
         eprintln!("pg status: {label} ...");
@@ -1142,12 +1146,17 @@ fn pg_status(cfg: &Config, handle: &StoreHandle, url: &str) -> anyhow::Result<St
         let min = times.iter().copied().fold(f64::MAX, f64::min);
         let med = median(&mut times);
         figures.push(med);
+        // Memory: the listing streams or it does not (issue 27: read whole, ~40 MB at 100k).
+        let argv_s: Vec<&str> = argv.iter().map(String::as_str).collect();
+        std::env::set_var("POLYPHONY_STORE_URL", url);
+        let (_, rss) = time_v(&argv_s)?;
         writeln!(
             md,
-            "| {label} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} |",
             ms(med),
             ms(min),
-            bytes(out.stdout.len() as u64)
+            bytes(out.stdout.len() as u64),
+            kib(rss)
         )?;
     }
     writeln!(md)?;

@@ -662,6 +662,18 @@ impl Db {
         }
     }
 
+    /// Opens a read-only transaction that reads one snapshot (PostgreSQL's `REPEATABLE
+    /// READ`), for a listing read in pages; on SQLite a read of one statement is one
+    /// snapshot already, and this is a plain deferred `BEGIN`.
+    pub(super) fn begin_snapshot(&self) -> Result<()> {
+        match self {
+            Db::Sqlite(c) => Ok(c.execute_batch("BEGIN")?),
+            Db::Postgres(pg) => {
+                self.pg_begin(pg, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            }
+        }
+    }
+
     fn pg_begin(&self, pg: &PgConn, sql: &str) -> Result<()> {
         let begun = pg.call(|c| c.batch_execute(sql));
         pg.in_tx.set(true);

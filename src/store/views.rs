@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::sql::{params, Db, Row, Value};
+use super::sql::{params, Db, Dialect, Row, Value};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -154,6 +154,21 @@ pub(super) fn summary_select(relation: &str, extra: &str) -> String {
 /// The first column after [`summary_select`]'s summary and rowid.
 pub(super) const SUMMARY_EXTRA_COL: usize = SEQ_COL + 1;
 
+/// Rows of a PostgreSQL listing read per round trip ([`Store::for_each_newest`]): about
+/// 0.8 MB of summaries, and 50 round trips at 100k tasks.
+const PAGE_ROWS: usize = 2000;
+
+/// A listing newest first, as the parts of its statement: `SELECT {columns}, {key} FROM
+/// {from} …`, where `from` ends in a `WHERE` clause whose parameters are `?3…`, and the
+/// key (a rowid, unique) is column `key_col` of the row.
+#[derive(Clone, Copy)]
+struct Newest<'a> {
+    columns: &'a str,
+    from: &'a str,
+    key: &'a str,
+    key_col: usize,
+}
+
 impl Store {
     /// Calls `each` with every task, newest first, optionally only those in `state`, at
     /// most `limit` of them, as a [`TaskSummary`] borrowed from the row: nothing is
@@ -168,6 +183,28 @@ impl Store {
     where
         E: From<StoreError>,
     {
+        if self.db.dialect() == Dialect::Postgres {
+            let (from, state) = match state {
+                Some(s) => (
+                    format!("{SUMMARY_FROM} WHERE tasks.state = ?3"),
+                    Value::Text(s.as_str()),
+                ),
+                None => (
+                    format!("{SUMMARY_FROM} WHERE CAST(?3 AS TEXT) IS NULL"),
+                    Value::Null,
+                ),
+            };
+            let newest = Newest {
+                columns: SUMMARY_COLS,
+                from: &from,
+                key: "tasks.rowid",
+                key_col: SEQ_COL,
+            };
+            return self.for_each_newest(&newest, &[state], limit, 0, |row| {
+                let summary = summary_from_row(row)?;
+                each(&summary)
+            });
+        }
         let limit = self.db.limit(limit);
         let sql = match state {
             Some(_) => format!(
@@ -199,6 +236,13 @@ impl Store {
     where
         E: From<StoreError>,
     {
+        if self.db.dialect() == Dialect::Postgres {
+            let filter = TaskFilter {
+                state,
+                ..TaskFilter::default()
+            };
+            return self.for_each_summary_json_page(&filter, limit, 0, each);
+        }
         let limit = self.db.limit(limit);
         let sql = match state {
             // The state index yields the rowids in order; each summary is one lookup.
@@ -242,6 +286,36 @@ impl Store {
     where
         E: From<StoreError>,
     {
+        let text = |v: Option<&'static str>| v.map_or(Value::Null, Value::Text);
+        let rest = [
+            text(filter.state.map(TaskState::as_str)),
+            text(filter.source.map(|s| s.as_str())),
+            filter.agent.as_deref().map_or(Value::Null, Value::Text),
+        ];
+        if self.db.dialect() == Dialect::Postgres {
+            let newest = if filter.is_empty() {
+                Newest {
+                    columns: "json",
+                    from: "task_summaries WHERE CAST(?3 AS TEXT) IS NULL \
+                           AND CAST(?4 AS TEXT) IS NULL AND CAST(?5 AS TEXT) IS NULL",
+                    key: "seq",
+                    key_col: 1,
+                }
+            } else {
+                Newest {
+                    columns: "s.json",
+                    from: "tasks t JOIN task_summaries s ON s.seq = t.rowid \
+                           WHERE (CAST(?3 AS TEXT) IS NULL OR t.state = ?3) \
+                           AND (CAST(?4 AS TEXT) IS NULL OR t.source = ?4) \
+                           AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5))",
+                    key: "t.rowid",
+                    key_col: 1,
+                }
+            };
+            let mut each = each;
+            return self
+                .for_each_newest(&newest, &rest, limit, offset, |row| each(row.get_bytes(0)?));
+        }
         let limit = self.db.limit(limit);
         let offset = offset as i64;
         let sql = if filter.is_empty() {
@@ -256,17 +330,79 @@ impl Store {
              AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
              ORDER BY t.rowid DESC LIMIT ?1 OFFSET ?2"
         };
-        self.for_each_stored_json(
-            sql,
-            params![
-                limit,
-                offset,
-                filter.state.map(TaskState::as_str),
-                filter.source.map(|s| s.as_str()),
-                filter.agent.as_deref(),
-            ],
-            each,
-        )
+        self.for_each_stored_json(sql, params![limit, offset, rest[0], rest[1], rest[2]], each)
+    }
+
+    /// A listing newest first on PostgreSQL (issue 27), in keyset pages of [`PAGE_ROWS`]:
+    /// the first page skips `offset` rows, each next one starts below the last key seen
+    /// (`key < ?2`, an index range, never an `OFFSET` walk), so at most a page of rows is
+    /// held whatever the store's size; the `postgres` client reads a statement's rows whole
+    /// (at 100k summaries about 40 MB before). The pages are read in one `REPEATABLE READ`
+    /// read-only transaction (unless one is open already), so they are the one snapshot a
+    /// single statement would have read: the output is the same. `rest` are `?3…`; `each`
+    /// may use this store between pages (reads only).
+    fn for_each_newest<E>(
+        &self,
+        q: &Newest<'_>,
+        rest: &[Value<'_>],
+        limit: Option<usize>,
+        offset: usize,
+        mut each: impl FnMut(&Row<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let Newest {
+            columns,
+            from,
+            key,
+            key_col,
+        } = *q;
+        let first =
+            format!("SELECT {columns}, {key} FROM {from} ORDER BY {key} DESC LIMIT ?1 OFFSET ?2");
+        let next = format!(
+            "SELECT {columns}, {key} FROM {from} AND {key} < ?2 ORDER BY {key} DESC LIMIT ?1"
+        );
+        let snapshot = !self.db.in_transaction();
+        if snapshot {
+            self.db.begin_snapshot()?;
+        }
+        let walked = (|| {
+            let mut left = limit;
+            let mut cursor: Option<i64> = None;
+            loop {
+                let page = left.map_or(PAGE_ROWS, |l| l.min(PAGE_ROWS));
+                if page == 0 {
+                    return Ok(());
+                }
+                let mut params = vec![
+                    Value::Int(page as i64),
+                    Value::Int(cursor.unwrap_or(offset as i64)),
+                ];
+                params.extend_from_slice(rest);
+                let mut read = 0;
+                self.db.for_each(
+                    if cursor.is_some() { &next } else { &first },
+                    &params,
+                    |row| {
+                        read += 1;
+                        cursor = Some(row.get::<i64>(key_col)?);
+                        each(row)
+                    },
+                )?;
+                if read < page {
+                    return Ok(());
+                }
+                left = left.map(|l| l - read);
+            }
+        })();
+        if snapshot {
+            match &walked {
+                Ok(()) => self.db.commit()?,
+                Err(_) => self.db.rollback(),
+            }
+        }
+        walked
     }
 
     /// Runs `sql`, whose one column is stored summary JSON, and hands each row's bytes to

@@ -117,6 +117,7 @@ contract!(
     pull_requests_and_follow_ups_are_recorded_once,
     cancels_settle_without_a_failure,
     listings_and_local_ids_agree,
+    listings_longer_than_a_page_read_one_snapshot_newest_first,
     running_attempts_reserve_the_daily_ceiling_across_connections,
     daemons_with_different_caps_share_one_ceiling_at_the_reservations_they_recorded,
     a_shared_store_names_one_claimant_for_the_fleet,
@@ -1055,6 +1056,148 @@ fn listings_and_local_ids_agree(b: Backend) {
     );
     let detail = store.task_detail_json("local-2").unwrap().unwrap();
     assert_eq!(detail["task"]["state"], "BLOCKED");
+}
+
+/// Issue 27: PostgreSQL listings are read in keyset pages (2,000 rows) so memory stays
+/// bounded; SQLite streams one statement. Either way a listing longer than a page is every
+/// task once, newest first, with limits and offsets across page boundaries, and it is one
+/// snapshot: a task another connection inserts or moves while the listing runs is listed
+/// as it was when the listing began (what one statement reads).
+fn listings_longer_than_a_page_read_one_snapshot_newest_first(b: Backend) {
+    use polyphony::store::TaskFilter;
+    const N: usize = 4050;
+    let store = full(&b);
+    for i in 1..=N {
+        store.insert_task(&task(&format!("local-{i}"))).unwrap();
+    }
+    let other = b.handle.open().expect("a second connection");
+    walk_to(&store, "local-1", Blocked);
+    walk_to(&store, &format!("local-{}", N - 2000), Blocked);
+    let id_of = |json: &[u8]| -> String {
+        let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let newest = |from: usize, n: usize| -> Vec<String> {
+        (0..n).map(|k| format!("local-{}", from - k)).collect()
+    };
+    let json = |state, limit| {
+        let mut out = Vec::new();
+        store
+            .for_each_summary_json(state, limit, |j| -> Result<(), StoreError> {
+                out.push(j.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        out
+    };
+    let page = |filter: &TaskFilter, limit, offset| {
+        let mut out = Vec::new();
+        store
+            .for_each_summary_json_page(filter, limit, offset, |j| -> Result<(), StoreError> {
+                out.push(id_of(j));
+                Ok(())
+            })
+            .unwrap();
+        out
+    };
+
+    let all = json(None, None);
+    assert_eq!(
+        all.iter().map(|j| id_of(j)).collect::<Vec<_>>(),
+        newest(N, N)
+    );
+    for k in [0, 1999, 2000, 2001, N - 1] {
+        let id = format!("local-{}", N - k);
+        assert_eq!(
+            String::from_utf8(all[k].clone()).unwrap(),
+            store.summary_json(&id).unwrap().unwrap(),
+            "the stored bytes of {id}"
+        );
+    }
+    let mut summaries = Vec::new();
+    store
+        .for_each_task_summary(None, None, |t| -> Result<(), StoreError> {
+            summaries.push(t.id.to_string());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(summaries, newest(N, N));
+    let discovered: Vec<String> = json(Some(Discovered), None)
+        .iter()
+        .map(|j| id_of(j))
+        .collect();
+    let mut expected = newest(N, N);
+    expected.retain(|id| *id != "local-1" && *id != format!("local-{}", N - 2000));
+    assert_eq!(discovered, expected);
+    let blocked: Vec<String> = json(Some(Blocked), None).iter().map(|j| id_of(j)).collect();
+    assert_eq!(
+        blocked,
+        vec![format!("local-{}", N - 2000), "local-1".into()]
+    );
+    for limit in [1, 1999, 2000, 2001, 4000, N] {
+        let got: Vec<String> = json(None, Some(limit)).iter().map(|j| id_of(j)).collect();
+        assert_eq!(got, newest(N, limit), "limit {limit}");
+    }
+    let any = TaskFilter::default();
+    assert_eq!(page(&any, Some(3), 1999), newest(N - 1999, 3));
+    assert_eq!(page(&any, Some(2500), 1000), newest(N - 1000, 2500));
+    assert_eq!(page(&any, None, 2000).len(), N - 2000);
+    assert_eq!(page(&any, Some(10), N - 1), vec!["local-1".to_string()]);
+    assert!(page(&any, Some(10), N).is_empty());
+    let in_state = TaskFilter {
+        state: Some(Discovered),
+        ..Default::default()
+    };
+    assert_eq!(
+        page(&in_state, Some(4), 1998),
+        expected[1998..2002].to_vec()
+    );
+
+    // One snapshot: at the first row another connection adds a task and moves two the
+    // listing has not reached (their summaries change); neither shows. Reading this store
+    // between rows works.
+    let mut seen = Vec::new();
+    store
+        .for_each_summary_json(None, None, |j| -> Result<(), StoreError> {
+            if seen.is_empty() {
+                other.insert_task(&task(&format!("local-{}", N + 1)))?;
+                walk_to(&other, "local-5", Routed);
+                walk_to(&other, &format!("local-{}", N - 2500), Routed);
+                assert!(store.summary_json("local-7")?.is_some());
+            }
+            let v: serde_json::Value = serde_json::from_slice(j).unwrap();
+            seen.push((
+                v["id"].as_str().unwrap().to_string(),
+                v["state"].as_str().unwrap().to_string(),
+            ));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        seen.iter().map(|s| s.0.clone()).collect::<Vec<_>>(),
+        newest(N, N)
+    );
+    for id in ["local-5".to_string(), format!("local-{}", N - 2500)] {
+        let state = &seen.iter().find(|s| s.0 == id).unwrap().1;
+        assert_eq!(state, "DISCOVERED", "{id} as the listing began");
+    }
+    let mut listed = Vec::new();
+    store
+        .for_each_task_summary(Some(Discovered), None, |t| -> Result<(), StoreError> {
+            if listed.is_empty() {
+                walk_to(&other, "local-9", Routed);
+            }
+            listed.push(t.id.to_string());
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        listed.contains(&"local-9".to_string()),
+        "local-9 was DISCOVERED as it began"
+    );
+    // Afterwards the changes show.
+    assert_eq!(json(None, None).len(), N + 1);
+    assert_eq!(json(Some(Routed), None).len(), 3);
 }
 
 /// Issue 27, shared limits: each running attempt of an identity reserves the per-attempt cap
