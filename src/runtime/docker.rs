@@ -887,12 +887,17 @@ impl WorkerRuntime for DockerRuntime {
                 .inspect_network(name, None)
                 .await
                 .map_err(|e| engine("inspect network", e))?;
-            Ok(inspect
+            let gateways: Vec<String> = inspect
                 .ipam
                 .and_then(|i| i.config)
                 .into_iter()
                 .flatten()
-                .find_map(|c| c.gateway.and_then(|g| g.parse().ok())))
+                .filter_map(|c| c.gateway)
+                .collect();
+            let bridge = inspect
+                .options
+                .and_then(|o| o.get("com.docker.network.bridge.name").cloned());
+            Ok(bridge_address(&gateways, bridge.as_deref(), interface_ipv4))
         })
     }
 
@@ -1053,5 +1058,77 @@ mod tests {
             err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         };
         assert!(matches!(connect_error(refused), RuntimeError::Connect(_)));
+    }
+}
+
+/// The host's address on a bridge network (pure but for `interface`): its IPAM gateway when
+/// the engine reports one; else (Docker 20.10 reports none for the default `bridge`: its
+/// IPAM config holds only the subnet) the IPv4 address of the network's host interface
+/// (`com.docker.network.bridge.name`, e.g. `docker0`), as `interface` finds it.
+pub fn bridge_address(
+    gateways: &[String],
+    bridge: Option<&str>,
+    interface: impl Fn(&str) -> Option<std::net::IpAddr>,
+) -> Option<std::net::IpAddr> {
+    gateways
+        .iter()
+        .find_map(|g| g.parse().ok())
+        .or_else(|| bridge.and_then(interface))
+}
+
+/// The first IPv4 address of the host interface `name` (`getifaddrs`), if it has one.
+fn interface_ipv4(name: &str) -> Option<std::net::IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list freed by freeifaddrs below; every
+    // pointer read is checked for null and read only while the list lives.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return None;
+        }
+        let mut found = None;
+        let mut at = list;
+        while !at.is_null() {
+            let entry = &*at;
+            at = entry.ifa_next;
+            if entry.ifa_addr.is_null() || entry.ifa_name.is_null() {
+                continue;
+            }
+            if std::ffi::CStr::from_ptr(entry.ifa_name).to_bytes() != name.as_bytes() {
+                continue;
+            }
+            if i32::from((*entry.ifa_addr).sa_family) == libc::AF_INET {
+                let sin = &*(entry.ifa_addr as *const libc::sockaddr_in);
+                found = Some(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                    u32::from_be(sin.sin_addr.s_addr),
+                )));
+                break;
+            }
+        }
+        libc::freeifaddrs(list);
+        found
+    }
+}
+
+#[cfg(test)]
+mod bridge_tests {
+    use super::*;
+
+    #[test]
+    fn the_ipam_gateway_wins_else_the_bridge_interfaces_address() {
+        let docker0 = |name: &str| (name == "docker0").then(|| "172.17.0.1".parse().unwrap());
+        // Docker 20.10's default bridge: only a subnet in its IPAM config.
+        assert_eq!(
+            bridge_address(&[], Some("docker0"), docker0),
+            Some("172.17.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            bridge_address(&["10.1.0.1".into()], Some("docker0"), docker0),
+            Some("10.1.0.1".parse().unwrap())
+        );
+        assert_eq!(bridge_address(&[], None, docker0), None);
+        assert_eq!(bridge_address(&[], Some("br-x"), docker0), None);
+        // Loopback is an interface every host has.
+        assert_eq!(interface_ipv4("lo"), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(interface_ipv4("polyphony-no-such-if"), None);
     }
 }

@@ -1054,3 +1054,17 @@ async fn a_test_that_panics_after_egress_up_leaves_no_proxy_or_network() {
         "proxy left"
     );
 }
+
+/// `host_address` of Docker's default `bridge` is the host's address on it (its
+/// interface's, docker0's), also on an engine (20.10) whose IPAM config names no gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_address_on_the_default_bridge_is_its_interfaces() {
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let found = rt
+        .host_address(&polyphony::domain::NetworkMode::Bridge)
+        .await
+        .expect("inspect the bridge");
+    assert_eq!(found, Some(bridge_gateway()));
+}
