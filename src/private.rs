@@ -2,6 +2,9 @@
 //! the home directory 0700; `queue.db` and its `-wal`/`-shm`, transcripts and logs 0600.
 //!
 //! Must not: widen a permission. Every function only removes group and other access.
+//! Must not: touch a directory shared by design. A sticky directory (`/tmp`) or one owned by
+//! another user is left as it is: a queue opened at `/tmp/q.db` by root would otherwise make
+//! `/tmp` 0700 for everyone.
 
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io;
@@ -27,11 +30,21 @@ pub fn create_dir(dir: &Path) -> io::Result<()> {
 pub fn restrict(path: &Path, mode: u32) -> io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => Ok(()),
+        Ok(meta) if meta.is_dir() && shared(&meta) => Ok(()),
         Ok(meta) if meta.permissions().mode() & 0o777 == mode => Ok(()),
         Ok(_) => std::fs::set_permissions(path, Permissions::from_mode(mode)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a directory is shared by design: sticky (`/tmp`, `/var/tmp`) or owned by another
+/// user than this process's.
+fn shared(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    meta.permissions().mode() & 0o1000 != 0 || meta.uid() != euid
 }
 
 /// Opens `path` for appending, created 0600 (and made 0600 when it already existed).
@@ -88,5 +101,21 @@ mod tests {
         create_file_if_missing(&db).unwrap();
         assert_eq!(mode(&db), 0o600);
         restrict(&dir.join("missing"), FILE_MODE).unwrap();
+    }
+
+    #[test]
+    fn a_sticky_shared_directory_is_left_as_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, Permissions::from_mode(0o1777)).unwrap();
+        create_dir(&shared).unwrap();
+        restrict(&shared, DIR_MODE).unwrap();
+        let full = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(full, 0o1777);
+        // What is made inside it is still owner-only.
+        let home = shared.join("home");
+        create_dir(&home).unwrap();
+        assert_eq!(mode(&home), 0o700);
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! Each event's `id` is its `seq` and its `data` the `logs --json` object, so a client that
 //! reconnects with `Last-Event-ID: N` (browsers do it themselves) resumes after `seq` N
-//! with nothing lost or repeated. The stream ends once the attempt has ended and every
+//! with nothing lost or repeated. The attempt's egress proxy's refusals and summary (issue
+//! 25, stored as the proxy logs them, with a sequence of their own) come as `egress`
+//! events; once one was sent the ids name both places (`N~E`, [`Cursor`]), so a resumed
+//! stream repeats neither. The stream ends once the attempt has ended and every
 //! stored event was sent; it reads the store (not the pipeline's memory), so it works for
 //! attempts run by any process sharing the home.
 //!
@@ -172,11 +175,84 @@ struct Feed {
     changed: watch::Sender<u64>,
 }
 
+/// Where a stream stands: the last of the attempt's stream events sent (its `seq`) and
+/// the last `egress` row sent (its stored seq, `Store::egress_rows_after`). Its SSE id is
+/// `N`, `N~E` or `~E`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub seq: Option<u64>,
+    pub egress: Option<u64>,
+}
+
+impl Cursor {
+    pub fn id(&self) -> String {
+        let seq = self.seq.map(|n| n.to_string()).unwrap_or_default();
+        match self.egress {
+            None => seq,
+            Some(e) => format!("{seq}~{e}"),
+        }
+    }
+
+    pub fn parse(id: &str) -> Option<Cursor> {
+        let num = |t: &str| -> Option<Option<u64>> {
+            if t.is_empty() {
+                Some(None)
+            } else {
+                t.parse().ok().map(Some)
+            }
+        };
+        let (seq, egress) = match id.split_once('~') {
+            Some((s, e)) if !e.is_empty() => (num(s)?, num(e)?),
+            Some(_) => return None,
+            None if id.is_empty() => return None,
+            None => (num(id)?, None),
+        };
+        Some(Cursor { seq, egress })
+    }
+
+    /// Whether a stream at `self` has had everything up to `other`.
+    fn covers(&self, other: &Cursor) -> bool {
+        self.seq >= other.seq && self.egress >= other.egress
+    }
+
+    fn join(self, other: Cursor) -> Cursor {
+        Cursor {
+            seq: self.seq.max(other.seq),
+            egress: self.egress.max(other.egress),
+        }
+    }
+}
+
+/// Which of an attempt's sequences an event is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Stream,
+    Egress,
+}
+
+/// One event ready to send: its lane, the place a stream is at once it sent it, its JSON.
+#[derive(Debug, Clone)]
+struct Entry {
+    lane: Lane,
+    cursor: Cursor,
+    json: Arc<str>,
+}
+
+impl Entry {
+    /// Whether a stream at `after` has not had it.
+    fn is_new(&self, after: &Cursor) -> bool {
+        match self.lane {
+            Lane::Stream => self.cursor.seq > after.seq,
+            Lane::Egress => self.cursor.egress > after.egress,
+        }
+    }
+}
+
 #[derive(Default)]
 struct FeedState {
-    /// Every event with a seq above `floor` is in `recent` (`None`: since the first).
-    floor: Option<u64>,
-    recent: VecDeque<(u64, Arc<str>)>,
+    /// Every event after `floor` is in `recent` (`None`: since the first).
+    floor: Option<Cursor>,
+    recent: VecDeque<Entry>,
     /// The attempt has ended and every event it stored is in `recent` (or below `floor`).
     ended: bool,
     error: Option<String>,
@@ -184,36 +260,27 @@ struct FeedState {
 
 impl FeedState {
     /// Whether a stream that has sent everything up to `after` can be served from here.
-    fn covers(&self, after: Option<u64>) -> bool {
-        match (self.floor, after) {
-            (None, _) => true,
-            (Some(floor), Some(after)) => after >= floor,
-            (Some(_), None) => false,
-        }
+    fn covers(&self, after: &Cursor) -> bool {
+        self.floor.is_none_or(|floor| after.covers(&floor))
     }
 
-    /// Up to `BATCH` events after `after`.
-    fn after(&self, after: Option<u64>) -> Vec<(u64, Arc<str>)> {
-        let from = match after {
-            None => 0,
-            Some(a) => self.recent.partition_point(|(seq, _)| *seq <= a),
-        };
+    /// Up to `BATCH` events a stream at `after` has not had.
+    fn after(&self, after: &Cursor) -> Vec<Entry> {
+        // Places only grow along `recent`: the ones `after` covers are a prefix.
+        let from = self.recent.partition_point(|e| after.covers(&e.cursor));
         self.recent
             .iter()
             .skip(from)
+            .filter(|e| e.is_new(after))
             .take(BATCH)
-            .map(|(seq, json)| (*seq, json.clone()))
+            .cloned()
             .collect()
     }
 }
 
-/// One read: the next events after `after` and whether the attempt has ended.
-fn read(
-    store: &Store,
-    task: &str,
-    attempt: u32,
-    after: Option<u64>,
-) -> Result<(Vec<(u64, String)>, bool), String> {
+/// One read: the next events after `after` (the stream's, then the egress rows), whether
+/// the attempt has ended and all of it was read, and whether more stream events wait.
+fn read(store: &Store, task: &str, attempt: u32, after: Cursor) -> Result<Read, String> {
     // Ended is read first: events stored before the end are then all in this read or the
     // next, never skipped.
     let ended = store
@@ -221,21 +288,52 @@ fn read(
         .map_err(|e| e.to_string())?
         .is_none_or(|a| a.status.is_some());
     let events = store
-        .events(task, attempt, after, BATCH)
+        .events(task, attempt, after.seq, BATCH)
         .map_err(|e| e.to_string())?;
-    let lines = events
-        .iter()
-        .map(|e| {
-            let json = serde_json::to_string(&EventJson {
+    let egress = store
+        .egress_rows_after(task, attempt, after.egress)
+        .map_err(|e| e.to_string())?;
+    let json = |event: &crate::domain::TaskEvent| -> Arc<str> {
+        Arc::from(
+            serde_json::to_string(&EventJson {
                 task,
                 attempt,
-                event: e,
+                event,
             })
-            .unwrap_or_default();
-            (e.seq, json)
-        })
-        .collect();
-    Ok((lines, ended))
+            .unwrap_or_default(),
+        )
+    };
+    let more = events.len() >= BATCH;
+    let mut at = after;
+    let mut entries = Vec::with_capacity(events.len() + egress.len());
+    for e in &events {
+        at.seq = Some(e.seq);
+        entries.push(Entry {
+            lane: Lane::Stream,
+            cursor: at,
+            json: json(e),
+        });
+    }
+    for (seq, e) in &egress {
+        at.egress = Some(*seq);
+        entries.push(Entry {
+            lane: Lane::Egress,
+            cursor: at,
+            json: json(e),
+        });
+    }
+    Ok(Read {
+        entries,
+        ended: ended && !more,
+        more,
+    })
+}
+
+/// What one [`read`] found.
+struct Read {
+    entries: Vec<Entry>,
+    ended: bool,
+    more: bool,
 }
 
 /// A read on the blocking pool with `store` (opened on first use), handed back after.
@@ -244,8 +342,8 @@ async fn read_blocking(
     db: StoreHandle,
     task: String,
     attempt: u32,
-    after: Option<u64>,
-) -> (Option<Store>, Result<(Vec<(u64, String)>, bool), String>) {
+    after: Cursor,
+) -> (Option<Store>, Result<Read, String>) {
     let joined = tokio::task::spawn_blocking(move || {
         let store = match store {
             Some(s) => s,
@@ -265,7 +363,7 @@ async fn read_blocking(
 /// the feed, until the attempt has ended and all of it was read.
 async fn run_feed(db: StoreHandle, task: String, attempt: u32, feed: Weak<Feed>) {
     let mut store = None;
-    let mut after = None;
+    let mut after = Cursor::default();
     loop {
         if feed.strong_count() == 0 {
             return;
@@ -273,26 +371,26 @@ async fn run_feed(db: StoreHandle, task: String, attempt: u32, feed: Weak<Feed>)
         let (kept, read) = read_blocking(store, db.clone(), task.clone(), attempt, after).await;
         store = kept;
         let Some(f) = feed.upgrade() else { return };
-        let (got, finished) = {
+        let (got, more, finished) = {
             let mut state = lock(&f.state);
             match read {
-                Ok((lines, ended)) => {
-                    let got = lines.len();
-                    for (seq, json) in lines {
-                        after = Some(seq);
-                        state.recent.push_back((seq, Arc::from(json)));
+                Ok(read) => {
+                    let got = read.entries.len();
+                    for entry in read.entries {
+                        after = entry.cursor;
+                        state.recent.push_back(entry);
                         if state.recent.len() > RECENT {
-                            if let Some((seq, _)) = state.recent.pop_front() {
-                                state.floor = Some(seq);
+                            if let Some(gone) = state.recent.pop_front() {
+                                state.floor = Some(gone.cursor);
                             }
                         }
                     }
-                    state.ended = ended && got < BATCH;
-                    (got, state.ended)
+                    state.ended = read.ended;
+                    (got, read.more, state.ended)
                 }
                 Err(e) => {
                     state.error = Some(e);
-                    (0, true)
+                    (0, false, true)
                 }
             }
         };
@@ -303,7 +401,7 @@ async fn run_feed(db: StoreHandle, task: String, attempt: u32, feed: Weak<Feed>)
         if finished {
             return;
         }
-        if got < BATCH {
+        if !more {
             tokio::time::sleep(POLL).await;
         }
     }
@@ -316,7 +414,7 @@ struct Client {
     db: StoreHandle,
     task: String,
     attempt: u32,
-    after: Option<u64>,
+    after: Cursor,
     /// A client behind the feed's buffer reads the store itself until it catches up.
     own_store: Option<Store>,
     pending: VecDeque<Event>,
@@ -326,7 +424,7 @@ struct Client {
 
 /// What a stream does next.
 enum Step {
-    Send(Vec<(u64, Arc<str>)>),
+    Send(Vec<Entry>),
     End,
     Fail(String),
     CatchUp,
@@ -334,14 +432,24 @@ enum Step {
 }
 
 impl Client {
-    fn queue(&mut self, events: impl IntoIterator<Item = (u64, Arc<str>)>) {
-        for (seq, json) in events {
-            self.after = Some(seq);
+    fn queue(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        for entry in entries {
+            if !entry.is_new(&self.after) {
+                continue;
+            }
+            match entry.lane {
+                Lane::Stream => self.after.seq = entry.cursor.seq,
+                Lane::Egress => self.after.egress = entry.cursor.egress,
+            }
+            let name = match entry.lane {
+                Lane::Stream => "event",
+                Lane::Egress => "egress",
+            };
             self.pending.push_back(
                 Event::default()
-                    .id(seq.to_string())
-                    .event("event")
-                    .data(&*json),
+                    .id(self.after.id())
+                    .event(name)
+                    .data(&*entry.json),
             );
         }
     }
@@ -358,10 +466,10 @@ impl Client {
             self.changed.borrow_and_update();
             let step = {
                 let state = lock(&self.feed.state);
-                if !state.covers(self.after) {
+                if !state.covers(&self.after) {
                     Step::CatchUp
                 } else {
-                    let events = state.after(self.after);
+                    let events = state.after(&self.after);
                     if !events.is_empty() {
                         Step::Send(events)
                     } else if let Some(e) = &state.error {
@@ -397,11 +505,12 @@ impl Client {
                     .await;
                     self.own_store = kept;
                     match read {
-                        Ok((lines, _)) if !lines.is_empty() => {
-                            self.queue(lines.into_iter().map(|(seq, json)| (seq, Arc::from(json))))
-                        }
+                        Ok(read) if !read.entries.is_empty() => self.queue(read.entries),
                         // Nothing older is left: the buffer covers the rest.
-                        Ok(_) => self.after = self.after.max(lock(&self.feed.state).floor),
+                        Ok(_) => {
+                            let floor = lock(&self.feed.state).floor.unwrap_or_default();
+                            self.after = self.after.join(floor);
+                        }
                         Err(e) => {
                             self.pending
                                 .push_back(Event::default().event("error").data(e));
@@ -439,18 +548,18 @@ pub async fn stream(
         }
     };
     let after = match headers.get("last-event-id").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(v)) => match v.trim().parse::<u64>() {
-            Ok(n) => Some(n),
-            Err(_) => {
+        None => Cursor::default(),
+        Some(Ok(v)) => match Cursor::parse(v.trim()) {
+            Some(c) => c,
+            None => {
                 return error_response(
                     StatusCode::BAD_REQUEST,
                     &format!("`Last-Event-ID: {v}` is not an event id"),
-                    "send the `id` of the last event received (a whole number)",
+                    "send the `id` of the last event received (a whole number, or N~E)",
                 )
             }
         },
-        Some(Err(_)) => None,
+        Some(Err(_)) => Cursor::default(),
     };
     // The caps first: a refused client costs no store read.
     let permit = match s
@@ -562,18 +671,71 @@ mod tests {
         assert!(hub.admit(b).is_ok());
     }
 
+    fn at(seq: Option<u64>, egress: Option<u64>) -> Cursor {
+        Cursor { seq, egress }
+    }
+
+    fn stream(n: u64) -> Cursor {
+        at(Some(n), None)
+    }
+
     #[test]
     fn a_feed_serves_a_stream_only_from_where_its_buffer_starts() {
         let mut state = FeedState::default();
         for seq in 5..10 {
-            state.recent.push_back((seq, Arc::from(seq.to_string())));
+            state.recent.push_back(Entry {
+                lane: Lane::Stream,
+                cursor: stream(seq),
+                json: Arc::from(seq.to_string()),
+            });
         }
-        assert!(state.covers(None));
-        assert_eq!(state.after(Some(7)).len(), 2);
-        state.floor = Some(4);
-        assert!(!state.covers(None));
-        assert!(!state.covers(Some(3)));
-        assert!(state.covers(Some(4)));
-        assert_eq!(state.after(Some(4)).first().map(|e| e.0), Some(5));
+        assert!(state.covers(&Cursor::default()));
+        assert_eq!(state.after(&stream(7)).len(), 2);
+        state.floor = Some(stream(4));
+        assert!(!state.covers(&Cursor::default()));
+        assert!(!state.covers(&stream(3)));
+        assert!(state.covers(&stream(4)));
+        assert_eq!(
+            state.after(&stream(4)).first().map(|e| e.cursor),
+            Some(stream(5))
+        );
+    }
+
+    #[test]
+    fn ids_name_both_places_and_a_stream_gets_only_what_it_has_not_had() {
+        assert_eq!(stream(41).id(), "41");
+        assert_eq!(at(Some(41), Some(6)).id(), "41~6");
+        assert_eq!(at(None, Some(6)).id(), "~6");
+        for c in [stream(41), at(Some(41), Some(6)), at(None, Some(6))] {
+            assert_eq!(Cursor::parse(&c.id()), Some(c));
+        }
+        for bad in ["", "~", "x", "1~", "1~x", "-1"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+        // Stream 1, egress row 6, stream 2, egress row 14: a client that had stream 1 and
+        // row 6 gets stream 2 and row 14; one that had stream 2 only gets both rows.
+        let mut state = FeedState::default();
+        for (lane, cursor) in [
+            (Lane::Stream, stream(1)),
+            (Lane::Egress, at(Some(1), Some(6))),
+            (Lane::Stream, at(Some(2), Some(6))),
+            (Lane::Egress, at(Some(2), Some(14))),
+        ] {
+            state.recent.push_back(Entry {
+                lane,
+                cursor,
+                json: Arc::from(cursor.id()),
+            });
+        }
+        let ids = |after: Cursor| -> Vec<String> {
+            state
+                .after(&after)
+                .iter()
+                .map(|e| e.json.to_string())
+                .collect()
+        };
+        assert_eq!(ids(at(Some(1), Some(6))), ["2~6", "2~14"]);
+        assert_eq!(ids(stream(2)), ["1~6", "2~14"]);
+        assert_eq!(ids(at(Some(2), Some(14))), Vec::<String>::new());
     }
 }

@@ -402,6 +402,66 @@ async fn events_stream_live_resume_after_the_last_id_and_end_with_the_attempt() 
     assert_eq!(get(addr, "/api/v1/tasks/nope/events").await.status, 404);
 }
 
+/// Issue 25: the attempt's egress refusals, stored as its proxy logs them (a sequence of
+/// their own), come live on the event stream as `egress` events among the stream's own;
+/// a client resuming from an id naming both places gets neither again.
+#[tokio::test]
+async fn egress_events_stream_live_and_a_resume_repeats_none() {
+    use polyphony::domain::{EventKind, TaskEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Stream me", &[event(0, "zero")]);
+    let refusal = |line: u64, host: &str| TaskEvent {
+        kind: EventKind::Egress,
+        data: serde_json::json!({ "egress": "refused", "host": host }),
+        ..event(line, &format!("refused {host}:443"))
+    };
+    let addr = start(settings(db.clone(), None, false)).await;
+    let reader = tokio::spawn(async move { sse(addr, "/api/v1/tasks/local-1/events", None).await });
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    store
+        .record_egress("local-1", 1, &[refusal(3, "evil.example")], None)
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    store
+        .append_events("local-1", 1, &[event(1, "one")])
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    store
+        .record_egress("local-1", 1, &[refusal(7, "other.example")], None)
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    finish(&store, "local-1");
+    let events = reader.await.unwrap();
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|(_, k, _)| k != "end")
+        .map(|(id, k, _)| (id.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("0", "event"),
+            ("0~6", "egress"),
+            ("1~6", "event"),
+            ("1~14", "egress")
+        ],
+        "{events:?}"
+    );
+    let refused: Value = serde_json::from_str(&events[1].2).unwrap();
+    assert_eq!(refused["kind"], "egress");
+    assert_eq!(refused["summary"], "refused evil.example:443");
+    // Resumed after the first refusal: the stream's next event and the second refusal.
+    let resumed = sse(addr, "/api/v1/tasks/local-1/events", Some("0~6")).await;
+    let ids: Vec<&str> = resumed
+        .iter()
+        .filter(|(_, k, _)| k != "end")
+        .map(|(id, _, _)| id.as_str())
+        .collect();
+    assert_eq!(ids, ["1~6", "1~14"], "{resumed:?}");
+}
+
 #[tokio::test]
 async fn agent_and_issue_text_renders_inert_on_the_dashboard() {
     let dir = tempfile::tempdir().unwrap();
