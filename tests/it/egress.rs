@@ -322,6 +322,9 @@ async fn an_attempt_reaches_only_its_allowlist_through_its_proxy() {
     let pid = std::process::id();
     let label = format!("egressit{pid:08x}");
     let out = Net::create(&format!("polyphony-it-egress-out-{pid}"), false);
+    // Removes the proxies and networks made under `label` on every path (a panic too),
+    // before `out`'s own removal, which a proxy still attached to it would refuse.
+    let _leftovers = support::docker::LabelGuard(label.clone());
     let (port, hits) = server(out.gateway).await;
     // Listeners the probes must never reach, each shown reachable by a control below: a
     // UDP one on the server's address, a TCP one on the host's `bridge` address, and a DNS
@@ -789,6 +792,9 @@ async fn the_daemons_http_api_is_unreachable_from_an_attempt() {
     let pid = std::process::id();
     let label = format!("egressapi{pid:08x}");
     let out = Net::create(&format!("polyphony-it-egress-api-{pid}"), false);
+    // Removes the proxies and networks made under `label` on every path (a panic too),
+    // before `out`'s own removal, which a proxy still attached to it would refuse.
+    let _leftovers = support::docker::LabelGuard(label.clone());
     let config = ProxyConfig::default();
     let one = plan(&label, 7, &out.name, &config);
     let up = rt.egress_up(&one).await.expect("egress up");
@@ -1020,4 +1026,31 @@ async fn a_kill_9_mid_attempt_neither_loses_nor_repeats_egress_events() {
     assert_eq!(rows, 2, "{v:#}");
     assert!(networks_of(&home.label).is_empty(), "networks left");
     assert!(home.containers().is_empty(), "containers left");
+}
+
+/// The tests' guard (`support::docker::LabelGuard`): a test that panics after its attempt's
+/// network and proxy are up, before its own `egress_down`, leaves neither behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_that_panics_after_egress_up_leaves_no_proxy_or_network() {
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let rt: DockerRuntime = rt.with_proxy_binary(BIN);
+    let pid = std::process::id();
+    let label = format!("egressguard{pid:08x}");
+    let out = Net::create(&format!("polyphony-it-egress-guard-{pid}"), false);
+    let one = plan(&label, 1, &out.name, &ProxyConfig::default());
+    let (guarded, made) = (label.clone(), one.clone());
+    let panicked = tokio::spawn(async move {
+        let _leftovers = support::docker::LabelGuard(guarded);
+        rt.egress_up(&made).await.expect("egress up");
+        panic!("a test failing before its egress_down");
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    assert!(networks_of(&label).is_empty(), "networks left");
+    assert!(
+        support::docker::containers_of(&label, "").is_empty(),
+        "proxy left"
+    );
 }

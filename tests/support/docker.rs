@@ -79,6 +79,46 @@ pub fn remove_containers_of(label: &str) {
     }
 }
 
+/// Removes the networks labelled for the home `label` (an attempt's egress network), after
+/// their containers.
+pub fn remove_networks_of(label: &str) {
+    remove_containers_of(label);
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=polyphony.home={label}"),
+        ])
+        .output();
+    let ids: Vec<String> = out
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["network", "rm"])
+            .args(&ids)
+            .output();
+    }
+}
+
+/// What a test makes under the home label it holds (agent and proxy containers, egress
+/// networks), removed when dropped: on every path, a panic before the test's own
+/// `egress_down` included.
+pub struct LabelGuard(pub String);
+
+impl Drop for LabelGuard {
+    fn drop(&mut self) {
+        remove_networks_of(&self.0);
+    }
+}
+
 /// An image tag this test made from another image, removed again when dropped.
 pub struct TagGuard(String);
 

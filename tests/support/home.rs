@@ -16,7 +16,7 @@ use polyphony::runtime::home_label;
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
-use super::docker::{containers_of, remove_containers_of};
+use super::docker::{containers_of, remove_networks_of};
 use super::fake_github::FakeGithub;
 use super::git::{git, polyphony_branches};
 
@@ -272,7 +272,8 @@ impl Home {
 
 impl Drop for Home {
     fn drop(&mut self) {
-        remove_containers_of(&self.label);
+        // Its agents' and proxies' containers, and the egress networks of its attempts.
+        remove_networks_of(&self.label);
     }
 }
 
