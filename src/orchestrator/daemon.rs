@@ -150,6 +150,11 @@ pub async fn run(
     if let Err(e) = store.set_machine_slots(&orch.leases.owner.machine, max as u32, orch.now()) {
         tracing::warn!(error = %e, "cannot record this daemon's agent slots");
     }
+    let now = orch.now();
+    if let Err(e) = store.set_machine_alive(&orch.leases.owner.machine, orch.leases.until(now), now)
+    {
+        tracing::warn!(error = %e, "cannot record this daemon's heartbeat");
+    }
 
     reconcile(
         &orch,
@@ -701,10 +706,17 @@ async fn heartbeat(orch: Arc<Orchestrator>) {
     loop {
         every.tick().await;
         let now = orch.now();
+        // The machine's own heartbeat too: the console shows every live machine, idle
+        // ones included (issue 27).
+        let beat = |store: &Store| {
+            let n = store.renew_leases(&leases.owner, leases.until(now))?;
+            store.set_machine_alive(&leases.owner.machine, leases.until(now), now)?;
+            Ok(n)
+        };
         let renewed = match conn.as_ref() {
-            Some(store) => store.renew_leases(&leases.owner, leases.until(now)),
+            Some(store) => beat(store),
             None => orch.store.open().and_then(|store| {
-                let n = store.renew_leases(&leases.owner, leases.until(now));
+                let n = beat(&store);
                 conn = Some(store);
                 n
             }),

@@ -1,6 +1,8 @@
 //! A small key-value table for state that has no typed home yet.
 
 use super::sql::params;
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::sql::Dialect;
@@ -43,6 +45,15 @@ impl Store {
     }
 }
 
+/// The kv keys of machines' heartbeats: `fleet.alive.MACHINE` = alive until (a
+/// timestamp); `ALIVE_END` bounds the range (`/` follows `.`).
+const ALIVE_PREFIX: &str = "fleet.alive.";
+const ALIVE_END: &str = "fleet.alive/";
+
+fn alive_key(machine: &str) -> String {
+    format!("{ALIVE_PREFIX}{machine}")
+}
+
 /// The kv key of a machine's agent slots.
 fn slots_key(machine: &str) -> String {
     format!("fleet.slots.{machine}")
@@ -53,6 +64,39 @@ impl Store {
     /// for the console's per-machine slots (issue 29); each daemon writes it at start.
     pub fn set_machine_slots(&self, machine: &str, slots: u32, now: DateTime<Utc>) -> Result<()> {
         self.kv_set(&slots_key(machine), &slots.to_string(), now)
+    }
+
+    /// Records that `machine`'s daemon is alive until `until` (its lease: a heartbeat
+    /// renews it), for the console's Now panel, which shows every live machine of a fleet,
+    /// idle ones too (issue 27).
+    pub fn set_machine_alive(
+        &self,
+        machine: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.kv_set(&alive_key(machine), &ts(until), now)
+    }
+
+    /// The machines whose daemons' heartbeats still run at `now` (recorded alive past it),
+    /// each with the agent slots it recorded (0 when none), by name.
+    pub fn live_machines(&self, now: DateTime<Utc>) -> Result<BTreeMap<String, u32>> {
+        let rows = self.db.query_map(
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2",
+            params![ALIVE_PREFIX, ALIVE_END],
+            |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+        )?;
+        // Fixed-width timestamps compare bytewise (not in the server's collation).
+        let now = ts(now);
+        let mut out = BTreeMap::new();
+        for (key, _) in rows.into_iter().filter(|(_, until)| *until > now) {
+            let machine = &key[ALIVE_PREFIX.len()..];
+            out.insert(
+                machine.to_string(),
+                self.machine_slots(machine)?.unwrap_or(0),
+            );
+        }
+        Ok(out)
     }
 
     /// The agent slots `machine`'s daemon last recorded; `None` when it never did.

@@ -807,6 +807,63 @@ async fn cancel_on_a_running_slot_records_the_request_with_who_asked() {
 /// Issue 29: once there is a fleet (a running attempt claimed by another machine's
 /// daemon), the Now panel shows the agent slots per machine, this one first, each with
 /// its busy and idle slots; a home of one machine shows one list without headings.
+/// Issue 27: every machine whose daemon's heartbeat runs has a group in the Now panel, idle
+/// ones too (before, a machine appeared only while it held a claim); one whose heartbeat
+/// stopped (recorded alive until a minute ago) does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_now_panel_shows_every_live_machine_of_a_fleet_idle_or_not() {
+    let Some(binary) = browser_or_skip() else {
+        return;
+    };
+    let (dir, addr, _) = seeded(None).await;
+    let db = dir.path().join("queue.db");
+    const READ: &str = "JSON.stringify({heads: Array.from(document.querySelectorAll('#now h3.machine')).map(function(e){return e.textContent.trim()}), lists: Array.from(document.querySelectorAll('#now ul.slots')).map(function(u){return {machine: u.getAttribute('data-machine'), slots: Array.from(u.querySelectorAll('li.slot')).map(function(l){return l.getAttribute('data-task') || 'idle'})}}), summary: document.getElementById('summary').textContent})";
+    let fleet = with_browser(binary, 1280, move |b| {
+        let store = Store::open(&db).unwrap();
+        let now = Utc::now();
+        // `idle-box` beats and runs nothing; `gone` stopped beating a minute ago.
+        store.set_machine_slots("idle-box", 2, now).unwrap();
+        store
+            .set_machine_alive("idle-box", now + chrono::Duration::seconds(30), now)
+            .unwrap();
+        store.set_machine_slots("gone", 4, now).unwrap();
+        store
+            .set_machine_alive(
+                "gone",
+                now - chrono::Duration::minutes(1),
+                now - chrono::Duration::minutes(2),
+            )
+            .unwrap();
+        b.goto(&format!("http://{addr}/"));
+        b.eval(READ).as_str().unwrap_or_default().to_string()
+    })
+    .await;
+    let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    assert_eq!(
+        fleet["heads"],
+        serde_json::json!([
+            "test-machine 1 of 2 slots busy",
+            "idle-box 0 of 2 slots busy"
+        ]),
+        "{fleet}"
+    );
+    assert_eq!(
+        fleet["lists"],
+        serde_json::json!([
+            {"machine": "test-machine", "slots": ["local-2", "idle"]},
+            {"machine": "idle-box", "slots": ["idle", "idle"]},
+        ]),
+        "{fleet}"
+    );
+    assert!(
+        fleet["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1 of 4 agent slots busy on 2 machines"),
+        "{fleet}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_now_panel_shows_agent_slots_per_machine_in_a_fleet() {
     use polyphony::store::Owner;

@@ -31,7 +31,6 @@ pub mod task;
 pub mod view;
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -252,7 +251,9 @@ fn gather(
 ) -> Result<(view::Facts, Vec<view::QueueRow>, Option<DiskUsage>), StoreError> {
     let counts = store.count_by_state()?;
     let mut running = Vec::new();
-    let mut machine_slots = BTreeMap::new();
+    // Every other machine whose heartbeat runs, idle or not (issue 27).
+    let mut machine_slots = store.live_machines(now)?;
+    machine_slots.remove(&machine);
     for a in store.running_attempts()? {
         if let Some(m) = a.machine.as_deref().filter(|m| *m != machine) {
             if !machine_slots.contains_key(m) {

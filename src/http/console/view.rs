@@ -140,7 +140,8 @@ pub struct Facts {
     /// This daemon's agent slots and machine.
     pub slots: u32,
     pub machine: String,
-    /// The agent slots other machines' daemons recorded (issue 29), by machine.
+    /// The agent slots other machines' daemons recorded (issue 29), by machine: every
+    /// machine whose heartbeat runs (issue 27), and those of running attempts.
     pub machine_slots: BTreeMap<String, u32>,
     pub counts: BTreeMap<TaskState, u64>,
     pub running: Vec<RunningFact>,
@@ -440,8 +441,9 @@ pub fn tokens(n: u64) -> String {
 }
 
 /// The agent slots per machine (issue 29): the machine of a running attempt is the one
-/// whose daemon holds its claim (an unowned claim is this machine's). Without an attempt of
-/// another machine, one unnamed group of this daemon's slots.
+/// whose daemon holds its claim (an unowned claim is this machine's), and every other
+/// machine whose heartbeat runs has a group, idle or not (issue 27). Without another
+/// machine, one unnamed group of this daemon's slots.
 pub fn machines(f: &Facts) -> Vec<MachineSlots> {
     let mut by: BTreeMap<&str, Vec<&RunningFact>> = BTreeMap::new();
     let mut here: Vec<&RunningFact> = Vec::new();
@@ -450,6 +452,10 @@ pub fn machines(f: &Facts) -> Vec<MachineSlots> {
             Some(m) if m != f.machine => by.entry(m).or_default().push(r),
             _ => here.push(r),
         }
+    }
+    // A live machine with nothing running is shown too, with its idle slots (issue 27).
+    for name in f.machine_slots.keys().filter(|m| **m != f.machine) {
+        by.entry(name.as_str()).or_default();
     }
     if by.is_empty() {
         return vec![MachineSlots {
@@ -1072,6 +1078,19 @@ mod tests {
             },
             counters: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_live_machine_with_nothing_running_shows_its_idle_slots() {
+        let mut f = facts();
+        f.running = vec![running("local-1", None)];
+        f.machine_slots.insert("idle-box".into(), 2);
+        let page = home(&f);
+        let names: Vec<Option<&str>> = page.machines.iter().map(|m| m.name.as_deref()).collect();
+        assert_eq!(names, [Some(f.machine.as_str()), Some("idle-box")]);
+        assert_eq!(page.machines[1].line, "0 of 2 slots busy");
+        assert!(page.machines[1].slots.iter().all(|s| s.running.is_none()));
+        assert!(page.summary.contains("on 2 machines"), "{}", page.summary);
     }
 
     #[test]
