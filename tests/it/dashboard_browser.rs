@@ -273,7 +273,13 @@ async fn the_attention_list_shows_a_blocked_and_a_parked_task_with_next_steps() 
         return;
     };
     let (_dir, addr, seeded) = seeded(Some(TOKEN)).await;
-    let until = seeded.parked_until.format("%H:%M UTC").to_string();
+    // The console says a clock time today and adds the date on another day (the reset is 52
+    // minutes ahead, so from 23:08 UTC it falls tomorrow).
+    let until = if seeded.parked_until.date_naive() == Utc::now().date_naive() {
+        seeded.parked_until.format("%H:%M UTC").to_string()
+    } else {
+        seeded.parked_until.format("%b %-d %H:%M UTC").to_string()
+    };
     for width in [1280u32, 420] {
         let (blocked, parked, pull, first, overflow, buttons_inside) =
             with_browser(binary.clone(), width, move |b| {
