@@ -525,20 +525,7 @@ echo "docker_socket=$(r test -e /var/run/docker.sock -o -e /run/docker.sock)"
 
 /// This home's egress networks (label `polyphony.home`).
 fn networks_of(label: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args([
-            "network",
-            "ls",
-            "-q",
-            "--filter",
-            &format!("label=polyphony.home={label}"),
-        ])
-        .output()
-        .expect("docker network ls");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
+    support::docker::networks_of(label).expect("docker network ls")
 }
 
 /// A PR shepherd follow-up runs under the same confinement as the attempt that opened the

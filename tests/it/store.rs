@@ -624,20 +624,7 @@ fn schema_6_home_upgrades_in_place_and_status_json_only_gains_fields() {
         assert_eq!(objects.len(), 5);
         format!("[{}]\n", objects.join(","))
     };
-    let status_json = || {
-        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
-            .arg("--home")
-            .arg(&home)
-            .args(["status", "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let status_json = || status_json(&home);
     let new_output = status_json();
     let old: Vec<serde_json::Value> = serde_json::from_str(&old_output).unwrap();
     let new: Vec<serde_json::Value> = serde_json::from_str(&new_output).unwrap();
@@ -859,20 +846,7 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
         )
         .unwrap();
     }
-    let status_json = || {
-        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
-            .arg("--home")
-            .arg(&home)
-            .args(["status", "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let status_json = || status_json(&home);
     // The listing prints the stored bytes, newest first, untouched by the upgrade.
     let mut newest_first = summaries;
     newest_first.reverse();
@@ -971,4 +945,20 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(pins, [("local-2".into(), "m2".into())]);
+}
+
+/// `polyphony --home HOME status --json`, which must succeed: its stdout.
+fn status_json(home: &std::path::Path) -> String {
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("polyphony"))
+        .arg("--home")
+        .arg(home)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }

@@ -79,10 +79,8 @@ pub fn remove_containers_of(label: &str) {
     }
 }
 
-/// Removes the networks labelled for the home `label` (an attempt's egress network), after
-/// their containers.
-pub fn remove_networks_of(label: &str) {
-    remove_containers_of(label);
+/// The networks labelled for the home `label` (its attempts' egress networks).
+pub fn networks_of(label: &str) -> std::io::Result<Vec<String>> {
     let out = Command::new("docker")
         .args([
             "network",
@@ -91,15 +89,18 @@ pub fn remove_networks_of(label: &str) {
             "--filter",
             &format!("label=polyphony.home={label}"),
         ])
-        .output();
-    let ids: Vec<String> = out
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Removes the networks labelled for the home `label` (an attempt's egress network), after
+/// their containers.
+pub fn remove_networks_of(label: &str) {
+    remove_containers_of(label);
+    let ids = networks_of(label).unwrap_or_default();
     if !ids.is_empty() {
         let _ = Command::new("docker")
             .args(["network", "rm"])
