@@ -441,14 +441,14 @@ pub(super) fn claim_transition(
 /// another machine, are locked with `FOR UPDATE SKIP LOCKED` (a row another claimer holds
 /// is passed over, not waited for; one it claimed and committed meanwhile fails the
 /// re-checked state and is passed over too); the older becomes CLAIMED with its retry time
-/// cleared and its claim (`owner`, lease to `lease_until`) in the same row, its transition
+/// cleared and its claim (`owner`, its lease `lease` from the server's clock) in the same row, its transition
 /// row is written, and the row comes back with its summary's columns. The summary is then stored in the
 /// same transaction. The caller's transaction holds the store's write lock shared
 /// (`sql::Db::begin_claim`): claimers run side by side, other writers exclude them.
 pub(super) fn claim_next_postgres(
     tx: &Db,
     owner: &super::Owner,
-    lease_until: DateTime<Utc>,
+    lease: std::time::Duration,
     now: DateTime<Utc>,
 ) -> Result<Option<Task>> {
     for from in [TaskState::Discovered, TaskState::Failed] {
@@ -460,6 +460,11 @@ pub(super) fn claim_next_postgres(
             .split(',')
             .map(|c| format!("tasks.{}", c.trim()))
             .collect();
+        // The server's clock plus the lease (`owners::lease_clock`), not the caller's.
+        let lease_until = super::rows::PG_CLOCK.replace(
+            "clock_timestamp()",
+            "(clock_timestamp() + make_interval(secs => ?4))",
+        );
         format!(
             "WITH d AS (SELECT seq FROM tasks WHERE state = 'DISCOVERED' \
                AND {not_pinned_elsewhere} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), \
@@ -471,7 +476,7 @@ pub(super) fn claim_next_postgres(
                 UNION ALL SELECT seq, 'FAILED' AS from_state FROM r) c \
                ORDER BY seq LIMIT 1), \
              upd AS (UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?2, \
-               machine = ?1, owner = ?3, lease_until = ?4 \
+               machine = ?1, owner = ?3, lease_until = {lease_until} \
                FROM pick WHERE tasks.seq = pick.seq RETURNING tasks.*, pick.from_state), \
              tr AS (INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
                SELECT seq, (SELECT COALESCE(MAX(t.n), 0) + 1 FROM transitions t \
@@ -489,7 +494,7 @@ pub(super) fn claim_next_postgres(
     let extra = super::views::SUMMARY_EXTRA_COL;
     let claimed = tx.query_opt(
         &CLAIM,
-        params![owner.machine, ts(now), owner.key(), ts(lease_until)],
+        params![owner.machine, ts(now), owner.key(), lease.as_secs_f64()],
         |r| {
             let (seq, json) = super::views::summary_of_row(r)?;
             let from = parse_col::<TaskState>(r, extra)?;

@@ -883,7 +883,7 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
     assert!(expired[0].expired && expired[0].task.id == "local-1");
     assert_eq!(
         store
-            .renew_leases(&owner, t0() + Duration::minutes(9))
+            .renew_leases(&owner, std::time::Duration::from_secs(9 * 60), t0())
             .unwrap(),
         1
     );
@@ -914,16 +914,16 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
     assert_eq!(steps("local-1").len(), 5);
     assert_eq!(store.claim_of("local-1").unwrap(), None);
     // The pin holds: m1 cannot take local-2, m2 can.
-    let later = t0() + Duration::minutes(10);
+    let lease = std::time::Duration::from_secs(10 * 60);
     assert_eq!(
         store
-            .claim_next_owned(&owner, later, t0())
+            .claim_next_owned(&owner, lease, t0())
             .unwrap()
             .map(|t| t.id),
         None
     );
     let taken = store
-        .claim_next_owned(&other, later, t0())
+        .claim_next_owned(&other, lease, t0())
         .unwrap()
         .unwrap();
     assert_eq!(taken.id, "local-2");
