@@ -244,7 +244,7 @@ fn drain(path: &Path, flavor: Flavor) -> anyhow::Result<usize> {
             let me = Owner::this_process("bench");
             loop {
                 let now = Utc::now();
-                let lease = now + chrono::Duration::seconds(60);
+                let lease = std::time::Duration::from_secs(60);
                 if store.claim_next_owned(&me, lease, now)?.is_none() {
                     break;
                 }
@@ -928,7 +928,7 @@ fn pg_claim_worker() -> anyhow::Result<()> {
         loop {
             let now = Utc::now();
             if store
-                .claim_next_owned(&me, now + chrono::Duration::seconds(60), now)?
+                .claim_next_owned(&me, std::time::Duration::from_secs(60), now)?
                 .is_none()
             {
                 break;

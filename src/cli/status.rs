@@ -251,7 +251,7 @@ fn show_task(store: Option<&Store>, id: &str, json: bool) -> anyhow::Result<Outc
             "  machine:  {} (daemon {}, lease until {})",
             c.machine,
             c.owner,
-            crate::domain::when::human(c.lease_until, Utc::now())
+            crate::domain::when::human(c.lease_until, store.lease_clock(Utc::now())?)
         );
     }
     print_generation(&task, generation, &links);

@@ -151,8 +151,7 @@ pub async fn run(
         tracing::warn!(error = %e, "cannot record this daemon's agent slots");
     }
     let now = orch.now();
-    if let Err(e) = store.set_machine_alive(&orch.leases.owner.machine, orch.leases.until(now), now)
-    {
+    if let Err(e) = store.set_machine_alive(&orch.leases.owner.machine, orch.leases.lease, now) {
         tracing::warn!(error = %e, "cannot record this daemon's heartbeat");
     }
 
@@ -169,7 +168,7 @@ pub async fn run(
     tracing::info!(home = %home.display(), max_concurrent = max, owner = %orch.leases.owner, "daemon started");
     // Issue 27: every `store.heartbeat` the leases of this daemon's claims are renewed on a
     // connection of its own, so a slow poll never lets them lapse.
-    let _abort_heartbeat = AbortOnDrop(tokio::spawn(heartbeat(orch.clone())));
+    let beating = AbortOnDrop(tokio::spawn(heartbeat(orch.clone())));
     // Deadlines hold even when a follower lost its container (see runtime::watchdog).
     let watchdog = {
         let runtime = orch.runtime.clone();
@@ -335,6 +334,17 @@ pub async fn run(
     while let Some(joined) = attempts.join_next().await {
         record_end(joined, &mut summary);
     }
+    if !crate::store::damaged() {
+        // Issue 27: a clean stop shows at once. The heartbeat ends first (no beat after
+        // this writes the record back), then the machine's alive record goes, so `status`,
+        // the API and the console stop listing it now, not when its lease would run out.
+        // Its claims stay: an attempt left running is re-attached by the next start here,
+        // and a machine that does not come back has them taken over as they expire.
+        beating.stop().await;
+        if let Err(e) = store.clear_machine_alive(&orch.leases.owner.machine) {
+            tracing::warn!(error = %e, "cannot drop this machine's heartbeat record");
+        }
+    }
     if crate::store::damaged() {
         return Err(crate::store::DatabaseDamaged {
             path: orch.db_path(),
@@ -395,6 +405,15 @@ fn listen_for_wakeups(store: &crate::store::StoreHandle, wake: &Arc<tokio::sync:
 
 /// Stops a background task when the daemon loop returns, however it returns.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Aborts the task and waits until it no longer runs (an abort takes effect only at
+    /// the task's next await).
+    async fn stop(mut self) {
+        self.0.abort();
+        let _ = (&mut self.0).await;
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -503,7 +522,7 @@ fn dispatch(
             return Ok(());
         };
         let leases = &orch.leases;
-        let Some(task) = store.claim_next_owned(&leases.owner, leases.until(now), now)? else {
+        let Some(task) = store.claim_next_owned(&leases.owner, leases.lease, now)? else {
             return Ok(());
         };
         run_opts
@@ -562,7 +581,7 @@ async fn reconcile(
     for found in store.reconcilable(&leases.owner, now)? {
         let task = found.task.clone();
         let state = task.state;
-        if !store.take_over(&task.id, &leases.owner, leases.until(now), now)? {
+        if !store.take_over(&task.id, &leases.owner, leases.lease, now)? {
             continue;
         }
         if found.expired {
@@ -709,8 +728,8 @@ async fn heartbeat(orch: Arc<Orchestrator>) {
         // The machine's own heartbeat too: the console shows every live machine, idle
         // ones included (issue 27).
         let beat = |store: &Store| {
-            let n = store.renew_leases(&leases.owner, leases.until(now))?;
-            store.set_machine_alive(&leases.owner.machine, leases.until(now), now)?;
+            let n = store.renew_leases(&leases.owner, leases.lease, now)?;
+            store.set_machine_alive(&leases.owner.machine, leases.lease, now)?;
             Ok(n)
         };
         let renewed = match conn.as_ref() {
@@ -754,7 +773,7 @@ async fn adopt_expired(
         if !found.expired || stops.contains_key(&found.task.id) {
             continue;
         }
-        if store.take_over(&found.task.id, &leases.owner, leases.until(now), now)? {
+        if store.take_over(&found.task.id, &leases.owner, leases.lease, now)? {
             adopt(orch, store, found, run_opts, attempts, stops, summary).await?;
         }
     }
@@ -831,14 +850,14 @@ async fn apply_cancels(orch: &Orchestrator, store: &Store, stops: &Stops) -> any
     Ok(())
 }
 
-/// Whether another daemon holds a live lease on `task_id` (issue 27).
+/// Whether another daemon holds a live lease on `task_id` (issue 27), by the store's clock.
 fn held_elsewhere(orch: &Orchestrator, store: &Store, task_id: &str) -> anyhow::Result<bool> {
-    let now = orch.now();
-    Ok(store.claim_of(task_id)?.is_some_and(|c| {
-        c.owner != orch.leases.owner.key()
-            && c.machine != orch.leases.owner.machine
-            && c.lease_until >= now
-    }))
+    let Some(c) = store.claim_of(task_id)? else {
+        return Ok(false);
+    };
+    Ok(c.owner != orch.leases.owner.key()
+        && c.machine != orch.leases.owner.machine
+        && c.lease_until >= store.lease_clock(orch.now())?)
 }
 
 /// Cancels a task no attempt of this process runs, and tells its source.

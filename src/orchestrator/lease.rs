@@ -96,11 +96,6 @@ impl Leases {
         }
     }
 
-    /// When a claim made (or renewed) at `now` expires.
-    pub fn until(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        now + span(self.lease)
-    }
-
     /// Records a successful renewal (or a start: the store answered) at `now`.
     pub fn renewed(&self, now: DateTime<Utc>) {
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
@@ -118,12 +113,15 @@ impl Leases {
     }
 
     /// Before a push, a pull request or a landing comment: the task's lease is this
-    /// daemon's with the margin to spare, and the daemon's renewals are fresh.
+    /// daemon's with the margin to spare by the store's clock (`lease_now`, read after the
+    /// claim: `store::QueueCore::lease_clock`), and the daemon's renewals are fresh by its
+    /// own (`now`).
     pub fn check(
         &self,
         task: &str,
         claim: Option<&Claim>,
         now: DateTime<Utc>,
+        lease_now: DateTime<Utc>,
     ) -> Result<(), LeaseLost> {
         if let Some(since) = self.last_renewal() {
             if !renewal_fresh(since, now, self.lease) {
@@ -133,7 +131,7 @@ impl Leases {
                 });
             }
         }
-        match verdict(claim, &self.owner, now, self.lease) {
+        match verdict(claim, &self.owner, lease_now, self.lease) {
             Verdict::Held => Ok(()),
             Verdict::Taken { by } => Err(LeaseLost::Taken {
                 task: task.into(),
@@ -216,15 +214,31 @@ mod tests {
         assert!(leases.may_start(t0 + s(39)));
         assert!(!leases.may_start(t0 + s(40)));
         let held = claim(&me().key(), t0 + s(60));
-        assert_eq!(leases.check("t", Some(&held), t0 + s(10)), Ok(()));
+        assert_eq!(
+            leases.check("t", Some(&held), t0 + s(10), t0 + s(10)),
+            Ok(())
+        );
         assert!(matches!(
-            leases.check("t", Some(&held), t0 + s(41)),
+            leases.check("t", Some(&held), t0 + s(41), t0 + s(10)),
             Err(LeaseLost::Stale { .. })
         ));
         leases.renewed(t0 + s(41));
         // Renewed in memory but the row says it runs out soon: still refused.
         assert!(matches!(
-            leases.check("t", Some(&held), t0 + s(45)),
+            leases.check("t", Some(&held), t0 + s(45), t0 + s(45)),
+            Err(LeaseLost::Expiring { .. })
+        ));
+        // The claim is judged by the store's clock, the renewals by the daemon's: a daemon
+        // an hour ahead of the store neither refuses its live lease nor, an hour behind,
+        // acts on one that runs out.
+        leases.renewed(t0 + s(3600));
+        assert_eq!(
+            leases.check("t", Some(&held), t0 + s(3610), t0 + s(10)),
+            Ok(())
+        );
+        leases.renewed(t0 - s(3600));
+        assert!(matches!(
+            leases.check("t", Some(&held), t0 - s(3590), t0 + s(45)),
             Err(LeaseLost::Expiring { .. })
         ));
     }

@@ -11,11 +11,20 @@
 //! schema 8) and claims whose lease expired ([`QueueCore::reconcilable`]), and takes one
 //! over only through [`QueueCore::take_over`], which succeeds for one daemon.
 //!
+//! Architecture Invariant: leases are judged by the store's clock, never a caller's
+//! ([`QueueCore::lease_clock`]): a caller passes a lease's length, and the backend writes
+//! its own time plus that length and compares with its own time. On PostgreSQL that is
+//! the server's `clock_timestamp()`, so a daemon whose clock is off neither takes a live
+//! lease nor keeps an expired one alive; on SQLite (one machine, one clock) it is the
+//! caller's `now`, the orchestrator's clock.
+//!
 //! Must not: decide what a reconciling daemon does with a task it took over (that is the
 //! orchestrator: finish the recorded intents, then a new attempt not counted as a failure).
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -103,12 +112,13 @@ pub trait QueueCore: Send {
     /// machine's daemons claim it.
     fn pin_task(&self, task_id: &str, machine: &str) -> Result<()>;
     /// Atomically claims the oldest claimable task not pinned elsewhere (DISCOVERED, or
-    /// FAILED with a retry time at or before `now`) for `owner` with a lease running to
-    /// `lease_until`. Two claimers never get the same task.
+    /// FAILED with a retry time at or before `now`) for `owner` with a lease of `lease`
+    /// from the store's clock ([`QueueCore::lease_clock`]). Two claimers never get the
+    /// same task.
     fn claim_next_owned(
         &self,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>>;
     /// THE way a task changes state (checked against `domain::transition` and the state
@@ -122,20 +132,24 @@ pub trait QueueCore: Send {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<Task>;
-    /// Extends every lease `owner` holds to `until`; returns how many.
-    fn renew_leases(&self, owner: &Owner, until: DateTime<Utc>) -> Result<u64>;
+    /// Extends every lease `owner` holds to `lease` from the store's clock; returns how
+    /// many.
+    fn renew_leases(&self, owner: &Owner, lease: Duration, now: DateTime<Utc>) -> Result<u64>;
+    /// The time leases are judged by, to compare a [`Claim::lease_until`] with: the
+    /// server's `clock_timestamp()` on PostgreSQL, `now` (the caller's clock) on SQLite.
+    fn lease_clock(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>>;
     fn claim_of(&self, task_id: &str) -> Result<Option<Claim>>;
-    /// Active tasks `owner` may reconcile: its machine's claims, unowned ones and expired
-    /// leases. Another machine's live claim is never among them.
+    /// Active tasks `owner` may reconcile: its machine's claims, unowned ones and leases
+    /// expired by the store's clock. Another machine's live claim is never among them.
     fn reconcilable(&self, owner: &Owner, now: DateTime<Utc>) -> Result<Vec<Reconcilable>>;
-    /// Takes the claim of an active task for `owner` if it is unowned, this machine's, or
-    /// its lease expired before `now`; `false` when another daemon holds it (or got it
-    /// first).
+    /// Takes the claim of an active task for `owner`, with a lease of `lease`, if it is
+    /// unowned, this machine's, or its lease expired by the store's clock; `false` when
+    /// another daemon holds it (or got it first).
     fn take_over(
         &self,
         task_id: &str,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<bool>;
     fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>>;
@@ -168,10 +182,10 @@ impl QueueCore for Store {
     fn claim_next_owned(
         &self,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
-        Store::claim_next_owned(self, owner, lease_until, now)
+        Store::claim_next_owned(self, owner, lease, now)
     }
     fn transition(
         &self,
@@ -183,8 +197,11 @@ impl QueueCore for Store {
     ) -> Result<Task> {
         Store::transition(self, task_id, expected_from, to, reason, now)
     }
-    fn renew_leases(&self, owner: &Owner, until: DateTime<Utc>) -> Result<u64> {
-        Store::renew_leases(self, owner, until)
+    fn renew_leases(&self, owner: &Owner, lease: Duration, now: DateTime<Utc>) -> Result<u64> {
+        Store::renew_leases(self, owner, lease, now)
+    }
+    fn lease_clock(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        Store::lease_clock(self, now)
     }
     fn claim_of(&self, task_id: &str) -> Result<Option<Claim>> {
         Store::claim_of(self, task_id)
@@ -196,10 +213,10 @@ impl QueueCore for Store {
         &self,
         task_id: &str,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        Store::take_over(self, task_id, owner, lease_until, now)
+        Store::take_over(self, task_id, owner, lease, now)
     }
     fn count_by_state(&self) -> Result<BTreeMap<TaskState, u64>> {
         Store::count_by_state(self)

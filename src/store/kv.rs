@@ -28,6 +28,12 @@ impl Store {
         Ok(())
     }
 
+    pub fn kv_delete(&self, key: &str) -> Result<()> {
+        self.db
+            .execute("DELETE FROM kv WHERE key = ?1", params![key])?;
+        Ok(())
+    }
+
     /// Who holds a task in the eyes of a source (the GitHub claim comment's `by=`), when
     /// the queue is a fleet's (issue 27): on PostgreSQL one id per database, `candidate`
     /// of whichever daemon asks first, read by every other, so a task one daemon claimed
@@ -66,21 +72,30 @@ impl Store {
         self.kv_set(&slots_key(machine), &slots.to_string(), now)
     }
 
-    /// Records that `machine`'s daemon is alive until `until` (its lease: a heartbeat
-    /// renews it), for the console's Now panel, which shows every live machine of a fleet,
-    /// idle ones too (issue 27).
+    /// Records that `machine`'s daemon is alive for `lease` from the store's clock (its
+    /// lease: a heartbeat renews it; `lease_clock`), for the console's Now panel, which
+    /// shows every live machine of a fleet, idle ones too (issue 27).
     pub fn set_machine_alive(
         &self,
         machine: &str,
-        until: DateTime<Utc>,
+        lease: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let until = self.lease_clock(now)? + super::owners::span(lease);
         self.kv_set(&alive_key(machine), &ts(until), now)
     }
 
-    /// The machines whose daemons' heartbeats still run at `now` (recorded alive past it),
-    /// each with the agent slots it recorded (0 when none), by name.
+    /// Drops `machine`'s alive record: its daemon stopped cleanly, so the Now panel stops
+    /// listing it at once rather than when its lease would have ended.
+    pub fn clear_machine_alive(&self, machine: &str) -> Result<()> {
+        self.kv_delete(&alive_key(machine))
+    }
+
+    /// The machines whose daemons' heartbeats still run now (recorded alive past the
+    /// store's clock, `lease_clock`), each with the agent slots it recorded (0 when none),
+    /// by name.
     pub fn live_machines(&self, now: DateTime<Utc>) -> Result<BTreeMap<String, u32>> {
+        let now = self.lease_clock(now)?;
         let rows = self.db.query_map(
             "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2",
             params![ALIVE_PREFIX, ALIVE_END],

@@ -2,6 +2,13 @@
 //! claim (machine, owner, lease) and the pin are columns of the task's row, so a claim
 //! writes no other table's pages (docs/benchmarks.md "Queue"). The same code runs on both
 //! backends (`sql`).
+//!
+//! Lease times are the store's clock ([`lease_clock`]): on PostgreSQL the server's
+//! `clock_timestamp()`, so daemons whose clocks disagree still agree on every lease (a
+//! lease is written as the server's time plus its length, and compared with the server's
+//! time); on SQLite, one machine and one clock, the caller's `now`.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -44,14 +51,15 @@ impl Store {
     pub fn claim_next_owned(
         &self,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
         if self.db.dialect() == Dialect::Postgres {
             return self.transaction(Db::begin_claim, |tx| {
-                claim_next_postgres(tx, owner, lease_until, now)
+                claim_next_postgres(tx, owner, lease, now)
             });
         }
+        let lease_until = now + span(lease);
         self.immediate(|tx| {
             // Two probes keep each one on an index; the older candidate wins, chosen here
             // rather than by an outer `ORDER BY` (a sorter per claim).
@@ -83,8 +91,9 @@ impl Store {
     }
 
     /// See [`super::QueueCore::renew_leases`].
-    pub fn renew_leases(&self, owner: &Owner, until: DateTime<Utc>) -> Result<u64> {
+    pub fn renew_leases(&self, owner: &Owner, lease: Duration, now: DateTime<Utc>) -> Result<u64> {
         self.atomic(|conn| {
+            let until = lease_clock(conn, now)? + span(lease);
             // Through the state index: only active tasks hold a claim.
             Ok(conn.execute(
                 &format!(
@@ -95,12 +104,18 @@ impl Store {
         })
     }
 
+    /// See [`super::QueueCore::lease_clock`].
+    pub fn lease_clock(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        lease_clock(&self.db, now)
+    }
+
     pub fn claim_of(&self, task_id: &str) -> Result<Option<Claim>> {
         claim_of(&self.db, task_id)
     }
 
     /// See [`super::QueueCore::reconcilable`].
     pub fn reconcilable(&self, owner: &Owner, now: DateTime<Utc>) -> Result<Vec<Reconcilable>> {
+        let now = lease_clock(&self.db, now)?;
         let ids: Vec<String> = self.db.query_map(
             &format!(
                 "SELECT id FROM tasks WHERE state IN ({ACTIVE}) \
@@ -132,7 +147,7 @@ impl Store {
         &self,
         task_id: &str,
         owner: &Owner,
-        lease_until: DateTime<Utc>,
+        lease: Duration,
         now: DateTime<Utc>,
     ) -> Result<bool> {
         self.immediate(|tx| {
@@ -140,10 +155,12 @@ impl Store {
             if !state.is_active() {
                 return Ok(false);
             }
+            // Read under the write lock: no other writer moves the claim or the decision.
+            let now = lease_clock(tx, now)?;
             match claim_of(tx, task_id)? {
                 Some(c) if c.machine != owner.machine && c.lease_until >= now => Ok(false),
                 _ => {
-                    write_claim(tx, task_id, owner, lease_until)?;
+                    write_claim(tx, task_id, owner, now + span(lease))?;
                     Ok(true)
                 }
             }
@@ -155,6 +172,24 @@ use crate::domain::{Task, TaskState};
 
 /// The active states, quoted for `IN (…)`: the tasks that may hold a claim.
 const ACTIVE: &str = "'CLAIMED', 'ROUTED', 'PROVISIONED', 'RUNNING', 'VERIFYING'";
+
+/// A lease's length as a chrono span (`store.lease` is bounded to an hour by the config).
+pub(super) fn span(lease: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::days(1))
+}
+
+/// The time leases are judged by: the server's on PostgreSQL (every daemon of a fleet
+/// reads the same clock), `now` (the caller's) on SQLite.
+pub(super) fn lease_clock(conn: &Db, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    match conn.dialect() {
+        Dialect::Sqlite => Ok(now),
+        Dialect::Postgres => {
+            static NOW: std::sync::LazyLock<String> =
+                std::sync::LazyLock::new(|| format!("SELECT {}", super::rows::PG_CLOCK));
+            conn.query_row(&NOW, params![], |r| time_col(r, 0))
+        }
+    }
+}
 
 fn write_claim(conn: &Db, task_id: &str, owner: &Owner, lease_until: DateTime<Utc>) -> Result<()> {
     conn.execute(

@@ -14,6 +14,12 @@ pub(super) fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// PostgreSQL's `clock_timestamp()` (the time now, not the transaction's start) as
+/// [`ts`] writes it, in the bytewise collation lease columns compare in (the store's
+/// clock for leases: `owners::lease_clock`).
+pub(super) const PG_CLOCK: &str =
+    "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') COLLATE \"C\"";
+
 /// The error of a stored value that does not decode, naming its column.
 pub(super) fn conversion(idx: usize, msg: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("column {idx}: {msg}"))

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::sql::{params, Db, Row};
+use super::sql::{params, Db, Dialect, Row};
 use super::{json_col, opt_time_col, parse_col, time_col, to_json, ts, Result, Store, StoreError};
 use crate::domain::{self, Risk, Scope, SourceKind, Task, TaskState, TaskType};
 
@@ -250,20 +250,31 @@ impl Store {
 
     /// Transitions for one task, oldest first.
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
-        self.db.query_map(
-            "SELECT task_id, from_state, to_state, reason, at FROM transitions \
-             WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n",
-            params![task_id],
-            |r| {
-                Ok(TransitionRecord {
-                    task_id: r.get(0)?,
-                    from: parse_col(r, 1)?,
-                    to: parse_col(r, 2)?,
-                    reason: r.get(3)?,
-                    at: time_col(r, 4)?,
-                })
-            },
-        )
+        // Schema 13 on SQLite: the task's rows are one range of the integer key.
+        static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let span = super::schema::TRANSITION_SPAN;
+            format!(
+                "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+                 WHERE id > (SELECT rowid FROM tasks WHERE id = ?1) * {span} \
+                 AND id < ((SELECT rowid FROM tasks WHERE id = ?1) + 1) * {span} ORDER BY id"
+            )
+        });
+        let sql = match self.db.dialect() {
+            Dialect::Sqlite => SQLITE.as_str(),
+            Dialect::Postgres => {
+                "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+                 WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n"
+            }
+        };
+        self.db.query_map(sql, params![task_id], |r| {
+            Ok(TransitionRecord {
+                task_id: r.get(0)?,
+                from: parse_col(r, 1)?,
+                to: parse_col(r, 2)?,
+                reason: r.get(3)?,
+                at: time_col(r, 4)?,
+            })
+        })
     }
 }
 
@@ -312,9 +323,11 @@ pub(super) fn write_transition(
     super::views::refresh_summary_of(tx, seq)
 }
 
-/// Appends a transition row of the task whose rowid is `seq`: its next number (schema
-/// 10: the table is keyed by (task rowid, number), so the row lands beside the task's
-/// others and no second index is written).
+/// Appends a transition row of the task whose rowid is `seq`: its next number. The table
+/// is keyed by (task rowid, number), so the row lands beside the task's others and no
+/// second index is written; on SQLite (schema 13) that key is one integer,
+/// `seq * TRANSITION_SPAN + n`, and a task whose numbers would run into the next task's
+/// range is refused, nothing written.
 fn insert_transition(
     tx: &Db,
     seq: i64,
@@ -324,12 +337,35 @@ fn insert_transition(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    tx.execute(
-        "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
-         VALUES (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM transitions WHERE task_seq = ?1), \
-         ?2, ?3, ?4, ?5, ?6)",
-        params![seq, task_id, from.as_str(), to.as_str(), reason, ts(now)],
-    )?;
+    let (at, from, to) = (ts(now), from.as_str(), to.as_str());
+    let values = params![seq, task_id, from, to, reason, at];
+    match tx.dialect() {
+        Dialect::Sqlite => {
+            static INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                let span = super::schema::TRANSITION_SPAN;
+                format!(
+                    "INSERT INTO transitions (id, task_id, from_state, to_state, reason, at) \
+                     SELECT COALESCE(MAX(id), ?1 * {span}) + 1, ?2, ?3, ?4, ?5, ?6 \
+                     FROM transitions WHERE id > ?1 * {span} AND id < (?1 + 1) * {span} \
+                     HAVING COALESCE(MAX(id), ?1 * {span}) + 1 < (?1 + 1) * {span}"
+                )
+            });
+            if tx.execute(&INSERT, values)? == 0 {
+                return Err(StoreError::TooManyTransitions {
+                    task_id: task_id.to_string(),
+                    most: super::schema::TRANSITION_SPAN - 1,
+                });
+            }
+        }
+        Dialect::Postgres => {
+            tx.execute(
+                "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
+                 VALUES (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM transitions WHERE task_seq = ?1), \
+                 ?2, ?3, ?4, ?5, ?6)",
+                values,
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -441,14 +477,14 @@ pub(super) fn claim_transition(
 /// another machine, are locked with `FOR UPDATE SKIP LOCKED` (a row another claimer holds
 /// is passed over, not waited for; one it claimed and committed meanwhile fails the
 /// re-checked state and is passed over too); the older becomes CLAIMED with its retry time
-/// cleared and its claim (`owner`, lease to `lease_until`) in the same row, its transition
+/// cleared and its claim (`owner`, its lease `lease` from the server's clock) in the same row, its transition
 /// row is written, and the row comes back with its summary's columns. The summary is then stored in the
 /// same transaction. The caller's transaction holds the store's write lock shared
 /// (`sql::Db::begin_claim`): claimers run side by side, other writers exclude them.
 pub(super) fn claim_next_postgres(
     tx: &Db,
     owner: &super::Owner,
-    lease_until: DateTime<Utc>,
+    lease: std::time::Duration,
     now: DateTime<Utc>,
 ) -> Result<Option<Task>> {
     for from in [TaskState::Discovered, TaskState::Failed] {
@@ -460,6 +496,11 @@ pub(super) fn claim_next_postgres(
             .split(',')
             .map(|c| format!("tasks.{}", c.trim()))
             .collect();
+        // The server's clock plus the lease (`owners::lease_clock`), not the caller's.
+        let lease_until = super::rows::PG_CLOCK.replace(
+            "clock_timestamp()",
+            "(clock_timestamp() + make_interval(secs => ?4))",
+        );
         format!(
             "WITH d AS (SELECT seq FROM tasks WHERE state = 'DISCOVERED' \
                AND {not_pinned_elsewhere} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), \
@@ -471,7 +512,7 @@ pub(super) fn claim_next_postgres(
                 UNION ALL SELECT seq, 'FAILED' AS from_state FROM r) c \
                ORDER BY seq LIMIT 1), \
              upd AS (UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?2, \
-               machine = ?1, owner = ?3, lease_until = ?4 \
+               machine = ?1, owner = ?3, lease_until = {lease_until} \
                FROM pick WHERE tasks.seq = pick.seq RETURNING tasks.*, pick.from_state), \
              tr AS (INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
                SELECT seq, (SELECT COALESCE(MAX(t.n), 0) + 1 FROM transitions t \
@@ -489,7 +530,7 @@ pub(super) fn claim_next_postgres(
     let extra = super::views::SUMMARY_EXTRA_COL;
     let claimed = tx.query_opt(
         &CLAIM,
-        params![owner.machine, ts(now), owner.key(), ts(lease_until)],
+        params![owner.machine, ts(now), owner.key(), lease.as_secs_f64()],
         |r| {
             let (seq, json) = super::views::summary_of_row(r)?;
             let from = parse_col::<TaskState>(r, extra)?;

@@ -1339,7 +1339,7 @@ fn init_agents_routes_only_to_the_named_agents() {
 /// no claim shown.
 #[test]
 fn status_names_the_machine_running_a_task() {
-    use chrono::{Duration, Utc};
+    use chrono::Utc;
     use polyphony::domain::TaskState;
     use polyphony::store::{Owner, Store};
     let now = Utc::now();
@@ -1350,7 +1350,7 @@ fn status_names_the_machine_running_a_task() {
         nonce: "n1".into(),
     };
     let claimed = store
-        .claim_next_owned(&owner, now + Duration::seconds(60), now)
+        .claim_next_owned(&owner, std::time::Duration::from_secs(60), now)
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, "local-1");

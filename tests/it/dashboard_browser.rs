@@ -830,13 +830,13 @@ async fn the_now_panel_shows_every_live_machine_of_a_fleet_idle_or_not() {
         // `idle-box` beats and runs nothing; `gone` stopped beating a minute ago.
         store.set_machine_slots("idle-box", 2, now).unwrap();
         store
-            .set_machine_alive("idle-box", now + chrono::Duration::seconds(30), now)
+            .set_machine_alive("idle-box", std::time::Duration::from_secs(30), now)
             .unwrap();
         store.set_machine_slots("gone", 4, now).unwrap();
         store
             .set_machine_alive(
                 "gone",
-                now - chrono::Duration::minutes(1),
+                std::time::Duration::from_secs(60),
                 now - chrono::Duration::minutes(2),
             )
             .unwrap();
@@ -887,7 +887,7 @@ async fn the_now_panel_shows_agent_slots_per_machine_in_a_fleet() {
         // local-2 is this machine's; a second machine, `far`, runs 3 slots and one attempt.
         let store = Store::open(&db).unwrap();
         let now = Utc::now();
-        let lease = now + chrono::Duration::minutes(10);
+        let lease = std::time::Duration::from_secs(10 * 60);
         store
             .take_over("local-2", &Owner::this_process("test-machine"), lease, now)
             .unwrap();

@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 use polyphony::config::Config;
 use polyphony::demo::{write_home, write_sample_repo};
 use polyphony::domain::{AttemptStatus, SourceKind, Task, TaskState, TaskType};
-use polyphony::orchestrator::daemon::{self, DaemonOptions};
+use polyphony::orchestrator::daemon::{self, DaemonOptions, DaemonSummary};
 use polyphony::orchestrator::lease::Leases;
 use polyphony::orchestrator::pipeline::RunOptions;
 use polyphony::orchestrator::{AttemptEnd, Orchestrator, RecordingProgress};
@@ -116,7 +116,12 @@ impl World {
 
     /// An issue of `octo/sample` at the tracker, recorded as the daemon's poll would.
     fn offer(&self, store: &Store) -> String {
-        let n = self.tracker.offered().len() + 1;
+        self.offer_issue(store, self.tracker.offered().len() + 1)
+    }
+
+    /// Issue `n` of `octo/sample` at this world's tracker, recorded in `store` (two worlds
+    /// on one store offer different numbers).
+    fn offer_issue(&self, store: &Store, n: usize) -> String {
         let id = format!("octo/sample#{n}");
         let mut task = Task::new(
             &id,
@@ -152,7 +157,7 @@ impl World {
         self.runtime.push(claude_fixes());
         let lost = self.orchestrator(machine, self.t0);
         let claimed = store
-            .claim_next_owned(&owner(machine), self.t0 + secs(5), self.t0)
+            .claim_next_owned(&owner(machine), Duration::from_secs(5), self.t0)
             .expect("claim")
             .expect("a task to claim");
         let (_tx, rx) = watch::channel(false);
@@ -232,7 +237,7 @@ async fn a_live_claim_elsewhere_is_left_and_a_lost_machines_pushed_landing_is_fi
     // m2 is alive: it claimed the first issue and renews its lease.
     let live = w.offer(&store);
     let claimed = store
-        .claim_next_owned(&owner("m2"), w.t0 + secs(3600), w.t0)
+        .claim_next_owned(&owner("m2"), Duration::from_secs(3600), w.t0)
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, live);
@@ -373,16 +378,16 @@ async fn a_local_path_task_is_pinned_to_the_machine_that_enqueued_it() {
     let store = w.store();
     let now = Utc::now();
     let other = store
-        .claim_next_owned(&owner("m2"), now + secs(60), now)
+        .claim_next_owned(&owner("m2"), Duration::from_secs(60), now)
         .unwrap()
         .expect("the URL task is anyone's");
     assert_eq!(other.id, anywhere, "m2 passes the pinned task by");
     assert!(store
-        .claim_next_owned(&owner("m2"), now + secs(60), now)
+        .claim_next_owned(&owner("m2"), Duration::from_secs(60), now)
         .unwrap()
         .is_none());
     let mine = store
-        .claim_next_owned(&owner("m1"), now + secs(60), now)
+        .claim_next_owned(&owner("m1"), Duration::from_secs(60), now)
         .unwrap()
         .expect("m1 has the path");
     assert_eq!(mine.id, id);
@@ -413,7 +418,7 @@ async fn the_daemon_claims_under_its_lease_and_renews_it() {
             assert_eq!(c.lease_until, w.t0 + secs(30));
             // Rewrite the lease shorter behind the daemon's back: the next beat puts it
             // back to now + lease.
-            s.take_over(&id, &orch.leases.owner, w.t0 + secs(1), w.t0)
+            s.take_over(&id, &orch.leases.owner, Duration::from_secs(1), w.t0)
                 .unwrap();
             shortened.set(true);
             return false;
@@ -421,6 +426,206 @@ async fn the_daemon_claims_under_its_lease_and_renews_it() {
         c.lease_until == w.t0 + secs(30)
     })
     .await;
+}
+
+/// Issue 27: a daemon stopped cleanly drops its machine's alive record at once, so the
+/// console's Now panel (and whatever reads `live_machines`) stops listing it now, not when
+/// its lease would have run out (30 s here; the clock stands still, so it never would).
+#[tokio::test]
+async fn a_daemon_stopped_cleanly_is_no_longer_listed_as_a_live_machine() {
+    let w = World::new();
+    let store = w.store();
+    let orch = Arc::new(w.orchestrator("m1", w.t0));
+    run_daemon_until(orch, &store, |s| {
+        s.live_machines(w.t0).unwrap().contains_key("m1")
+    })
+    .await;
+    let live = store.live_machines(w.t0).unwrap();
+    assert!(
+        !live.contains_key("m1"),
+        "still listed after a clean stop: {live:?}"
+    );
+}
+
+/// A daemon started on this task (its future holds its store connection across awaits:
+/// not `Send`, so it is polled here rather than spawned).
+struct Running {
+    signals: watch::Sender<u32>,
+    run: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<DaemonSummary>>>>,
+}
+
+impl Running {
+    fn start(orch: Orchestrator) -> Running {
+        let (signals, rx) = watch::channel(0u32);
+        let run = daemon::run(
+            Arc::new(orch),
+            DaemonOptions::default(),
+            Arc::new(RecordingProgress::new()),
+            rx,
+        );
+        Running {
+            signals,
+            run: Box::pin(run),
+        }
+    }
+
+    /// Signals the daemon to stop (its attempts are left running, as a kill would) and
+    /// waits for it.
+    async fn stop(self) {
+        self.signals.send(1).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), self.run)
+            .await
+            .expect("the daemon stops")
+            .expect("the daemon");
+    }
+}
+
+/// Drives every daemon of `fleet` until `done` holds (looked at every 100 ms), for at
+/// most `limit`.
+async fn drive(
+    fleet: &mut [&mut Running],
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        let step = std::future::poll_fn(|cx| {
+            for d in fleet.iter_mut() {
+                if let std::task::Poll::Ready(ended) = d.run.as_mut().poll(cx) {
+                    panic!("a daemon stopped on its own: {ended:?}");
+                }
+            }
+            std::task::Poll::<()>::Pending
+        });
+        let _ = tokio::time::timeout(Duration::from_millis(100), step).await;
+    }
+}
+
+/// Issue 27: on PostgreSQL leases are judged by the server's clock, not a daemon's. Two
+/// daemons on one server, m1's clock an hour ahead and m2's an hour behind:
+/// - m1 never takes m2's live lease (by m1's clock it ran out an hour ago);
+/// - once m1 stops, its lease (written by m1's clock, it would have run an hour more)
+///   runs out after its 10 s for m2 (by m2's clock, two hours more), which takes the task
+///   over as a lost machine's;
+/// - and the stopped m1 is no longer listed as a live machine.
+/// Needs the test server (`POLYPHONY_TEST_PG_URL`): SKIPPED without, failing with `CI`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_a_daemons_skewed_clock_neither_steals_a_live_lease_nor_keeps_a_dead_one() {
+    let pg = tokio::task::spawn_blocking(|| crate::store_contract::postgres("fleet_skew"))
+        .await
+        .expect("create the test database");
+    let Some(pg) = pg else { return };
+    let world = |machine: &str, slots: &str| {
+        let w = World::with_store(&format!(
+            "store:\n  url: {}\n  machine: {machine}\n  lease: 10s\n  heartbeat: 1s\n",
+            pg.handle
+        ));
+        let config = w.home.join("config.yaml");
+        let text = std::fs::read_to_string(&config).expect("config.yaml");
+        assert!(text.contains("max_concurrent_agents: 4"), "{text}");
+        std::fs::write(
+            &config,
+            text.replace(
+                "max_concurrent_agents: 4",
+                &format!("max_concurrent_agents: {slots}"),
+            ),
+        )
+        .expect("config.yaml");
+        w
+    };
+    let (ahead, behind) = (world("m1", "1"), world("m2", "4"));
+    let hour = chrono::Duration::hours(1);
+    let mut m1 = ahead.orchestrator("m1", ahead.t0);
+    m1.clock = Arc::new(move || Utc::now() + hour);
+    let m1_key = m1.leases.owner.key();
+    let mut m2 = behind.orchestrator("m2", behind.t0);
+    m2.clock = Arc::new(move || Utc::now() - hour);
+    let m2_key = m2.leases.owner.key();
+    let store = pg.handle.open().expect("the server");
+    let owner_of = |id: &str| store.claim_of(id).unwrap().map(|c| c.owner);
+
+    // m1 (one agent slot) runs issue 1; its agent waits for its stop.
+    ahead.runtime.push(claude_fixes().hangs());
+    let on_m1 = ahead.offer_issue(&store, 1);
+    let mut a = Running::start(m1);
+    drive(
+        &mut [&mut a],
+        "m1 claims issue 1",
+        Duration::from_secs(60),
+        || owner_of(&on_m1).as_ref() == Some(&m1_key),
+    )
+    .await;
+
+    // m2 runs issue 2 beside it: for several of m1's heartbeats its lease stays m2's.
+    behind.runtime.push(claude_fixes().hangs());
+    behind.runtime.push(claude_fixes().hangs());
+    let on_m2 = behind.offer_issue(&store, 2);
+    let mut b = Running::start(m2);
+    drive(
+        &mut [&mut a, &mut b],
+        "m2 claims issue 2",
+        Duration::from_secs(60),
+        || owner_of(&on_m2).as_ref() == Some(&m2_key),
+    )
+    .await;
+    let held = std::time::Instant::now();
+    drive(
+        &mut [&mut a, &mut b],
+        "m2 holds issue 2",
+        Duration::from_secs(60),
+        || {
+            let by = owner_of(&on_m2);
+            assert_eq!(
+                by.as_ref(),
+                Some(&m2_key),
+                "m1, an hour ahead, took m2's live lease"
+            );
+            assert_eq!(
+                owner_of(&on_m1).as_ref(),
+                Some(&m1_key),
+                "m2 took m1's live lease"
+            );
+            held.elapsed() > Duration::from_secs(4)
+        },
+    )
+    .await;
+
+    // m1 stops (its attempt left running, as if its machine were lost): it is no longer a
+    // live machine, and its lease runs out by the server's clock.
+    a.stop().await;
+    let live = store.live_machines(Utc::now()).unwrap();
+    assert!(
+        live.contains_key("m2") && !live.contains_key("m1"),
+        "the live machines after m1's clean stop: {live:?}"
+    );
+    let stopped = std::time::Instant::now();
+    drive(
+        &mut [&mut b],
+        "m2 takes over m1's expired lease",
+        Duration::from_secs(40),
+        || {
+            let lost = store
+                .attempts(&on_m1)
+                .unwrap()
+                .first()
+                .and_then(|a| a.reason.clone())
+                .is_some_and(|r| r.contains("stopped renewing its lease"));
+            lost || owner_of(&on_m1).as_ref() == Some(&m2_key)
+        },
+    )
+    .await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(25),
+        "taken over only after {:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(owner_of(&on_m2).as_ref(), Some(&m2_key));
+    b.stop().await;
 }
 
 /// Issue 27: on PostgreSQL an enqueue by another process (another machine's daemon or

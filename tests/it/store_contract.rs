@@ -22,6 +22,29 @@ fn task(id: &str) -> Task {
     local_task(id, t0())
 }
 
+/// A lease's length (the store writes its own clock plus this: `QueueCore::lease_clock`).
+fn secs(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n)
+}
+
+/// The store's clock for leases now: the server's on PostgreSQL, the wall clock on SQLite.
+fn lease_clock(store: &dyn QueueCore) -> DateTime<Utc> {
+    store.lease_clock(Utc::now()).unwrap()
+}
+
+/// Waits, on real time, until `task_id`'s lease has passed by the store's clock.
+fn wait_past_lease(store: &dyn QueueCore, task_id: &str) {
+    let until = store.claim_of(task_id).unwrap().unwrap().lease_until;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while lease_clock(store) <= until {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease of {task_id} never passed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn owner(machine: &str, nonce: &str) -> Owner {
     Owner {
         machine: machine.into(),
@@ -150,18 +173,29 @@ fn claims_take_the_oldest_and_record_owner_and_lease(b: Backend) {
         store.insert_task(&task(&format!("local-{i}"))).unwrap();
     }
     let me = owner("m1", "a");
-    let lease = t0() + Duration::seconds(30);
-    let claimed = store.claim_next_owned(&me, lease, t0()).unwrap().unwrap();
+    let lease = secs(30);
+    let before = lease_clock(&*store);
+    let claimed = store
+        .claim_next_owned(&me, lease, Utc::now())
+        .unwrap()
+        .unwrap();
+    let after = lease_clock(&*store);
     assert_eq!((claimed.id.as_str(), claimed.state), ("local-1", Claimed));
     let claim = store.claim_of("local-1").unwrap().unwrap();
     assert_eq!(claim.machine, "m1");
     assert_eq!(claim.owner, me.key());
-    assert_eq!(claim.lease_until, lease);
+    // The store's clock at the claim, plus the lease.
+    let span = Duration::seconds(30);
+    assert!(
+        before + span <= claim.lease_until && claim.lease_until <= after + span,
+        "{before} + 30 s <= {} <= {after} + 30 s",
+        claim.lease_until
+    );
     let summary = store.summary_json("local-1").unwrap().unwrap();
     assert!(summary.contains("\"state\":\"CLAIMED\""), "{summary}");
     assert_eq!(
         store
-            .claim_next_owned(&me, lease, t0())
+            .claim_next_owned(&me, lease, Utc::now())
             .unwrap()
             .unwrap()
             .id,
@@ -190,7 +224,7 @@ fn concurrent_claimers_never_share_a_task(b: Backend) {
                     barrier.wait();
                     let mut mine = Vec::new();
                     loop {
-                        match store.claim_next_owned(&me, t0() + Duration::seconds(60), t0()) {
+                        match store.claim_next_owned(&me, secs(60), t0()) {
                             Ok(Some(t)) => mine.push(t.id),
                             Ok(None) => break,
                             Err(e) => panic!("claim failed: {e}"),
@@ -217,9 +251,7 @@ fn a_transition_is_checked_and_its_summary_written_with_it(b: Backend) {
     let store = b.open();
     store.insert_task(&task("local-1")).unwrap();
     let me = owner("m1", "a");
-    store
-        .claim_next_owned(&me, t0() + Duration::seconds(30), t0())
-        .unwrap();
+    store.claim_next_owned(&me, secs(30), t0()).unwrap();
     let later = t0() + Duration::seconds(5);
     let moved = store
         .transition("local-1", Claimed, Routed, "routed", later)
@@ -248,9 +280,7 @@ fn leaving_the_active_states_releases_the_claim(b: Backend) {
     let store = b.open();
     store.insert_task(&task("local-1")).unwrap();
     let me = owner("m1", "a");
-    store
-        .claim_next_owned(&me, t0() + Duration::seconds(30), t0())
-        .unwrap();
+    store.claim_next_owned(&me, secs(30), Utc::now()).unwrap();
     store
         .transition("local-1", Claimed, Routed, "routed", t0())
         .unwrap();
@@ -259,7 +289,7 @@ fn leaving_the_active_states_releases_the_claim(b: Backend) {
         .transition("local-1", Routed, Failed, "no agent", t0())
         .unwrap();
     assert_eq!(store.claim_of("local-1").unwrap(), None);
-    assert!(store.reconcilable(&me, t0()).unwrap().is_empty());
+    assert!(store.reconcilable(&me, Utc::now()).unwrap().is_empty());
 }
 
 fn leases_are_renewed_by_their_owner_and_expire_for_the_others(b: Backend) {
@@ -267,42 +297,50 @@ fn leases_are_renewed_by_their_owner_and_expire_for_the_others(b: Backend) {
     store.insert_task(&task("local-1")).unwrap();
     store.insert_task(&task("local-2")).unwrap();
     let (a, other) = (owner("m1", "a"), owner("m2", "b"));
-    let lease = t0() + Duration::seconds(30);
-    store.claim_next_owned(&a, lease, t0()).unwrap().unwrap();
+    // Real time, short leases: the store's clock decides (the server's on PostgreSQL).
     store
-        .claim_next_owned(&other, lease, t0())
+        .claim_next_owned(&a, secs(2), Utc::now())
+        .unwrap()
+        .unwrap();
+    store
+        .claim_next_owned(&other, secs(2), Utc::now())
         .unwrap()
         .unwrap();
     // Each daemon reconciles its own machine's claims only while the other's lease runs.
-    let mine = |o: &Owner, now| -> Vec<(String, bool)> {
+    let mine = |o: &Owner| -> Vec<(String, bool)> {
         store
-            .reconcilable(o, now)
+            .reconcilable(o, Utc::now())
             .unwrap()
             .into_iter()
             .map(|r| (r.task.id, r.expired))
             .collect()
     };
-    assert_eq!(mine(&a, t0()), vec![("local-1".to_string(), false)]);
-    assert_eq!(mine(&other, t0()), vec![("local-2".to_string(), false)]);
+    assert_eq!(mine(&a), vec![("local-1".to_string(), false)]);
+    assert_eq!(mine(&other), vec![("local-2".to_string(), false)]);
     // a renews; m2's lease runs out: a may now reconcile local-2 as a lost machine's.
-    let renewed_to = t0() + Duration::seconds(90);
-    assert_eq!(store.renew_leases(&a, renewed_to).unwrap(), 1);
-    assert_eq!(
-        store.claim_of("local-1").unwrap().unwrap().lease_until,
-        renewed_to
+    let before = lease_clock(&*store);
+    assert_eq!(store.renew_leases(&a, secs(30), Utc::now()).unwrap(), 1);
+    let after = lease_clock(&*store);
+    let renewed = store.claim_of("local-1").unwrap().unwrap().lease_until;
+    let span = Duration::seconds(30);
+    assert!(
+        before + span <= renewed && renewed <= after + span,
+        "renewed to the store's clock plus the lease: {renewed}"
     );
-    let after = t0() + Duration::seconds(60);
+    wait_past_lease(&*store, "local-2");
     assert_eq!(
-        mine(&a, after),
+        mine(&a),
         vec![
             ("local-1".to_string(), false),
             ("local-2".to_string(), true)
         ]
     );
-    assert_eq!(mine(&other, after), vec![("local-2".to_string(), false)]);
+    assert_eq!(mine(&other), vec![("local-2".to_string(), false)]);
     // A different owner key renews nothing.
     assert_eq!(
-        store.renew_leases(&owner("m1", "zzz"), renewed_to).unwrap(),
+        store
+            .renew_leases(&owner("m1", "zzz"), secs(30), Utc::now())
+            .unwrap(),
         0
     );
 }
@@ -312,31 +350,32 @@ fn an_expired_claim_is_taken_over_by_exactly_one_daemon(b: Backend) {
     store.insert_task(&task("local-1")).unwrap();
     let lost = owner("m-lost", "a");
     store
-        .claim_next_owned(&lost, t0() + Duration::seconds(30), t0())
+        .claim_next_owned(&lost, secs(1), Utc::now())
         .unwrap()
         .unwrap();
     let (b1, b2) = (owner("m1", "b"), owner("m2", "c"));
-    let lease = t0() + Duration::seconds(120);
+    let lease = secs(120);
     assert!(
-        !store.take_over("local-1", &b1, lease, t0()).unwrap(),
+        !store.take_over("local-1", &b1, lease, Utc::now()).unwrap(),
         "a live lease is not taken"
     );
-    let after = t0() + Duration::seconds(31);
-    assert!(store.take_over("local-1", &b1, lease, after).unwrap());
+    wait_past_lease(&*store, "local-1");
+    assert!(store.take_over("local-1", &b1, lease, Utc::now()).unwrap());
     assert!(
-        !store.take_over("local-1", &b2, lease, after).unwrap(),
+        !store.take_over("local-1", &b2, lease, Utc::now()).unwrap(),
         "the second taker finds b1's live lease"
     );
     let claim = store.claim_of("local-1").unwrap().unwrap();
     assert_eq!((claim.machine.as_str(), claim.owner), ("m1", b1.key()));
     // The lost daemon, back, renews nothing: the claim is not its any more.
-    assert_eq!(store.renew_leases(&lost, lease).unwrap(), 0);
+    assert_eq!(store.renew_leases(&lost, lease, Utc::now()).unwrap(), 0);
     // Concurrently, from separate connections: one winner.
     store.insert_task(&task("local-2")).unwrap();
     store
-        .claim_next_owned(&lost, t0() + Duration::seconds(30), t0())
+        .claim_next_owned(&lost, secs(1), Utc::now())
         .unwrap()
         .unwrap();
+    wait_past_lease(&*store, "local-2");
     let handle = b.handle.clone();
     let wins: usize = std::thread::scope(|s| {
         let barrier = Arc::new(Barrier::new(4));
@@ -347,7 +386,7 @@ fn an_expired_claim_is_taken_over_by_exactly_one_daemon(b: Backend) {
                     let store = handle.open_shared().unwrap();
                     barrier.wait();
                     store
-                        .take_over("local-2", &owner(&format!("r{n}"), "n"), lease, after)
+                        .take_over("local-2", &owner(&format!("r{n}"), "n"), lease, Utc::now())
                         .unwrap() as usize
                 })
             })
@@ -362,7 +401,7 @@ fn a_pinned_task_is_claimed_only_on_its_machine(b: Backend) {
     store.insert_task(&task("local-1")).unwrap();
     store.pin_task("local-1", "laptop").unwrap();
     store.insert_task(&task("local-2")).unwrap();
-    let lease = t0() + Duration::seconds(30);
+    let lease = secs(30);
     let elsewhere = owner("server", "a");
     assert_eq!(
         store
@@ -395,7 +434,7 @@ fn a_failed_task_is_claimed_again_once_its_retry_time_comes(b: Backend) {
     t.next_attempt_at = Some(t0() + Duration::seconds(10));
     store.insert_task(&t).unwrap();
     let me = owner("m1", "a");
-    let lease = t0() + Duration::seconds(60);
+    let lease = secs(60);
     assert_eq!(store.claim_next_owned(&me, lease, t0()).unwrap(), None);
     let later = t0() + Duration::seconds(10);
     let claimed = store.claim_next_owned(&me, lease, later).unwrap().unwrap();
@@ -671,7 +710,7 @@ fn a_claim_writes_its_transition_and_the_summary_a_refresh_would(b: Backend) {
     assert_eq!(parked["quota_wait"]["agent"], "claude", "{parked}");
 
     let me = owner("m1", "a");
-    let lease = t0() + Duration::minutes(1);
+    let lease = secs(60);
     // Not due yet: the DISCOVERED one is claimed.
     let first = store.claim_next_owned(&me, lease, t0()).unwrap().unwrap();
     assert_eq!(first.id, "local-2");
@@ -686,10 +725,9 @@ fn a_claim_writes_its_transition_and_the_summary_a_refresh_would(b: Backend) {
     store.insert_task(&task("local-3")).unwrap();
     // Due: the older candidate, the retry, wins over local-3.
     let at = due + Duration::minutes(1);
-    let retry = store
-        .claim_next_owned(&me, at + Duration::minutes(1), at)
-        .unwrap()
-        .unwrap();
+    let before = store.lease_clock(at).unwrap();
+    let retry = store.claim_next_owned(&me, lease, at).unwrap().unwrap();
+    let after = store.lease_clock(at).unwrap();
     assert_eq!(retry.id, "local-1");
     assert_eq!(
         (
@@ -708,9 +746,14 @@ fn a_claim_writes_its_transition_and_the_summary_a_refresh_would(b: Backend) {
         (Failed, Claimed, "claimed for retry", at)
     );
     let claim = store.claim_of("local-1").unwrap().unwrap();
-    assert_eq!(
-        (claim.owner, claim.lease_until),
-        (me.key(), at + Duration::minutes(1))
+    assert_eq!(claim.owner, me.key());
+    // The store's clock plus the lease: exactly `at` + 1 min on SQLite (the caller's
+    // clock), the server's time at the claim + 1 min on PostgreSQL.
+    let span = Duration::minutes(1);
+    assert!(
+        before + span <= claim.lease_until && claim.lease_until <= after + span,
+        "{before} + 1 min <= {} <= {after} + 1 min",
+        claim.lease_until
     );
 
     let claimed = store.summary_json("local-1").unwrap().unwrap();

@@ -251,11 +251,14 @@ impl AttemptRun<'_> {
         let report_to = (self.followup.is_none() && source.reports_back()).then_some(source);
         // Issue 27: only while this daemon holds the task's lease with a margin (a daemon
         // cut off from the store, or one whose task another daemon took over, never pushes).
+        // The claim, then the store's clock (a later reading only shortens what is left).
         let claim = self.db().claim_of(&self.task.id).map_err(Failure::crash)?;
+        let now = self.orch.now();
+        let lease_now = self.db().lease_clock(now).map_err(Failure::crash)?;
         if let Err(lost) = self
             .orch
             .leases
-            .check(&self.task.id, claim.as_ref(), self.orch.now())
+            .check(&self.task.id, claim.as_ref(), now, lease_now)
         {
             return Err(Failure::lease_lost(lost));
         }
