@@ -67,6 +67,9 @@ pub enum StoreError {
     /// The PostgreSQL server refused or failed a statement, or the connection broke.
     #[error("PostgreSQL store error: {0}")]
     Database(DriverError),
+    /// A task recorded the most transitions its key range holds (SQLite schema 13).
+    #[error("task `{task_id}` has {most} transitions, the most one task can record")]
+    TooManyTransitions { task_id: String, most: i64 },
     #[error("cannot encode {what} as JSON: {source}")]
     Json {
         what: &'static str,

@@ -266,14 +266,23 @@ CREATE TABLE egress_events (
     FOREIGN KEY (task_id, attempt) REFERENCES attempts(task_id, attempt) ON DELETE CASCADE
 );
 "#,
+    // 6: SQLite's schema 13 (issue 27): a task's summary is a column of its row (a view
+    // keeps `task_summaries` readable), so a claim writes the summary into the row version
+    // it writes anyway, not a second table. The transitions keep their (task seq, number)
+    // key: a heap and a B-tree index, where SQLite's 13 re-keys its table.
+    r#"
+ALTER TABLE tasks ADD COLUMN summary TEXT;
+UPDATE tasks SET summary = s.json FROM task_summaries s WHERE s.seq = tasks.seq;
+DROP TABLE task_summaries;
+CREATE VIEW task_summaries AS SELECT seq, summary AS json FROM tasks;
+"#,
 ];
 
 /// Every table of the store on PostgreSQL (`doctor`'s check reads each; tests wipe them).
-/// `claims` and `pins` are views of `tasks` since version 4.
+/// `claims` and `pins` are views of `tasks` since version 4, `task_summaries` since 6.
 pub const TABLES: &[&str] = &[
     "tasks",
     "transitions",
-    "task_summaries",
     "quota",
     "attempts",
     "events",

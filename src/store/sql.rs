@@ -22,7 +22,7 @@
 //! excludes them (and each other). It stays correct because a claim is one statement that
 //! locks the row it takes (`FOR UPDATE SKIP LOCKED`, its state re-checked on the newest
 //! version), and writes only what belongs to that task — its `tasks` row (the claim's owner
-//! and lease are columns of it), its `task_summaries` row, its next `transitions` row (its
+//! and lease and its summary are columns of it), its next `transitions` row (its
 //! number read from the task's own rows) — reading besides only rows that
 //! exclusive writers alone change (pull requests, follow-ups, attempts, quota waits). Two
 //! claimers therefore touch disjoint rows and never take one task; a writer that reads

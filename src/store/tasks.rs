@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::sql::{params, Db, Row};
+use super::sql::{params, Db, Dialect, Row};
 use super::{json_col, opt_time_col, parse_col, time_col, to_json, ts, Result, Store, StoreError};
 use crate::domain::{self, Risk, Scope, SourceKind, Task, TaskState, TaskType};
 
@@ -250,20 +250,31 @@ impl Store {
 
     /// Transitions for one task, oldest first.
     pub fn transitions(&self, task_id: &str) -> Result<Vec<TransitionRecord>> {
-        self.db.query_map(
-            "SELECT task_id, from_state, to_state, reason, at FROM transitions \
-             WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n",
-            params![task_id],
-            |r| {
-                Ok(TransitionRecord {
-                    task_id: r.get(0)?,
-                    from: parse_col(r, 1)?,
-                    to: parse_col(r, 2)?,
-                    reason: r.get(3)?,
-                    at: time_col(r, 4)?,
-                })
-            },
-        )
+        // Schema 13 on SQLite: the task's rows are one range of the integer key.
+        static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let span = super::schema::TRANSITION_SPAN;
+            format!(
+                "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+                 WHERE id > (SELECT rowid FROM tasks WHERE id = ?1) * {span} \
+                 AND id < ((SELECT rowid FROM tasks WHERE id = ?1) + 1) * {span} ORDER BY id"
+            )
+        });
+        let sql = match self.db.dialect() {
+            Dialect::Sqlite => SQLITE.as_str(),
+            Dialect::Postgres => {
+                "SELECT task_id, from_state, to_state, reason, at FROM transitions \
+                 WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n"
+            }
+        };
+        self.db.query_map(sql, params![task_id], |r| {
+            Ok(TransitionRecord {
+                task_id: r.get(0)?,
+                from: parse_col(r, 1)?,
+                to: parse_col(r, 2)?,
+                reason: r.get(3)?,
+                at: time_col(r, 4)?,
+            })
+        })
     }
 }
 
@@ -312,9 +323,11 @@ pub(super) fn write_transition(
     super::views::refresh_summary_of(tx, seq)
 }
 
-/// Appends a transition row of the task whose rowid is `seq`: its next number (schema
-/// 10: the table is keyed by (task rowid, number), so the row lands beside the task's
-/// others and no second index is written).
+/// Appends a transition row of the task whose rowid is `seq`: its next number. The table
+/// is keyed by (task rowid, number), so the row lands beside the task's others and no
+/// second index is written; on SQLite (schema 13) that key is one integer,
+/// `seq * TRANSITION_SPAN + n`, and a task whose numbers would run into the next task's
+/// range is refused, nothing written.
 fn insert_transition(
     tx: &Db,
     seq: i64,
@@ -324,12 +337,35 @@ fn insert_transition(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    tx.execute(
-        "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
-         VALUES (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM transitions WHERE task_seq = ?1), \
-         ?2, ?3, ?4, ?5, ?6)",
-        params![seq, task_id, from.as_str(), to.as_str(), reason, ts(now)],
-    )?;
+    let (at, from, to) = (ts(now), from.as_str(), to.as_str());
+    let values = params![seq, task_id, from, to, reason, at];
+    match tx.dialect() {
+        Dialect::Sqlite => {
+            static INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                let span = super::schema::TRANSITION_SPAN;
+                format!(
+                    "INSERT INTO transitions (id, task_id, from_state, to_state, reason, at) \
+                     SELECT COALESCE(MAX(id), ?1 * {span}) + 1, ?2, ?3, ?4, ?5, ?6 \
+                     FROM transitions WHERE id > ?1 * {span} AND id < (?1 + 1) * {span} \
+                     HAVING COALESCE(MAX(id), ?1 * {span}) + 1 < (?1 + 1) * {span}"
+                )
+            });
+            if tx.execute(&INSERT, values)? == 0 {
+                return Err(StoreError::TooManyTransitions {
+                    task_id: task_id.to_string(),
+                    most: super::schema::TRANSITION_SPAN - 1,
+                });
+            }
+        }
+        Dialect::Postgres => {
+            tx.execute(
+                "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
+                 VALUES (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM transitions WHERE task_seq = ?1), \
+                 ?2, ?3, ?4, ?5, ?6)",
+                values,
+            )?;
+        }
+    }
     Ok(())
 }
 

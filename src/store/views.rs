@@ -223,10 +223,10 @@ impl Store {
 
     /// Calls `each` with the JSON object of every task's [`TaskSummary`] (exactly the bytes
     /// `serde_json::to_writer` writes for it), newest first, optionally only those in
-    /// `state`, at most `limit` of them. The objects are stored text (schema version 2
-    /// keeps them current by trigger), handed over without decoding or UTF-8 checks: this
-    /// is `status --json` at 100k tasks (docs/benchmarks.md). Stops at the first error
-    /// `each` returns.
+    /// `state`, at most `limit` of them. The objects are stored text (the task row's
+    /// `summary`, kept current by [`write_summary`]), handed over without decoding or UTF-8
+    /// checks: this is `status --json` at 100k tasks (docs/benchmarks.md). Stops at the
+    /// first error `each` returns.
     pub fn for_each_summary_json<E>(
         &self,
         state: Option<TaskState>,
@@ -246,11 +246,8 @@ impl Store {
         let limit = self.db.limit(limit);
         let sql = match state {
             // The state index yields the rowids in order; each summary is one lookup.
-            Some(_) => {
-                "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid \
-                 WHERE t.state = ?2 ORDER BY t.rowid DESC LIMIT ?1"
-            }
-            None => "SELECT json FROM task_summaries WHERE CAST(?2 AS TEXT) IS NULL ORDER BY seq DESC LIMIT ?1",
+            Some(_) => "SELECT summary FROM tasks WHERE state = ?2 ORDER BY rowid DESC LIMIT ?1",
+            None => "SELECT summary FROM tasks WHERE CAST(?2 AS TEXT) IS NULL ORDER BY rowid DESC LIMIT ?1",
         };
         self.for_each_stored_json(sql, params![limit, state.map(TaskState::as_str)], each)
     }
@@ -259,7 +256,7 @@ impl Store {
     /// The stored summary object of one task (`status --json`'s bytes for it).
     pub fn summary_json(&self, task_id: &str) -> Result<Option<String>> {
         self.db.query_opt(
-            "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid WHERE t.id = ?1",
+            "SELECT summary FROM tasks WHERE id = ?1",
             params![task_id],
             |r| r.get(0),
         )
@@ -295,16 +292,16 @@ impl Store {
         if self.db.dialect() == Dialect::Postgres {
             let newest = if filter.is_empty() {
                 Newest {
-                    columns: "json",
-                    from: "task_summaries WHERE CAST(?3 AS TEXT) IS NULL \
+                    columns: "summary",
+                    from: "tasks WHERE CAST(?3 AS TEXT) IS NULL \
                            AND CAST(?4 AS TEXT) IS NULL AND CAST(?5 AS TEXT) IS NULL",
-                    key: "seq",
+                    key: "rowid",
                     key_col: 1,
                 }
             } else {
                 Newest {
-                    columns: "s.json",
-                    from: "tasks t JOIN task_summaries s ON s.seq = t.rowid \
+                    columns: "t.summary",
+                    from: "tasks t \
                            WHERE (CAST(?3 AS TEXT) IS NULL OR t.state = ?3) \
                            AND (CAST(?4 AS TEXT) IS NULL OR t.source = ?4) \
                            AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5))",
@@ -319,12 +316,12 @@ impl Store {
         let limit = self.db.limit(limit);
         let offset = offset as i64;
         let sql = if filter.is_empty() {
-            // The unfiltered listing walks the summaries alone, as `status --json` does.
-            "SELECT json FROM task_summaries WHERE CAST(?3 AS TEXT) IS NULL \
+            // The unfiltered listing walks the rows in order, as `status --json` does.
+            "SELECT summary FROM tasks WHERE CAST(?3 AS TEXT) IS NULL \
              AND CAST(?4 AS TEXT) IS NULL AND CAST(?5 AS TEXT) IS NULL \
-             ORDER BY seq DESC LIMIT ?1 OFFSET ?2"
+             ORDER BY rowid DESC LIMIT ?1 OFFSET ?2"
         } else {
-            "SELECT s.json FROM tasks t JOIN task_summaries s ON s.seq = t.rowid \
+            "SELECT t.summary FROM tasks t \
              WHERE (CAST(?3 AS TEXT) IS NULL OR t.state = ?3) \
              AND (CAST(?4 AS TEXT) IS NULL OR t.source = ?4) \
              AND (CAST(?5 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.agent = ?5)) \
@@ -520,25 +517,19 @@ pub(super) fn summary_of_row(row: &Row<'_>) -> Result<(i64, String)> {
     ))
 }
 
-/// Stores one task's summary (its task's rowid `seq`, its JSON).
+/// Stores one task's summary (its task's rowid `seq`, its JSON) in the task's row (schema
+/// 13, PostgreSQL 6): the page a state change writes anyway, so a claim writes no other
+/// table's (docs/benchmarks.md "Queue").
 pub(super) fn write_summary(db: &Db, seq: i64, json: &str) -> Result<()> {
-    // The row exists from the task's insert on: update it; insert only the first.
-    let updated = db.execute(
-        "UPDATE task_summaries SET json = ?2 WHERE seq = ?1",
+    db.execute(
+        "UPDATE tasks SET summary = ?2 WHERE rowid = ?1",
         params![seq, json],
     )?;
-    if updated == 0 {
-        db.execute(
-            "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2)",
-            params![seq, json],
-        )?;
-    }
     Ok(())
 }
 
 /// Rewrites every stored summary (the migration to Rust-written summaries).
 pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
-    db.execute("DELETE FROM task_summaries", params![])?;
     let mut rows = Vec::new();
     db.for_each(
         &format!("SELECT {SUMMARY_COLS}, tasks.rowid FROM {SUMMARY_FROM} ORDER BY tasks.rowid"),
@@ -550,10 +541,7 @@ pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
         },
     )?;
     for (seq, json) in rows {
-        db.execute(
-            "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2)",
-            params![seq, json],
-        )?;
+        write_summary(db, seq, &json)?;
     }
     Ok(())
 }

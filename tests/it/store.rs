@@ -852,7 +852,7 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
     newest_first.reverse();
     assert_eq!(status_json(), format!("[{}]\n", newest_first.join(",")));
     let store = Store::open(&db).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 12);
+    assert_eq!(store.schema_version().unwrap(), 13);
     // The claim and its lease.
     let claim = store.claim_of("local-1").unwrap().unwrap();
     assert_eq!(
@@ -961,4 +961,248 @@ fn status_json(home: &std::path::Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Issue 27: schema 13 moves each task's summary into its row and keys a task's
+/// transitions by one integer. A home of schema 12 upgrades in place: `status --json`
+/// prints the same bytes, each task's transitions keep their order (also when written
+/// interleaved across tasks), the next transition is numbered after the last, and
+/// `task_summaries` still reads as the table did.
+#[test]
+fn schema_12_home_keeps_its_summaries_and_transitions_through_migration_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let db = home.join("queue.db");
+    let summaries = [
+        r#"{"id":"local-1","state":"RUNNING","old":"bytes \u001f kept"}"#,
+        r#"{"id":"local-2","state":"DISCOVERED"}"#,
+        r#"{"id":"local-3","state":"LANDED"}"#,
+    ];
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+            .unwrap();
+        for sql in &polyphony::store::schema::MIGRATIONS[..12] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 12).unwrap();
+        for (i, (id, state)) in [
+            ("local-1", "RUNNING"),
+            ("local-2", "DISCOVERED"),
+            ("local-3", "LANDED"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            conn.execute(
+                "INSERT INTO tasks (id, title, body, source, source_ref, repo, base_ref, state, \
+                 task_type, scope, risk, context_tokens, requires_web, labels, metadata, \
+                 attempts, failures, created_at, updated_at, next_attempt_at) \
+                 VALUES (?1, 'title', 'body', 'local', ?1, '/r', NULL, ?2, \
+                 'bugfix', 'small', 'medium', 3, 0, '[]', '{}', 1, 0, \
+                 '2026-11-03T08:00:00.000000Z', '2026-11-03T08:30:00.000000Z', NULL)",
+                rusqlite::params![id, state],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO task_summaries (seq, json) VALUES (?1, ?2)",
+                rusqlite::params![i as i64 + 1, summaries[i]],
+            )
+            .unwrap();
+        }
+        // Interleaved: local-3's history is written between local-1's steps.
+        for (seq, n, task, from, to) in [
+            (1, 1, "local-1", "DISCOVERED", "CLAIMED"),
+            (3, 1, "local-3", "DISCOVERED", "CLAIMED"),
+            (1, 2, "local-1", "CLAIMED", "ROUTED"),
+            (3, 2, "local-3", "CLAIMED", "LANDED"),
+            (1, 3, "local-1", "ROUTED", "PROVISIONED"),
+            (1, 4, "local-1", "PROVISIONED", "RUNNING"),
+        ] {
+            conn.execute(
+                "INSERT INTO transitions (task_seq, n, task_id, from_state, to_state, reason, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'r', '2026-11-03T08:10:00.000000Z')",
+                rusqlite::params![seq, n, task, from, to],
+            )
+            .unwrap();
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+    }
+    let mut newest_first = summaries;
+    newest_first.reverse();
+    let before = format!("[{}]\n", newest_first.join(","));
+    // The first `status --json` migrates, then prints the stored bytes untouched.
+    assert_eq!(status_json(&home), before);
+    let store = Store::open(&db).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 13);
+    assert_eq!(status_json(&home), before);
+    assert_eq!(
+        store.summary_json("local-2").unwrap().as_deref(),
+        Some(summaries[1])
+    );
+    let steps = |id: &str| -> Vec<(TaskState, TaskState)> {
+        store
+            .transitions(id)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.from, t.to))
+            .collect()
+    };
+    assert_eq!(
+        steps("local-1"),
+        [
+            (Discovered, Claimed),
+            (Claimed, Routed),
+            (Routed, Provisioned),
+            (Provisioned, Running)
+        ]
+    );
+    assert_eq!(steps("local-3"), [(Discovered, Claimed), (Claimed, Landed)]);
+    assert_eq!(steps("local-2"), []);
+    // New transitions follow the task's last, and its summary is rewritten in its row.
+    store
+        .transition("local-1", Running, Failed, "test", t0())
+        .unwrap();
+    store.claim("local-2", t0()).unwrap().unwrap();
+    assert_eq!(steps("local-1").last(), Some(&(Running, Failed)));
+    assert_eq!(steps("local-1").len(), 5);
+    assert_eq!(steps("local-2"), [(Discovered, Claimed)]);
+    assert_eq!(summary_of(&store, "local-1")["state"], "FAILED");
+    assert_eq!(summary_of(&store, "local-2")["state"], "CLAIMED");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let keys: Vec<(i64, i64, String)> = conn
+        .prepare("SELECT task_seq, n, to_state FROM transitions ORDER BY task_seq, n")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        keys.iter().map(|k| (k.0, k.1)).collect::<Vec<_>>(),
+        [
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+            (1, 5),
+            (2, 1),
+            (3, 1),
+            (3, 2)
+        ]
+    );
+    // The view reads as the table did: the summaries by the task's rowid.
+    let listed: Vec<(i64, String)> = conn
+        .prepare("SELECT seq, json FROM task_summaries ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[2], (3, summaries[2].to_string()));
+}
+
+/// Pages a write appended to the WAL of `db`, from a checkpointed (empty) WAL.
+fn wal_frames(db: &std::path::Path) -> f64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    let len = std::fs::metadata(std::path::PathBuf::from(wal))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    // A 32-byte header, then frames of a 24-byte header and a 4096-byte page.
+    len.saturating_sub(32) as f64 / (24.0 + 4096.0)
+}
+
+fn checkpoint(db: &std::path::Path) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let (busy, _, _): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(busy, 0, "the checkpoint ran");
+}
+
+/// Issue 27: a claim's cost is the pages its commit appends to the WAL (docs/benchmarks.md
+/// "Queue"). Schema 13's claim writes the task row (its summary included), its
+/// `tasks_state` entry and its transition: about 3 pages, against bare SQLite's 2 for an
+/// `UPDATE … RETURNING` of the same rows (schema 12's claim wrote 4.4).
+#[test]
+fn a_claim_appends_about_three_pages_to_the_wal_against_bare_sqlites_two() {
+    const TASKS: usize = 300;
+    const CLAIMS: usize = 150;
+    let body = "The parser drops the last line of a file. ".repeat(15);
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("home/queue.db");
+    let store = Store::open(&ours).unwrap();
+    for i in 1..=TASKS {
+        let mut t = task(&format!("local-{i}"));
+        t.body = body.clone();
+        t.labels = vec!["polyphony".into(), "parser".into()];
+        assert!(store.insert_task(&t).unwrap());
+    }
+    checkpoint(&ours);
+    for _ in 0..CLAIMS {
+        store.claim_next(t0()).unwrap().expect("a task to claim");
+    }
+    let ours_per_claim = wal_frames(&ours) / CLAIMS as f64;
+
+    // Bare SQLite: the same rows and pragmas (examples/bench.rs's baseline).
+    let bare = dir.path().join("bare.db");
+    let conn = rusqlite::Connection::open(&bare).unwrap();
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+        .unwrap();
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        .unwrap();
+    conn.execute_batch(polyphony::store::schema::MIGRATIONS[0])
+        .unwrap();
+    conn.execute_batch(polyphony::store::schema::TASKS_CLAIM_COLUMNS)
+        .unwrap();
+    for i in 1..=TASKS {
+        conn.execute(
+            "INSERT INTO tasks (id, title, body, source, source_ref, repo, base_ref, state, \
+             task_type, scope, risk, context_tokens, requires_web, labels, metadata, attempts, \
+             failures, created_at, updated_at, next_attempt_at) VALUES (?1, ?2, ?3, 'local', \
+             ?4, '/r', NULL, 'DISCOVERED', 'bugfix', 'small', 'low', 150, 0, \
+             '[\"polyphony\",\"parser\"]', '{}', 0, 0, '2026-11-03T09:00:00.000000Z', \
+             '2026-11-03T09:00:00.000000Z', NULL)",
+            rusqlite::params![
+                format!("local-{i}"),
+                format!("title {i}"),
+                body,
+                format!("local:local-{i}")
+            ],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    checkpoint(&bare);
+    let conn = rusqlite::Connection::open(&bare).unwrap();
+    conn.execute_batch("PRAGMA synchronous = NORMAL;").unwrap();
+    for _ in 0..CLAIMS {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let id: String = conn
+            .query_row(
+                "UPDATE tasks SET state = 'CLAIMED', updated_at = ?1 WHERE rowid = \
+                 (SELECT rowid FROM tasks WHERE state = 'DISCOVERED' ORDER BY rowid LIMIT 1) \
+                 RETURNING id",
+                ["2026-11-03T09:00:01.000000Z"],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(id.starts_with("local-"));
+        conn.execute_batch("COMMIT").unwrap();
+    }
+    let bare_per_claim = wal_frames(&bare) / CLAIMS as f64;
+    eprintln!("WAL pages per claim: ours {ours_per_claim:.2}, bare {bare_per_claim:.2}");
+    assert!(
+        ours_per_claim <= 3.3,
+        "a claim appended {ours_per_claim:.2} pages (bare {bare_per_claim:.2})"
+    );
+    assert!(
+        ours_per_claim <= 1.65 * bare_per_claim,
+        "a claim appended {ours_per_claim:.2} pages, bare {bare_per_claim:.2}"
+    );
 }
