@@ -715,7 +715,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .collect()
     };
     let steps = std::cell::RefCell::new(Vec::<(&'static str, String, Vec<f64>)>::new());
-    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, [Option<f64>; 5])> {
+    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, [Option<f64>; 6])> {
         let store = Store::open(&polyphony_db(home))?;
         let id = format!("bench{pid}-{mode}-{n}");
         insert_task(&store, &id, &origin, body)?;
@@ -741,7 +741,14 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         if mode == "allowlist" && n > 0 {
             let mut all = steps.borrow_mut();
             for (phase, what) in [
-                ("setup", "egress network and proxy up proxy="),
+                (
+                    "setup, beside the clone",
+                    "egress network and proxy made proxy=",
+                ),
+                (
+                    "setup, the proxy's start beside the agent's",
+                    "egress proxy started proxy=",
+                ),
                 ("teardown, critical path", "egress proxy stopped proxy="),
                 (
                     "teardown, beside verification",
@@ -767,6 +774,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
                 elapsed(&text, "egress proxy and network removed"),
                 ms_field(&text, "egress network and proxy awaited", "waited_ms"),
                 elapsed(&text, "egress proxy stopped and its log read"),
+                elapsed(&text, "the agent released: its egress proxy listens"),
             ],
         ))
     };
@@ -781,6 +789,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     let mut teardown = Vec::new();
     let mut waited = Vec::new();
     let mut stop = Vec::new();
+    let mut released = Vec::new();
     for n in 1..=reps {
         eprintln!("egress: pair {n}/{reps} ...");
         let order: Vec<&(&str, PathBuf)> = if n % 2 == 1 {
@@ -789,7 +798,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             homes.iter().rev().collect()
         };
         for (mode, home) in order {
-            let (wall, [net, s, down, wait, stopped]) = run(home, mode, n)?;
+            let (wall, [net, s, down, wait, stopped, release]) = run(home, mode, n)?;
             if *mode == "allowlist" {
                 allow.push(wall);
                 network.push(net.context(
@@ -803,6 +812,10 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
                     stopped
                         .context("no `egress proxy stopped and its log read` line in the log")?,
                 );
+                // Absent when the image cannot hold its command (the old order).
+                if let Some(r) = release {
+                    released.push(r);
+                }
             } else {
                 open.push(wall);
             }
@@ -815,6 +828,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     let tm = median(&mut teardown.clone());
     let wm = median(&mut waited.clone());
     let pm = median(&mut stop.clone());
+    let rm = (!released.is_empty()).then(|| median(&mut released.clone()));
     // Per attempt: what the attempt waited for (the early setup's rest, then the config and
     // `ready`), and the whole setup, early part and critical part together.
     let mut on_path: Vec<f64> = waited.iter().zip(&setup).map(|(w, s)| w + s).collect();
@@ -833,34 +847,34 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .join(", ")
     };
     let mut md = String::new();
-    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network and its egress proxy container, from the `polyphony-egress` image made of this binary, both made and started while the workspace is cloned, the proxy waiting for its config file; the config written once the attempt is routed and the proxy's `ready` awaited while the agent's container is created; after the agent, the proxy killed and its log read to its end; the proxy and the network removed while the attempt is verified and landed) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`; the setup and teardown figures are the daemon's own (its log at info, `polyphony::runtime::docker` at debug: `elapsed_ms`, `waited_ms`, `steps=`), medians per row.\n")?;
+    writeln!(md, "The spawn section's no-op attempt (fake `claude` in `{IMAGE}`, scenario `succeed`, one check `test: \"true\"`) in two homes that differ only in `egress`: `allowlist` (the attempt's own `--internal` network and its egress proxy container, from the `polyphony-egress` image made of this binary, the network and the proxy's container made while the workspace is cloned, the proxy at an address fixed before either exists and started at once, waiting for its config file; the config written once the attempt is routed; the agent's container, held by its entrypoint, created and started beside the proxy's start and released once the proxy said `ready`; after the agent, the proxy killed and its log read to its end; the proxy and the network removed while the attempt is verified and landed) and `open` (Docker's bridge, no proxy). {reps} pairs after one warm-up pair, interleaved (the order alternates), wall time of `polyphony spawn --task ID`; the setup and teardown figures are the daemon's own (its log at info, `polyphony::runtime::docker` at debug: `elapsed_ms`, `waited_ms`, `steps=`), medians per row.\n")?;
     writeln!(md, "| One no-op attempt | median | vs open |")?;
     writeln!(md, "|---|---|---|")?;
     writeln!(md, "| `egress: allowlist` | {am:.3} s | {ratio:.2}x |")?;
     writeln!(md, "| `egress: open` | {om:.3} s | 1.00x |")?;
     writeln!(
         md,
-        "| **network + proxy setup in all** (the early part beside the clone, plus writing the config and the `ready`) | {:.0} ms | |",
+        "| **network + proxy setup in all** (the early part beside the clone, plus writing the config and creating the agent's container) | {:.0} ms | |",
         im * 1e3
     )?;
     writeln!(
         md,
-        "| early part: create the network and the proxy (at once), connect it to the outbound network, start it, read its address; begun with the workspace's clone | {:.0} ms | |",
+        "| early part: create the network and the proxy (at once), connect it to the outbound network, start it, check its address; begun with the workspace's clone | {:.0} ms | |",
         nm * 1e3
     )?;
     writeln!(
         md,
-        "| of it, what the attempt still waited for after the clone and routing | {:.0} ms | |",
+        "| of it, what the attempt still waited for after the clone and routing (a held agent: the network and the proxy's container made, not the proxy's start) | {:.0} ms | |",
         wm * 1e3
     )?;
     writeln!(
         md,
-        "| write the proxy's config, wait for its `ready` while the agent's container is created | {:.0} ms | |",
+        "| write the proxy's config, create the agent's container (a held agent's proxy says `ready` later, beside the agent's start) | {:.0} ms | |",
         sm * 1e3
     )?;
     writeln!(
         md,
-        "| **setup on the critical path** (the wait for the early part, plus config and `ready`) | {:.0} ms | |",
+        "| **setup on the critical path** (the wait for the early part, plus the config and the agent's create) | {:.0} ms | |",
         cm * 1e3
     )?;
     writeln!(
@@ -868,6 +882,13 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         "| teardown on the critical path: kill the proxy, read its log to its end | {:.0} ms | |",
         pm * 1e3
     )?;
+    if let Some(rm) = rm {
+        writeln!(
+            md,
+            "| the held agent released, after its container's create (its start takes about as long; the entrypoint waits for the rest) | {:.0} ms | |",
+            rm * 1e3
+        )?;
+    }
     writeln!(
         md,
         "| teardown off the critical path: remove the proxy and the network, beside verification and landing | {:.0} ms | |",
@@ -888,7 +909,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     writeln!(md)?;
     writeln!(
         md,
-        "All runs (s): allowlist {}; open {}; setup in all {}; setup on the critical path {}; early part {}; waited for it {}; config and ready {}; kill and log {}; removal {}.\n",
+        "All runs (s): allowlist {}; open {}; setup in all {}; setup on the critical path {}; early part {}; waited for it {}; config and create {}; kill and log {}; removal {}; released after create {}.\n",
         all(&allow),
         all(&open),
         all(&in_all),
@@ -897,7 +918,8 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         all(&waited),
         all(&setup),
         all(&stop),
-        all(&teardown)
+        all(&teardown),
+        all(&released)
     )?;
     writeln!(
         md,

@@ -125,6 +125,7 @@ docker import \
     --change 'USER worker' \
     --change 'WORKDIR /workspace' \
     --change 'ENTRYPOINT ["/usr/local/bin/polyphony-entrypoint"]' \
+    --change 'LABEL polyphony.entrypoint.hold=1' \
     "$work/rootfs.tar" "$tag" >&2
 docker tag "$tag" polyphony-real:latest
 log "built $tag ($(docker run --rm --network none "$tag" claude --version | head -1); $(docker run --rm --network none "$tag" codex --version | head -1))"

@@ -9,7 +9,15 @@
 #    Runs as the unprivileged container user: nothing here needs root.
 # 2. Feed stdin: when the runtime uploaded a prompt to $POLYPHONY_STDIN, the command reads
 #    it on stdin; otherwise stdin is empty (never a terminal).
-# 3. exec the command (argv, never a shell string), so signals reach it directly.
+# 3. Hold (issue 25): when $POLYPHONY_HOLD_UNTIL names a file (the runtime's staging
+#    directory, read-only here), wait until the daemon writes it, at most
+#    $POLYPHONY_HOLD_SECONDS seconds: the container starts beside its egress proxy, and the
+#    command runs only once the proxy listens. Skipping the wait gains nothing: this
+#    container's network has no route out but through that proxy.
+# 4. exec the command (argv, never a shell string), so signals reach it directly.
+#
+# The images carry the label polyphony.entrypoint.hold=1: the daemon holds only the
+# containers of images that say they honour step 3.
 staging="${POLYPHONY_CREDENTIALS:-/polyphony/credentials}"
 home="${HOME:-/home/worker}"
 if [ -d "$staging" ]; then
@@ -25,6 +33,22 @@ if [ -d "$staging" ]; then
         fi
     done
     chmod -R u+rwX "$home" 2>/dev/null || true
+fi
+if [ -n "$POLYPHONY_HOLD_UNTIL" ] && [ ! -e "$POLYPHONY_HOLD_UNTIL" ]; then
+    limit="${POLYPHONY_HOLD_SECONDS:-30}"
+    # Polled every 10 ms (every second on a `sleep` without fractions); counted in 10 ms.
+    tick=0.01
+    step=1
+    sleep "$tick" 2>/dev/null || { tick=1; step=100; }
+    waited=0
+    while [ ! -e "$POLYPHONY_HOLD_UNTIL" ]; do
+        if [ "$waited" -ge $((limit * 100)) ]; then
+            echo "polyphony-entrypoint: not released within ${limit} s (no $POLYPHONY_HOLD_UNTIL): the attempt's egress proxy never listened; see the daemon's log" >&2
+            exit 75
+        fi
+        sleep "$tick"
+        waited=$((waited + step))
+    done
 fi
 if [ "$#" -eq 0 ]; then
     echo "polyphony-entrypoint: no command given" >&2

@@ -19,6 +19,21 @@ pub const HOME_DIR: &str = "/home/worker";
 pub use crate::domain::CREDENTIAL_STAGING_DIR;
 /// Where `DockerRuntime::create` puts [`ContainerSpec::stdin`] (the entrypoint feeds it).
 pub const STDIN_FILE: &str = "/polyphony/input/stdin";
+/// The file whose existence releases a held container's command ([`ContainerSpec::hold`]):
+/// the daemon writes it into the staging directory, mounted read-only at [`STAGING_ROOT`].
+pub const RELEASE_FILE: &str = "/polyphony/released";
+/// The variable naming [`RELEASE_FILE`] to the entrypoint, which waits for the file when
+/// the variable is set (at most [`HOLD_TIMEOUT_ENV`] seconds).
+pub const HOLD_ENV: &str = "POLYPHONY_HOLD_UNTIL";
+/// The entrypoint's bound on that wait, in seconds.
+pub const HOLD_TIMEOUT_ENV: &str = "POLYPHONY_HOLD_SECONDS";
+/// [`HOLD_TIMEOUT_ENV`]'s value: past the daemon's own wait for its proxy's `ready`, so the
+/// daemon's clearer error comes first.
+pub const HOLD_SECONDS: u64 = 30;
+/// The image label saying its entrypoint honours [`HOLD_ENV`] (Polyphony's images carry
+/// it; an operator's image without it keeps the old order: the agent's container is
+/// created only once its proxy listens).
+pub const HOLD_LABEL: &str = "polyphony.entrypoint.hold";
 /// The per-container staging directory (credential copies and stdin) is mounted here,
 /// read-only (see `staging`).
 pub const STAGING_ROOT: &str = "/polyphony";
@@ -84,6 +99,11 @@ pub struct ContainerSpec {
     /// default (the host's). Agents confined to an attempt's network get the container's
     /// own loopback (`egress::AGENT_DNS`), so nothing is forwarded anywhere (issue 25).
     pub dns: Vec<String>,
+    /// The image's entrypoint holds the command until the daemon releases it
+    /// ([`HOLD_ENV`], `WorkerRuntime::release`): the agent's container starts beside its
+    /// egress proxy, and its CLI runs only once the proxy listens (issue 25).
+    #[serde(default)]
+    pub hold: bool,
     /// Hardening and limits; `limits.user` is always resolved (`Some`).
     pub limits: ResourceLimits,
 }
@@ -126,6 +146,7 @@ impl ContainerSpec {
             env_from_host: Vec::new(),
             network: NetworkMode::Bridge,
             dns: Vec::new(),
+            hold: false,
             limits: ResourceLimits::default(),
         }
     }

@@ -52,6 +52,8 @@ pub struct DockerRuntime {
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
     /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
+    /// Whether an image's entrypoint holds its command (`WorkerRuntime::holds`), by image.
+    holds: Arc<Mutex<HashMap<String, bool>>>,
 }
 
 impl DockerRuntime {
@@ -70,6 +72,7 @@ impl DockerRuntime {
             staged: Arc::default(),
             proxy_image: Arc::default(),
             proxy_binary: None,
+            holds: Arc::default(),
         }
     }
 
@@ -194,37 +197,78 @@ impl DockerRuntime {
         }
     }
 
-    /// Creates the attempt's internal network (issue 25). A leftover of this home under its
+    /// Creates the attempt's internal network (issue 25) on a /28 of `subnet::POOL`: slot
+    /// `first`, else (the engine says the subnet overlaps one of its networks) the next,
+    /// at most `subnet::TRIES`; returns the slot taken. A leftover of this home under its
     /// name (a crash) is removed first by the caller: engines before API 1.44 create a
     /// second network of the same name instead of refusing one.
     async fn create_egress_network(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
-    ) -> Result<(), RuntimeError> {
-        let request = bollard::models::NetworkCreateRequest {
-            name: name.to_string(),
-            driver: Some("bridge".into()),
-            internal: Some(true),
-            // No address for the host on this bridge: `--internal` alone still lets a
-            // container reach host listeners on other interfaces' addresses (the INPUT
-            // chain; tests/it/egress.rs), so the host must not be on this network at all.
-            options: Some(HashMap::from([(
-                "com.docker.network.bridge.inhibit_ipv4".to_string(),
-                "true".to_string(),
-            )])),
-            labels: Some(labels.clone().into_iter().collect()),
-            ..Default::default()
-        };
-        let created = self.docker.create_network(request).await;
-        crate::metrics::egress_network(created.is_ok());
-        created.map_err(|e| engine("create egress network", e))?;
-        Ok(())
+        first: u32,
+    ) -> Result<super::subnet::Slot, RuntimeError> {
+        let mut last = String::new();
+        for n in 0..super::subnet::TRIES {
+            let slot = super::subnet::slot(first.wrapping_add(n));
+            let request = bollard::models::NetworkCreateRequest {
+                name: name.to_string(),
+                driver: Some("bridge".into()),
+                internal: Some(true),
+                // No address for the host on this bridge: `--internal` alone still lets a
+                // container reach host listeners on other interfaces' addresses (the INPUT
+                // chain; tests/it/egress.rs), so the host must not be on this network at all.
+                options: Some(HashMap::from([(
+                    "com.docker.network.bridge.inhibit_ipv4".to_string(),
+                    "true".to_string(),
+                )])),
+                ipam: Some(bollard::models::Ipam {
+                    config: Some(vec![bollard::models::IpamConfig {
+                        subnet: Some(slot.subnet.clone()),
+                        ip_range: Some(slot.ip_range.clone()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                labels: Some(labels.clone().into_iter().collect()),
+                ..Default::default()
+            };
+            match self.docker.create_network(request).await {
+                Ok(_) => {
+                    crate::metrics::egress_network(true);
+                    return Ok(slot);
+                }
+                Err(e) if super::subnet::is_overlap(&e.to_string()) => {
+                    tracing::debug!(network = %name, subnet = %slot.subnet, "subnet taken; trying the next");
+                    last = e.to_string();
+                }
+                Err(e) => {
+                    crate::metrics::egress_network(false);
+                    return Err(engine("create egress network", e));
+                }
+            }
+        }
+        crate::metrics::egress_network(false);
+        Err(RuntimeError::Engine {
+            op: "create egress network",
+            message: format!(
+                "no free /{} in {}/{} after {} tries ({last}); remove unused Docker networks there",
+                super::subnet::SLOT_PREFIX,
+                super::subnet::POOL,
+                super::subnet::POOL_PREFIX,
+                super::subnet::TRIES
+            ),
+        })
     }
 
     /// Creates the proxy container of `plan` on its network; a leftover of this home under
     /// its name (a crash) is removed and the create tried again.
-    async fn create_proxy(&self, plan: &EgressPlan, image: String) -> Result<String, RuntimeError> {
+    async fn create_proxy(
+        &self,
+        plan: &EgressPlan,
+        image: String,
+        address: std::net::Ipv4Addr,
+    ) -> Result<String, RuntimeError> {
         let host_config = HostConfig {
             network_mode: Some(plan.network.clone()),
             extra_hosts: Some(plan.resolver_hosts.clone()),
@@ -280,6 +324,20 @@ impl DockerRuntime {
                     .unwrap_or_else(|| "65534:65534".to_string()),
             ),
             host_config: Some(host_config),
+            // Its address on the attempt's network, fixed (outside the engine's range for
+            // the network, `subnet`), so the agent is told it before the proxy starts.
+            networking_config: Some(bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    plan.network.clone(),
+                    bollard::models::EndpointSettings {
+                        ipam_config: Some(bollard::models::EndpointIpamConfig {
+                            ipv4_address: Some(address.to_string()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )])),
+            }),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default()
@@ -297,9 +355,13 @@ impl DockerRuntime {
     }
 
     /// The proxy's container, created and joined to its outbound network (not started).
-    async fn made_proxy(&self, plan: &EgressPlan) -> Result<String, RuntimeError> {
+    async fn made_proxy(
+        &self,
+        plan: &EgressPlan,
+        address: std::net::Ipv4Addr,
+    ) -> Result<String, RuntimeError> {
         let image = self.proxy_image().await?;
-        let id = self.create_proxy(plan, image).await?;
+        let id = self.create_proxy(plan, image, address).await?;
         let connect = bollard::models::NetworkConnectRequest {
             container: id.clone(),
             endpoint_config: None,
@@ -311,23 +373,26 @@ impl DockerRuntime {
         Ok(id)
     }
 
-    /// [`WorkerRuntime::egress_up`]: the network and the proxy's container are made at
-    /// once (the engine resolves a container's network by name when it starts it, so the
-    /// proxy's create need not wait for its network's), then the proxy is started.
-    async fn up(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
+    /// [`WorkerRuntime::egress_make`]: the network and the proxy's container are made at
+    /// once (the engine resolves a container's network, and its fixed address there, when
+    /// it starts it, so the proxy's create need not wait for its network's). The proxy is
+    /// made again only when the network had to take another slot than the first.
+    async fn make(&self, plan: &EgressPlan) -> Result<EgressEndpoint, RuntimeError> {
         let mut steps = Steps::start();
         // A leftover network of this home under this name (a crash), with its members.
         self.remove_network_and_members(&plan.network).await?;
         steps.mark("leftovers");
+        let first = super::subnet::first_slot(&plan.network);
+        let hoped = super::subnet::slot(first).proxy;
         let (made, proxy) = tokio::join!(
             async {
                 let made = self
-                    .create_egress_network(&plan.network, &plan.labels)
+                    .create_egress_network(&plan.network, &plan.labels, first)
                     .await;
                 (made, std::time::Instant::now())
             },
             async {
-                let proxy = self.made_proxy(plan).await;
+                let proxy = self.made_proxy(plan, hoped).await;
                 (proxy, std::time::Instant::now())
             }
         );
@@ -335,25 +400,49 @@ impl DockerRuntime {
         steps.mark_at("network", net_at);
         steps.mark_at("proxy create+connect", proxy_at);
         steps.next();
-        made?;
+        let slot = made?;
         let id = match proxy {
-            Ok(id) => id,
+            Ok(id) if slot.proxy == hoped => id,
+            Ok(_) => {
+                tracing::debug!(proxy = %plan.proxy_name, subnet = %slot.subnet, "the network took another slot; the proxy is made again at its address");
+                self.remove(&plan.proxy_name).await?;
+                let id = self.made_proxy(plan, slot.proxy).await?;
+                steps.mark("proxy again");
+                id
+            }
             // An engine that wants the network to exist at create: once more, after it.
             Err(first) => {
                 tracing::debug!(proxy = %plan.proxy_name, error = %first, "egress proxy create beside its network failed; trying again after it");
                 self.remove(&plan.proxy_name).await?;
-                self.made_proxy(plan).await?
+                let id = self.made_proxy(plan, slot.proxy).await?;
+                steps.mark("proxy again");
+                id
             }
         };
-        self.start(&id).await?;
+        tracing::debug!(proxy = %plan.proxy_name, subnet = %slot.subnet, steps = %steps, "egress network and proxy made");
+        Ok(EgressEndpoint {
+            proxy_id: id,
+            proxy_ip: slot.proxy.into(),
+        })
+    }
+
+    /// [`WorkerRuntime::egress_start`]: starts the proxy, then waits for its `ready` (a
+    /// proxy waiting for its config file: `egress_ready` does) and checks the engine gave
+    /// it the address fixed for it.
+    async fn start_proxy(
+        &self,
+        plan: &EgressPlan,
+        endpoint: &EgressEndpoint,
+    ) -> Result<(), RuntimeError> {
+        let mut steps = Steps::start();
+        let id = &endpoint.proxy_id;
+        self.start(id).await?;
         steps.mark("start");
-        // Ready when it says so (it binds before writing `ready`); its address is read
-        // meanwhile (the engine assigned it at the start). A proxy waiting for its config
-        // file is not ready yet: `egress_ready` waits for it.
+        // Ready when it says so (it binds before writing `ready`).
         let waits = plan.config_file.is_none();
         let ready = async {
             if waits {
-                self.proxy_ready(&id).await
+                self.proxy_ready(id).await
             } else {
                 Ok(())
             }
@@ -361,29 +450,33 @@ impl DockerRuntime {
         let address = async {
             let inspect = self
                 .docker
-                .inspect_container(&id, None::<InspectContainerOptions>)
+                .inspect_container(id, None::<InspectContainerOptions>)
                 .await
                 .map_err(|e| engine("inspect egress proxy", e))?;
-            inspect
+            let got: Option<std::net::IpAddr> = inspect
                 .network_settings
                 .and_then(|n| n.networks)
                 .and_then(|mut n| n.remove(&plan.network))
                 .and_then(|e| e.ip_address)
-                .and_then(|ip| ip.parse().ok())
-                .ok_or_else(|| RuntimeError::Engine {
+                .and_then(|ip| ip.parse().ok());
+            if got == Some(endpoint.proxy_ip) {
+                Ok(())
+            } else {
+                Err(RuntimeError::Engine {
                     op: "inspect egress proxy",
-                    message: format!("the proxy has no address on {}", plan.network),
+                    message: format!(
+                        "the proxy is at {got:?} on {}, not at {} as asked",
+                        plan.network, endpoint.proxy_ip
+                    ),
                 })
+            }
         };
-        let (ready, proxy_ip) = tokio::join!(ready, address);
+        let (ready, address) = tokio::join!(ready, address);
         ready?;
-        let proxy_ip = proxy_ip?;
+        address?;
         steps.mark(if waits { "ready+address" } else { "address" });
-        tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress network and proxy up");
-        Ok(EgressEndpoint {
-            proxy_id: id,
-            proxy_ip,
-        })
+        tracing::debug!(proxy = %plan.proxy_name, steps = %steps, "egress proxy started");
+        Ok(())
     }
 
     /// Follows the proxy's log until it says `ready` (at most [`PROXY_READY_TIMEOUT`]).
@@ -765,7 +858,18 @@ impl WorkerRuntime for DockerRuntime {
         plan: &'a EgressPlan,
     ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
         Box::pin(async move {
-            match self.up(plan).await {
+            let endpoint = self.egress_make(plan).await?;
+            self.egress_start(plan, &endpoint).await?;
+            Ok(endpoint)
+        })
+    }
+
+    fn egress_make<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+    ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
+        Box::pin(async move {
+            match self.make(plan).await {
                 Ok(endpoint) => Ok(endpoint),
                 Err(e) => {
                     let _ = self.remove(&plan.proxy_name).await;
@@ -773,6 +877,79 @@ impl WorkerRuntime for DockerRuntime {
                     Err(e)
                 }
             }
+        })
+    }
+
+    fn egress_start<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+        endpoint: &'a EgressEndpoint,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            match self.start_proxy(plan, endpoint).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = self.remove(&plan.proxy_name).await;
+                    let _ = self.remove_network_and_members(&plan.network).await;
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn holds<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move {
+            if let Some(known) = self.holds.lock().ok().and_then(|h| h.get(image).copied()) {
+                return Ok(known);
+            }
+            let inspect = match self.docker.inspect_image(image).await {
+                Ok(i) => i,
+                // The create says what is missing, and how to fix it.
+                Err(e) if is_status(&e, 404) => return Ok(false),
+                Err(e) => return Err(engine("inspect image", e)),
+            };
+            let holds = inspect
+                .config
+                .and_then(|c| c.labels)
+                .and_then(|l| l.get(super::container_spec::HOLD_LABEL).cloned())
+                .is_some_and(|v| v.trim() == "1");
+            if let Ok(mut known) = self.holds.lock() {
+                known.insert(image.to_string(), holds);
+            }
+            Ok(holds)
+        })
+    }
+
+    fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let mine = self
+                .staged
+                .lock()
+                .ok()
+                .and_then(|s| s.get(id).map(|st| st.path().to_path_buf()));
+            // Another process's container (a re-attached attempt): its staging mount.
+            let root = match mine {
+                Some(root) => root,
+                None => {
+                    let info = self.inspect(id).await?;
+                    let root = info
+                        .mounts
+                        .iter()
+                        .find(|(target, _)| target == super::container_spec::STAGING_ROOT)
+                        .map(|(_, source)| std::path::PathBuf::from(source));
+                    root.ok_or_else(|| {
+                        RuntimeError::Io(format!(
+                            "container {id} has no staging directory to be released through"
+                        ))
+                    })?
+                }
+            };
+            staging::release(&root).map_err(|e| {
+                RuntimeError::Io(format!(
+                    "cannot release container {id} ({}): {e}",
+                    root.display()
+                ))
+            })
         })
     }
 

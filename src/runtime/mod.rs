@@ -20,6 +20,7 @@ pub mod proxy_image;
 pub mod scripted;
 pub mod staging;
 pub mod stream;
+pub mod subnet;
 pub mod test_image;
 pub mod watchdog;
 
@@ -173,7 +174,8 @@ pub struct EgressPlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressEndpoint {
     pub proxy_id: String,
-    /// The proxy's address on the attempt's internal network.
+    /// The proxy's address on the attempt's internal network: fixed before the proxy starts
+    /// ([`subnet`]), so the agent can be given it before then.
     pub proxy_ip: std::net::IpAddr,
 }
 
@@ -234,6 +236,45 @@ pub trait WorkerRuntime: Send + Sync {
                 message: "this runtime cannot make networks; use `egress: none`".into(),
             })
         })
+    }
+
+    /// The first half of [`WorkerRuntime::egress_up`]: the attempt's internal network and
+    /// its proxy's container, made but not started, the proxy at an address fixed before
+    /// either exists ([`subnet`]); [`WorkerRuntime::egress_start`] starts it. A runtime
+    /// that cannot split the two does all of `egress_up` here.
+    fn egress_make<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+    ) -> BoxFuture<'a, Result<EgressEndpoint, RuntimeError>> {
+        self.egress_up(plan)
+    }
+
+    /// Starts the proxy [`WorkerRuntime::egress_make`] made; returns once it listens (for
+    /// a plan with a `config_file`: once it runs, [`WorkerRuntime::egress_ready`]). On
+    /// failure the proxy and the network are removed.
+    fn egress_start<'a>(
+        &'a self,
+        plan: &'a EgressPlan,
+        endpoint: &'a EgressEndpoint,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (plan, endpoint);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Whether `image`'s entrypoint holds its command until [`WorkerRuntime::release`]
+    /// (the image carries [`container_spec::HOLD_LABEL`]): only then may a container of it
+    /// be started before its egress proxy listens ([`ContainerSpec::hold`]).
+    fn holds<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        let _ = image;
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Releases the command of container `id`, created with [`ContainerSpec::hold`]: its
+    /// entrypoint waits for this. Works for a container another process created (a
+    /// re-attached attempt) and is harmless twice.
+    fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = id;
+        Box::pin(async { Ok(()) })
     }
 
     /// Waits until the proxy `proxy`, started by `egress_up` of a plan with a

@@ -24,7 +24,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::container_spec::{
-    numeric_user, ContainerSpec, CREDENTIAL_STAGING_DIR, STAGING_ROOT, STDIN_FILE,
+    numeric_user, ContainerSpec, CREDENTIAL_STAGING_DIR, HOLD_ENV, HOLD_SECONDS, HOLD_TIMEOUT_ENV,
+    RELEASE_FILE, STAGING_ROOT, STDIN_FILE,
 };
 use super::RuntimeError;
 use crate::domain::VolumeMount;
@@ -70,6 +71,15 @@ impl Staged {
     }
 }
 
+/// Releases a held container's command ([`ContainerSpec::hold`]): writes [`RELEASE_FILE`]
+/// into its staging directory `root` (as the host sees it). Writing it twice is harmless.
+pub fn release(root: &Path) -> io::Result<()> {
+    let name = RELEASE_FILE
+        .trim_start_matches(STAGING_ROOT)
+        .trim_start_matches('/');
+    fs::write(root.join(name), b"")
+}
+
 /// Prepares the host side of `spec` and returns the spec the engine should see: credential
 /// mounts and stdin replaced by one read-only mount of the staging directory.
 pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), RuntimeError> {
@@ -93,7 +103,7 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
             }
         }
     }
-    if credentials.is_empty() && spec.stdin.is_none() {
+    if credentials.is_empty() && spec.stdin.is_none() && !spec.hold {
         return Ok((out, None));
     }
     let home = spec
@@ -137,6 +147,13 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
         out.env
             .insert("POLYPHONY_STDIN".to_string(), STDIN_FILE.to_string());
         out.stdin = None;
+    }
+    if spec.hold {
+        out.env
+            .insert(HOLD_ENV.to_string(), RELEASE_FILE.to_string());
+        out.env
+            .entry(HOLD_TIMEOUT_ENV.to_string())
+            .or_insert_with(|| HOLD_SECONDS.to_string());
     }
     // Owned by the daemon, readable by the container's group only: u=rw(x), g=r(x).
     restrict(root, owner.map(|(_, gid)| gid)).map_err(|e| io_err("staging permissions", e))?;
@@ -238,6 +255,32 @@ pub fn share_with_group(path: &Path, gid: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25: a held container always gets its staging directory, the entrypoint is told
+    /// the file to wait for, and `release` writes it where the container sees it.
+    #[test]
+    fn a_held_container_is_staged_and_released_through_its_staging_directory() {
+        let mut spec =
+            ContainerSpec::new("n", "i", vec!["x".into()]).limits(Default::default(), "4242:4242");
+        assert!(prepare(&spec).unwrap().1.is_none(), "nothing to stage");
+        spec.hold = true;
+        let (out, staged) = prepare(&spec).unwrap();
+        let staged = staged.expect("a held container is staged");
+        assert_eq!(out.env[HOLD_ENV], RELEASE_FILE);
+        assert_eq!(out.env[HOLD_TIMEOUT_ENV], HOLD_SECONDS.to_string());
+        assert!(out
+            .mounts
+            .iter()
+            .any(|m| m.container_path == STAGING_ROOT && m.host_path == staged.path()));
+        assert!(!staged.path().join("released").exists());
+        release(staged.path()).unwrap();
+        release(staged.path()).unwrap();
+        assert!(staged.path().join("released").exists());
+        // A spec's own bound is kept (tests shorten it).
+        spec.env
+            .insert(HOLD_TIMEOUT_ENV.to_string(), "1".to_string());
+        assert_eq!(prepare(&spec).unwrap().0.env[HOLD_TIMEOUT_ENV], "1");
+    }
 
     #[test]
     fn stage_copies_only_named_files_and_stdin() {

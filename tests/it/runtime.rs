@@ -1496,3 +1496,96 @@ async fn watchdog_removes_containers_past_their_labelled_deadline() {
     w.rt.remove(&fine).await.unwrap();
     w.assert_no_containers().await;
 }
+
+/// `docker logs` of a container so far (stdout and stderr), without following it.
+fn logs_so_far(id: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["logs", id])
+        .output()
+        .expect("docker logs");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Issue 25: a held container (`ContainerSpec::hold`) of Polyphony's image runs, but its
+/// command waits until the daemon releases it (the agent's container starts beside its
+/// egress proxy, its CLI only once the proxy listens). Released by a runtime that did not
+/// create it (a re-attached attempt's daemon), it goes on; never released, its entrypoint
+/// gives up after its bound with a clear error. The image says it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_container_runs_its_command_only_once_released() {
+    use polyphony::runtime::container_spec::{HOLD_TIMEOUT_ENV, RELEASE_FILE};
+    let w = world!("hold");
+    assert!(
+        w.rt.holds(&w.image).await.unwrap(),
+        "the test image carries the hold label"
+    );
+    let spec = w.run_spec(AgentType::Claude, "hold", 1);
+    let mk = |name: &str| {
+        let mut c = ContainerSpec::new(
+            format!("polyphony-{}-{name}", w.prefix),
+            w.image.clone(),
+            vec!["/bin/sh".into(), "-c".into(), "echo the-command-ran".into()],
+        )
+        .labels_for(&spec.task_id, 1, &w.label, polyphony::runtime::Role::Agent)
+        .network(NetworkMode::None)
+        .limits(ResourceLimits::default(), &default_container_user());
+        c.hold = true;
+        c
+    };
+    let id = w.rt.create(&mk("held")).await.unwrap();
+    w.rt.start(&id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let info = w.rt.inspect(&id).await.unwrap();
+    assert_eq!(
+        info.state,
+        polyphony::runtime::RunState::Running,
+        "held: {}",
+        logs_so_far(&id)
+    );
+    assert!(
+        !logs_so_far(&id).contains("the-command-ran"),
+        "the command ran before its release: {}",
+        logs_so_far(&id)
+    );
+    // Another process's runtime finds the staging directory by the container's mounts.
+    let other = DockerRuntime::from_client(w.rt.client().clone());
+    other.release(&id).await.unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), w.rt.wait(&id))
+        .await
+        .expect("released, it ends")
+        .unwrap();
+    assert_eq!(code, 0, "{}", logs_so_far(&id));
+    assert!(logs_so_far(&id).contains("the-command-ran"));
+    w.rt.remove(&id).await.unwrap();
+
+    // Never released: the bounded wait ends with the reason, and the command never runs.
+    let mut never = mk("never");
+    never
+        .env
+        .insert(HOLD_TIMEOUT_ENV.to_string(), "1".to_string());
+    let id = w.rt.create(&never).await.unwrap();
+    let info = w.rt.inspect(&id).await.unwrap();
+    assert!(
+        info.mounts
+            .iter()
+            .any(|(target, _)| target == polyphony::runtime::container_spec::STAGING_ROOT),
+        "a held container always has its staging directory: {:?}",
+        info.mounts
+    );
+    w.rt.start(&id).await.unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(15), w.rt.wait(&id))
+        .await
+        .expect("the wait is bounded")
+        .unwrap();
+    let out = logs_so_far(&id);
+    assert_eq!(code, 75, "{out}");
+    assert!(out.contains("not released within 1 s"), "{out}");
+    assert!(out.contains(RELEASE_FILE), "{out}");
+    assert!(!out.contains("the-command-ran"), "{out}");
+    w.rt.remove(&id).await.unwrap();
+    w.assert_no_containers().await;
+}

@@ -47,9 +47,32 @@ fn explain_refusals(
 pub(super) struct EarlyNetwork {
     name: String,
     proxy: String,
-    made: tokio::task::JoinHandle<
-        Result<crate::runtime::EgressEndpoint, crate::runtime::RuntimeError>,
-    >,
+    /// The network and the proxy's container made (not started), with the proxy's fixed
+    /// address; `None`: making them failed (`started` says why).
+    made: tokio::sync::oneshot::Receiver<Option<crate::runtime::EgressEndpoint>>,
+    /// The proxy started (after `made`).
+    started: StartedProxy,
+}
+
+type StartedProxy =
+    tokio::task::JoinHandle<Result<crate::runtime::EgressEndpoint, crate::runtime::RuntimeError>>;
+
+/// The early network and proxy as the agent's stage takes them.
+struct Early {
+    endpoint: crate::runtime::EgressEndpoint,
+    /// The proxy still starting: the agent's container is held (`ContainerSpec::hold`),
+    /// started beside the proxy and released once the proxy listens ([`Held`]). `None`:
+    /// the proxy runs already (an image that cannot be held keeps that order).
+    starting: Option<StartedProxy>,
+}
+
+/// An agent's container started beside its proxy, to be released once the proxy listens.
+struct Held {
+    proxy: String,
+    starting: StartedProxy,
+    /// The proxy hosts the model-API gateway: its credential file leaves the disk once the
+    /// proxy said `ready` (it read the file before).
+    forget_credential: bool,
 }
 
 /// What the follower of the attempt's proxy log read ([`AttemptRun::follow_proxy`]).
@@ -111,44 +134,80 @@ impl AttemptRun<'_> {
         let home = self.orch.home().to_path_buf();
         let rt = self.orch.runtime.clone();
         let (task, attempt, label) = (self.task.id.clone(), self.attempt, label.clone());
-        let made = tokio::spawn(async move {
+        let (made_tx, made) = tokio::sync::oneshot::channel();
+        let started = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let (dir, user) = crate::orchestrator::gateway::fresh_proxy_dir(
+            let made_dir = crate::orchestrator::gateway::fresh_proxy_dir(
                 &home,
                 &crate::egress::names(&task, attempt, &label).1,
             )
             .map_err(|e| crate::runtime::RuntimeError::Engine {
                 op: "egress",
                 message: format!("cannot make the egress proxy's directory: {e}"),
-            })?;
+            });
+            let (dir, user) = match made_dir {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = made_tx.send(None);
+                    return Err(e);
+                }
+            };
             let plan =
                 crate::egress::early_plan(&task, attempt, &label, &outbound, &pins, &dir, user);
-            let made = rt.egress_up(&plan).await;
-            if made.is_ok() {
-                tracing::info!(%task, network = %plan.network, elapsed_ms = started.elapsed().as_millis() as u64, "egress network and proxy started beside the workspace");
-            }
-            made
+            let endpoint = match rt.egress_make(&plan).await {
+                Ok(endpoint) => endpoint,
+                Err(e) => {
+                    let _ = made_tx.send(None);
+                    return Err(e);
+                }
+            };
+            tracing::info!(%task, network = %plan.network, proxy = %endpoint.proxy_ip, elapsed_ms = started.elapsed().as_millis() as u64, "egress network and proxy made beside the workspace");
+            let _ = made_tx.send(Some(endpoint.clone()));
+            rt.egress_start(&plan, &endpoint).await?;
+            tracing::info!(%task, network = %plan.network, elapsed_ms = started.elapsed().as_millis() as u64, "egress network and proxy started beside the workspace");
+            Ok(endpoint)
         });
-        self.early_network = Some(EarlyNetwork { name, proxy, made });
+        self.early_network = Some(EarlyNetwork {
+            name,
+            proxy,
+            made,
+            started,
+        });
     }
 
     /// Waits for the early network and proxy: their endpoint when `plan` runs on them,
-    /// else they are removed after the attempt ([`Self::teardown`]). Ones that failed
-    /// early are made again by `egress_up` (`None`).
+    /// else they are removed after the attempt ([`Self::teardown`]). With `hold` (the
+    /// agent's image can be held) only until they are made, the proxy's address fixed:
+    /// the proxy goes on starting beside the agent's container ([`Early::starting`]);
+    /// without, until the proxy runs. Ones that failed early are made again by
+    /// `egress_up` (`None`).
     async fn take_early_network(
         &mut self,
         plan: Option<&crate::runtime::EgressPlan>,
-    ) -> Option<crate::runtime::EgressEndpoint> {
+        hold: bool,
+    ) -> Option<Early> {
         let early = self.early_network.take()?;
         let waited = std::time::Instant::now();
-        let made = early.made.await;
         let used = plan.is_some_and(|p| p.network == early.name && p.proxy_name == early.proxy);
+        if used && hold {
+            if let Ok(Some(endpoint)) = early.made.await {
+                tracing::info!(task = %self.task.id, network = %early.name, waited_ms = waited.elapsed().as_millis() as u64, held = true, "egress network and proxy awaited");
+                return Some(Early {
+                    endpoint,
+                    starting: Some(early.started),
+                });
+            }
+        }
+        let made = early.started.await;
         if used {
             // The part of the early setup the attempt waited for (on its critical path).
-            tracing::info!(task = %self.task.id, network = %early.name, waited_ms = waited.elapsed().as_millis() as u64, "egress network and proxy awaited");
+            tracing::info!(task = %self.task.id, network = %early.name, waited_ms = waited.elapsed().as_millis() as u64, held = false, "egress network and proxy awaited");
         }
         match made {
-            Ok(Ok(endpoint)) if used => Some(endpoint),
+            Ok(Ok(endpoint)) if used => Some(Early {
+                endpoint,
+                starting: None,
+            }),
             Ok(Err(e)) if used => {
                 tracing::debug!(task = %self.task.id, network = %early.name, error = %e, "the early egress network or proxy failed; they are made again");
                 None
@@ -158,6 +217,65 @@ impl AttemptRun<'_> {
                 self.teardown(Some(early.proxy), early.name);
                 None
             }
+        }
+    }
+
+    /// Releases the held agent `agent_id` once its proxy started and said `ready`
+    /// (`up` is told when the proxy runs, for the log's follower). On failure the agent is
+    /// killed before its command ran, and the error fails the attempt.
+    async fn release_held(
+        &self,
+        held: Held,
+        agent_id: &str,
+        up: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), crate::runtime::RuntimeError> {
+        let rt = self.orch.runtime.as_ref();
+        let since = std::time::Instant::now();
+        let released = async {
+            match held.starting.await {
+                Ok(started) => started?,
+                Err(e) => {
+                    return Err(crate::runtime::RuntimeError::Engine {
+                        op: "egress",
+                        message: format!("the egress proxy's start did not finish: {e}"),
+                    })
+                }
+            };
+            let _ = up.send(());
+            rt.egress_ready(&held.proxy).await?;
+            if held.forget_credential {
+                crate::orchestrator::gateway::forget_credential(self.orch.home(), &held.proxy);
+            }
+            rt.release(agent_id).await
+        }
+        .await;
+        match &released {
+            Ok(()) => {
+                tracing::info!(task = %self.task.id, proxy = %held.proxy, elapsed_ms = since.elapsed().as_millis() as u64, "the agent released: its egress proxy listens");
+            }
+            Err(e) => {
+                tracing::warn!(task = %self.task.id, proxy = %held.proxy, error = %e, "the attempt's egress proxy did not come up; its agent is stopped unreleased");
+                if let Err(e) = rt.kill(agent_id).await {
+                    tracing::warn!(task = %self.task.id, error = %e, "cannot stop the held agent");
+                }
+            }
+        }
+        released
+    }
+
+    /// A re-attached agent held by a daemon killed before it released it: released now,
+    /// once its kept proxy says `ready` (best effort; releasing twice is harmless).
+    async fn release_reattached(&self, image: &str, proxy: &str, agent_id: &str) {
+        let rt = self.orch.runtime.as_ref();
+        if !rt.holds(image).await.unwrap_or(false) {
+            return;
+        }
+        let released = async {
+            rt.egress_ready(proxy).await?;
+            rt.release(agent_id).await
+        };
+        if let Err(e) = released.await {
+            tracing::debug!(task = %self.task.id, %proxy, error = %e, "cannot release the re-attached agent (it ran already, or its proxy is gone)");
         }
     }
 
@@ -190,7 +308,7 @@ impl AttemptRun<'_> {
 
     /// Finishes the attempt's teardowns (and removes an early network no stage took).
     pub(super) async fn settle(&mut self) {
-        self.take_early_network(None).await;
+        self.take_early_network(None, false).await;
         let handles = std::mem::take(
             &mut *self
                 .teardowns
@@ -243,10 +361,30 @@ impl AttemptRun<'_> {
         // `open`/`none`); the container gets a placeholder. A re-attached attempt keeps the
         // proxy, and with it its gateway.
         let mut egress = crate::egress::plan(spec, &self.orch.home_label);
+        // An image whose entrypoint can hold the agent's command lets its container start
+        // beside the proxy; any other keeps the order: the proxy listens first.
+        let hold = egress.is_some()
+            && reattach.is_none()
+            && self.early_network.is_some()
+            && self
+                .orch
+                .runtime
+                .holds(&container.image)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!(image = %container.image, error = %e, "cannot tell whether the image holds its command; it is not held");
+                    false
+                });
         let early = match reattach {
-            None => self.take_early_network(egress.as_ref()).await,
+            None => self.take_early_network(egress.as_ref(), hold).await,
             Some(_) => None,
         };
+        let mut starting = None;
+        let early = early.map(|e| {
+            starting = e.starting;
+            e.endpoint
+        });
+        container.hold = starting.is_some();
         if let (Some(plan), Some(_)) = (egress.as_mut(), &early) {
             // Its proxy runs already, waiting for this plan's config in its directory.
             plan.config_file = Some(crate::egress::proxy_config_path());
@@ -337,10 +475,13 @@ impl AttemptRun<'_> {
                         return Err(Failure::crash(e));
                     }
                 }
-                // An early proxy says `ready` while the agent's container is created.
+                // An early proxy says `ready` while the agent's container is created (a held
+                // agent's: while it starts, `release_held`).
                 let ready = async {
                     match (&egress, &early) {
-                        (Some(plan), Some(_)) => rt.egress_ready(&plan.proxy_name).await,
+                        (Some(plan), Some(_)) if !container.hold => {
+                            rt.egress_ready(&plan.proxy_name).await
+                        }
                         _ => Ok(()),
                     }
                 };
@@ -358,8 +499,9 @@ impl AttemptRun<'_> {
                 };
                 if let (Some(plan), Some((started, proxy))) = (&egress, egress_started) {
                     if created.is_ok() {
-                        // The proxy read the key before it said `ready`: it leaves the disk.
-                        if gateway.as_ref().is_some_and(|g| g.in_proxy()) {
+                        // The proxy read the key before it said `ready`: it leaves the disk
+                        // (a held agent's proxy's: once it said so, `release_held`).
+                        if !container.hold && gateway.as_ref().is_some_and(|g| g.in_proxy()) {
                             crate::orchestrator::gateway::forget_credential(
                                 &home,
                                 &plan.proxy_name,
@@ -382,6 +524,10 @@ impl AttemptRun<'_> {
                 match created {
                     Ok(id) => Follow::Start(id),
                     Err(failure) => {
+                        if let Some(starting) = starting.take() {
+                            // Its start is awaited, so the stop below finds it settled.
+                            let _ = starting.await;
+                        }
                         if let Some(plan) = &egress {
                             self.collect_egress(spec, plan, None).await;
                         }
@@ -391,6 +537,18 @@ impl AttemptRun<'_> {
             }
             Some((id, recorded)) => Follow::Reattach(id, recorded),
         };
+        let held = match (&egress, starting) {
+            (Some(plan), Some(starting)) => Some(Held {
+                proxy: plan.proxy_name.clone(),
+                starting,
+                forget_credential: gateway.as_ref().is_some_and(|g| g.in_proxy()),
+            }),
+            _ => None,
+        };
+        // The proxy's log is followed once the proxy runs (a held agent's may still start).
+        let (proxy_up, proxy_runs) = tokio::sync::oneshot::channel::<()>();
+        let proxy_runs = held.as_ref().map(|_| proxy_runs);
+        let mut released_error = None;
         let mut sink = StoreSink {
             store: &self.store,
             task_id: self.task.id.clone(),
@@ -423,8 +581,28 @@ impl AttemptRun<'_> {
         };
         let agent = async {
             let exec = match follow {
-                Follow::Start(id) => execute::start_created(run, &container, &id).await,
-                Follow::Reattach(id, recorded) => execute::reattach(run, &id, recorded).await,
+                Follow::Start(id) => match held {
+                    // Started beside its proxy: released once the proxy listens.
+                    Some(held) => {
+                        let (exec, released) = tokio::join!(
+                            execute::start_created(run, &container, &id),
+                            self.release_held(held, &id, proxy_up)
+                        );
+                        released_error = released.err();
+                        exec
+                    }
+                    None => execute::start_created(run, &container, &id).await,
+                },
+                Follow::Reattach(id, recorded) => {
+                    let release = async {
+                        if let Some(plan) = &egress {
+                            self.release_reattached(&container.image, &plan.proxy_name, &id)
+                                .await;
+                        }
+                    };
+                    let (exec, ()) = tokio::join!(execute::reattach(run, &id, recorded), release);
+                    exec
+                }
             };
             if let Some(plan) = &egress {
                 // The agent is gone: the proxy is killed and its log ends for the follower.
@@ -446,6 +624,10 @@ impl AttemptRun<'_> {
             exec
         };
         let live = async {
+            if let Some(runs) = proxy_runs {
+                // Dropped unsent: the proxy never ran; the follower finds its log empty.
+                let _ = runs.await;
+            }
             match &egress {
                 Some(plan) => Some(self.follow_proxy(spec, plan, &agent_id, stopped).await),
                 None => None,
@@ -493,6 +675,9 @@ impl AttemptRun<'_> {
             (exec, _) => exec,
         };
         drop(gateway);
+        if let Some(e) = released_error {
+            return Err(Failure::from(e).during("the attempt's egress network or proxy failed"));
+        }
         let exec = exec.map_err(|e| Failure::from(e).during("the container failed"))?;
         if let Some(err) = &exec.sink_error {
             return Err(Failure::crash(format!("cannot record the run: {err}")));
