@@ -317,15 +317,16 @@ pub fn container(started: bool) {
         .inc();
 }
 
-/// One connection an attempt's egress proxy allowed or refused (`reason` empty when allowed).
-pub fn egress_connection(allowed: bool, reason: &str) {
+/// `n` connections an attempt's egress proxy allowed or refused (`reason` empty when
+/// allowed).
+pub fn egress_connections(allowed: bool, reason: &str, n: u64) {
     get()
         .egress_connections
         .get_or_create(&EgressLabels {
             result: if allowed { "allowed" } else { "refused" }.to_string(),
             reason: reason.to_string(),
         })
-        .inc();
+        .inc_by(n);
 }
 
 /// One per-attempt egress network created (or refused by the engine).

@@ -201,18 +201,64 @@ pub struct Refused {
     pub detail: String,
 }
 
-/// What an attempt's proxy log says: allowed hosts summed, refusals in order, and the
-/// model-API gateway's request records (issue 26), when it hosted one.
+impl Refused {
+    /// `host:port`, or the reason of a refusal without a host (a malformed request).
+    pub fn target(&self) -> String {
+        if self.host.is_empty() {
+            self.reason.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// How many of an attempt's refusals are kept (and stored) one by one, in the order the
+/// proxy logged them; later ones are only counted, by reason and by target (a hostile
+/// agent can make refused requests without end: the store and the daemon's memory hold a
+/// bounded amount of them, `/metrics` and the summary count every one).
+pub const KEPT_REFUSALS: usize = 200;
+/// How many distinct refused targets the report counts by name; refusals of further
+/// targets are counted together ([`EgressReport::refused_elsewhere`]).
+pub const KEPT_TARGETS: usize = 50;
+
+/// What an attempt's proxy log says: allowed hosts summed, refusals in order (the first
+/// [`KEPT_REFUSALS`]; every one counted), and the model-API gateway's request records
+/// (issue 26), when it hosted one.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EgressReport {
     pub allowed: Vec<AllowedHost>,
+    /// The first [`KEPT_REFUSALS`] refusals, in order.
     pub refused: Vec<Refused>,
+    /// Every refusal logged, those in `refused` included.
+    #[serde(default)]
+    pub refused_total: u64,
+    /// Every refusal by its reason code.
+    #[serde(default)]
+    pub refused_reasons: BTreeMap<String, u64>,
+    /// Every refusal by target (`host:port`, or the reason of one without a host), in the
+    /// order first refused, for the first [`KEPT_TARGETS`] targets.
+    #[serde(default)]
+    pub refused_targets: Vec<(String, u64)>,
+    /// Refusals of targets past the first [`KEPT_TARGETS`].
+    #[serde(default)]
+    pub refused_elsewhere: u64,
     /// The proxy said it serves a gateway (`ready` with `gateway: true`).
     #[serde(skip)]
     pub gateway_on: bool,
     /// The `gateway` lines' records, in order.
     #[serde(skip)]
     pub gateway: Vec<crate::gateway::RequestRecord>,
+}
+
+/// A log line as [`LogLine::parse_numbered`] reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Numbered {
+    /// The proxy's number of the line (`n`), when it says.
+    pub n: Option<u64>,
+    /// When the proxy wrote it (`ts`), when it says.
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The event, when the line is one the daemon reads.
+    pub line: Option<LogLine>,
 }
 
 /// One line of the proxy's structured log (`proxy::EventLog`), parsed (pure).
@@ -239,7 +285,10 @@ impl LogLine {
     /// One line (without its newline): `None` for a line that is not one of the proxy's
     /// events (not JSON, or an event the daemon does not read).
     pub fn parse(line: &[u8]) -> Option<LogLine> {
-        let value = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+        LogLine::from_value(serde_json::from_slice::<serde_json::Value>(line).ok()?)
+    }
+
+    fn from_value(value: serde_json::Value) -> Option<LogLine> {
         let text = |k: &str| {
             value
                 .get(k)
@@ -278,6 +327,22 @@ impl LogLine {
         let value = serde_json::from_slice::<serde_json::Value>(line).ok()?;
         value.get("ts")?.as_str()?.parse().ok()
     }
+
+    /// One line with what the proxy says of it: the event, when it wrote it (`ts`) and
+    /// the line's number in its whole log (`n`; a proxy before it said none).
+    pub fn parse_numbered(line: &[u8]) -> Numbered {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return Numbered::default();
+        };
+        Numbered {
+            n: value.get("n").and_then(|n| n.as_u64()),
+            at: value
+                .get("ts")
+                .and_then(|t| t.as_str())
+                .and_then(|t| t.parse().ok()),
+            line: LogLine::from_value(value),
+        }
+    }
 }
 
 impl EgressReport {
@@ -307,10 +372,36 @@ impl EgressReport {
                 e.bytes_up += bytes_up;
                 e.bytes_down += bytes_down;
             }
-            LogLine::Refused(r) => self.refused.push(r),
+            LogLine::Refused(r) => self.refuse(r),
             LogLine::Ready { gateway } => self.gateway_on = gateway,
             LogLine::Gateway(record) => self.gateway.push(*record),
         }
+    }
+
+    /// Counts a refusal; keeps it while fewer than [`KEPT_REFUSALS`] are.
+    fn refuse(&mut self, r: Refused) {
+        self.refused_total += 1;
+        *self.refused_reasons.entry(r.reason.clone()).or_default() += 1;
+        let target = r.target();
+        let kept = self.refused_targets.len();
+        match self.refused_targets.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, n)) => *n += 1,
+            None if kept < KEPT_TARGETS => self.refused_targets.push((target, 1)),
+            None => self.refused_elsewhere += 1,
+        }
+        if self.refused.len() < KEPT_REFUSALS {
+            self.refused.push(r);
+        }
+    }
+
+    /// Whether the last refusal added was kept one by one (within [`KEPT_REFUSALS`]).
+    pub fn last_refusal_kept(&self) -> bool {
+        self.refused_total <= KEPT_REFUSALS as u64
+    }
+
+    /// Connections allowed in all.
+    pub fn allowed_total(&self) -> u64 {
+        self.allowed.iter().map(|a| a.connections).sum()
     }
 
     fn entry(&mut self, host: String, port: u16) -> &mut AllowedHost {
@@ -353,23 +444,29 @@ impl EgressReport {
         } else {
             allowed.join(", ")
         };
-        if !self.refused.is_empty() {
-            let mut targets: Vec<String> = Vec::new();
-            for r in &self.refused {
-                let t = if r.host.is_empty() {
-                    r.reason.clone()
-                } else {
-                    format!("{}:{}", r.host, r.port)
-                };
-                if !targets.contains(&t) {
-                    targets.push(t);
-                }
-            }
+        if self.refused_total > 0 {
+            let targets: Vec<&str> = self
+                .refused_targets
+                .iter()
+                .map(|(t, _)| t.as_str())
+                .collect();
             out.push_str(&format!(
                 "; refused {}: {}",
-                self.refused.len(),
+                self.refused_total,
                 targets.join(", ")
             ));
+            if self.refused_elsewhere > 0 {
+                out.push_str(&format!(
+                    " and {} refusal(s) of other targets",
+                    self.refused_elsewhere
+                ));
+            }
+            if self.refused_total > self.refused.len() as u64 {
+                out.push_str(&format!(
+                    " (the first {} stored one by one, the rest counted)",
+                    self.refused.len()
+                ));
+            }
         }
         out
     }

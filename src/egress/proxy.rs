@@ -82,11 +82,14 @@ impl Default for ProxyConfig {
     }
 }
 
-/// The proxy's structured log: one JSON object per line, each with `event` and `ts`.
-/// Cheap to clone; the gateway (issue 26) writes its own events through the same log.
+/// The proxy's structured log: one JSON object per line, each with `event`, `ts` and `n`
+/// (the line's number in the proxy's whole log, 0 for its first: the daemon keys what it
+/// stores by it, so a log the engine rotated, which starts again at its first byte, keeps
+/// its numbers). Cheap to clone; the gateway (issue 26) writes its own events through the
+/// same log.
 #[derive(Clone)]
 pub struct EventLog {
-    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    out: Arc<Mutex<(u64, Box<dyn Write + Send>)>>,
 }
 
 impl EventLog {
@@ -97,12 +100,15 @@ impl EventLog {
 
     pub fn to(out: Box<dyn Write + Send>) -> EventLog {
         EventLog {
-            out: Arc::new(Mutex::new(out)),
+            out: Arc::new(Mutex::new((0, out))),
         }
     }
 
-    /// Writes `event` (an object) with `ts` added, as one line.
+    /// Writes `event` (an object) with `ts` and `n` added, as one line.
     pub fn emit(&self, mut event: Value) {
+        let Ok(mut out) = self.out.lock() else {
+            return;
+        };
         if let Value::Object(map) = &mut event {
             map.insert(
                 "ts".into(),
@@ -110,13 +116,14 @@ impl EventLog {
                     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 ),
             );
+            map.insert("n".into(), Value::from(out.0));
         }
+        // Numbered under the lock, so the numbers are in the log's order.
+        out.0 += 1;
         let mut line = event.to_string();
         line.push('\n');
-        if let Ok(mut out) = self.out.lock() {
-            let _ = out.write_all(line.as_bytes());
-            let _ = out.flush();
-        }
+        let _ = out.1.write_all(line.as_bytes());
+        let _ = out.1.flush();
     }
 }
 
@@ -849,6 +856,10 @@ mod tests {
             assert_eq!(last["reason"], reason, "{target}");
         }
         let events = log.events();
+        // Each line carries its number in the whole log, in order (issue 25: the daemon
+        // keys what it stores by it, so the engine's rotation of the log renumbers none).
+        let numbers: Vec<u64> = events.iter().map(|e| e["n"].as_u64().unwrap()).collect();
+        assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
         let allowed = events.iter().filter(|e| e["event"] == "allowed").count();
         assert_eq!(allowed, 2);
         assert!(events

@@ -140,13 +140,15 @@ pub fn truncate(s: &str, max: usize) -> String {
 /// An attempt's egress as `status TASK --json` and `GET /api/v1/tasks/ID` show it (pure,
 /// from its stored `egress` events): `summary` (the `status TASK` line), `allowed` (host,
 /// port, connections, bytes up and down) and `refused` (host, port, reason, detail and the
-/// `suggestion` line saying what to add). `null` when the attempt had no proxy or it
-/// logged nothing.
+/// `suggestion` line saying what to add; the first `egress::KEPT_REFUSALS`) and
+/// `refusals` (every refusal counted: `total`, `stored` one by one, by reason, by target).
+/// `null` when the attempt had no proxy or it logged nothing.
 pub fn egress_json(events: &[TaskEvent]) -> serde_json::Value {
     use serde_json::{json, Value};
     let mut allowed = Value::Array(Vec::new());
     let mut summary = Value::Null;
     let mut refused = Vec::new();
+    let mut counts = Value::Null;
     for e in events.iter().filter(|e| e.kind == EventKind::Egress) {
         match e.data.get("egress").and_then(|v| v.as_str()) {
             Some("summary") => {
@@ -157,6 +159,22 @@ pub fn egress_json(events: &[TaskEvent]) -> serde_json::Value {
                         .to_string(),
                 );
                 allowed = e.data.get("allowed").cloned().unwrap_or(allowed);
+                // Every refusal counted; the first `egress::KEPT_REFUSALS` stored one by
+                // one (a summary from before issue 25's cap has only the count).
+                let total = e.data.get("refused").cloned().unwrap_or(Value::Null);
+                let stored = e
+                    .data
+                    .get("refused_stored")
+                    .cloned()
+                    .unwrap_or(total.clone());
+                counts = json!({
+                    "total": total,
+                    "stored": stored,
+                    "by_reason": e.data.get("reasons"),
+                    "by_target": e.data.get("targets"),
+                    "other_targets": e.data.get("elsewhere"),
+                    "log_lines_missed": e.data.get("missed"),
+                });
             }
             Some("refused") => refused.push(json!({
                 "host": e.data.get("host"),
@@ -171,7 +189,7 @@ pub fn egress_json(events: &[TaskEvent]) -> serde_json::Value {
     if summary.is_null() && refused.is_empty() {
         return Value::Null;
     }
-    json!({ "summary": summary, "allowed": allowed, "refused": refused })
+    json!({ "summary": summary, "allowed": allowed, "refused": refused, "refusals": counts })
 }
 
 /// Adds each attempt's [`egress_json`] to a task detail (`{"attempts": [...]}`) as its

@@ -82,6 +82,7 @@ pub enum StoreError {
 pub struct DriverError {
     inner: Box<dyn std::error::Error + Send + Sync>,
     damage: bool,
+    full: bool,
 }
 
 impl DriverError {
@@ -95,7 +96,22 @@ impl From<rusqlite::Error> for DriverError {
     fn from(e: rusqlite::Error) -> DriverError {
         DriverError {
             damage: is_damage(&e),
+            full: matches!(e.sqlite_error_code(), Some(ErrorCode::DiskFull)),
             inner: Box::new(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the store failed for want of disk space: SQLite's (SQLITE_FULL, which a
+    /// write of the database, its log or a temporary file can meet) or the PostgreSQL
+    /// server's (SQLSTATE 53100, `disk_full`).
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite(d)
+            | StoreError::Database(d)
+            | StoreError::Open { source: d, .. } => d.full,
+            _ => false,
         }
     }
 }
@@ -115,6 +131,7 @@ impl std::error::Error for DriverError {
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> StoreError {
         StoreError::Database(DriverError {
+            full: e.code() == Some(&postgres::error::SqlState::DISK_FULL),
             inner: Box::new(e),
             damage: false,
         })

@@ -843,9 +843,30 @@ async fn reaching_home(
     targets: &[&str],
     secs: u32,
 ) -> (support::home::Home, support::home::Origin, String) {
+    let connects: String = targets
+        .iter()
+        .map(|t| format!("polyphony-fake-connect: {t}\n"))
+        .collect();
+    let (dir, path) = support::home::Home::temp();
+    scripted_home(
+        image,
+        dir,
+        path,
+        &format!("polyphony-fake: reach\n{connects}polyphony-fake-sleep: {secs}\n"),
+    )
+    .await
+}
+
+/// [`reaching_home`]'s home at `path` (in `dir`), its one task's fake agent scripted by
+/// `directives`.
+async fn scripted_home(
+    image: &str,
+    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    directives: &str,
+) -> (support::home::Home, support::home::Origin, String) {
     use support::home::{Home, Origin};
     let origin = Origin::new();
-    let (dir, path) = Home::temp();
     polyphony::demo::write_home(&path, dir.path(), image).expect("home");
     std::fs::write(
         path.join("config.yaml"),
@@ -860,12 +881,8 @@ async fn reaching_home(
     )
     .expect("routing.yaml");
     let home = Home::at(dir, path, None);
-    let connects: String = targets
-        .iter()
-        .map(|t| format!("polyphony-fake-connect: {t}\n"))
-        .collect();
     let body = format!(
-        "`add 2 3` prints -1.\n\npolyphony-fake: reach\n{connects}polyphony-fake-sleep: {secs}\n{}\n",
+        "`add 2 3` prints -1.\n\n{directives}{}\n",
         polyphony::demo::FIX_DIRECTIVE
     );
     let id = home
@@ -1054,4 +1071,236 @@ async fn the_host_address_on_the_default_bridge_is_its_interfaces() {
         .await
         .expect("inspect the bridge");
     assert_eq!(found, Some(bridge_gateway()));
+}
+
+/// `GET /metrics` of a daemon on `port` (with its token): the sum of
+/// `polyphony_egress_connections_total` samples whose labels contain `labels`.
+async fn egress_metric(port: u16, token: &str, labels: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("the daemon's API");
+    s.write_all(
+        format!(
+            "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
+    body.lines()
+        .filter(|l| l.starts_with("polyphony_egress_connections_total{") && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A free port on loopback, and a daemon of `home` listening there (once it answers).
+async fn listening_daemon(
+    home: &support::home::Home,
+    args: &[&str],
+) -> (support::home::Daemon, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut all = vec!["-v", "daemon", "--listen", &listen];
+    all.extend_from_slice(args);
+    let daemon = home.start(&all);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not listen on {listen}: {}",
+            daemon.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (daemon, port)
+}
+
+/// The stored refusal rows of `id`'s attempts.
+fn refusal_rows(home: &support::home::Home, id: &str) -> i64 {
+    home.db()
+        .query_row(
+            "SELECT COUNT(*) FROM egress_events WHERE task_id = ?1 AND what = 'refused'",
+            [id],
+            |r| r.get(0),
+        )
+        .expect("egress_events")
+}
+
+/// Issue 25: a hostile agent that makes refused `CONNECT`s without end (600 distinct
+/// unlisted names here) cannot fill the store: the first `egress::KEPT_REFUSALS` are
+/// stored one by one, the rest counted; `status TASK` says so, `status --json` counts
+/// every one, and `/metrics` counts every one while the attempt runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_stores_the_first_ones_and_counts_every_one() {
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    const TOKEN: &str = "egress-it-flood-token-0123456789";
+    const N: u64 = 600;
+    let kept = polyphony::egress::KEPT_REFUSALS as i64;
+    let (dir, path) = support::home::Home::temp();
+    let (home, _origin, id) = scripted_home(
+        &image,
+        dir,
+        path,
+        &format!("polyphony-fake: refuse-flood\npolyphony-fake-refusals: {N}\npolyphony-fake-sleep: 20\n"),
+    )
+    .await;
+    let home = home.with_env("POLYPHONY_HTTP_TOKEN", TOKEN);
+    let (mut daemon, port) = listening_daemon(&home, &["--exit-when-idle"]).await;
+    // While the agent works on after its flood: every refusal counted, the first ones stored.
+    let v = home
+        .wait_for(
+            &id,
+            std::time::Duration::from_secs(150),
+            &|| daemon.log(),
+            |v| v["attempts"][0]["egress"]["refusals"]["total"] == N,
+        )
+        .await;
+    assert_eq!(v["task"]["state"], "RUNNING", "{v:#}");
+    let counted = egress_metric(port, TOKEN, "reason=\"not_allowed\"").await;
+    assert_eq!(counted, N as f64, "/metrics counts every refusal");
+    let egress = &v["attempts"][0]["egress"];
+    assert_eq!(egress["refusals"]["stored"], kept, "{egress:#}");
+    assert_eq!(
+        egress["refused"].as_array().map(Vec::len),
+        Some(kept as usize)
+    );
+    assert_eq!(egress["refused"][0]["host"], "flood-0.example");
+    assert_eq!(egress["refusals"]["by_reason"]["not_allowed"], N);
+    assert_eq!(
+        egress["refusals"]["by_target"].as_array().map(Vec::len),
+        Some(polyphony::egress::KEPT_TARGETS)
+    );
+    assert_eq!(
+        egress["refusals"]["other_targets"],
+        N - polyphony::egress::KEPT_TARGETS as u64
+    );
+    assert_eq!(refusal_rows(&home, &id), kept);
+    let text = home.run(&["status", &id]).await;
+    let text = support::home::text(&text.stdout);
+    assert!(
+        text.contains(&format!("refused {N}: flood-0.example:443"))
+            && text.contains(&format!(
+                "(the first {kept} stored one by one, the rest counted)"
+            )),
+        "{text}"
+    );
+    let status = daemon.wait(std::time::Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["task"]["state"], "LANDED", "{v:#}\n{}", daemon.log());
+    assert_eq!(refusal_rows(&home, &id), kept, "no more rows at the end");
+    assert_eq!(v["attempts"][0]["egress"]["refusals"]["total"], N);
+    // One warning per refusal stored, not one per refusal.
+    let warned = daemon.log().matches("egress refused").count() as i64;
+    assert!(warned <= kept, "{warned} refusal lines in the daemon's log");
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+    assert!(home.containers().is_empty(), "containers left");
+}
+
+/// Issue 25: the queue's disk fills while the egress follower stores an attempt's
+/// refusals. The daemon neither crashes nor spins: it says once that the queue
+/// database's disk is full and what to do, keeps the refusals (a bounded amount) and
+/// stores them when there is room again, so none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_egress_follower_loses_no_refusal() {
+    let Some(image) = support::docker::test_image().await else {
+        return;
+    };
+    const N: u64 = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = support::tmpfs::Tmpfs::mount(&dir.path().join("small"), "96m") else {
+        return;
+    };
+    let path = disk.path().join("home");
+    let (home, _origin, id) = scripted_home(
+        &image,
+        dir,
+        path,
+        &format!(
+            "polyphony-fake: refuse-flood\npolyphony-fake-refusals: {N}\npolyphony-fake-delay: 12\npolyphony-fake-sleep: 20\n"
+        ),
+    )
+    .await;
+    let mut daemon = home.start(&["-v", "daemon", "--exit-when-idle"]);
+    home.wait_for(
+        &id,
+        std::time::Duration::from_secs(120),
+        &|| daemon.log(),
+        |v| v["task"]["state"] == "RUNNING",
+    )
+    .await;
+    // Fill the disk to its last byte before the agent floods (12 s after it starts).
+    let filler = disk.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        while f.write_all(&chunk[..512]).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !daemon
+        .log()
+        .contains("cannot store the attempt's egress events")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the full disk was never met by the egress follower: {}",
+            daemon.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let log = daemon.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cannot store the attempt's egress events"))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains("queue database")
+            && line.contains("is full — free space on the filesystem that holds it")
+            && line.contains("kept in memory"),
+        "{line}"
+    );
+    // Not said again each second while it stays full (nor per refusal).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let said = daemon
+        .log()
+        .matches("cannot store the attempt's egress events")
+        .count();
+    assert_eq!(said, 1, "{}", daemon.log());
+    std::fs::remove_file(&filler).unwrap();
+    let status = daemon.wait(std::time::Duration::from_secs(180)).await;
+    assert!(status.success(), "daemon: {}", daemon.log());
+    assert!(
+        daemon
+            .log()
+            .contains("the attempt's egress events are stored again: nothing was lost"),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(refusal_rows(&home, &id), N as i64, "{}", daemon.log());
+    let v = home.task(&id).await;
+    assert_eq!(v["attempts"][0]["egress"]["refusals"]["total"], N, "{v:#}");
+    assert!(networks_of(&home.label).is_empty(), "networks left");
+    assert!(home.containers().is_empty(), "containers left");
+    drop(home);
+    drop(disk);
 }

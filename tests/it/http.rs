@@ -910,6 +910,101 @@ async fn foreign_hosts_are_refused_and_every_error_is_json() {
     }
 }
 
+/// Issue 25: a client of the event stream that vanishes while its `egress` events come
+/// (its socket reset mid-stream, so the server's next writes meet a closed pipe) costs
+/// nothing: the server neither fails nor holds its place (the one place the cap allows
+/// comes back), and the next client gets every egress event, none lost or repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_client_of_the_egress_stream_gives_its_place_back_and_loses_nothing() {
+    use polyphony::domain::{EventKind, TaskEvent};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    let store = Store::open(&db).unwrap();
+    running_task(&store, "local-1", "Vanish", &[event(0, "zero")]);
+    let refusal = |line: u64| TaskEvent {
+        kind: EventKind::Egress,
+        data: serde_json::json!({ "egress": "refused", "host": format!("h{line}.example") }),
+        ..event(line, &format!("refused h{line}.example:443"))
+    };
+    let mut s = settings(db.clone(), None, false);
+    s.streams = http::StreamLimits {
+        total: 1,
+        per_client: 1,
+    };
+    let addr = start(s).await;
+    store
+        .record_egress("local-1", 1, &[refusal(1)], None)
+        .unwrap();
+    let mut gone = tokio::net::TcpStream::connect(addr).await.unwrap();
+    gone.write_all(
+        format!("GET /api/v1/tasks/local-1/events HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("h1.example") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), gone.read(&mut buf))
+            .await
+            .expect("the first egress event in time")
+            .unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Reset, not closed: the server's next write fails at once (a zero linger does not
+    // block the drop).
+    #[allow(deprecated)]
+    gone.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+    drop(gone);
+    let writer = {
+        let db = db.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = Store::open(&db).unwrap();
+            for line in 2..=40 {
+                store
+                    .record_egress("local-1", 1, &[refusal(line)], None)
+                    .unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+        })
+    };
+    // The one place comes back while the rows keep coming.
+    let started = std::time::Instant::now();
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    loop {
+        let req = hyper::Request::get(format!("http://{addr}/api/v1/tasks/local-1/events"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let probe = client.request(req).await.unwrap();
+        if probe.status() == 200 {
+            break;
+        }
+        assert_eq!(probe.status(), 429);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "a vanished client's place never came back"
+        );
+        tokio::time::sleep(support::wait::POLL).await;
+    }
+    writer.await.unwrap();
+    finish(&store, "local-1");
+    let events = sse(addr, "/api/v1/tasks/local-1/events", None).await;
+    let egress: Vec<String> = events
+        .iter()
+        .filter(|(_, k, _)| k == "egress")
+        .map(|(_, _, data)| {
+            let v: Value = serde_json::from_str(data).unwrap();
+            v["summary"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let expected: Vec<String> = (1..=40)
+        .map(|l| format!("refused h{l}.example:443"))
+        .collect();
+    assert_eq!(egress, expected);
+    assert_eq!(get(addr, "/api/v1/health").await.status, 200);
+}
+
 /// Issue 24: event streams are capped per client and in total (429 with `Retry-After`
 /// and `{error, fix}`), and a closed stream gives its place back.
 #[tokio::test]

@@ -752,6 +752,42 @@ fake_main() {
             done
             run_success default
             ;;
+        refuse-flood)
+            # A hostile agent filling the store with refusals (issue 25): asks its egress
+            # proxy for `polyphony-fake-refusals: N` (default 600) tunnels to distinct
+            # unlisted names, flood-I.example:443, as fast as it answers; then
+            # `polyphony-fake-sleep: S` seconds of progress (default 2) and success.
+            n=$(directive polyphony-fake-refusals)
+            case "$n" in '' | *[!0-9]*) n=600 ;; esac
+            secs=$(directive polyphony-fake-sleep)
+            case "$secs" in '' | *[!0-9]*) secs=2 ;; esac
+            delay=$(directive polyphony-fake-delay)
+            case "$delay" in '' | *[!0-9]*) delay=0 ;; esac
+            proxy=${HTTPS_PROXY#http://}
+            proxy=${proxy%/}
+            emit_init
+            # With `polyphony-fake-delay: D`, the flood starts after D seconds of progress.
+            i=0
+            while [ "$i" -lt "$delay" ]; do
+                i=$((i + 1))
+                emit_text "Starting in $((delay - i + 1))"
+                sleep 1
+            done
+            i=0
+            while [ "$i" -lt "$n" ]; do
+                printf 'CONNECT flood-%s.example:443 HTTP/1.1\r\n\r\n' "$i" \
+                    | nc -w 3 "${proxy%:*}" "${proxy##*:}" >/dev/null 2>&1
+                i=$((i + 1))
+            done
+            emit_text "asked for $n unlisted names"
+            i=0
+            while [ "$i" -lt "$secs" ]; do
+                i=$((i + 1))
+                emit_text "Waiting $i/$secs"
+                sleep 1
+            done
+            run_success default
+            ;;
         repoint-branch) attack_repoint; run_success default ;;
         exclude-hidden) attack_exclude; run_success note "the fix is in an excluded file" ;;
         fifo-index) attack_fifo; run_success default ;;

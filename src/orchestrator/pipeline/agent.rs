@@ -13,6 +13,18 @@ use crate::store::IntentKind;
 
 use super::{egress, AttemptRun, Failure};
 
+/// What the daemon's log says of a store that did not take an attempt's egress events
+/// (pure): a full disk is named, with where and what to do.
+fn egress_store_failure(e: &crate::store::StoreError, store: &str) -> String {
+    if e.is_full() {
+        format!(
+            "cannot store the attempt's egress events: the disk of the queue database {store} is full — free space on the filesystem that holds it (or move the home to a larger one)"
+        )
+    } else {
+        format!("cannot store the attempt's egress events in the queue database {store}")
+    }
+}
+
 /// A failed attempt whose proxy refused something says so in its reason, with the fix.
 fn explain_refusals(
     exec: &mut AttemptExecution,
@@ -29,7 +41,7 @@ fn explain_refusals(
         return;
     };
     let line = crate::egress::policy::suggestion(&first.host, first.port, &why, profile);
-    let more = report.refused.len() - 1;
+    let more = report.refused_total.saturating_sub(1);
     let line = if more > 0 {
         format!("egress {line} (and {more} more refusal(s))")
     } else {
@@ -705,7 +717,7 @@ impl AttemptRun<'_> {
                 Ok(log) => {
                     let fed = tally.feed_log(&log, self.orch.now());
                     for f in &fed {
-                        self.count_egress(spec, f);
+                        self.log_refusal(spec, f);
                     }
                 }
                 Err(e) => {
@@ -725,46 +737,80 @@ impl AttemptRun<'_> {
         Some(tally.report)
     }
 
-    /// A reader of this attempt's proxy log that knows what the store has of it.
+    /// A reader of this attempt's proxy log that knows what the store has of it: the last
+    /// line its rows account for, and its latest summary (what `/metrics` counted). A
+    /// store that cannot say is taken as holding nothing (its rows are kept all the same:
+    /// each is stored once by its line).
     fn egress_tally(&self, spec: &RunSpec) -> egress::Tally {
-        let stored = self
+        let stored = match self
             .db()
-            .egress_line(&self.task.id, spec.attempt)
-            .unwrap_or(None);
+            .egress_rows_after(&self.task.id, spec.attempt, None)
+        {
+            Ok(rows) => egress::Stored::from_rows(&rows),
+            Err(e) => {
+                tracing::warn!(task = %self.task.id, attempt = spec.attempt, error = %e, "cannot read the attempt's stored egress events; its proxy's log is read as new");
+                egress::Stored::default()
+            }
+        };
         egress::Tally::new(&spec.egress.profile, stored)
     }
 
-    /// `/metrics` and the daemon's log for one line read for the first time.
-    fn count_egress(&self, spec: &RunSpec, fed: &egress::Fed) {
-        if !fed.new {
-            return;
-        }
-        if fed.allowed {
-            crate::metrics::egress_connection(true, "");
-        }
-        if let Some(r) = &fed.refused {
-            crate::metrics::egress_connection(false, &r.reason);
+    /// The daemon's log for one refusal read for the first time and kept one by one (the
+    /// rest are counted in the summary: a flood of refusals is not a flood of log lines).
+    fn log_refusal(&self, spec: &RunSpec, fed: &egress::Fed) {
+        if let (true, Some(r)) = (fed.new, &fed.refused) {
             tracing::warn!(task = %self.task.id, attempt = spec.attempt, host = %r.host, port = r.port, reason = %r.reason, "egress refused");
         }
     }
 
-    /// Stores the tally's new refusals and (when changed, or `always`) its summary.
-    fn store_egress(&self, spec: &RunSpec, tally: &mut egress::Tally, always: bool) {
-        let (refused, summary) = tally.take(always);
-        if refused.is_empty() && summary.is_none() {
-            return;
+    /// Stores the tally's new refusals and (when changed, or `always`) its summary, and
+    /// counts in `/metrics` what the summary counts beyond the last one (so every line is
+    /// counted once, the ones after the last periodic summary by the final one). Returns
+    /// whether the store took them. A store that fails keeps them in the tally, stored
+    /// with the next try (a bounded amount: `egress::KEPT_REFUSALS` refusals and the
+    /// counts); its first failure, and its recovery, are logged with what to do.
+    fn store_egress(&self, spec: &RunSpec, tally: &mut egress::Tally, always: bool) -> bool {
+        let taken = tally.take(always);
+        if taken.count.allowed > 0 {
+            crate::metrics::egress_connections(true, "", taken.count.allowed);
+        }
+        for (reason, n) in &taken.count.refused {
+            crate::metrics::egress_connections(false, reason, *n);
+        }
+        if taken.refused.is_empty() && taken.summary.is_none() {
+            return true;
         }
         let scrub = |mut e: crate::domain::TaskEvent| {
             e.summary = self.scrubber.scrub_line(&e.summary).into_owned();
             e
         };
-        let refused: Vec<_> = refused.into_iter().map(scrub).collect();
-        let summary = summary.map(scrub);
-        if let Err(e) =
+        let refused: Vec<_> = taken.refused.into_iter().map(scrub).collect();
+        let summary = taken.summary.map(scrub);
+        let stored =
             self.db()
-                .record_egress(&self.task.id, spec.attempt, &refused, summary.as_ref())
-        {
-            tracing::warn!(task = %self.task.id, error = %e, "cannot record the egress events");
+                .record_egress(&self.task.id, spec.attempt, &refused, summary.as_ref());
+        match stored {
+            Ok(_) => {
+                if let Some(since) = tally.store_failed.take() {
+                    tracing::warn!(task = %self.task.id, attempt = spec.attempt, refusals = refused.len(), failing_s = since.elapsed().as_secs(), "the attempt's egress events are stored again: nothing was lost");
+                }
+                true
+            }
+            Err(e) => {
+                let kept = refused.len();
+                tally.restore(refused);
+                let what = egress_store_failure(&e, &self.db().path().display().to_string());
+                if always {
+                    // The last try: the proxy and its log are gone after it.
+                    tracing::error!(task = %self.task.id, attempt = spec.attempt, refusals = kept, error = %e, "{what}; the attempt's last egress events (its summary and {kept} refusal(s)) could not be stored and are lost: the daemon's log above has its first refusals one by one, and /metrics counted every one");
+                } else if tally.store_failed.is_none() {
+                    tracing::warn!(task = %self.task.id, attempt = spec.attempt, refusals = kept, error = %e, "{what}; until then they are kept in memory (at most {} refusals and the counts) and stored every {}s", crate::egress::KEPT_REFUSALS, egress::SUMMARY_EVERY.as_secs());
+                }
+                if tally.store_failed.is_none() {
+                    tally.store_failed = Some(std::time::Instant::now());
+                }
+                false
+            }
         }
     }
 
@@ -800,7 +846,7 @@ impl AttemptRun<'_> {
                     stopped_at = Some(std::time::Instant::now());
                     continue;
                 }
-                _ = tokio::time::sleep_until(limit), if drain.is_some() || tally.dirty() => {
+                _ = tokio::time::sleep_until(limit), if drain.is_some() || tally.dirty() || tally.has_refusals() => {
                     if drain.is_some() {
                         tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, "the egress proxy's log did not end; it is read whole");
                         break false;
@@ -812,7 +858,16 @@ impl AttemptRun<'_> {
                 l = lines.next() => l,
             };
             let line = match line {
-                None => break true,
+                // The log ended after the proxy was stopped: read to its end.
+                None if drain.is_some() => break true,
+                // It ended while the agent runs (the proxy died, or the engine's stream
+                // did): what the log holds is read whole once the agent ends, each line
+                // once by its number.
+                None => {
+                    tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, "the egress proxy's log ended before the agent; it is read whole at the end");
+                    let _ = (&mut stop).await;
+                    break false;
+                }
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     tracing::debug!(task = %self.task.id, proxy = %plan.proxy_name, error = %e, "the egress proxy's log cannot be followed; it is read whole at the end");
@@ -823,9 +878,10 @@ impl AttemptRun<'_> {
                 }
             };
             let fed = tally.feed(&line, self.orch.now());
-            self.count_egress(spec, &fed);
-            if tally.has_refusals() {
-                // At once: an operator sees the refusal while the agent runs.
+            self.log_refusal(spec, &fed);
+            if tally.has_refusals() && tally.store_failed.is_none() {
+                // At once: an operator sees the refusal while the agent runs (a store that
+                // fails is tried again on the clock, not per line).
                 self.store_egress(spec, &mut tally, false);
                 due = egress::Due::now();
             }
