@@ -140,11 +140,12 @@ pub trait QueueCore: Send {
     fn lease_clock(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>>;
     fn claim_of(&self, task_id: &str) -> Result<Option<Claim>>;
     /// Active tasks `owner` may reconcile: its machine's claims, unowned ones and leases
-    /// expired by the store's clock. Another machine's live claim is never among them.
+    /// expired by the store's clock. Another machine's live claim is never among them, nor a
+    /// task pinned to another machine (its local path is there), whatever its lease.
     fn reconcilable(&self, owner: &Owner, now: DateTime<Utc>) -> Result<Vec<Reconcilable>>;
     /// Takes the claim of an active task for `owner`, with a lease of `lease`, if it is
     /// unowned, this machine's, or its lease expired by the store's clock; `false` when
-    /// another daemon holds it (or got it first).
+    /// another daemon holds it (or got it first), or the task is pinned to another machine.
     fn take_over(
         &self,
         task_id: &str,

@@ -119,7 +119,8 @@ impl Store {
         let ids: Vec<String> = self.db.query_map(
             &format!(
                 "SELECT id FROM tasks WHERE state IN ({ACTIVE}) \
-                 AND (owner IS NULL OR machine = ?1 OR lease_until < ?2) ORDER BY rowid"
+                 AND (owner IS NULL OR machine = ?1 OR lease_until < ?2) \
+                 AND (pinned_to IS NULL OR pinned_to = ?1) ORDER BY rowid"
             ),
             params![owner.machine, ts(now)],
             |r| r.get(0),
@@ -156,6 +157,11 @@ impl Store {
                 return Ok(false);
             }
             // Read under the write lock: no other writer moves the claim or the decision.
+            // A task pinned to another machine is that machine's alone, lease or not: no
+            // other machine has its local-path repository.
+            if pinned_elsewhere(tx, task_id, &owner.machine)? {
+                return Ok(false);
+            }
             let now = lease_clock(tx, now)?;
             match claim_of(tx, task_id)? {
                 Some(c) if c.machine != owner.machine && c.lease_until >= now => Ok(false),
@@ -197,6 +203,16 @@ fn write_claim(conn: &Db, task_id: &str, owner: &Owner, lease_until: DateTime<Ut
         params![task_id, owner.machine, owner.key(), ts(lease_until)],
     )?;
     Ok(())
+}
+
+/// Whether `task_id` is pinned to a machine other than `machine`.
+fn pinned_elsewhere(conn: &Db, task_id: &str, machine: &str) -> Result<bool> {
+    let pin: Option<Option<String>> = conn.query_opt(
+        "SELECT pinned_to FROM tasks WHERE id = ?1",
+        params![task_id],
+        |r| r.get(0),
+    )?;
+    Ok(pin.flatten().is_some_and(|m| m != machine))
 }
 
 fn claim_of(conn: &Db, task_id: &str) -> Result<Option<Claim>> {

@@ -132,6 +132,7 @@ contract!(
     leases_are_renewed_by_their_owner_and_expire_for_the_others,
     an_expired_claim_is_taken_over_by_exactly_one_daemon,
     a_pinned_task_is_claimed_only_on_its_machine,
+    a_pinned_task_of_a_lost_machine_is_left_to_that_machine,
     a_failed_task_is_claimed_again_once_its_retry_time_comes,
     a_claim_writes_its_transition_and_the_summary_a_refresh_would,
     usage_limit_merges_are_atomic_across_connections,
@@ -425,6 +426,60 @@ fn a_pinned_task_is_claimed_only_on_its_machine(b: Backend) {
             .id,
         "local-1"
     );
+}
+
+/// A lost machine's pinned task (a local-path repository only it has) is neither adopted
+/// by reconcile nor taken over elsewhere when its lease expires; its machine, back, has it.
+fn a_pinned_task_of_a_lost_machine_is_left_to_that_machine(b: Backend) {
+    let store = b.open();
+    store.insert_task(&task("local-1")).unwrap();
+    store.pin_task("local-1", "laptop").unwrap();
+    store.insert_task(&task("local-2")).unwrap();
+    let lost = owner("laptop", "a");
+    for _ in 0..2 {
+        store
+            .claim_next_owned(&lost, secs(1), Utc::now())
+            .unwrap()
+            .unwrap();
+    }
+    wait_past_lease(&*store, "local-1");
+    wait_past_lease(&*store, "local-2");
+    let other = owner("server", "b");
+    let ids: Vec<String> = store
+        .reconcilable(&other, Utc::now())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.task.id)
+        .collect();
+    assert_eq!(
+        ids,
+        ["local-2"],
+        "only the unpinned expired task is another's to adopt"
+    );
+    assert!(
+        !store
+            .take_over("local-1", &other, secs(60), Utc::now())
+            .unwrap(),
+        "a task pinned elsewhere is not taken over, even with its lease expired"
+    );
+    assert!(store
+        .take_over("local-2", &other, secs(60), Utc::now())
+        .unwrap());
+    let back = owner("laptop", "c");
+    let mine: Vec<String> = store
+        .reconcilable(&back, Utc::now())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.task.id)
+        .collect();
+    assert_eq!(
+        mine,
+        ["local-1"],
+        "the machine, restarted, finds its pinned task"
+    );
+    assert!(store
+        .take_over("local-1", &back, secs(60), Utc::now())
+        .unwrap());
 }
 
 fn a_failed_task_is_claimed_again_once_its_retry_time_comes(b: Backend) {
