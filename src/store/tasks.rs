@@ -221,15 +221,7 @@ impl Store {
             "SELECT task_id, from_state, to_state, reason, at FROM transitions \
              WHERE to_state = ?1 AND at >= ?2 ORDER BY at, task_seq, n",
             params![to.as_str(), ts(since)],
-            |r| {
-                Ok(TransitionRecord {
-                    task_id: r.get(0)?,
-                    from: parse_col(r, 1)?,
-                    to: parse_col(r, 2)?,
-                    reason: r.get(3)?,
-                    at: time_col(r, 4)?,
-                })
-            },
+            transition_row,
         )
     }
 
@@ -266,15 +258,7 @@ impl Store {
                  WHERE task_seq = (SELECT rowid FROM tasks WHERE id = ?1) ORDER BY n"
             }
         };
-        self.db.query_map(sql, params![task_id], |r| {
-            Ok(TransitionRecord {
-                task_id: r.get(0)?,
-                from: parse_col(r, 1)?,
-                to: parse_col(r, 2)?,
-                reason: r.get(3)?,
-                at: time_col(r, 4)?,
-            })
-        })
+        self.db.query_map(sql, params![task_id], transition_row)
     }
 }
 
@@ -367,6 +351,17 @@ fn insert_transition(
         }
     }
     Ok(())
+}
+
+/// One row of `task_id, from_state, to_state, reason, at` from `transitions`.
+fn transition_row(r: &Row<'_>) -> Result<TransitionRecord> {
+    Ok(TransitionRecord {
+        task_id: r.get(0)?,
+        from: parse_col(r, 1)?,
+        to: parse_col(r, 2)?,
+        reason: r.get(3)?,
+        at: time_col(r, 4)?,
+    })
 }
 
 pub(super) fn task_from_row(r: &Row<'_>) -> Result<Task> {

@@ -563,13 +563,7 @@ fn schema_6_home_upgrades_in_place_and_status_json_only_gains_fields() {
     let db = home.join("queue.db");
     // The home as schema 6 wrote it: its migrations, its triggers, rows of every kind.
     let old_output = {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
-            .unwrap();
-        for sql in &polyphony::store::schema::MIGRATIONS[..6] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 6).unwrap();
+        let conn = queue_at_schema(&db, 6);
         let tasks = [
             (
                 "local-1",
@@ -792,13 +786,7 @@ fn schema_10_home_keeps_its_claims_pins_transitions_and_summaries_through_migrat
         r#"{"id":"local-3","state":"LANDED"}"#,
     ];
     {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
-            .unwrap();
-        for sql in &polyphony::store::schema::MIGRATIONS[..10] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 10).unwrap();
+        let conn = queue_at_schema(&db, 10);
         for (i, (id, state)) in [
             ("local-1", "RUNNING"),
             ("local-2", "DISCOVERED"),
@@ -980,13 +968,7 @@ fn schema_12_home_keeps_its_summaries_and_transitions_through_migration_13() {
         r#"{"id":"local-3","state":"LANDED"}"#,
     ];
     {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
-            .unwrap();
-        for sql in &polyphony::store::schema::MIGRATIONS[..12] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 12).unwrap();
+        let conn = queue_at_schema(&db, 12);
         for (i, (id, state)) in [
             ("local-1", "RUNNING"),
             ("local-2", "DISCOVERED"),
@@ -1205,4 +1187,18 @@ fn a_claim_appends_about_three_pages_to_the_wal_against_bare_sqlites_two() {
         ours_per_claim <= 1.65 * bare_per_claim,
         "a claim appended {ours_per_claim:.2} pages, bare {bare_per_claim:.2}"
     );
+}
+
+/// A queue at `db` made by migrations 1 to `version`, as that release left it (WAL, foreign
+/// keys on, `user_version` set), for the upgrade tests to fill and then open with today's store.
+fn queue_at_schema(db: &std::path::Path, version: usize) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+        .unwrap();
+    for sql in &polyphony::store::schema::MIGRATIONS[..version] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64)
+        .unwrap();
+    conn
 }
