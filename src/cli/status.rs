@@ -734,7 +734,14 @@ mod tests {
             })
             .unwrap();
         assert_eq!(found, 1);
-        store.claim("local-1", now).unwrap();
+        // Claimed for retry: the wait leaves the summary with the FAILED state.
+        store.set_retry("local-1", 2, Some(now)).unwrap();
+        check_stored_json(&store);
+        let claimed = store
+            .claim("local-1", now)
+            .unwrap()
+            .expect("the retry is due");
+        assert_eq!(claimed.state, TaskState::Claimed);
         check_stored_json(&store);
         store.clear_quota_wait("local-1").unwrap();
         check_stored_json(&store);

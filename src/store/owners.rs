@@ -45,8 +45,8 @@ impl Store {
     }
 
     /// See [`super::QueueCore::claim_next_owned`]. On SQLite `BEGIN IMMEDIATE` makes it
-    /// exclusive: one statement picks the older candidate, then one changes its state and
-    /// writes its owner and lease. On PostgreSQL one statement does it all under row locks
+    /// exclusive: one statement picks the older candidate (and reads its summary), then one
+    /// changes its state and writes its owner, lease and claimed summary. On PostgreSQL one statement does it all under row locks
     /// (`tasks::claim_next_postgres`), claimers side by side.
     pub fn claim_next_owned(
         &self,
@@ -66,11 +66,11 @@ impl Store {
             static PICK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                 let not_pinned_elsewhere = "(pinned_to IS NULL OR pinned_to = ?1)";
                 format!(
-                    "SELECT * FROM (SELECT rowid, id, state FROM tasks \
+                    "SELECT * FROM (SELECT rowid, id, state, summary FROM tasks \
                        WHERE state = 'DISCOVERED' AND {not_pinned_elsewhere} \
                        ORDER BY rowid LIMIT 1) \
                      UNION ALL \
-                     SELECT * FROM (SELECT rowid, id, state FROM tasks \
+                     SELECT * FROM (SELECT rowid, id, state, summary FROM tasks \
                        WHERE state = 'FAILED' AND next_attempt_at IS NOT NULL \
                        AND next_attempt_at <= ?2 AND {not_pinned_elsewhere} \
                        ORDER BY rowid LIMIT 1)"
@@ -81,12 +81,14 @@ impl Store {
                     r.get::<i64>(0)?,
                     r.get::<String>(1)?,
                     parse_col::<TaskState>(r, 2)?,
+                    r.get::<Option<String>>(3)?,
                 ))
             })?;
-            let Some((seq, id, from)) = candidates.into_iter().min_by_key(|c| c.0) else {
+            let Some((seq, id, from, summary)) = candidates.into_iter().min_by_key(|c| c.0) else {
                 return Ok(None);
             };
-            claim_transition(tx, seq, &id, from, Some((owner, lease_until)), now).map(Some)
+            let owner = Some((owner, lease_until));
+            claim_transition(tx, seq, &id, from, summary.as_deref(), owner, now).map(Some)
         })
     }
 

@@ -425,12 +425,16 @@ fn note_claim(task: &Task, from: TaskState, now: DateTime<Utc>) {
 /// summary, in the caller's writing transaction; returns the claimed task. Besides
 /// [`write_transition`] the only writers of `state`, checked against `domain::transition`
 /// the same way; a claim is the hot path (issue 27), so one statement changes the row,
-/// owner and lease included, and returns it.
+/// owner, lease and summary included, and returns it: `summary` is the task's stored
+/// summary as the caller read it in this transaction, and the claimed one is derived from
+/// it (`views::claimed_summary`); only when that cannot be done (`None`, or not a summary
+/// of today's shape) is it rebuilt from the rows after the change.
 pub(super) fn claim_transition(
     tx: &Db,
     seq: i64,
     task_id: &str,
     from: TaskState,
+    summary: Option<&str>,
     owner: Option<(&super::Owner, DateTime<Utc>)>,
     now: DateTime<Utc>,
 ) -> Result<Task> {
@@ -438,7 +442,7 @@ pub(super) fn claim_transition(
     static UPDATE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "UPDATE tasks SET state = 'CLAIMED', next_attempt_at = NULL, updated_at = ?3, \
-             machine = ?4, owner = ?5, lease_until = ?6 \
+             machine = ?4, owner = ?5, lease_until = ?6, summary = COALESCE(?7, summary) \
              WHERE rowid = ?1 AND state = ?2 RETURNING {TASK_COLS}"
         )
     });
@@ -446,10 +450,12 @@ pub(super) fn claim_transition(
         Some((o, until)) => (Some(o.machine.as_str()), Some(o.key()), Some(ts(until))),
         None => (None, None, None),
     };
+    let at = ts(now);
+    let claimed = summary.and_then(|s| super::views::claimed_summary(s, &at));
     let task = tx
         .query_opt(
             &UPDATE,
-            params![seq, from.as_str(), ts(now), machine, key, lease],
+            params![seq, from.as_str(), at, machine, key, lease, claimed],
             task_from_row,
         )?
         .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
@@ -462,7 +468,9 @@ pub(super) fn claim_transition(
         claim_reason(from),
         now,
     )?;
-    super::views::refresh_summary_of(tx, seq)?;
+    if claimed.is_none() {
+        super::views::refresh_summary_of(tx, seq)?;
+    }
     note_claim(&task, from, now);
     Ok(task)
 }

@@ -528,6 +528,99 @@ pub(super) fn write_summary(db: &Db, seq: i64, json: &str) -> Result<()> {
     Ok(())
 }
 
+/// The summary of a task a claim moved to CLAIMED at `updated_at` (stored text), from its
+/// summary stored before the claim (`old`, current: every write that changes a summary
+/// field rewrites it in the same transaction). Of the fields a summary shows, a claim
+/// changes the state, `updated_at` and `next_attempt_at` (cleared), and the quota wait
+/// leaves with the FAILED state; the title, labels, counts, pull request, follow-up, agent
+/// and cost cannot change in one. So those four are written as serde writes them and every
+/// other field's bytes are kept as stored: the bytes [`summary_from_row`] and serde would
+/// write after the claim, without the joins that rebuild them and without a second write
+/// of the row (issue 27, docs/benchmarks.md "Queue"). `None` when `old` is not a summary of
+/// today's shape (its top-level fields those of [`TaskSummary`], in its order); the caller
+/// then rebuilds the summary from the rows.
+pub(super) fn claimed_summary(old: &str, updated_at: &str) -> Option<String> {
+    // The fields serde writes for a summary, in order, from a sample of it.
+    static FIELDS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        let sample = TaskSummary {
+            id: "",
+            title: "",
+            source_ref: "",
+            state: TaskState::Claimed,
+            task_type: TaskType::Bugfix,
+            risk: Risk::Low,
+            labels: Vec::new(),
+            attempts: 0,
+            failures: 0,
+            created_at: "",
+            updated_at: "",
+            next_attempt_at: None,
+            quota_wait: None,
+            pull: None,
+            followup_of: None,
+            agent: None,
+            cost_usd: None,
+        };
+        let json = serde_json::to_string(&sample).expect("a summary serialises");
+        let fields: TopLevel<'_> = serde_json::from_str(&json).expect("a summary is an object");
+        fields.0.iter().map(|(k, _)| k.to_string()).collect()
+    });
+    static CLAIMED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        serde_json::to_string(&TaskState::Claimed).expect("a state serialises")
+    });
+    let fields: TopLevel<'_> = serde_json::from_str(old).ok()?;
+    if fields.0.len() != FIELDS.len() || fields.0.iter().zip(FIELDS.iter()).any(|(f, k)| f.0 != k) {
+        return None;
+    }
+    let updated_at = serde_json::to_string(updated_at).ok()?;
+    let mut out = String::with_capacity(old.len() + 16);
+    out.push('{');
+    for (i, (key, raw)) in fields.0.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // A key read borrowed has no escapes, so it is written back as it was.
+        out.push('"');
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(match *key {
+            "state" => CLAIMED.as_str(),
+            "updated_at" => &updated_at,
+            "next_attempt_at" | "quota_wait" => "null",
+            _ => raw.get(),
+        });
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// A JSON object's top-level fields in order, each value its text as stored (keys without
+/// escapes only: a key that has one fails the read).
+struct TopLevel<'a>(Vec<(&'a str, &'a serde_json::value::RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for TopLevel<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = TopLevel<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(20));
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    fields.push((key, map.next_value()?));
+                }
+                Ok(TopLevel(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
 /// Rewrites every stored summary (the migration to Rust-written summaries).
 pub(super) fn rebuild_summaries(db: &Db) -> Result<()> {
     let mut rows = Vec::new();

@@ -27,9 +27,12 @@ fn secs(n: u64) -> std::time::Duration {
     std::time::Duration::from_secs(n)
 }
 
-/// The store's clock for leases now: the server's on PostgreSQL, the wall clock on SQLite.
+/// The store's clock for leases now: the server's on PostgreSQL, the wall clock on SQLite;
+/// at the microseconds the store records times in (`ts`: a lease written at a time of the
+/// same microsecond as this one is not earlier than it).
 fn lease_clock(store: &dyn QueueCore) -> DateTime<Utc> {
-    store.lease_clock(Utc::now()).unwrap()
+    use chrono::SubsecRound;
+    store.lease_clock(Utc::now()).unwrap().trunc_subsecs(6)
 }
 
 /// Waits, on real time, until `task_id`'s lease has passed by the store's clock.
@@ -135,6 +138,7 @@ contract!(
     a_pinned_task_of_a_lost_machine_is_left_to_that_machine,
     a_failed_task_is_claimed_again_once_its_retry_time_comes,
     a_claim_writes_its_transition_and_the_summary_a_refresh_would,
+    every_claim_keeps_the_summary_a_refresh_would_write,
     usage_limit_merges_are_atomic_across_connections,
     attempts_events_and_landings_round_trip,
     intents_settle_with_their_state_change,
@@ -326,7 +330,7 @@ fn leases_are_renewed_by_their_owner_and_expire_for_the_others(b: Backend) {
     let span = Duration::seconds(30);
     assert!(
         before + span <= renewed && renewed <= after + span,
-        "renewed to the store's clock plus the lease: {renewed}"
+        "renewed to the store's clock plus the lease: {renewed} (before {before}, after {after})"
     );
     wait_past_lease(&*store, "local-2");
     assert_eq!(
@@ -834,6 +838,134 @@ fn a_claim_writes_its_transition_and_the_summary_a_refresh_would(b: Backend) {
         .unwrap();
     assert_eq!(store.summary_json("local-1").unwrap().unwrap(), claimed);
     assert_eq!(store.count_by_state().unwrap().get(&Claimed), Some(&2));
+}
+
+/// The stored summary of `id` is the one the general refresh writes: any write that
+/// leaves the row as it is (here its routing facts, written back unchanged) rebuilds the
+/// summary from the rows, and the bytes must not move.
+fn assert_summary_is_a_refresh(store: &polyphony::store::Store, id: &str) -> serde_json::Value {
+    let stored = store.summary_json(id).unwrap().unwrap();
+    let t = store.get_task(id).unwrap().unwrap();
+    store
+        .set_task_facts(id, t.task_type, t.scope, t.risk, t.context_tokens)
+        .unwrap();
+    assert_eq!(store.summary_json(id).unwrap().unwrap(), stored, "{id}");
+    serde_json::from_str(&stored).unwrap()
+}
+
+/// Issue 27: a claim derives the claimed task's summary from the one stored before it
+/// (four fields change; see `views::claimed_summary`) instead of rebuilding it from the
+/// rows. Each way of claiming (owned, `claim_next`, `claim TASK`), of a DISCOVERED task
+/// and of a FAILED one for retry, keeps exactly the bytes the rebuild writes: escapes in
+/// the title and labels, the pull request a landed task opened, the one a follow-up works
+/// on, the latest attempt's agent and the cost kept; the quota wait and the retry time gone.
+fn every_claim_keeps_the_summary_a_refresh_would_write(b: Backend) {
+    use polyphony::domain::{AttemptStatus, QuotaWait, RunResult};
+    use polyphony::store::{PullLook, PullRecord};
+    // No NUL: PostgreSQL's text refuses it (the SQLite one is `cli::status`'s test).
+    const TRICKY: &str = "quote \" backslash \\ tab \t newline \n us \u{1f} del \u{7f} \
+        é 🎻 \u{2028} </script>";
+    let store = full(&b);
+    let mut landed = task("o/r#1");
+    landed.labels = vec!["b\"c".into(), "\u{1f}".into(), "é/\\x".into()];
+    store.insert_task(&landed).unwrap();
+    store.freeze_text("o/r#1", TRICKY, "body").unwrap();
+    walk_to(&store, "o/r#1", Running);
+    store.start_attempt(&run_spec("o/r#1", 1), t0()).unwrap();
+    let ended = RunResult {
+        cost_usd: Some(0.1),
+        ..RunResult::new("o/r#1", 1, "claude", AttemptStatus::Failed)
+    };
+    store.finish_attempt(&ended, &[], t0()).unwrap();
+    store
+        .transition("o/r#1", Running, Failed, "tests failed", t0())
+        .unwrap();
+    let sha = "a".repeat(40);
+    let pull = PullRecord::opened("o/r#1", "o/r", 17, "polyphony/o_r_1-a1", "main", &sha, t0());
+    store.record_pull(&pull).unwrap();
+    let look = PullLook {
+        head_sha: "b".repeat(40),
+        state: "open".into(),
+        checks: Some("failing".into()),
+        review: Some("changes_requested".into()),
+        mergeable: Some("no".into()),
+        watching: true,
+    };
+    store.update_pull("o/r#1", &look, t0()).unwrap();
+    let followup = task("o/r#1-f1");
+    let keys = vec!["check:ci:failure".to_string()];
+    assert!(store
+        .insert_followup("o/r#1", &followup, &serde_json::json!({}), &keys, t0())
+        .unwrap());
+    let due = t0() + Duration::minutes(10);
+    store
+        .set_quota_wait(&QuotaWait {
+            task_id: "o/r#1".into(),
+            until: due,
+            agent: "claude".into(),
+            identity: "personal \"p\"".into(),
+            resets: vec![],
+            parked_at: t0(),
+        })
+        .unwrap();
+    store.set_retry("o/r#1", 1, Some(due)).unwrap();
+    let parked = assert_summary_is_a_refresh(&store, "o/r#1");
+    assert_eq!(parked["quota_wait"]["agent"], "claude", "{parked}");
+    assert_eq!(parked["pull"]["followups"], 1, "{parked}");
+
+    // The follow-up, DISCOVERED, by `claim_next` (the retry is not due yet).
+    let f = store.claim_next(t0()).unwrap().unwrap();
+    assert_eq!((f.id.as_str(), f.state), ("o/r#1-f1", Claimed));
+    let s = assert_summary_is_a_refresh(&store, "o/r#1-f1");
+    assert_eq!(
+        (&s["state"], &s["followup_of"]),
+        (
+            &serde_json::json!("CLAIMED"),
+            &serde_json::json!({"task_id": "o/r#1", "number": 17})
+        )
+    );
+
+    // The landed task, FAILED with its retry due, by `claim TASK`.
+    let at = due + Duration::seconds(1);
+    let r = store.claim("o/r#1", at).unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.next_attempt_at, r.updated_at),
+        (Claimed, None, at)
+    );
+    let s = assert_summary_is_a_refresh(&store, "o/r#1");
+    assert_eq!(s["title"], TRICKY, "{s}");
+    assert_eq!(s["labels"], serde_json::json!(landed.labels), "{s}");
+    assert_eq!(
+        (&s["agent"], &s["cost_usd"]),
+        (&serde_json::json!("claude"), &serde_json::json!(0.1))
+    );
+    assert_eq!(s["pull"]["review"], "changes_requested", "{s}");
+    assert_eq!(
+        (&s["quota_wait"], &s["next_attempt_at"]),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
+
+    // Back to FAILED with the wait still recorded, and claimed for retry by its owner.
+    store
+        .transition("o/r#1", Claimed, Failed, "again", at)
+        .unwrap();
+    store.set_retry("o/r#1", 2, Some(at)).unwrap();
+    assert_eq!(
+        assert_summary_is_a_refresh(&store, "o/r#1")["quota_wait"]["agent"],
+        "claude"
+    );
+    let later = at + Duration::seconds(1);
+    let me = owner("m1", "a");
+    let o = store
+        .claim_next_owned(&me, secs(60), later)
+        .unwrap()
+        .unwrap();
+    assert_eq!((o.id.as_str(), o.failures), ("o/r#1", 2));
+    let s = assert_summary_is_a_refresh(&store, "o/r#1");
+    assert_eq!(
+        (&s["state"], &s["quota_wait"]),
+        (&serde_json::json!("CLAIMED"), &serde_json::Value::Null)
+    );
 }
 
 fn intents_settle_with_their_state_change(b: Backend) {
