@@ -911,25 +911,30 @@ fn interrupt_because(
     now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
     let state = task.state;
-    // The attempt row of a run that will never be collected: close it, or `status` shows it
-    // running forever and cleanup keeps its workspace as live.
-    if let Some(r) = record.filter(|r| r.status.is_none()) {
-        let result = RunResult {
-            duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
-            reason: Some(format!("{reason}; its container was gone")),
-            events: store.event_count(&task.id, r.attempt)?,
-            ..RunResult::new(&task.id, r.attempt, &r.agent, AttemptStatus::Crash)
-        };
-        let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
-        store.finish_attempt(&result, &[gate], now)?;
-    }
     // FAILED and due at once in one transaction (issue 19): never FAILED with no retry time.
     let settlement = Settlement {
         failures: task.failures,
         next_attempt_at: Some(now),
         block: None,
     };
-    store.settle_failure(&task.id, state, reason, &settlement, now)?;
+    // The attempt row of a run that will never be collected: closed in the same
+    // transaction, or `status` shows it running forever and cleanup keeps its workspace
+    // as live.
+    match record.filter(|r| r.status.is_none()) {
+        Some(r) => {
+            let result = RunResult {
+                duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
+                reason: Some(format!("{reason}; its container was gone")),
+                events: store.event_count(&task.id, r.attempt)?,
+                ..RunResult::new(&task.id, r.attempt, &r.agent, AttemptStatus::Crash)
+            };
+            let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
+            store.settle_attempt_failure((&result, &[gate]), state, reason, &settlement, now)?;
+        }
+        None => {
+            store.settle_failure(&task.id, state, reason, &settlement, now)?;
+        }
+    }
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }
