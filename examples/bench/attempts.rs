@@ -879,7 +879,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     )?;
     writeln!(
         md,
-        "| teardown on the critical path: kill the proxy, read its log to its end | {:.0} ms | |",
+        "| teardown on the critical path: stop the proxy (SIGTERM), read its log to its last line (`end`) | {:.0} ms | |",
         pm * 1e3
     )?;
     if let Some(rm) = rm {
@@ -909,7 +909,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     writeln!(md)?;
     writeln!(
         md,
-        "All runs (s): allowlist {}; open {}; setup in all {}; setup on the critical path {}; early part {}; waited for it {}; config and create {}; kill and log {}; removal {}; released after create {}.\n",
+        "All runs (s): allowlist {}; open {}; setup in all {}; setup on the critical path {}; early part {}; waited for it {}; config and create {}; stop and log {}; removal {}; released after create {}.\n",
         all(&allow),
         all(&open),
         all(&in_all),

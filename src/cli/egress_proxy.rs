@@ -26,5 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()?;
     runtime.block_on(crate::egress::proxy::run(config))?;
-    Ok(Outcome::Success)
+    // Stopped, its last line written: out at once, not after a lookup still running on a
+    // blocking thread (dropping the runtime would wait for it).
+    std::process::exit(0)
 }

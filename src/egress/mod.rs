@@ -279,6 +279,9 @@ pub enum LogLine {
     Ready { gateway: bool },
     /// A request record of the model-API gateway.
     Gateway(Box<crate::gateway::RequestRecord>),
+    /// The proxy's last line: it was asked to stop (SIGTERM) and exits now, so its log
+    /// holds everything it will ever say.
+    End,
 }
 
 impl LogLine {
@@ -318,6 +321,7 @@ impl LogLine {
             "gateway" => LogLine::Gateway(Box::new(
                 serde_json::from_value(value.get("record")?.clone()).ok()?,
             )),
+            "end" => LogLine::End,
             _ => return None,
         })
     }
@@ -375,6 +379,7 @@ impl EgressReport {
             LogLine::Refused(r) => self.refuse(r),
             LogLine::Ready { gateway } => self.gateway_on = gateway,
             LogLine::Gateway(record) => self.gateway.push(*record),
+            LogLine::End => {}
         }
     }
 

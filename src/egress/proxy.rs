@@ -642,8 +642,13 @@ fn start_gateway(
 }
 
 /// `polyphony egress-proxy`: reads the config, binds, starts the model-API gateway when
-/// configured, says `ready`, serves. Never returns unless starting fails.
+/// configured, says `ready`, serves. Returns once SIGTERM (the daemon's stop, once the
+/// agent ended) asked it to, after its last line, `end`: the daemon then has the whole log
+/// without waiting for the engine to see the process gone (docs/benchmarks.md, "Egress").
 pub async fn run(config: ProxyConfig) -> anyhow::Result<()> {
+    // Before anything can be asked of it: PID 1 ignores a signal it has no handler for.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("cannot handle SIGTERM: {e}"))?;
     let log = EventLog::stdout();
     let proxy = Proxy::new(&config, Box::new(SystemResolver), log.clone())
         .map_err(|e| anyhow::anyhow!("egress proxy config: {e}"))?;
@@ -666,7 +671,10 @@ pub async fn run(config: ProxyConfig) -> anyhow::Result<()> {
         "allow": config.allow,
         "gateway": _gateway.is_some(),
     }));
-    proxy.serve(listener).await;
+    tokio::select! {
+        () = proxy.serve(listener) => {}
+        _ = terminate.recv() => log.emit(json!({ "event": "end" })),
+    }
     Ok(())
 }
 

@@ -515,7 +515,11 @@ fn dispatch(
         let now = orch.now();
         if !orch.leases.may_start(now) {
             // Issue 27: leases not renewed lately (the store unreachable): no new work.
-            tracing::warn!("this daemon could not renew its leases lately: claiming nothing");
+            if orch.leases.first_refusal() {
+                tracing::warn!(
+                    "this daemon could not renew its leases lately: claiming nothing until it does"
+                );
+            }
             return Ok(());
         }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
@@ -722,6 +726,9 @@ async fn heartbeat(orch: Arc<Orchestrator>) {
     let mut every = tokio::time::interval(leases.heartbeat);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut conn: Option<Store> = None;
+    // Failed renewals since the last success: the first is a warning, the rest debug lines
+    // (a full disk or a lost server fails every beat), the recovery says how many.
+    let mut failed: u64 = 0;
     loop {
         every.tick().await;
         let now = orch.now();
@@ -743,11 +750,20 @@ async fn heartbeat(orch: Arc<Orchestrator>) {
         match renewed {
             Ok(n) => {
                 leases.renewed(now);
+                if failed > 0 {
+                    tracing::info!(failed, "this daemon's leases renewed again");
+                    failed = 0;
+                }
                 tracing::trace!(leases = n, "leases renewed");
             }
             Err(e) => {
                 conn = None;
-                tracing::warn!(error = %e, "cannot renew this daemon's leases");
+                failed += 1;
+                if failed == 1 {
+                    tracing::warn!(error = %e, "cannot renew this daemon's leases (retried every heartbeat; said again once renewed)");
+                } else {
+                    tracing::debug!(error = %e, failed, "cannot renew this daemon's leases");
+                }
             }
         }
     }
@@ -911,25 +927,30 @@ fn interrupt_because(
     now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
     let state = task.state;
-    // The attempt row of a run that will never be collected: close it, or `status` shows it
-    // running forever and cleanup keeps its workspace as live.
-    if let Some(r) = record.filter(|r| r.status.is_none()) {
-        let result = RunResult {
-            duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
-            reason: Some(format!("{reason}; its container was gone")),
-            events: store.event_count(&task.id, r.attempt)?,
-            ..RunResult::new(&task.id, r.attempt, &r.agent, AttemptStatus::Crash)
-        };
-        let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
-        store.finish_attempt(&result, &[gate], now)?;
-    }
     // FAILED and due at once in one transaction (issue 19): never FAILED with no retry time.
     let settlement = Settlement {
         failures: task.failures,
         next_attempt_at: Some(now),
         block: None,
     };
-    store.settle_failure(&task.id, state, reason, &settlement, now)?;
+    // The attempt row of a run that will never be collected: closed in the same
+    // transaction, or `status` shows it running forever and cleanup keeps its workspace
+    // as live.
+    match record.filter(|r| r.status.is_none()) {
+        Some(r) => {
+            let result = RunResult {
+                duration_seconds: (now - r.started_at).num_milliseconds().max(0) as f64 / 1000.0,
+                reason: Some(format!("{reason}; its container was gone")),
+                events: store.event_count(&task.id, r.attempt)?,
+                ..RunResult::new(&task.id, r.attempt, &r.agent, AttemptStatus::Crash)
+            };
+            let gate = super::proof::result_gate(AttemptStatus::Crash, result.reason.as_deref());
+            store.settle_attempt_failure((&result, &[gate]), state, reason, &settlement, now)?;
+        }
+        None => {
+            store.settle_failure(&task.id, state, reason, &settlement, now)?;
+        }
+    }
     tracing::info!(task = %task.id, "{reason}; retrying");
     Ok(())
 }

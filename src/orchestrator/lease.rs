@@ -73,6 +73,8 @@ pub struct Leases {
     pub lease: Duration,
     pub heartbeat: Duration,
     renewed: Mutex<Option<DateTime<Utc>>>,
+    /// Whether "claiming nothing" was said since the last renewal ([`Leases::first_refusal`]).
+    refusal_said: std::sync::atomic::AtomicBool,
 }
 
 /// Why a side effect was refused: the lease is not (safely) this daemon's.
@@ -93,12 +95,23 @@ impl Leases {
             lease,
             heartbeat,
             renewed: Mutex::new(None),
+            refusal_said: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Records a successful renewal (or a start: the store answered) at `now`.
     pub fn renewed(&self, now: DateTime<Utc>) {
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        self.refusal_said
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `true` the first time it is asked since the last renewal: a daemon that claims
+    /// nothing for stale leases says so once per outage, not at every poll.
+    pub fn first_refusal(&self) -> bool {
+        !self
+            .refusal_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn last_renewal(&self) -> Option<DateTime<Utc>> {
@@ -165,6 +178,17 @@ mod tests {
             owner: owner.into(),
             lease_until: until,
         }
+    }
+
+    #[test]
+    fn a_stale_daemon_says_it_claims_nothing_once_per_outage() {
+        let leases = Leases::new(me(), Duration::from_secs(60), Duration::from_secs(20));
+        let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        assert!(leases.first_refusal());
+        assert!(!leases.first_refusal());
+        leases.renewed(now);
+        assert!(leases.first_refusal());
+        assert!(!leases.first_refusal());
     }
 
     #[test]

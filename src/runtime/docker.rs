@@ -373,6 +373,19 @@ impl DockerRuntime {
         Ok(id)
     }
 
+    /// Sends `signal` to the container's process.
+    async fn signal(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let options = KillContainerOptionsBuilder::default()
+            .signal(signal)
+            .build();
+        match self.docker.kill_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            // 409: not running any more, which is what we wanted.
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) => Err(not_found_or(id, "kill", e)),
+        }
+    }
+
     /// [`WorkerRuntime::egress_make`]: the network and the proxy's container are made at
     /// once (the engine resolves a container's network, and its fixed address there, when
     /// it starts it, so the proxy's create need not wait for its network's). The proxy is
@@ -782,17 +795,11 @@ impl WorkerRuntime for DockerRuntime {
     }
 
     fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move {
-            let options = KillContainerOptionsBuilder::default()
-                .signal("SIGKILL")
-                .build();
-            match self.docker.kill_container(id, Some(options)).await {
-                Ok(()) => Ok(()),
-                // 409: not running any more, which is what we wanted.
-                Err(e) if is_status(&e, 409) => Ok(()),
-                Err(e) => Err(not_found_or(id, "kill", e)),
-            }
-        })
+        Box::pin(self.signal(id, "SIGKILL"))
+    }
+
+    fn terminate<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.signal(id, "SIGTERM"))
     }
 
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {

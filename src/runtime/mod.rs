@@ -211,6 +211,13 @@ pub trait WorkerRuntime: Send + Sync {
     /// Sends SIGKILL. Killing a container that already exited is not an error.
     fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
 
+    /// Sends SIGTERM: a stop the process may answer (the egress proxy writes its last line
+    /// and exits). One that already exited is not an error. A runtime that cannot signal
+    /// kills.
+    fn terminate<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.kill(id)
+    }
+
     /// Force-removes the container. Removing a missing container is not an error.
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
 

@@ -222,6 +222,25 @@ impl Store {
         })
     }
 
+    /// [`Store::settle_failure`] with the attempt's result (`finish_attempt`) in the same
+    /// transaction: a kill between the two can no longer leave an attempt recorded as failed
+    /// on a task whose failure was never counted (the next daemon then took it for an
+    /// interruption and gave the task one attempt more than `max_attempts`).
+    pub fn settle_attempt_failure(
+        &self,
+        attempt: (&crate::domain::RunResult, &[crate::domain::CheckEvidence]),
+        from: TaskState,
+        reason: &str,
+        settlement: &Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<Task> {
+        let (result, evidence) = attempt;
+        self.immediate(|_| {
+            self.finish_attempt(result, evidence, now)?;
+            self.settle_failure(&result.task_id, from, reason, settlement, now)
+        })
+    }
+
     /// Settles an attempt that did not land, in ONE transaction: `from -> FAILED` (unless
     /// the task is FAILED already), the failure count and retry time, and with `block`
     /// FAILED -> BLOCKED plus the pending blocked report. A kill can never leave a task
@@ -234,7 +253,7 @@ impl Store {
         settlement: &Settlement,
         now: DateTime<Utc>,
     ) -> Result<Task> {
-        self.immediate(|tx| {
+        self.atomic(|tx| {
             check_state(tx, task_id, from)?;
             if from != TaskState::Failed {
                 write_transition(tx, task_id, from, TaskState::Failed, reason, now)?;

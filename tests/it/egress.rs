@@ -1304,3 +1304,45 @@ async fn a_full_disk_under_the_egress_follower_loses_no_refusal() {
     drop(home);
     drop(disk);
 }
+
+/// The proxy asked to stop (SIGTERM, what the daemon sends once the agent ended) writes its
+/// last line, `end`, and exits 0 at once: the daemon takes that line as its log's end
+/// instead of waiting for the engine to see the process gone (docs/benchmarks.md, "Egress").
+/// The real binary as a host process; no engine needed.
+#[test]
+fn a_proxy_asked_to_stop_writes_its_last_line_and_exits_at_once() {
+    use std::io::BufRead;
+    let config = serde_json::json!({ "listen": "127.0.0.1:0", "allow": ["model.test:443"] });
+    let mut child = Command::new(BIN)
+        .arg("egress-proxy")
+        .env("POLYPHONY_EGRESS_CONFIG", config.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run egress-proxy");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("a line").expect("read")).expect("json");
+    assert_eq!(first["event"], "ready", "{first}");
+    let asked = std::time::Instant::now();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) },
+        0,
+        "kill"
+    );
+    let rest: Vec<serde_json::Value> = lines
+        .map(|l| serde_json::from_str(&l.expect("read")).expect("json"))
+        .collect();
+    let status = child.wait().expect("wait");
+    let took = asked.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["event"], "end", "{rest:?}");
+    assert_eq!(rest[0]["n"], 1, "numbered after `ready`: {rest:?}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    assert_eq!(
+        polyphony::egress::LogLine::parse(serde_json::to_string(&rest[0]).unwrap().as_bytes()),
+        Some(polyphony::egress::LogLine::End)
+    );
+}

@@ -20,7 +20,7 @@ use polyphony::domain::{
     VolumeMount,
 };
 use polyphony::orchestrator::execute::{
-    reattach, run_attempt, run_check, AgentRun, AttemptExecution, RunLimits, Scrub,
+    reattach, run_attempt, run_check, AgentRun, AttemptExecution, EventSink, RunLimits, Scrub,
     TranscriptPaths, VecSink,
 };
 use polyphony::runtime::container_spec::{agent_spec, verify_spec, CREDENTIAL_STAGING_DIR};
@@ -1063,6 +1063,32 @@ async fn run_check_pass_fail_timeout_and_no_network() {
     w.assert_no_containers().await;
 }
 
+/// A [`VecSink`] that wakes `stored` once it holds `after` events.
+struct SignalSink {
+    inner: VecSink,
+    after: usize,
+    stored: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl EventSink for SignalSink {
+    fn record(
+        &mut self,
+        events: &[polyphony::domain::TaskEvent],
+        live: &polyphony::agents::AgentOutcome,
+    ) -> Result<(), String> {
+        self.inner.record(events, live)?;
+        if self.inner.events.len() >= self.after {
+            // A stored permit: the waiter wakes even if it polls later.
+            self.stored.notify_one();
+        }
+        Ok(())
+    }
+
+    fn container_created(&mut self, container_id: &str) {
+        self.inner.container_created(container_id);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reattach_resumes_without_duplicates() {
     let w = world!("reattach");
@@ -1074,15 +1100,21 @@ async fn reattach_resumes_without_duplicates() {
     );
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
     let transcript = TranscriptPaths::under(w.home.path(), &spec.task_id, 1);
-    let mut sink = VecSink::default();
-    // The daemon "dies" 2.5 s in: the follower is dropped, the container keeps running.
-    let first = tokio::time::timeout(
-        Duration::from_millis(2500),
-        run_attempt(
+    // The daemon "dies" once two events are stored (the init and the first of five
+    // progress lines a second apart; not at a fixed time, which a loaded engine's slow
+    // start overran): the follower is dropped, the container keeps running.
+    let stored = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut signal = SignalSink {
+        inner: VecSink::default(),
+        after: 2,
+        stored: stored.clone(),
+    };
+    let first = tokio::select! {
+        r = run_attempt(
             AgentRun {
                 runtime: &w.rt,
                 adapter: adapter.as_ref(),
-                sink: &mut sink,
+                sink: &mut signal,
                 limits: LIMITS,
                 transcript: Some(&transcript),
                 scrub: &plain,
@@ -1090,10 +1122,15 @@ async fn reattach_resumes_without_duplicates() {
                 clock: polyphony::orchestrator::clock::system(),
             },
             &cspec,
-        ),
-    )
-    .await;
-    assert!(first.is_err(), "the slow agent was still running");
+        ) => Some(r),
+        () = stored.notified() => None,
+        () = tokio::time::sleep(Duration::from_secs(60)) => panic!("no two events in 60 s"),
+    };
+    assert!(
+        first.is_none(),
+        "the slow agent was still running: {first:?}"
+    );
+    let mut sink = signal.inner;
     let id = sink.container_id.clone().expect("container id reported");
     let recorded = sink.events.len() as u64;
     assert!(

@@ -475,6 +475,52 @@ fn recording_the_container_completes_its_intent_in_the_same_write() {
     );
 }
 
+/// The attempt's failed result and the task's settlement are one write: a settlement that
+/// cannot happen (a stale state) records no result either, so no kill between two writes
+/// can leave a failed attempt on a task whose failure was never counted (the chaos test
+/// once found the task with one failed attempt more than failures).
+#[test]
+fn a_failed_attempts_result_and_its_settlement_are_one_write() {
+    let (_dir, store) = temp_store();
+    store.insert_task(&task("local-1")).unwrap();
+    drive(&store, "local-1", Routed);
+    store
+        .start_attempt(&spec("local-1", 1, "demo"), t0())
+        .unwrap();
+    for (from, to) in [(Routed, Provisioned), (Provisioned, Running)] {
+        store
+            .transition("local-1", from, to, "setup", t0())
+            .unwrap();
+    }
+    let result = polyphony::domain::RunResult {
+        reason: Some("tests failed".into()),
+        ..polyphony::domain::RunResult::new("local-1", 1, "claude", AttemptStatus::Failed)
+    };
+    let retry = Settlement {
+        failures: 1,
+        next_attempt_at: Some(t0()),
+        block: None,
+    };
+    let err = store
+        .settle_attempt_failure((&result, &[]), Verifying, "tests failed", &retry, t0())
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StaleState { .. }), "{err}");
+    let attempts = store.attempts("local-1").unwrap();
+    assert_eq!(attempts[0].status, None, "{attempts:?}");
+    assert_eq!(store.get_task("local-1").unwrap().unwrap().failures, 0);
+
+    let t = store
+        .settle_attempt_failure((&result, &[]), Running, "tests failed", &retry, t0())
+        .unwrap();
+    assert_eq!((t.state, t.failures), (Failed, 1));
+    let attempts = store.attempts("local-1").unwrap();
+    assert_eq!(
+        attempts[0].status,
+        Some(AttemptStatus::Failed),
+        "{attempts:?}"
+    );
+}
+
 #[test]
 fn settling_a_failure_writes_state_retry_time_and_block_together() {
     let (_dir, store) = temp_store();

@@ -617,16 +617,22 @@ impl AttemptRun<'_> {
                 }
             };
             if let Some(plan) = &egress {
-                // The agent is gone: the proxy is killed and its log ends for the follower.
-                // Not awaited: the engine answers a kill only once it released the proxy's
-                // two endpoints (about 130 ms on 20.10), the log ends when the process is
-                // gone (about 50 ms); `egress_remove`'s forced removal waits for the rest.
+                // The agent is gone: the proxy is asked to stop, writes its last line
+                // (`end`, which is all the follower waits for) and exits; killed after
+                // `egress::TERM_GRACE` if it did not. Not awaited: the log's end came about
+                // 50 ms after a kill (the engine noticing the process gone), its last line
+                // comes as soon as the signal does; `egress_remove`'s forced removal waits
+                // for the rest.
                 let (rt, proxy, task) = (
                     self.orch.runtime.clone(),
                     plan.proxy_name.clone(),
                     self.task.id.clone(),
                 );
                 tokio::spawn(async move {
+                    if let Err(e) = rt.terminate(&proxy).await {
+                        tracing::debug!(%task, %proxy, error = %e, "cannot stop the attempt's egress proxy; it is killed");
+                    }
+                    tokio::time::sleep(egress::TERM_GRACE).await;
                     if let Err(e) = rt.kill(&proxy).await {
                         tracing::debug!(%task, %proxy, error = %e, "cannot kill the attempt's egress proxy; its log is read whole");
                     }
@@ -879,6 +885,14 @@ impl AttemptRun<'_> {
             };
             let fed = tally.feed(&line, self.orch.now());
             self.log_refusal(spec, &fed);
+            if fed.end {
+                // The proxy's last line: its log is read to its end (it was stopped, so
+                // the agent is gone, or is about to say so).
+                if drain.is_none() {
+                    let _ = (&mut stop).await;
+                }
+                break true;
+            }
             if tally.has_refusals() && tally.store_failed.is_none() {
                 // At once: an operator sees the refusal while the agent runs (a store that
                 // fails is tried again on the clock, not per line).

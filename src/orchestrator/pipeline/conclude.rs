@@ -61,8 +61,8 @@ impl AttemptRun<'_> {
             reason = failure::permanent_reason(&reason, &fix);
         }
         tracing::info!(task = %self.task.id, attempt = self.attempt, status = %failure.status, "{reason}");
-        // Record the attempt's evidence when the attempt row exists.
-        if self.spec.is_some() {
+        // The attempt's evidence, when the attempt row exists: recorded with the settlement.
+        let evidence = if self.spec.is_some() {
             // The agent never ended (the container failed to start, the run was cut short):
             // the attempt's result is the failure alone.
             let mut result = self.result.take().unwrap_or_else(|| RunResult {
@@ -76,20 +76,35 @@ impl AttemptRun<'_> {
             if evidence.is_empty() {
                 evidence.push(proof::gate("result", false, reason.clone()));
             }
-            self.record_attempt(&evidence)
-                .context("cannot record the attempt")?;
+            Some(evidence)
         } else {
             // No attempt row: this number is reused, so its directory must go.
             self.discard_workspace().await;
-        }
-        // Decide first, then write FAILED, the failure count, the retry time and (when it
-        // gives up) BLOCKED with its pending report in one transaction (issue 19).
+            None
+        };
+        // Decide first, then write the attempt's result, FAILED, the failure count, the
+        // retry time and (when it gives up) BLOCKED with its pending report in one
+        // transaction (issue 19): a kill never leaves a failed attempt uncounted.
         let (end, settlement) = self.settlement(&failure, &class, &reason, now)?;
         let from = self.state;
-        let settled = self
-            .db()
-            .settle_failure(&self.task.id, from, &reason, &settlement, now)
-            .with_context(|| format!("cannot move {} to FAILED", self.task.id))?;
+        let settled = match (&self.result, &evidence) {
+            (Some(result), Some(evidence)) => self.db().settle_attempt_failure(
+                (result, evidence),
+                from,
+                &reason,
+                &settlement,
+                now,
+            ),
+            _ => self
+                .db()
+                .settle_failure(&self.task.id, from, &reason, &settlement, now),
+        }
+        .with_context(|| {
+            format!(
+                "cannot record the attempt and move {} to FAILED",
+                self.task.id
+            )
+        })?;
         self.task = settled;
         if from != TaskState::Failed {
             self.opts

@@ -30,6 +30,10 @@ pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 /// past it the log is read whole instead (`WorkerRuntime::egress_stop`).
 pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long a proxy asked to stop (SIGTERM) has to write its last line and exit before it
+/// is killed (it takes a few milliseconds; an image whose proxy has no handler never does).
+pub(super) const TERM_GRACE: Duration = Duration::from_millis(500);
+
 /// One refusal's `egress` event (pure): the line that would allow it, at log line `line`.
 pub(crate) fn refusal_event(r: &Refused, profile: &str, line: u64, at: DateTime<Utc>) -> TaskEvent {
     let why = crate::egress::policy::Refusal::from_code(&r.reason);
@@ -180,6 +184,8 @@ pub(crate) struct Fed {
     pub refused: Option<Refused>,
     /// The line's model-API gateway record.
     pub gateway: Option<crate::gateway::RequestRecord>,
+    /// The line is the proxy's last ([`LogLine::End`]): nothing follows it.
+    pub end: bool,
 }
 
 /// What [`Tally::take`] hands the store and `/metrics`.
@@ -303,6 +309,10 @@ impl Tally {
                 None
             }
             LogLine::Ready { .. } => None,
+            LogLine::End => {
+                fed.end = true;
+                None
+            }
         };
         self.report.add(parsed);
         if let Some(r) = refusal {
@@ -458,6 +468,25 @@ not json
         let last = live.take(true);
         assert!(last.summary.is_some());
         assert_eq!(last.count, Counts::default());
+    }
+
+    #[test]
+    fn only_the_proxys_last_line_says_the_log_ended() {
+        let mut t = Tally::new("claude", Stored::default());
+        let before = t.report.clone();
+        let ends: Vec<bool> = [
+            r#"{"event":"ready","listen":"0.0.0.0:3128","n":0}"#,
+            r#"{"event":"allowed","host":"a.example","port":443,"n":1}"#,
+            r#"{"event":"end","ts":"2026-12-02T04:30:00.000Z","n":2}"#,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(n, text)| t.feed(&line(n as u64, text), now()).end)
+        .collect();
+        assert_eq!(ends, vec![false, false, true]);
+        // `end` counts nothing: the report is the allowed connection's alone.
+        assert_ne!(t.report, before);
+        assert_eq!(t.report.refused_total, 0);
     }
 
     #[test]
