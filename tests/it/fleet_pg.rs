@@ -612,7 +612,14 @@ async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
     for (i, home) in homes.iter().enumerate().skip(1) {
         let root = home.path.display().to_string();
         let mine: Vec<_> = runs.iter().filter(|a| a.4.starts_with(&root)).collect();
-        assert_eq!(mine.len(), 3, "m{}: {runs:#?}", i + 1);
+        assert_eq!(
+            mine.len(),
+            3,
+            "m{}: {runs:#?}\nreasons: {:#?}\n{}",
+            i + 1,
+            rows(&url, "SELECT task_id, attempt::text, reason FROM attempts WHERE reason IS NOT NULL ORDER BY task_id, attempt").await,
+            logs(&homes)
+        );
         assert!(mine.iter().all(|a| a.2 == "codex"), "{mine:#?}");
     }
 }
