@@ -2333,20 +2333,23 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() {
             // A daemon killed before its first open committed the schema leaves a home
             // with no queue or no tables yet (the next daemon makes them): nothing to
             // count, and the test's look must not make the file itself.
-            let made = home.path.join("queue.db").exists()
-                && home
-                    .db()
-                    .query_row(
+            let db = home
+                .path
+                .join("queue.db")
+                .exists()
+                .then(|| home.db())
+                .filter(|db| {
+                    db.query_row(
                         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE name = 'tasks'",
                         [],
                         |r| r.get::<_, bool>(0),
                     )
-                    .expect("sqlite_master");
-            if !made {
+                    .expect("sqlite_master")
+                });
+            let Some(db) = db else {
                 println!("chaos round {round}: point {point:?}, {how}; no queue yet");
                 continue;
-            }
-            let db = home.db();
+            };
             let mut stmt = db
                 .prepare("SELECT state, COUNT(*) FROM tasks GROUP BY state ORDER BY state")
                 .expect("prepare");

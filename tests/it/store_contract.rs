@@ -449,14 +449,16 @@ fn a_pinned_task_of_a_lost_machine_is_left_to_that_machine(b: Backend) {
     wait_past_lease(&*store, "local-1");
     wait_past_lease(&*store, "local-2");
     let other = owner("server", "b");
-    let ids: Vec<String> = store
-        .reconcilable(&other, Utc::now())
-        .unwrap()
-        .into_iter()
-        .map(|r| r.task.id)
-        .collect();
+    let ids = |o: &Owner| -> Vec<String> {
+        store
+            .reconcilable(o, Utc::now())
+            .unwrap()
+            .into_iter()
+            .map(|r| r.task.id)
+            .collect()
+    };
     assert_eq!(
-        ids,
+        ids(&other),
         ["local-2"],
         "only the unpinned expired task is another's to adopt"
     );
@@ -470,14 +472,8 @@ fn a_pinned_task_of_a_lost_machine_is_left_to_that_machine(b: Backend) {
         .take_over("local-2", &other, secs(60), Utc::now())
         .unwrap());
     let back = owner("laptop", "c");
-    let mine: Vec<String> = store
-        .reconcilable(&back, Utc::now())
-        .unwrap()
-        .into_iter()
-        .map(|r| r.task.id)
-        .collect();
     assert_eq!(
-        mine,
+        ids(&back),
         ["local-1"],
         "the machine, restarted, finds its pinned task"
     );

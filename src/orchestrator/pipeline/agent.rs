@@ -633,8 +633,9 @@ impl AttemptRun<'_> {
                         tracing::debug!(%task, %proxy, error = %e, "cannot stop the attempt's egress proxy; it is killed");
                     }
                     tokio::time::sleep(egress::TERM_GRACE).await;
+                    // Usually gone by now (its removal beside verification may be done).
                     if let Err(e) = rt.kill(&proxy).await {
-                        tracing::debug!(%task, %proxy, error = %e, "cannot kill the attempt's egress proxy; its log is read whole");
+                        tracing::debug!(%task, %proxy, error = %e, "the attempt's egress proxy was not killed after its grace (gone already, or the engine refused)");
                     }
                 });
             }
