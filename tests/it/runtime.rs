@@ -114,6 +114,7 @@ impl World {
                 scrub: &plain,
                 cancel: no_cancel(),
                 clock: polyphony::orchestrator::clock::system(),
+                exited: None,
             },
             cspec,
         )
@@ -209,6 +210,7 @@ async fn run(
             scrub,
             cancel: no_cancel(),
             clock: polyphony::orchestrator::clock::system(),
+            exited: None,
         },
         &cspec,
     )
@@ -668,6 +670,7 @@ async fn idle_kill_fires_and_cancel_kills() {
                 scrub: &plain,
                 cancel: rx,
                 clock: polyphony::orchestrator::clock::system(),
+                exited: None,
             },
             &cspec,
         ),
@@ -1120,6 +1123,7 @@ async fn reattach_resumes_without_duplicates() {
                 scrub: &plain,
                 cancel: no_cancel(),
                 clock: polyphony::orchestrator::clock::system(),
+                exited: None,
             },
             &cspec,
         ) => Some(r),
@@ -1147,6 +1151,7 @@ async fn reattach_resumes_without_duplicates() {
             scrub: &plain,
             cancel: no_cancel(),
             clock: polyphony::orchestrator::clock::system(),
+            exited: None,
         },
         &id,
         recorded,
@@ -1418,6 +1423,7 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
             scrub: &plain,
             cancel: no_cancel(),
             clock: polyphony::orchestrator::clock::system(),
+            exited: None,
         },
         &cspec,
     )

@@ -280,6 +280,7 @@ pub(super) async fn follow_and_collect(
         scrub,
         mut cancel,
         clock,
+        exited,
     } = run;
     let Followed {
         id,
@@ -403,6 +404,10 @@ pub(super) async fn follow_and_collect(
             rt.kill(id).await?;
             drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_KILL);
         }
+    }
+    // The output ended: the process is gone (or killed and drained).
+    if let Some(exited) = exited {
+        let _ = exited.send(());
     }
     if let Some(line) = out.finish() {
         f.line(EventStream::Stdout, line);

@@ -114,6 +114,10 @@ pub struct AgentRun<'a> {
     pub cancel: watch::Receiver<bool>,
     /// The wall clock events are stamped and deadlines are counted by.
     pub clock: Clock,
+    /// Told once the container's output ended (its process exited, or was killed and
+    /// drained), before it is inspected and removed: the attempt's egress proxy is stopped
+    /// then, beside the removal. Dropped unsent on an error before that point.
+    pub exited: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Runs one attempt: create `spec` (replacing a leftover), start, follow, collect, remove.

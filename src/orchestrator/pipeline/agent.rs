@@ -570,6 +570,10 @@ impl AttemptRun<'_> {
             handling: false,
             clock: self.orch.clock.clone(),
         };
+        // Told when the agent's output ended, before its container's removal; and when a held
+        // agent's release is settled (a proxy stopped before it would fail the release).
+        let (exited_tx, exited_rx) = tokio::sync::oneshot::channel::<()>();
+        let (release_done_tx, release_done_rx) = tokio::sync::oneshot::channel::<()>();
         let run = execute::AgentRun {
             runtime: rt,
             adapter: adapter.as_ref(),
@@ -579,6 +583,7 @@ impl AttemptRun<'_> {
             scrub,
             cancel: self.opts.cancel.clone(),
             clock: self.orch.clock.clone(),
+            exited: Some(exited_tx),
         };
         let budget_file = egress.as_ref().map(|p| {
             crate::orchestrator::gateway::proxy_dir(&home, &p.proxy_name)
@@ -592,20 +597,27 @@ impl AttemptRun<'_> {
             Follow::Start(id) | Follow::Reattach(id, _) => id.clone(),
         };
         let agent = async {
-            let exec = match follow {
+            match follow {
                 Follow::Start(id) => match held {
                     // Started beside its proxy: released once the proxy listens.
                     Some(held) => {
-                        let (exec, released) = tokio::join!(
-                            execute::start_created(run, &container, &id),
-                            self.release_held(held, &id, proxy_up)
-                        );
+                        let release = async {
+                            let released = self.release_held(held, &id, proxy_up).await;
+                            drop(release_done_tx);
+                            released
+                        };
+                        let (exec, released) =
+                            tokio::join!(execute::start_created(run, &container, &id), release);
                         released_error = released.err();
                         exec
                     }
-                    None => execute::start_created(run, &container, &id).await,
+                    None => {
+                        drop(release_done_tx);
+                        execute::start_created(run, &container, &id).await
+                    }
                 },
                 Follow::Reattach(id, recorded) => {
+                    drop(release_done_tx);
                     let release = async {
                         if let Some(plan) = &egress {
                             self.release_reattached(&container.image, &plan.proxy_name, &id)
@@ -615,10 +627,15 @@ impl AttemptRun<'_> {
                     let (exec, ()) = tokio::join!(execute::reattach(run, &id, recorded), release);
                     exec
                 }
-            };
+            }
+        };
+        let on_exit = async {
+            let _ = exited_rx.await;
+            let _ = release_done_rx.await;
             if let Some(plan) = &egress {
-                // The agent is gone: the proxy is asked to stop, writes its last line
-                // (`end`, which is all the follower waits for) and exits; killed after
+                // The agent is gone (its container is inspected and removed meanwhile): the
+                // proxy is asked to stop, writes its last line (`end`, which is all the
+                // follower waits for) and exits; killed after
                 // `egress::TERM_GRACE` if it did not. Not awaited: the log's end came about
                 // 50 ms after a kill (the engine noticing the process gone), its last line
                 // comes as soon as the signal does; `egress_remove`'s forced removal waits
@@ -640,7 +657,6 @@ impl AttemptRun<'_> {
                 });
             }
             let _ = stop.send(());
-            exec
         };
         let live = async {
             if let Some(runs) = proxy_runs {
@@ -652,7 +668,7 @@ impl AttemptRun<'_> {
                 None => None,
             }
         };
-        let (exec, followed) = tokio::join!(agent, live);
+        let (exec, (), followed) = tokio::join!(agent, on_exit, live);
         // The proxy and the network go on every path (success, failure, cancel, deadline,
         // an engine error); the follower stored what the proxy logged as it logged it.
         let report = match &egress {
