@@ -10,6 +10,14 @@ on a new `--internal` network only, and on both (the product's shape): network c
 container create, connect, start, kill, the time from the kill to the end of the
 container's followed log, remove, network remove. Medians in ms. Every object is labelled
 `polyphony.home=bench-docker-calls` and removed by the run.
+
+    bench/docker_calls.py --overlap AGENT_IMAGE PROXY_IMAGE [REPS]
+
+How much an agent container's start (`/bin/true`, the agent's hardening) costs on `bridge`,
+on a new `--internal` network, and on that network while a proxy container's start runs
+beside it (begun 50 ms before, the product's order), the proxy on no network, on the
+internal network, and on both: whether the slowdown is the engine's network work or two
+starts sharing the machine.
 """
 import http.client
 import json
@@ -94,9 +102,67 @@ def one(image, shape, rep):
     return t
 
 
+def overlap_one(agent_image, proxy_image, shape, rep):
+    """The agent's start in ms, for `shape` ("bridge", "internal", "beside proxy on X")."""
+    name = f"bench-docker-calls-overlap-{rep}"
+    net = None
+    if shape != "bridge":
+        call("POST", "/networks/create", {
+            "Name": name, "Driver": "bridge", "Internal": True, "Labels": LABELS})
+        net = name
+    _, data, _ = call("POST", f"/containers/create?name={name}-agent", {
+        "Image": agent_image, "Entrypoint": ["/bin/true"], "Labels": LABELS,
+        "HostConfig": dict(HARDENING, Init=True, ReadonlyRootfs=False,
+                           NetworkMode=net or "bridge")})
+    agent = json.loads(data)["Id"]
+    proxy = None
+    beside = None
+    if shape.startswith("beside proxy on "):
+        on = shape.removeprefix("beside proxy on ")
+        _, data, _ = call("POST", f"/containers/create?name={name}-proxy", {
+            "Image": proxy_image, "User": "65534:65534", "Labels": LABELS,
+            "Env": ["POLYPHONY_EGRESS_CONFIG=" + CONFIG],
+            "HostConfig": dict(HARDENING, NetworkMode="none" if on == "none" else net)})
+        proxy = json.loads(data)["Id"]
+        if on == "both":
+            call("POST", "/networks/bridge/connect", {"Container": proxy})
+        beside = threading.Thread(target=lambda: call("POST", f"/containers/{proxy}/start"))
+        beside.start()
+        time.sleep(0.05)
+    _, _, ms = call("POST", f"/containers/{agent}/start")
+    if beside:
+        beside.join()
+    for cid in (agent, proxy):
+        if cid:
+            call("DELETE", f"/containers/{cid}?force=1&v=1")
+    if net:
+        call("DELETE", f"/networks/{net}")
+    return ms
+
+
+def overlap(agent_image, proxy_image, reps):
+    shapes = ["bridge", "internal", "beside proxy on none", "beside proxy on internal",
+              "beside proxy on both"]
+    runs = {s: [] for s in shapes}
+    for rep in range(reps):
+        for shape in shapes:  # interleaved
+            runs[shape].append(overlap_one(agent_image, proxy_image, shape, rep))
+    print("| the agent's start | median ms | runs |")
+    print("|---|---|---|")
+    for shape in shapes:
+        values = sorted(runs[shape])
+        print(f"| {shape} | {values[len(values) // 2]:.0f} | "
+              + ", ".join(f"{v:.0f}" for v in values) + " |")
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
+    if sys.argv[1] == "--overlap":
+        if len(sys.argv) < 4:
+            raise SystemExit(__doc__)
+        overlap(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
+        return
     image = sys.argv[1]
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     shapes = ["none", "bridge", "internal", "both"]
