@@ -1434,6 +1434,118 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
     w.assert_no_containers().await;
 }
 
+/// The engine, noting at the agent container's removal whether the attempt had already been
+/// told its output ended (`AgentRun::exited`).
+struct ToldBeforeRemoval {
+    inner: DockerRuntime,
+    exited: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// `Some(told)` once the first removal came.
+    told: std::sync::Mutex<Option<bool>>,
+}
+
+impl WorkerRuntime for ToldBeforeRemoval {
+    fn create<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, RuntimeError>> {
+        self.inner.create(spec)
+    }
+    fn start<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.start(id)
+    }
+    fn logs<'a>(
+        &'a self,
+        id: &'a str,
+        since: Option<i64>,
+    ) -> futures_util::stream::BoxStream<'a, Result<polyphony::runtime::LogChunk, RuntimeError>>
+    {
+        self.inner.logs(id, since)
+    }
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<i64, RuntimeError>> {
+        self.inner.wait(id)
+    }
+    fn kill<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.kill(id)
+    }
+    fn remove<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
+        let taken = self.exited.lock().unwrap().take();
+        if let Some(mut rx) = taken {
+            *self.told.lock().unwrap() = Some(rx.try_recv().is_ok());
+        }
+        self.inner.remove(id)
+    }
+    fn list_by_labels<'a>(
+        &'a self,
+        labels: &'a [(String, String)],
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Vec<polyphony::runtime::ContainerSummary>, RuntimeError>,
+    > {
+        self.inner.list_by_labels(labels)
+    }
+    fn inspect<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<polyphony::runtime::ContainerInfo, RuntimeError>>
+    {
+        self.inner.inspect(id)
+    }
+}
+
+/// The attempt learns that the agent's output ended before the agent's container is
+/// removed, so its egress proxy's stop runs beside that removal (docs/benchmarks.md,
+/// "Egress", 4ac7686).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_the_agents_output_is_told_before_its_container_is_removed() {
+    let w = world!("exited");
+    let spec = w.run_spec(AgentType::Claude, "exited", 1);
+    let adapter = adapter_for(AgentType::Claude);
+    let inv = adapter.invocation(&spec, &prompt("polyphony-fake: succeed", 1));
+    let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let rt = ToldBeforeRemoval {
+        inner: w.rt.clone(),
+        exited: std::sync::Mutex::new(Some(rx)),
+        told: std::sync::Mutex::new(None),
+    };
+    let mut sink = VecSink::default();
+    let exec = run_attempt(
+        AgentRun {
+            runtime: &rt,
+            adapter: adapter.as_ref(),
+            sink: &mut sink,
+            limits: LIMITS,
+            transcript: None,
+            scrub: &plain,
+            cancel: no_cancel(),
+            clock: polyphony::orchestrator::clock::system(),
+            exited: Some(tx),
+        },
+        &cspec,
+    )
+    .await
+    .expect("the run");
+    assert_eq!(exec.status, AttemptStatus::Succeeded, "{:?}", exec.reason);
+    assert_eq!(
+        *rt.told.lock().unwrap(),
+        Some(true),
+        "the container was removed before the attempt was told its output ended (None: never removed)"
+    );
+    w.assert_no_containers().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_runs_unprivileged_and_sees_only_credential_files() {
     let w = world!("creds");
