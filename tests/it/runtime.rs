@@ -1334,21 +1334,37 @@ async fn workspace_over_its_cap_fails_the_attempt() {
     w.assert_no_containers().await;
 }
 
-/// The real engine, except that the log stream breaks after its first chunk.
-struct BrokenStream(DockerRuntime);
+/// The real engine, with a fault or a probe a test asks for.
+struct Intercepted {
+    inner: DockerRuntime,
+    /// The log stream breaks after its first chunk.
+    break_logs: bool,
+    /// Called at each removal, before it.
+    on_remove: Option<Box<dyn Fn() + Send + Sync>>,
+}
 
-impl WorkerRuntime for BrokenStream {
+impl Intercepted {
+    fn new(inner: DockerRuntime) -> Intercepted {
+        Intercepted {
+            inner,
+            break_logs: false,
+            on_remove: None,
+        }
+    }
+}
+
+impl WorkerRuntime for Intercepted {
     fn create<'a>(
         &'a self,
         spec: &'a ContainerSpec,
     ) -> futures_util::future::BoxFuture<'a, Result<String, RuntimeError>> {
-        self.0.create(spec)
+        self.inner.create(spec)
     }
     fn start<'a>(
         &'a self,
         id: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        self.0.start(id)
+        self.inner.start(id)
     }
     fn logs<'a>(
         &'a self,
@@ -1357,7 +1373,10 @@ impl WorkerRuntime for BrokenStream {
     ) -> futures_util::stream::BoxStream<'a, Result<polyphony::runtime::LogChunk, RuntimeError>>
     {
         use futures_util::StreamExt;
-        self.0
+        if !self.break_logs {
+            return self.inner.logs(id, since);
+        }
+        self.inner
             .logs(id, since)
             .take(1)
             .chain(futures_util::stream::once(async {
@@ -1372,19 +1391,22 @@ impl WorkerRuntime for BrokenStream {
         &'a self,
         id: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<i64, RuntimeError>> {
-        self.0.wait(id)
+        self.inner.wait(id)
     }
     fn kill<'a>(
         &'a self,
         id: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        self.0.kill(id)
+        self.inner.kill(id)
     }
     fn remove<'a>(
         &'a self,
         id: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        self.0.remove(id)
+        if let Some(hook) = &self.on_remove {
+            hook();
+        }
+        self.inner.remove(id)
     }
     fn list_by_labels<'a>(
         &'a self,
@@ -1393,14 +1415,14 @@ impl WorkerRuntime for BrokenStream {
         'a,
         Result<Vec<polyphony::runtime::ContainerSummary>, RuntimeError>,
     > {
-        self.0.list_by_labels(labels)
+        self.inner.list_by_labels(labels)
     }
     fn inspect<'a>(
         &'a self,
         id: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<polyphony::runtime::ContainerInfo, RuntimeError>>
     {
-        self.0.inspect(id)
+        self.inner.inspect(id)
     }
 }
 
@@ -1411,7 +1433,10 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
     let adapter = adapter_for(AgentType::Claude);
     let inv = adapter.invocation(&spec, &prompt("polyphony-fake: hang", 1));
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
-    let rt = BrokenStream(w.rt.clone());
+    let rt = Intercepted {
+        break_logs: true,
+        ..Intercepted::new(w.rt.clone())
+    };
     let mut sink = VecSink::default();
     let err = run_attempt(
         AgentRun {
@@ -1434,76 +1459,6 @@ async fn a_broken_log_stream_leaves_no_container_behind() {
     w.assert_no_containers().await;
 }
 
-/// The engine, noting at the agent container's removal whether the attempt had already been
-/// told its output ended (`AgentRun::exited`).
-struct ToldBeforeRemoval {
-    inner: DockerRuntime,
-    exited: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
-    /// `Some(told)` once the first removal came.
-    told: std::sync::Mutex<Option<bool>>,
-}
-
-impl WorkerRuntime for ToldBeforeRemoval {
-    fn create<'a>(
-        &'a self,
-        spec: &'a ContainerSpec,
-    ) -> futures_util::future::BoxFuture<'a, Result<String, RuntimeError>> {
-        self.inner.create(spec)
-    }
-    fn start<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        self.inner.start(id)
-    }
-    fn logs<'a>(
-        &'a self,
-        id: &'a str,
-        since: Option<i64>,
-    ) -> futures_util::stream::BoxStream<'a, Result<polyphony::runtime::LogChunk, RuntimeError>>
-    {
-        self.inner.logs(id, since)
-    }
-    fn wait<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<i64, RuntimeError>> {
-        self.inner.wait(id)
-    }
-    fn kill<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        self.inner.kill(id)
-    }
-    fn remove<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), RuntimeError>> {
-        let taken = self.exited.lock().unwrap().take();
-        if let Some(mut rx) = taken {
-            *self.told.lock().unwrap() = Some(rx.try_recv().is_ok());
-        }
-        self.inner.remove(id)
-    }
-    fn list_by_labels<'a>(
-        &'a self,
-        labels: &'a [(String, String)],
-    ) -> futures_util::future::BoxFuture<
-        'a,
-        Result<Vec<polyphony::runtime::ContainerSummary>, RuntimeError>,
-    > {
-        self.inner.list_by_labels(labels)
-    }
-    fn inspect<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<polyphony::runtime::ContainerInfo, RuntimeError>>
-    {
-        self.inner.inspect(id)
-    }
-}
-
 /// The attempt learns that the agent's output ended before the agent's container is
 /// removed, so its egress proxy's stop runs beside that removal (docs/benchmarks.md,
 /// "Egress", 4ac7686).
@@ -1514,11 +1469,19 @@ async fn the_end_of_the_agents_output_is_told_before_its_container_is_removed() 
     let adapter = adapter_for(AgentType::Claude);
     let inv = adapter.invocation(&spec, &prompt("polyphony-fake: succeed", 1));
     let cspec = agent_spec(&spec, &inv, &w.label, &default_container_user());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let rt = ToldBeforeRemoval {
-        inner: w.rt.clone(),
-        exited: std::sync::Mutex::new(Some(rx)),
-        told: std::sync::Mutex::new(None),
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    // At the first removal: whether the attempt had been told already (`try_recv`, so no
+    // timing is involved).
+    let exited = std::sync::Mutex::new(Some(rx));
+    let told = std::sync::Arc::new(std::sync::Mutex::new(None::<bool>));
+    let noted = told.clone();
+    let rt = Intercepted {
+        on_remove: Some(Box::new(move || {
+            if let Some(mut rx) = exited.lock().unwrap().take() {
+                *noted.lock().unwrap() = Some(rx.try_recv().is_ok());
+            }
+        })),
+        ..Intercepted::new(w.rt.clone())
     };
     let mut sink = VecSink::default();
     let exec = run_attempt(
@@ -1539,7 +1502,7 @@ async fn the_end_of_the_agents_output_is_told_before_its_container_is_removed() 
     .expect("the run");
     assert_eq!(exec.status, AttemptStatus::Succeeded, "{:?}", exec.reason);
     assert_eq!(
-        *rt.told.lock().unwrap(),
+        *told.lock().unwrap(),
         Some(true),
         "the container was removed before the attempt was told its output ended (None: never removed)"
     );
