@@ -18,6 +18,17 @@ on a new `--internal` network, and on that network while a proxy container's sta
 beside it (begun 50 ms before, the product's order), the proxy on no network, on the
 internal network, and on both: whether the slowdown is the engine's network work or two
 starts sharing the machine.
+
+    bench/docker_calls.py --cpu AGENT_IMAGE PROXY_IMAGE [REPS]
+
+The machine's CPU time (all processes and the kernel, from /proc/stat) beside the wall time
+of each engine call an `egress: allowlist` attempt adds to an `open` one, one call at a
+time on an otherwise idle engine: the network's create, the proxy's create, its connect to
+`bridge`, its start on both networks, the agent's start on the internal network against on
+`bridge`, the proxy's kill (the engine releases its endpoints and its root file system
+then), its removal, the network's removal. Medians in ms. Whether the attempt's extra wall
+time is the engine waiting or the engine working (2 cores: work beside the agent's start
+slows it).
 """
 import http.client
 import json
@@ -155,9 +166,68 @@ def overlap(agent_image, proxy_image, reps):
               + ", ".join(f"{v:.0f}" for v in values) + " |")
 
 
+def busy_ms():
+    """CPU time the machine spent busy (user, nice, system, irq, softirq) so far, in ms."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    hz = 100  # USER_HZ on Linux
+    return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) * 1000 // hz
+
+
+def cpu(agent_image, proxy_image, reps):
+    runs = {}
+
+    def step(name, *request):
+        time.sleep(0.15)  # what the last call left running settles first
+        before = busy_ms()
+        result = call(*request)
+        runs.setdefault(name, []).append((result[2], busy_ms() - before))
+        return result
+
+    for rep in range(reps):
+        name = f"bench-docker-calls-cpu-{rep}"
+        step("network create", "POST", "/networks/create", {
+            "Name": name, "Driver": "bridge", "Internal": True, "Labels": LABELS,
+            "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"}})
+        _, data, _ = step("proxy create", "POST", f"/containers/create?name={name}-proxy", {
+            "Image": proxy_image, "User": "65534:65534", "Labels": LABELS,
+            "Env": ["POLYPHONY_EGRESS_CONFIG=" + CONFIG],
+            "HostConfig": dict(HARDENING, NetworkMode=name)})
+        proxy = json.loads(data)["Id"]
+        step("proxy connect to bridge", "POST", "/networks/bridge/connect", {"Container": proxy})
+        step("proxy start, on both networks", "POST", f"/containers/{proxy}/start")
+        agents = {}
+        for net in (name, "bridge"):
+            _, data, _ = call("POST", f"/containers/create?name={name}-agent-{net[:6]}", {
+                "Image": agent_image, "Entrypoint": ["/bin/true"], "Labels": LABELS,
+                "HostConfig": dict(HARDENING, Init=True, ReadonlyRootfs=False,
+                                   NetworkMode=net)})
+            agents[net] = json.loads(data)["Id"]
+        step("agent start, internal network", "POST", f"/containers/{agents[name]}/start")
+        step("agent start, bridge (open)", "POST", f"/containers/{agents['bridge']}/start")
+        time.sleep(0.3)
+        for cid in agents.values():
+            call("DELETE", f"/containers/{cid}?force=1&v=1")
+        step("proxy kill", "POST", f"/containers/{proxy}/kill")
+        time.sleep(0.2)
+        step("proxy remove", "DELETE", f"/containers/{proxy}?force=1&v=1")
+        step("network remove", "DELETE", f"/networks/{name}")
+    print("| engine call | wall ms | CPU ms |")
+    print("|---|---|---|")
+    for name, values in runs.items():
+        wall = sorted(v[0] for v in values)
+        busy = sorted(v[1] for v in values)
+        print(f"| {name} | {wall[len(wall) // 2]:.0f} | {busy[len(busy) // 2]} |")
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
+    if sys.argv[1] == "--cpu":
+        if len(sys.argv) < 4:
+            raise SystemExit(__doc__)
+        cpu(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
+        return
     if sys.argv[1] == "--overlap":
         if len(sys.argv) < 4:
             raise SystemExit(__doc__)

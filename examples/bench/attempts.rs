@@ -658,6 +658,27 @@ pub fn daemon(cfg: &Config) -> anyhow::Result<String> {
 /// and egress proxy, created and removed around the agent) beside the same attempt with
 /// `egress: open` (Docker's bridge, no proxy), in one run, interleaved; plus the network and
 /// proxy setup the daemon logs (`egress network and proxy up ... elapsed_ms`).
+/// The CPU time the whole machine has spent busy (user, nice, system, irq, softirq: every
+/// process, the engine's included, and the kernel) since boot, in seconds; `None` where
+/// there is no `/proc/stat`.
+fn machine_busy() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = text
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let ticks: u64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| fields.get(i)).sum();
+    // USER_HZ, 100 on every Linux this runs on.
+    Some(ticks as f64 / 100.0)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     ensure_image()?;
     let dir = cfg.scratch("egress")?;
@@ -715,11 +736,15 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .collect()
     };
     let steps = std::cell::RefCell::new(Vec::<(&'static str, String, Vec<f64>)>::new());
-    let run = |home: &Path, mode: &str, n: usize| -> anyhow::Result<(f64, [Option<f64>; 6])> {
+    let run = |home: &Path,
+               mode: &str,
+               n: usize|
+     -> anyhow::Result<(f64, Option<f64>, [Option<f64>; 6])> {
         let store = Store::open(&polyphony_db(home))?;
         let id = format!("bench{pid}-{mode}-{n}");
         insert_task(&store, &id, &origin, body)?;
         let log = dir.join(format!("{id}.log"));
+        let busy = machine_busy();
         let t = Instant::now();
         let status = Command::new(&cfg.bin)
             .args(["--home"])
@@ -732,6 +757,9 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             .stderr(std::fs::File::create(&log)?)
             .status()?;
         let wall = t.elapsed().as_secs_f64();
+        let cpu = busy
+            .zip(machine_busy())
+            .map(|(before, after)| after - before);
         ensure!(
             status.success(),
             "polyphony spawn --task {id} ({mode}) did not land (see {})",
@@ -765,6 +793,7 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         }
         Ok((
             wall,
+            cpu,
             [
                 elapsed(
                     &text,
@@ -790,6 +819,8 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
     let mut waited = Vec::new();
     let mut stop = Vec::new();
     let mut released = Vec::new();
+    // The machine's CPU time per attempt, by mode (allowlist, open).
+    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for n in 1..=reps {
         eprintln!("egress: pair {n}/{reps} ...");
         let order: Vec<&(&str, PathBuf)> = if n % 2 == 1 {
@@ -798,7 +829,10 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
             homes.iter().rev().collect()
         };
         for (mode, home) in order {
-            let (wall, [net, s, down, wait, stopped, release]) = run(home, mode, n)?;
+            let (wall, busy, [net, s, down, wait, stopped, release]) = run(home, mode, n)?;
+            if let Some(busy) = busy {
+                cpu[usize::from(*mode != "allowlist")].push(busy);
+            }
             if *mode == "allowlist" {
                 allow.push(wall);
                 network.push(net.context(
@@ -894,6 +928,17 @@ pub fn egress(cfg: &Config) -> anyhow::Result<String> {
         "| teardown off the critical path: remove the proxy and the network, beside verification and landing | {:.0} ms | |",
         tm * 1e3
     )?;
+    if cpu.iter().all(|v| v.len() == reps) {
+        let (ac, oc) = (median(&mut cpu[0].clone()), median(&mut cpu[1].clone()));
+        writeln!(
+            md,
+            "| the machine's CPU time per attempt (every process and the kernel, `/proc/stat`, over the wall time above): allowlist / open | {ac:.2} / {oc:.2} s ({:.0}% / {:.0}% of {} cores) | {:.2}x |",
+            100.0 * ac / am / cores() as f64,
+            100.0 * oc / om / cores() as f64,
+            cores(),
+            ac / oc
+        )?;
+    }
     writeln!(md)?;
     writeln!(md, "Engine calls, from the runtime's own step timings (`polyphony::runtime::docker` at debug; steps under one phase that run at once each count from the same start):\n")?;
     writeln!(md, "| phase | step | median | runs |")?;

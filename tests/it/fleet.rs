@@ -318,6 +318,14 @@ async fn a_lost_machines_unpushed_attempt_is_not_a_failure_and_the_next_attempt_
         .unwrap()
         .to_string();
     assert_eq!(w.origin_branch(&branch), None, "m3 never pushed");
+    // m3 had died once inside the attempt's output window and resumed it (a strike), then
+    // was lost before the resumed run made progress.
+    let crumb = polyphony::store::Handling {
+        window: "output".into(),
+        boot: "lost-boot".into(),
+    };
+    store.raise_handling(&id, 1, &crumb, w.t0).unwrap();
+    store.set_strikes(&id, 1, 1, w.t0).unwrap();
 
     w.runtime.push(claude_fixes());
     let now = w.t0 + secs(300);
@@ -340,6 +348,10 @@ async fn a_lost_machines_unpushed_attempt_is_not_a_failure_and_the_next_attempt_
     assert_ne!(lands[0].1.branch, branch, "attempt 2's own branch");
     // The claim is m1's daemon's until the task ended, then dropped.
     assert!(store.claim_of(&id).unwrap().is_none());
+    // The ended attempt's breadcrumb and strike went with it.
+    for key in [format!("handling:{id}:1"), format!("strikes:{id}:1")] {
+        assert_eq!(store.kv_get(&key).unwrap(), None, "{key} left");
+    }
 }
 
 /// `polyphony enqueue` of a local path pins the task to this home's machine: another

@@ -159,6 +159,39 @@ async fn attempts(url: &str) -> Vec<(String, i64, String, Option<String>, String
     .collect()
 }
 
+/// One task's attempts, transitions and the members' log lines naming it, for a failure
+/// message.
+async fn story(url: &str, homes: &[Home], task: &str) -> String {
+    let history = rows(
+        url,
+        &format!(
+            "SELECT from_state, to_state, reason, at::text FROM transitions WHERE task_id = '{}' ORDER BY id",
+            task.replace('\'', "''")
+        ),
+    )
+    .await;
+    let runs: Vec<_> = attempts(url)
+        .await
+        .into_iter()
+        .filter(|a| a.0 == task)
+        .collect();
+    let lines: Vec<String> = homes
+        .iter()
+        .flat_map(|h| {
+            let name = h.path.display().to_string();
+            h.logs()
+                .lines()
+                .filter(|l| l.contains(task))
+                .map(|l| format!("{name}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    format!(
+        "attempts: {runs:#?}\ntransitions: {history:#?}\nlog lines naming {task}:\n{}",
+        lines.join("\n")
+    )
+}
+
 fn body(scenario: &str) -> String {
     format!("`add 2 3` prints -1; test.sh fails.\n\n{scenario}\n{FIX_DIRECTIVE}\n")
 }
@@ -392,12 +425,25 @@ async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_
     let all = tasks(&url).await;
     assert_eq!(all.len(), 30, "{all:#?}");
     for t in &all {
-        assert_eq!((t.1.as_str(), t.2), ("LANDED", 0), "{t:?}");
+        if (t.1.as_str(), t.2) != ("LANDED", 0) {
+            panic!(
+                "{t:?}: not landed with no failure (kills: {kill_log:?})\n{}",
+                story(&url, &homes, &t.0).await
+            );
+        }
     }
     let landings = rows(&url, "SELECT task_id FROM landings").await;
     assert_eq!(landings.len(), 30);
     let strikes = rows(&url, "SELECT key FROM kv WHERE key LIKE 'strikes:%'").await;
-    assert!(strikes.is_empty(), "strikes counted: {strikes:?}");
+    if let Some(key) = strikes.first().and_then(|r| r[0].clone()) {
+        let task = key["strikes:".len()..]
+            .rsplit_once(':')
+            .map_or("", |(t, _)| t);
+        panic!(
+            "strikes counted: {strikes:?} (kills: {kill_log:?})\n{}",
+            story(&url, &homes, task).await
+        );
+    }
     // One branch pushed per task: an attempt the kills cut short pushed nothing of its
     // own, or its push was found and finished, never pushed again.
     assert_eq!(local.branches().len(), 15, "{:?}", local.branches());

@@ -46,6 +46,10 @@ impl AttemptRun<'_> {
             }
             .into());
         }
+        // The attempt ends here: its restart breadcrumb and strikes go with it (issue 24).
+        // An attempt adopted from a lost machine, or given up, never reaches the progress
+        // that clears them, and a strike of an ended attempt counts nothing.
+        self.db().clear_handling(&self.task.id, self.attempt)?;
         // A person's cancel (issue 29) ends the attempt whatever it died of.
         let cancel = self.db().cancel_request(&self.task.id)?;
         if let Some(request) = cancel {
