@@ -24,8 +24,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::container_spec::{
-    numeric_user, ContainerSpec, CREDENTIAL_STAGING_DIR, HOLD_ENV, HOLD_SECONDS, HOLD_TIMEOUT_ENV,
-    RELEASE_FILE, STAGING_ROOT, STDIN_FILE,
+    numeric_user, ContainerSpec, CREDENTIAL_STAGING_DIR, HOLD_ENV, HOLD_FIFO_ENV, HOLD_SECONDS,
+    HOLD_TIMEOUT_ENV, RELEASE_FIFO, RELEASE_FILE, STAGING_ROOT, STDIN_FILE,
 };
 use super::RuntimeError;
 use crate::domain::VolumeMount;
@@ -71,13 +71,58 @@ impl Staged {
     }
 }
 
+/// `path` (below [`STAGING_ROOT`] in the container) as the host sees it under `root`.
+fn staged_path(root: &Path, path: &str) -> PathBuf {
+    root.join(
+        path.trim_start_matches(STAGING_ROOT)
+            .trim_start_matches('/'),
+    )
+}
+
 /// Releases a held container's command ([`ContainerSpec::hold`]): writes [`RELEASE_FILE`]
-/// into its staging directory `root` (as the host sees it). Writing it twice is harmless.
+/// into its staging directory `root` (as the host sees it), then a line into
+/// [`RELEASE_FIFO`] for an entrypoint waiting on it. The file comes first: an entrypoint
+/// opens the FIFO before it looks for the file, so either its look finds the file or its
+/// `read` gets the line. No reader yet (`ENXIO`), or a directory staged before the FIFO
+/// existed, is nothing to tell. Releasing twice is harmless.
 pub fn release(root: &Path) -> io::Result<()> {
-    let name = RELEASE_FILE
-        .trim_start_matches(STAGING_ROOT)
-        .trim_start_matches('/');
-    fs::write(root.join(name), b"")
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::write(staged_path(root, RELEASE_FILE), b"")?;
+    let fifo = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(staged_path(root, RELEASE_FIFO));
+    match fifo {
+        // One short line is written whole or not at all (below PIPE_BUF).
+        Ok(mut fifo) => match fifo.write_all(b"released\n") {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            other => other,
+        },
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) || e.kind() == io::ErrorKind::NotFound => {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes [`RELEASE_FIFO`] under `root` for the container's user: owned by the daemon, its
+/// group the container's (`gid`) with read and write, else the daemon's alone (a container
+/// running as the daemon's own user).
+fn make_release_fifo(root: &Path, gid: Option<u32>) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = staged_path(root, RELEASE_FIFO);
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if gid.is_some() {
+        std::os::unix::fs::lchown(&path, None, gid)?;
+    }
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    fs::set_permissions(&path, fs::Permissions::from_mode(mode))
 }
 
 /// Prepares the host side of `spec` and returns the spec the engine should see: credential
@@ -154,9 +199,18 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
         out.env
             .entry(HOLD_TIMEOUT_ENV.to_string())
             .or_insert_with(|| HOLD_SECONDS.to_string());
+        out.env
+            .entry(HOLD_FIFO_ENV.to_string())
+            .or_insert_with(|| RELEASE_FIFO.to_string());
     }
     // Owned by the daemon, readable by the container's group only: u=rw(x), g=r(x).
     restrict(root, owner.map(|(_, gid)| gid)).map_err(|e| io_err("staging permissions", e))?;
+    if spec.hold {
+        // After `restrict`: the one thing here the container writes (a line of its own
+        // releases nothing it could not skip; its network's one exit is the proxy).
+        make_release_fifo(root, owner.map(|(_, gid)| gid))
+            .map_err(|e| io_err("staging the release FIFO", e))?;
+    }
     out.mounts = others;
     out.mounts.push(VolumeMount {
         host_path: root.to_path_buf(),
@@ -255,6 +309,7 @@ pub fn share_with_group(path: &Path, gid: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
 
     /// Issue 25: a held container always gets its staging directory, the entrypoint is told
     /// the file to wait for, and `release` writes it where the container sees it.
@@ -273,9 +328,22 @@ mod tests {
             .iter()
             .any(|m| m.container_path == STAGING_ROOT && m.host_path == staged.path()));
         assert!(!staged.path().join("released").exists());
-        release(staged.path()).unwrap();
+        assert_eq!(out.env[HOLD_FIFO_ENV], RELEASE_FIFO);
+        let fifo = staged.path().join("release.fifo");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        // No reader yet: nothing to tell, the file is enough.
         release(staged.path()).unwrap();
         assert!(staged.path().join("released").exists());
+        // A reader waiting (read-write, as the entrypoint opens it) gets one line a release.
+        let mut reader = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        release(staged.path()).unwrap();
+        let mut line = [0u8; 9];
+        io::Read::read_exact(&mut reader, &mut line).unwrap();
+        assert_eq!(&line, b"released\n");
         // A spec's own bound is kept (tests shorten it).
         spec.env
             .insert(HOLD_TIMEOUT_ENV.to_string(), "1".to_string());

@@ -1616,6 +1616,23 @@ async fn watchdog_removes_containers_past_their_labelled_deadline() {
 }
 
 /// `docker logs` of a container so far (stdout and stderr), without following it.
+/// The container's processes, one command line each (`docker top`).
+fn processes(id: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(["top", id, "-o", "pid,args"])
+        .output()
+        .expect("docker top");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            l.trim()
+                .split_once(' ')
+                .map(|(_, args)| args.trim().to_string())
+        })
+        .collect()
+}
+
 fn logs_so_far(id: &str) -> String {
     let out = std::process::Command::new("docker")
         .args(["logs", id])
@@ -1635,7 +1652,7 @@ fn logs_so_far(id: &str) -> String {
 /// gives up after its bound with a clear error. The image says it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_container_runs_its_command_only_once_released() {
-    use polyphony::runtime::container_spec::{HOLD_TIMEOUT_ENV, RELEASE_FILE};
+    use polyphony::runtime::container_spec::{HOLD_FIFO_ENV, HOLD_TIMEOUT_ENV, RELEASE_FILE};
     let w = world!("hold");
     assert!(
         w.rt.holds(&w.image).await.unwrap(),
@@ -1669,9 +1686,52 @@ async fn a_held_container_runs_its_command_only_once_released() {
         "the command ran before its release: {}",
         logs_so_far(&id)
     );
+    // It waits in a `read` on the release FIFO beside one timer (`sleep 30`, the bound),
+    // not polling: no `sleep 0.01` comes and goes.
+    let procs = processes(&id);
+    assert!(
+        procs.iter().any(|p| p.ends_with("sleep 30")),
+        "no timer: {procs:?}"
+    );
+    assert!(
+        !procs.iter().any(|p| p.contains("sleep 0.01")),
+        "polling: {procs:?}"
+    );
     // Another process's runtime finds the staging directory by the container's mounts.
     let other = DockerRuntime::from_client(w.rt.client().clone());
+    let released = std::time::Instant::now();
     other.release(&id).await.unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), w.rt.wait(&id))
+        .await
+        .expect("released, it ends")
+        .unwrap();
+    assert_eq!(code, 0, "{}", logs_so_far(&id));
+    assert!(logs_so_far(&id).contains("the-command-ran"));
+    // Woken by the line, not by the bound.
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "released after {:?}",
+        released.elapsed()
+    );
+    w.rt.remove(&id).await.unwrap();
+
+    // An entrypoint told no FIFO polls for the file, and is released the same way.
+    let mut polled = mk("polled");
+    polled.env.insert(HOLD_FIFO_ENV.to_string(), String::new());
+    let id = w.rt.create(&polled).await.unwrap();
+    w.rt.start(&id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !logs_so_far(&id).contains("the-command-ran"),
+        "the command ran before its release: {}",
+        logs_so_far(&id)
+    );
+    assert!(
+        !processes(&id).iter().any(|p| p.ends_with("sleep 30")),
+        "told no FIFO, it still waited on one: {:?}",
+        processes(&id)
+    );
+    w.rt.release(&id).await.unwrap();
     let code = tokio::time::timeout(Duration::from_secs(10), w.rt.wait(&id))
         .await
         .expect("released, it ends")
