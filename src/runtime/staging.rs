@@ -118,10 +118,13 @@ fn make_release_fifo(root: &Path, gid: Option<u32>) -> io::Result<()> {
     if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    if gid.is_some() {
-        std::os::unix::fs::lchown(&path, None, gid)?;
-    }
-    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    let mode = match gid {
+        Some(gid) => {
+            std::os::unix::fs::lchown(&path, None, Some(gid))?;
+            0o660
+        }
+        None => 0o600,
+    };
     fs::set_permissions(&path, fs::Permissions::from_mode(mode))
 }
 
@@ -164,11 +167,7 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
     let owner = if daemon_is_root { user } else { None };
     let io_err = |what: &str, e: io::Error| RuntimeError::Io(format!("{what}: {e}"));
     for m in &credentials {
-        let rel = m
-            .container_path
-            .trim_start_matches(STAGING_ROOT)
-            .trim_start_matches('/');
-        let target = root.join(rel);
+        let target = staged_path(root, &m.container_path);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err("staging credentials", e))?;
         }
@@ -180,11 +179,7 @@ pub fn prepare(spec: &ContainerSpec) -> Result<(ContainerSpec, Option<Staged>), 
         })?;
     }
     if let Some(input) = &spec.stdin {
-        let target = root.join(
-            STDIN_FILE
-                .trim_start_matches(STAGING_ROOT)
-                .trim_start_matches('/'),
-        );
+        let target = staged_path(root, STDIN_FILE);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err("staging stdin", e))?;
         }

@@ -1616,6 +1616,16 @@ async fn watchdog_removes_containers_past_their_labelled_deadline() {
 }
 
 /// `docker logs` of a container so far (stdout and stderr), without following it.
+/// A released held container: it ends, with 0, having run its command.
+async fn ends_having_run(rt: &DockerRuntime, id: &str) {
+    let code = tokio::time::timeout(Duration::from_secs(10), rt.wait(id))
+        .await
+        .expect("released, it ends")
+        .unwrap();
+    assert_eq!(code, 0, "{}", logs_so_far(id));
+    assert!(logs_so_far(id).contains("the-command-ran"));
+}
+
 /// The container's processes, one command line each (`docker top`).
 fn processes(id: &str) -> Vec<String> {
     let out = std::process::Command::new("docker")
@@ -1701,12 +1711,7 @@ async fn a_held_container_runs_its_command_only_once_released() {
     let other = DockerRuntime::from_client(w.rt.client().clone());
     let released = std::time::Instant::now();
     other.release(&id).await.unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), w.rt.wait(&id))
-        .await
-        .expect("released, it ends")
-        .unwrap();
-    assert_eq!(code, 0, "{}", logs_so_far(&id));
-    assert!(logs_so_far(&id).contains("the-command-ran"));
+    ends_having_run(&w.rt, &id).await;
     // Woken by the line, not by the bound.
     assert!(
         released.elapsed() < Duration::from_secs(5),
@@ -1732,12 +1737,7 @@ async fn a_held_container_runs_its_command_only_once_released() {
         processes(&id)
     );
     w.rt.release(&id).await.unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), w.rt.wait(&id))
-        .await
-        .expect("released, it ends")
-        .unwrap();
-    assert_eq!(code, 0, "{}", logs_so_far(&id));
-    assert!(logs_so_far(&id).contains("the-command-ran"));
+    ends_having_run(&w.rt, &id).await;
     w.rt.remove(&id).await.unwrap();
 
     // Never released: the bounded wait ends with the reason, and the command never runs.
