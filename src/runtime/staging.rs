@@ -304,7 +304,7 @@ pub fn share_with_group(path: &Path, gid: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
     /// Issue 25: a held container always gets its staging directory, the entrypoint is told
     /// the file to wait for, and `release` writes it where the container sees it.
@@ -339,6 +339,18 @@ mod tests {
         let mut line = [0u8; 9];
         io::Read::read_exact(&mut reader, &mut line).unwrap();
         assert_eq!(&line, b"released\n");
+        // A container that filled the FIFO (it may write there) and never reads it: the
+        // release neither blocks nor fails, and the file is still written.
+        fs::remove_file(staged.path().join("released")).unwrap();
+        let mut filler = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        while io::Write::write(&mut filler, &[b'x'; 4096]).is_ok() {}
+        release(staged.path()).unwrap();
+        assert!(staged.path().join("released").exists());
+        drop(reader);
         // A spec's own bound is kept (tests shorten it).
         spec.env
             .insert(HOLD_TIMEOUT_ENV.to_string(), "1".to_string());
