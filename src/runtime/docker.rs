@@ -48,8 +48,9 @@ pub struct DockerRuntime {
     /// Staging directories (credential copies, stdin) of containers created by this
     /// process, by container id; dropped (deleted) when the container is removed.
     staged: Arc<Mutex<HashMap<String, Staged>>>,
-    /// The egress proxy image's tag, once ensured by this process.
-    proxy_image: Arc<tokio::sync::OnceCell<String>>,
+    /// The egress proxy image's tag, once ensured by this process (made again when the
+    /// image is found gone, [`DockerRuntime::proxy_image_again`]).
+    proxy_image: Arc<tokio::sync::Mutex<Option<String>>>,
     /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
     /// Whether an image's entrypoint holds its command (`WorkerRuntime::holds`), by image.
@@ -168,16 +169,34 @@ impl DockerRuntime {
 
     /// The proxy image for this process's binary, built on first use (`proxy_image`).
     pub async fn proxy_image(&self) -> Result<String, RuntimeError> {
-        self.proxy_image
-            .get_or_try_init(|| async {
-                let binary = match &self.proxy_binary {
-                    Some(b) => b.clone(),
-                    None => super::proxy_image::proxy_binary()?,
-                };
-                super::proxy_image::ensure_proxy_image(&self.docker, &binary).await
-            })
-            .await
-            .cloned()
+        let mut cached = self.proxy_image.lock().await;
+        if let Some(tag) = cached.as_ref() {
+            return Ok(tag.clone());
+        }
+        let tag = self.ensure_proxy_image().await?;
+        *cached = Some(tag.clone());
+        Ok(tag)
+    }
+
+    /// The proxy image once more, after a create found `gone` missing (removed while this
+    /// process ran): built again unless another attempt did so meanwhile.
+    async fn proxy_image_again(&self, gone: &str) -> Result<String, RuntimeError> {
+        let mut cached = self.proxy_image.lock().await;
+        if let Some(tag) = cached.as_ref().filter(|t| t.as_str() != gone) {
+            return Ok(tag.clone());
+        }
+        tracing::warn!(image = %gone, "the egress proxy image was removed while this process ran; building it again");
+        let tag = self.ensure_proxy_image().await?;
+        *cached = Some(tag.clone());
+        Ok(tag)
+    }
+
+    async fn ensure_proxy_image(&self) -> Result<String, RuntimeError> {
+        let binary = match &self.proxy_binary {
+            Some(b) => b.clone(),
+            None => super::proxy_image::proxy_binary()?,
+        };
+        super::proxy_image::ensure_proxy_image(&self.docker, &binary).await
     }
 
     /// Force-removes a network with the containers of this home still attached to it.
@@ -279,7 +298,11 @@ impl DockerRuntime {
                     .collect()
             }),
             cap_drop: Some(vec!["ALL".to_string()]),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            // Only the calls the proxy makes (`seccomp`), not the engine's default list.
+            security_opt: Some(vec![
+                "no-new-privileges".to_string(),
+                format!("seccomp={}", super::seccomp::proxy_profile()),
+            ]),
             readonly_rootfs: Some(true),
             pids_limit: Some(PROXY_PIDS),
             memory: Some(PROXY_MEMORY),
@@ -349,9 +372,21 @@ impl DockerRuntime {
             .await;
         if matches!(&created, Err(e) if is_status(e, 409)) {
             self.remove(&plan.proxy_name).await?;
-            created = self.docker.create_container(Some(options), body).await;
+            created = self
+                .docker
+                .create_container(Some(options), body.clone())
+                .await;
         }
-        Ok(created.map_err(|e| engine("create egress proxy", e))?.id)
+        match created {
+            Ok(c) => Ok(c.id),
+            // The image went away while this runtime ran (`docker image prune -a`, or
+            // `cleanup` of another home): typed, so `made_proxy` builds it again.
+            Err(e) if is_status(&e, 404) => Err(RuntimeError::ImageMissing {
+                image: body.image.unwrap_or_default(),
+                hint: e.to_string(),
+            }),
+            Err(e) => Err(engine("create egress proxy", e)),
+        }
     }
 
     /// The proxy's container, created and joined to its outbound network (not started).
@@ -361,7 +396,13 @@ impl DockerRuntime {
         address: std::net::Ipv4Addr,
     ) -> Result<String, RuntimeError> {
         let image = self.proxy_image().await?;
-        let id = self.create_proxy(plan, image, address).await?;
+        let id = match self.create_proxy(plan, image, address).await {
+            Err(RuntimeError::ImageMissing { image, .. }) => {
+                let image = self.proxy_image_again(&image).await?;
+                self.create_proxy(plan, image, address).await?
+            }
+            made => made?,
+        };
         let connect = bollard::models::NetworkConnectRequest {
             container: id.clone(),
             endpoint_config: None,

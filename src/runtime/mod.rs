@@ -18,6 +18,7 @@ pub mod container_spec;
 pub mod docker;
 pub mod proxy_image;
 pub mod scripted;
+pub mod seccomp;
 pub mod staging;
 pub mod stream;
 pub mod subnet;

@@ -1346,3 +1346,158 @@ fn a_proxy_asked_to_stop_writes_its_last_line_and_exits_at_once() {
         Some(polyphony::egress::LogLine::End)
     );
 }
+
+/// The egress proxy runs under its own seccomp profile (`runtime::seccomp`), not the
+/// engine's default: the product's proxy container carries it, and in the real engine
+/// calls the default profile allows but the proxy never makes fail under it (busybox's
+/// `mkdir` and `ln -s` on a tmpfs in the offline test image, as the proxy's uid, under the
+/// proxy's other hardening), while what the list allows still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_runs_under_its_own_seccomp_profile() {
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let image = support::docker::image(&rt).await;
+    let rt: DockerRuntime = rt.with_proxy_binary(BIN);
+    let pid = std::process::id();
+    let label = format!("egressseccomp{pid:08x}");
+    let out = Net::create(&format!("polyphony-it-egress-seccomp-{pid}"), false);
+    let _leftovers = support::docker::LabelGuard(label.clone());
+    let one = plan(&label, 1, &out.name, &ProxyConfig::default());
+    let up = rt.egress_up(&one).await.expect("egress up");
+    let inspect = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{json .HostConfig.SecurityOpt}}",
+            &up.proxy_id,
+        ])
+        .output()
+        .expect("docker inspect");
+    let opts: Vec<String> = serde_json::from_slice(&inspect.stdout).expect("SecurityOpt");
+    let profile = polyphony::runtime::seccomp::proxy_profile();
+    assert!(
+        opts.contains(&format!("seccomp={profile}")),
+        "the proxy's SecurityOpt: {opts:?}"
+    );
+    assert!(opts.iter().any(|o| o == "no-new-privileges"), "{opts:?}");
+    // The CLI takes a profile as a file.
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), &profile).expect("write the profile");
+    let profile = file.path().to_str().expect("utf-8 path").to_string();
+    let run = |seccomp: Option<&str>, args: &[&str]| {
+        let mut cmd = Command::new("docker");
+        cmd.args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--security-opt",
+            "no-new-privileges",
+            "--label",
+            &format!("polyphony.home={label}"),
+        ]);
+        if let Some(p) = seccomp {
+            cmd.args(["--security-opt", &format!("seccomp={p}")]);
+        }
+        let out = cmd
+            .args(["--entrypoint", "/bin/busybox", &image])
+            .args(args)
+            .output()
+            .expect("docker run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    for args in [&["mkdir", "/tmp/x"][..], &["ln", "-s", "x", "/tmp/y"][..]] {
+        let (code, text) = run(None, args);
+        assert_eq!(
+            code,
+            Some(0),
+            "{args:?} under the engine's default profile: {text}"
+        );
+        let (code, text) = run(Some(&profile), args);
+        assert_ne!(code, Some(0), "{args:?} under the proxy's profile: {text}");
+        // EPERM on engines that ignore `defaultErrnoRet` (Docker 20.10), else ENOSYS.
+        assert!(
+            text.contains("Operation not permitted") || text.contains("Function not implemented"),
+            "{args:?} under the proxy's profile: {text}"
+        );
+    }
+    let (code, text) = run(Some(&profile), &["echo", "allowed"]);
+    assert_eq!(
+        (code, text.trim()),
+        (Some(0), "allowed"),
+        "a listed call works"
+    );
+    rt.egress_down(&one.proxy_name, &one.network)
+        .await
+        .expect("egress down");
+}
+
+/// An egress proxy image removed while the runtime runs (`docker image prune -a`, or
+/// `cleanup` in another home) is built again by the next attempt's proxy instead of
+/// failing it. The test's binary is a copy with the first byte of its build id changed, so its
+/// image is its own and no other test's proxy loses its image meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_image_removed_while_the_runtime_runs_is_built_again() {
+    use polyphony::runtime::proxy_image::{build_id, image_tag};
+    use std::os::unix::fs::PermissionsExt;
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("polyphony");
+    let mut bytes = std::fs::read(BIN).expect("read the binary");
+    let id = build_id(std::path::Path::new(BIN)).expect("a build id");
+    let at = memchr::memmem::find(&bytes, &id).expect("the build id in the file");
+    bytes[at] ^= 0xff;
+    std::fs::write(&copy, &bytes).expect("write the copy");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tag = image_tag(&copy).expect("tag");
+    assert_ne!(tag, image_tag(std::path::Path::new(BIN)).unwrap());
+    let rt: DockerRuntime = rt.with_proxy_binary(&copy);
+    let pid = std::process::id();
+    let label = format!("egressimage{pid:08x}");
+    let out = Net::create(&format!("polyphony-it-egress-image-{pid}"), false);
+    let _leftovers = support::docker::LabelGuard(label.clone());
+    let rmi = |tag: &str| {
+        Command::new("docker")
+            .args(["rmi", "-f", tag])
+            .output()
+            .expect("docker rmi")
+    };
+    let one = plan(&label, 1, &out.name, &ProxyConfig::default());
+    rt.egress_up(&one).await.expect("egress up");
+    rt.egress_down(&one.proxy_name, &one.network)
+        .await
+        .expect("egress down");
+    let removed = rmi(&tag);
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    let two = plan(&label, 2, &out.name, &ProxyConfig::default());
+    rt.egress_up(&two)
+        .await
+        .expect("egress up once its image is gone");
+    let inspect = Command::new("docker")
+        .args(["image", "inspect", "-f", "{{.Id}}", &tag])
+        .output()
+        .expect("docker image inspect");
+    assert!(inspect.status.success(), "{tag} was not built again");
+    rt.egress_down(&two.proxy_name, &two.network)
+        .await
+        .expect("egress down");
+    rmi(&tag);
+}
