@@ -21,7 +21,14 @@ pub struct Args {
     /// running) containers of RUNNING attempts.
     #[arg(long)]
     all: bool,
-    /// Print JSON: {dry_run, containers, workspaces, locks, kept, bytes_freed, errors}.
+    /// Also remove the egress proxy images (`polyphony-egress:*`) of other polyphony
+    /// binaries: one is left per upgrade. Images are shared by every home on the engine:
+    /// one a container uses is kept, one an idle daemon of another binary uses is built
+    /// again by its next attempt.
+    #[arg(long)]
+    images: bool,
+    /// Print JSON: {dry_run, containers, networks, workspaces, locks, images, kept,
+    /// bytes_freed, errors}.
     #[arg(long)]
     json: bool,
 }
@@ -90,6 +97,10 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             );
         }
     }
+    // Egress proxy images of other binaries (issue 25: one per upgrade would pile up).
+    if let Some(rt) = runtime.as_ref().filter(|_| args.images) {
+        super::block_on(remove_proxy_images(rt, args.dry_run, &mut report))?;
+    }
     if let Some(e) = docker_error {
         report.errors.push(format!(
             "containers not checked: {e}; start the engine and run cleanup again"
@@ -108,6 +119,58 @@ pub fn run(args: Args, ctx: &Context) -> anyhow::Result<Outcome> {
             report.errors.len()
         ))
         .context("cleanup is incomplete; see the errors above")
+    }
+}
+
+/// Plans with `cleanup::plan_images` against this binary's proxy image and removes (or,
+/// in a dry run, lists) the rest into `report`.
+async fn remove_proxy_images(rt: &DockerRuntime, dry_run: bool, report: &mut Report) {
+    let images = match rt.proxy_images().await {
+        Ok(images) => images,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("egress proxy images not checked: {e}"));
+            return;
+        }
+    };
+    let current = crate::runtime::proxy_image::proxy_binary()
+        .and_then(|b| crate::runtime::proxy_image::image_tag(&b))
+        .ok();
+    let (removals, kept) = cleanup::plan_images(&images, current.as_deref());
+    report.kept.extend(kept);
+    for removal in removals {
+        // Its size once, with the removal of its last tag.
+        let last = !report.images.iter().any(|r| r.item.id == removal.id);
+        let bytes = if last {
+            images
+                .iter()
+                .find(|i| i.id == removal.id)
+                .map_or(0, |i| i.bytes)
+        } else {
+            0
+        };
+        if dry_run {
+            report.bytes_freed += bytes;
+            report.images.push(cleanup::Removed {
+                item: removal,
+                bytes,
+            });
+            continue;
+        }
+        match rt.remove_image(&removal.reference).await {
+            Ok(true) => {
+                report.bytes_freed += bytes;
+                report.images.push(cleanup::Removed { item: removal, bytes });
+            }
+            Ok(false) => report.kept.push(cleanup::Kept {
+                what: format!("image {}", removal.reference),
+                why: "a container still uses it (another home's attempt, or a leftover cleanup of that home removes)".to_string(),
+            }),
+            Err(e) => report
+                .errors
+                .push(format!("image {}: {e}", removal.reference)),
+        }
     }
 }
 
@@ -138,22 +201,32 @@ fn render(r: &Report, daemon_running: bool) -> String {
     for l in &r.locks {
         out.push_str(&format!("{verb} stale lock {}\n", l.item.path.display()));
     }
+    for i in &r.images {
+        out.push_str(&format!(
+            "{verb} image {} ({}) — {}\n",
+            i.item.reference,
+            human_bytes(i.bytes),
+            i.item.why
+        ));
+    }
     for k in &r.kept {
         out.push_str(&format!("kept {} — {}\n", k.what, k.why));
     }
     for e in &r.errors {
         out.push_str(&format!("error: {e}\n"));
     }
-    let n = r.containers.len() + r.networks.len() + r.workspaces.len() + r.locks.len();
+    let n =
+        r.containers.len() + r.networks.len() + r.workspaces.len() + r.locks.len() + r.images.len();
     if n == 0 {
         out.push_str("nothing to clean up");
     } else {
         out.push_str(&format!(
-            "{}: {} container(s), {} workspace(s), {} lock(s); {} {}",
+            "{}: {} container(s), {} workspace(s), {} lock(s), {} image(s); {} {}",
             if r.dry_run { "dry run" } else { "done" },
             r.containers.len(),
             r.workspaces.len(),
             r.locks.len(),
+            r.images.len(),
             human_bytes(r.bytes_freed),
             if r.dry_run { "would be freed" } else { "freed" }
         ));

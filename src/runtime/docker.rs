@@ -199,6 +199,70 @@ impl DockerRuntime {
         super::proxy_image::ensure_proxy_image(&self.docker, &binary).await
     }
 
+    /// The egress proxy images on this engine: `polyphony-egress:*`, and untagged ones
+    /// carrying its label (`proxy_image::PROXY_IMAGE_LABEL`), for `cleanup`.
+    pub async fn proxy_images(&self) -> Result<Vec<super::proxy_image::ImageFact>, RuntimeError> {
+        let (key, value) = super::proxy_image::PROXY_IMAGE_LABEL;
+        let mut out: Vec<super::proxy_image::ImageFact> = Vec::new();
+        for filters in [
+            HashMap::from([(
+                "reference".to_string(),
+                vec![super::proxy_image::PROXY_IMAGE_REPO.to_string()],
+            )]),
+            HashMap::from([
+                ("label".to_string(), vec![format!("{key}={value}")]),
+                ("dangling".to_string(), vec!["true".to_string()]),
+            ]),
+        ] {
+            let options = bollard::query_parameters::ListImagesOptions {
+                filters: Some(filters),
+                ..Default::default()
+            };
+            let found = self
+                .docker
+                .list_images(Some(options))
+                .await
+                .map_err(|e| engine("list images", e))?;
+            for image in found {
+                if out.iter().any(|o| o.id == image.id) {
+                    continue;
+                }
+                let prefix = format!("{}:", super::proxy_image::PROXY_IMAGE_REPO);
+                out.push(super::proxy_image::ImageFact {
+                    tags: image
+                        .repo_tags
+                        .into_iter()
+                        .filter(|t| t.starts_with(&prefix))
+                        .collect(),
+                    bytes: u64::try_from(image.size).unwrap_or(0),
+                    id: image.id,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes image `reference` (a tag: the image goes with its last one); `Ok(false)`
+    /// when a container still uses it (the engine refuses, 409). One already gone is
+    /// removed.
+    pub async fn remove_image(&self, reference: &str) -> Result<bool, RuntimeError> {
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: false,
+            ..Default::default()
+        };
+        match self
+            .docker
+            .remove_image(reference, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, 409) => Ok(false),
+            Err(e) if is_status(&e, 404) => Ok(true),
+            Err(e) => Err(engine("remove image", e)),
+        }
+    }
+
     /// Force-removes a network with the containers of this home still attached to it.
     async fn remove_network_and_members(&self, name: &str) -> Result<(), RuntimeError> {
         let inspect = match self.docker.inspect_network(name, None).await {

@@ -16,11 +16,15 @@ use super::RuntimeError;
 
 /// Repository name of the proxy image.
 pub const PROXY_IMAGE_REPO: &str = "polyphony-egress";
+/// The label the image carries (`polyphony.image=egress-proxy`): an untagged one (the
+/// engine untags an image when a rebuild takes its tag) is still found by it.
+pub const PROXY_IMAGE_LABEL: (&str, &str) = ("polyphony.image", "egress-proxy");
 
 const DOCKERFILE: &str =
     "# The egress proxy (src/egress/image.rs): the host's polyphony binary and its libraries.
 FROM scratch
 COPY rootfs/ /
+LABEL polyphony.image=egress-proxy
 USER 65534:65534
 ENTRYPOINT [\"/polyphony\", \"egress-proxy\"]
 ";
@@ -35,6 +39,15 @@ const CA_BUNDLES: &[&str] = &[
     "/etc/pki/tls/certs/ca-bundle.crt",
     "/etc/ssl/cert.pem",
 ];
+
+/// An egress proxy image on the engine: its id, its `polyphony-egress:<tag>` names (none
+/// for one a rebuild left untagged), its size (`cleanup` removes those of other binaries).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ImageFact {
+    pub id: String,
+    pub tags: Vec<String>,
+    pub bytes: u64,
+}
 
 /// The image tag for `binary`: `polyphony-egress:<16 hex>`.
 pub fn image_tag(binary: &Path) -> Result<String, RuntimeError> {

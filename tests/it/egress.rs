@@ -1445,24 +1445,17 @@ async fn the_proxy_runs_under_its_own_seccomp_profile() {
 }
 
 /// An egress proxy image removed while the runtime runs (`docker image prune -a`, or
-/// `cleanup` in another home) is built again by the next attempt's proxy instead of
-/// failing it. The test's binary is a copy with the first byte of its build id changed, so its
-/// image is its own and no other test's proxy loses its image meanwhile.
+/// `cleanup --images` in a home of another binary) is built again by the next attempt's
+/// proxy instead of failing it. The test's binary is a copy with its own build id
+/// (`binary_with_its_own_tag`), so no other test's proxy loses its image meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_image_removed_while_the_runtime_runs_is_built_again() {
-    use polyphony::runtime::proxy_image::{build_id, image_tag};
-    use std::os::unix::fs::PermissionsExt;
+    use polyphony::runtime::proxy_image::image_tag;
     let Some(rt) = support::docker::engine().await else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    let copy = dir.path().join("polyphony");
-    let mut bytes = std::fs::read(BIN).expect("read the binary");
-    let id = build_id(std::path::Path::new(BIN)).expect("a build id");
-    let at = memchr::memmem::find(&bytes, &id).expect("the build id in the file");
-    bytes[at] ^= 0xff;
-    std::fs::write(&copy, &bytes).expect("write the copy");
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let copy = binary_with_its_own_tag(dir.path(), 0xff);
     let tag = image_tag(&copy).expect("tag");
     assert_ne!(tag, image_tag(std::path::Path::new(BIN)).unwrap());
     let rt: DockerRuntime = rt.with_proxy_binary(&copy);
@@ -1481,23 +1474,132 @@ async fn a_proxy_image_removed_while_the_runtime_runs_is_built_again() {
     rt.egress_down(&one.proxy_name, &one.network)
         .await
         .expect("egress down");
-    let removed = rmi(&tag);
-    assert!(
-        removed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&removed.stderr)
-    );
+    rmi(&tag);
+    assert!(!image_exists(&tag), "{tag} was not removed");
     let two = plan(&label, 2, &out.name, &ProxyConfig::default());
     rt.egress_up(&two)
         .await
         .expect("egress up once its image is gone");
-    let inspect = Command::new("docker")
-        .args(["image", "inspect", "-f", "{{.Id}}", &tag])
-        .output()
-        .expect("docker image inspect");
-    assert!(inspect.status.success(), "{tag} was not built again");
+    assert!(image_exists(&tag), "{tag} was not built again");
     rt.egress_down(&two.proxy_name, &two.network)
         .await
         .expect("egress down");
     rmi(&tag);
+}
+
+/// A copy of the test's binary with the first byte of its build id XORed with `flip`: its
+/// own proxy image tag, whose image no other test uses.
+fn binary_with_its_own_tag(dir: &std::path::Path, flip: u8) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let copy = dir.join(format!("polyphony-{flip:02x}"));
+    let mut bytes = std::fs::read(BIN).expect("read the binary");
+    let id =
+        polyphony::runtime::proxy_image::build_id(std::path::Path::new(BIN)).expect("a build id");
+    let at = memchr::memmem::find(&bytes, &id).expect("the build id in the file");
+    bytes[at] ^= flip;
+    std::fs::write(&copy, &bytes).expect("write the copy");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    copy
+}
+
+fn image_exists(tag: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "-f", "{{.Id}}", tag])
+        .output()
+        .expect("docker image inspect")
+        .status
+        .success()
+}
+
+/// `cleanup --images` removes the egress proxy images of other polyphony binaries (one
+/// per upgrade would pile up) and keeps its own binary's and one a container still uses;
+/// `--dry-run` only lists. (Images are shared by the engine's homes: other binaries'
+/// proxy images on this engine go too, and are built again when next needed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_images_removes_other_binaries_proxy_images_only() {
+    use polyphony::runtime::proxy_image::image_tag;
+    let Some(rt) = support::docker::engine().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let old = binary_with_its_own_tag(dir.path(), 0x0f);
+    let used = binary_with_its_own_tag(dir.path(), 0xf0);
+    let ours = rt
+        .clone()
+        .with_proxy_binary(BIN)
+        .proxy_image()
+        .await
+        .expect("this binary's image");
+    assert_eq!(ours, image_tag(std::path::Path::new(BIN)).unwrap());
+    let old_tag = rt
+        .clone()
+        .with_proxy_binary(&old)
+        .proxy_image()
+        .await
+        .expect("an old binary's image");
+    let used_tag = rt
+        .clone()
+        .with_proxy_binary(&used)
+        .proxy_image()
+        .await
+        .expect("a used image");
+    let label = format!("egresscleanup{:08x}", std::process::id());
+    let user = Command::new("docker")
+        .args([
+            "create",
+            "--label",
+            &format!("polyphony.home={label}"),
+            &used_tag,
+        ])
+        .output()
+        .expect("docker create");
+    assert!(user.status.success(), "{}", support::home::output(&user));
+    let user = String::from_utf8_lossy(&user.stdout).trim().to_string();
+    let (hdir, hpath) = support::home::Home::temp();
+    let home = support::home::Home::at(hdir, hpath, None);
+    let json = |args: &[&str]| {
+        let home = &home;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = home.cmd(&argv).output().await.expect("polyphony cleanup");
+            assert!(out.status.success(), "{}", support::home::output(&out));
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+        }
+    };
+    let refs = |v: &serde_json::Value| -> Vec<String> {
+        v["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["reference"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let dry = json(&["cleanup", "--images", "--dry-run", "--json"]).await;
+    assert!(refs(&dry).contains(&old_tag), "{dry}");
+    assert!(!refs(&dry).contains(&ours), "{dry}");
+    assert!(image_exists(&old_tag), "a dry run removed {old_tag}");
+    let done = json(&["cleanup", "--images", "--json"]).await;
+    let _ = Command::new("docker").args(["rm", "-f", &user]).output();
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", &used_tag])
+        .output();
+    assert!(refs(&done).contains(&old_tag), "{done}");
+    assert!(!image_exists(&old_tag), "{old_tag} left");
+    assert!(image_exists(&ours), "this binary's own image was removed");
+    let kept: Vec<&str> = done["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["what"].as_str().unwrap())
+        .collect();
+    assert!(kept.contains(&format!("image {ours}").as_str()), "{done}");
+    assert!(
+        kept.contains(&format!("image {used_tag}").as_str()),
+        "an image a container uses is kept: {done}"
+    );
+    assert!(done["bytes_freed"].as_u64().unwrap() > 0, "{done}");
+    // Without --images, images are not cleanup's business.
+    let plain = json(&["cleanup", "--json"]).await;
+    assert!(refs(&plain).is_empty(), "{plain}");
 }

@@ -28,6 +28,9 @@ pub struct Report {
     pub networks: Vec<Removed<ContainerRemoval>>,
     pub workspaces: Vec<Removed<WorkspaceRemoval>>,
     pub locks: Vec<Removed<LockRemoval>>,
+    /// Egress proxy images of other polyphony binaries (`plan_images`); `bytes` is the
+    /// image's size, freed with its last tag.
+    pub images: Vec<Removed<ImageRemoval>>,
     pub kept: Vec<Kept>,
     pub bytes_freed: u64,
     /// Removals that failed, one line each with the fix where there is one.

@@ -28,6 +28,7 @@ use crate::store::StoreError;
 mod execute;
 mod gather;
 
+pub use crate::runtime::proxy_image::ImageFact;
 pub use execute::{execute, remove_workspaces, Removed, Report};
 pub use gather::{
     container_facts, lock_facts, network_facts, task_fact, task_facts, workspace_dirs,
@@ -209,6 +210,49 @@ pub fn plan(facts: &Facts, all: bool) -> CleanupPlan {
         }
     }
     out
+}
+
+/// An image to remove: by `reference` (a tag; the id of an untagged one) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImageRemoval {
+    pub reference: String,
+    pub id: String,
+    pub why: String,
+}
+
+/// Which proxy images to remove: every one but `current`'s (the image of the binary that
+/// runs cleanup, which this home's attempts use). An image is shared by the homes of one
+/// engine: one another home's daemon still uses is refused by the engine while a
+/// container of it exists, and one removed under an idle daemon is built again by its
+/// next attempt. Each of an image's tags is a removal (the engine deletes it with its
+/// last). Pure.
+pub fn plan_images(images: &[ImageFact], current: Option<&str>) -> (Vec<ImageRemoval>, Vec<Kept>) {
+    let mut remove = Vec::new();
+    let mut kept = Vec::new();
+    for image in images {
+        if current.is_some_and(|c| image.tags.iter().any(|t| t == c)) {
+            kept.push(Kept {
+                what: format!("image {}", current.unwrap_or_default()),
+                why: "the egress proxy image of this binary".to_string(),
+            });
+            continue;
+        }
+        if image.tags.is_empty() {
+            remove.push(ImageRemoval {
+                reference: image.id.clone(),
+                id: image.id.clone(),
+                why: "an egress proxy image left untagged by a rebuild".to_string(),
+            });
+        }
+        for tag in &image.tags {
+            remove.push(ImageRemoval {
+                reference: tag.clone(),
+                id: image.id.clone(),
+                why: "the egress proxy image of another polyphony binary".to_string(),
+            });
+        }
+    }
+    (remove, kept)
 }
 
 /// Name prefixes (`polyphony-<key>-<attempt>-`) of the attempts whose containers `plan`
@@ -397,6 +441,44 @@ fn plan_workspaces(facts: &Facts, all: bool, out: &mut CleanupPlan) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_images_but_this_binarys_are_removed_each_by_its_tags_or_id() {
+        let images = vec![
+            ImageFact {
+                id: "sha256:cur".into(),
+                tags: vec!["polyphony-egress:aaaa".into()],
+                bytes: 10,
+            },
+            ImageFact {
+                id: "sha256:old".into(),
+                tags: vec![
+                    "polyphony-egress:bbbb".into(),
+                    "polyphony-egress:cccc".into(),
+                ],
+                bytes: 20,
+            },
+            ImageFact {
+                id: "sha256:untagged".into(),
+                tags: vec![],
+                bytes: 30,
+            },
+        ];
+        let (remove, kept) = plan_images(&images, Some("polyphony-egress:aaaa"));
+        let refs: Vec<&str> = remove.iter().map(|r| r.reference.as_str()).collect();
+        assert_eq!(
+            refs,
+            [
+                "polyphony-egress:bbbb",
+                "polyphony-egress:cccc",
+                "sha256:untagged"
+            ]
+        );
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].what, "image polyphony-egress:aaaa");
+        // No binary to compare with: every one goes.
+        assert_eq!(plan_images(&images, None).0.len(), 4);
+    }
 
     const HOME: &str = "abc123";
 
