@@ -26,6 +26,48 @@ pub fn docker_check(engine: Result<&EngineVersion, &str>) -> Check {
     }
 }
 
+/// Proxy images of other binaries past which `doctor` suggests `cleanup --images`.
+pub const PROXY_IMAGES_WARN: usize = 3;
+
+/// The egress proxy images on the engine (`runtime::proxy_image`): one per polyphony
+/// binary that ran an `allowlist` attempt, so each upgrade leaves one behind. Warns once
+/// [`PROXY_IMAGES_WARN`] or more are other binaries' (`current` is this binary's tag).
+pub fn proxy_images_check(
+    images: &[crate::runtime::proxy_image::ImageFact],
+    current: Option<&str>,
+) -> Check {
+    let name = "egress proxy images";
+    let others: Vec<_> = images
+        .iter()
+        .filter(|i| !current.is_some_and(|c| i.tags.iter().any(|t| t == c)))
+        .collect();
+    let bytes: u64 = others.iter().map(|i| i.bytes).sum();
+    let ours = if images.len() > others.len() {
+        "this binary's is built"
+    } else {
+        "this binary's is built at its first `allowlist` attempt"
+    };
+    if others.len() >= PROXY_IMAGES_WARN {
+        Check::warn(
+            name,
+            format!(
+                "{} image(s) of other polyphony binaries take {} ({ours})",
+                others.len(),
+                crate::ops::report::human_bytes(bytes)
+            ),
+            "`polyphony cleanup --images` removes them (one a container uses is kept)",
+        )
+    } else {
+        Check::pass(
+            name,
+            format!(
+                "{} image(s) of other polyphony binaries ({ours})",
+                others.len()
+            ),
+        )
+    }
+}
+
 /// `present`: `Ok(true)` found, `Ok(false)` missing, `Err` the engine's answer.
 pub fn image_check(image: &str, used_by: &str, present: Result<bool, &str>) -> Check {
     let name = format!("image {image}");

@@ -127,6 +127,44 @@ pub fn passed(checks: &[Check]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_images_of_other_binaries_warn_from_three_with_the_cleanup_fix() {
+        use crate::runtime::proxy_image::ImageFact;
+        let image = |id: &str, tag: &str| ImageFact {
+            id: id.into(),
+            tags: vec![tag.into()],
+            bytes: 35 * 1024 * 1024,
+        };
+        let mut images = vec![
+            image("a", "polyphony-egress:cur"),
+            image("b", "polyphony-egress:b"),
+        ];
+        let c = proxy_images_check(&images, Some("polyphony-egress:cur"));
+        assert_eq!(c.level, Level::Pass, "{c:?}");
+        assert_eq!(
+            c.detail,
+            "1 image(s) of other polyphony binaries (this binary's is built)"
+        );
+        images.push(image("c", "polyphony-egress:c"));
+        images.push(image("d", "polyphony-egress:d"));
+        let c = proxy_images_check(&images, Some("polyphony-egress:cur"));
+        assert_eq!(c.level, Level::Warn, "{c:?}");
+        assert!(
+            c.detail
+                .starts_with("3 image(s) of other polyphony binaries take 105.0 MiB"),
+            "{}",
+            c.detail
+        );
+        assert!(c.fix.unwrap().contains("polyphony cleanup --images"));
+        let c = proxy_images_check(&[], Some("polyphony-egress:cur"));
+        assert_eq!(c.level, Level::Pass);
+        assert!(
+            c.detail.contains("at its first `allowlist` attempt"),
+            "{}",
+            c.detail
+        );
+    }
     use crate::domain::AgentType;
     use crate::runtime::EngineVersion;
     use std::path::Path;
