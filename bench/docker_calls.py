@@ -9,7 +9,9 @@ IMAGE is a `polyphony-egress:<tag>` image (made by any `egress: allowlist` attem
 on a new `--internal` network only, and on both (the product's shape): network create,
 container create, connect, start, kill, the time from the kill to the end of the
 container's followed log, remove, network remove. Medians in ms. Every object is labelled
-`polyphony.home=bench-docker-calls` and removed by the run.
+`polyphony.home=bench-docker-calls` and removed by the run. The containers here run under
+the engine's default seccomp profile; the product's proxy has its own (`bench/proxy_start.py`
+compares the two starts).
 
     bench/docker_calls.py --overlap AGENT_IMAGE PROXY_IMAGE [REPS]
 
