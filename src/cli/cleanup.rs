@@ -134,13 +134,11 @@ async fn remove_proxy_images(rt: &DockerRuntime, dry_run: bool, report: &mut Rep
             return;
         }
     };
-    let current = crate::runtime::proxy_image::proxy_binary()
-        .and_then(|b| crate::runtime::proxy_image::image_tag(&b))
-        .ok();
+    let current = crate::runtime::proxy_image::current_tag();
     let (removals, kept) = cleanup::plan_images(&images, current.as_deref());
     report.kept.extend(kept);
     for removal in removals {
-        // Its size once, with the removal of its last tag.
+        // Its size counted once, with the first of its tags.
         let last = !report.images.iter().any(|r| r.item.id == removal.id);
         let bytes = if last {
             images
@@ -150,22 +148,19 @@ async fn remove_proxy_images(rt: &DockerRuntime, dry_run: bool, report: &mut Rep
         } else {
             0
         };
-        if dry_run {
-            report.bytes_freed += bytes;
-            report.images.push(cleanup::Removed {
-                item: removal,
-                bytes,
-            });
-            continue;
-        }
-        match rt.remove_image(&removal.reference).await {
+        let removed = if dry_run {
+            Ok(true)
+        } else {
+            rt.remove_image(&removal.reference).await
+        };
+        match removed {
             Ok(true) => {
                 report.bytes_freed += bytes;
                 report.images.push(cleanup::Removed { item: removal, bytes });
             }
             Ok(false) => report.kept.push(cleanup::Kept {
                 what: format!("image {}", removal.reference),
-                why: "a container still uses it (another home's attempt, or a leftover cleanup of that home removes)".to_string(),
+                why: "a container still uses it (another home's attempt, or a leftover that home's cleanup removes)".to_string(),
             }),
             Err(e) => report
                 .errors

@@ -49,7 +49,7 @@ pub struct DockerRuntime {
     /// process, by container id; dropped (deleted) when the container is removed.
     staged: Arc<Mutex<HashMap<String, Staged>>>,
     /// The egress proxy image's tag, once ensured by this process (made again when the
-    /// image is found gone, [`DockerRuntime::proxy_image_again`]).
+    /// image is found gone, [`DockerRuntime::proxy_image_but`]).
     proxy_image: Arc<tokio::sync::Mutex<Option<String>>>,
     /// The polyphony binary the proxy image is made of; `None`: `proxy_image::proxy_binary`.
     proxy_binary: Option<std::path::PathBuf>,
@@ -169,23 +169,19 @@ impl DockerRuntime {
 
     /// The proxy image for this process's binary, built on first use (`proxy_image`).
     pub async fn proxy_image(&self) -> Result<String, RuntimeError> {
-        let mut cached = self.proxy_image.lock().await;
-        if let Some(tag) = cached.as_ref() {
-            return Ok(tag.clone());
-        }
-        let tag = self.ensure_proxy_image().await?;
-        *cached = Some(tag.clone());
-        Ok(tag)
+        self.proxy_image_but(None).await
     }
 
-    /// The proxy image once more, after a create found `gone` missing (removed while this
-    /// process ran): built again unless another attempt did so meanwhile.
-    async fn proxy_image_again(&self, gone: &str) -> Result<String, RuntimeError> {
+    /// The cached proxy image, unless it is `gone` (a create found it missing: removed
+    /// while this process ran), else built (again, unless another attempt did meanwhile).
+    async fn proxy_image_but(&self, gone: Option<&str>) -> Result<String, RuntimeError> {
         let mut cached = self.proxy_image.lock().await;
-        if let Some(tag) = cached.as_ref().filter(|t| t.as_str() != gone) {
+        if let Some(tag) = cached.as_ref().filter(|t| Some(t.as_str()) != gone) {
             return Ok(tag.clone());
         }
-        tracing::warn!(image = %gone, "the egress proxy image was removed while this process ran; building it again");
+        if let Some(gone) = gone {
+            tracing::warn!(image = %gone, "the egress proxy image was removed while this process ran; building it again");
+        }
         let tag = self.ensure_proxy_image().await?;
         *cached = Some(tag.clone());
         Ok(tag)
@@ -203,6 +199,7 @@ impl DockerRuntime {
     /// carrying its label (`proxy_image::PROXY_IMAGE_LABEL`), for `cleanup`.
     pub async fn proxy_images(&self) -> Result<Vec<super::proxy_image::ImageFact>, RuntimeError> {
         let (key, value) = super::proxy_image::PROXY_IMAGE_LABEL;
+        let prefix = format!("{}:", super::proxy_image::PROXY_IMAGE_REPO);
         let mut out: Vec<super::proxy_image::ImageFact> = Vec::new();
         for filters in [
             HashMap::from([(
@@ -227,7 +224,6 @@ impl DockerRuntime {
                 if out.iter().any(|o| o.id == image.id) {
                     continue;
                 }
-                let prefix = format!("{}:", super::proxy_image::PROXY_IMAGE_REPO);
                 out.push(super::proxy_image::ImageFact {
                     tags: image
                         .repo_tags
@@ -401,7 +397,7 @@ impl DockerRuntime {
             ),
         };
         let body = ContainerCreateBody {
-            image: Some(image),
+            image: Some(image.clone()),
             env,
             cmd,
             labels: Some(plan.labels.clone().into_iter().collect()),
@@ -436,19 +432,19 @@ impl DockerRuntime {
             .await;
         if matches!(&created, Err(e) if is_status(e, 409)) {
             self.remove(&plan.proxy_name).await?;
-            created = self
-                .docker
-                .create_container(Some(options), body.clone())
-                .await;
+            created = self.docker.create_container(Some(options), body).await;
         }
         match created {
             Ok(c) => Ok(c.id),
             // The image went away while this runtime ran (`docker image prune -a`, or
-            // `cleanup` of another home): typed, so `made_proxy` builds it again.
-            Err(e) if is_status(&e, 404) => Err(RuntimeError::ImageMissing {
-                image: body.image.unwrap_or_default(),
-                hint: e.to_string(),
-            }),
+            // `cleanup --images` of another binary): typed, so `made_proxy` builds it
+            // again. A 404 for anything else (its network) stays the engine's error.
+            Err(e) if is_status(&e, 404) && self.docker.inspect_image(&image).await.is_err() => {
+                Err(RuntimeError::ImageMissing {
+                    image,
+                    hint: e.to_string(),
+                })
+            }
             Err(e) => Err(engine("create egress proxy", e)),
         }
     }
@@ -462,7 +458,7 @@ impl DockerRuntime {
         let image = self.proxy_image().await?;
         let id = match self.create_proxy(plan, image, address).await {
             Err(RuntimeError::ImageMissing { image, .. }) => {
-                let image = self.proxy_image_again(&image).await?;
+                let image = self.proxy_image_but(Some(&image)).await?;
                 self.create_proxy(plan, image, address).await?
             }
             made => made?,

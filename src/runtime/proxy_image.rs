@@ -49,6 +49,18 @@ pub struct ImageFact {
     pub bytes: u64,
 }
 
+impl ImageFact {
+    /// Whether `tag` (`None`: no tag known) is one of this image's names.
+    pub fn is(&self, tag: Option<&str>) -> bool {
+        tag.is_some_and(|t| self.tags.iter().any(|own| own == t))
+    }
+}
+
+/// The proxy image tag of the binary this process runs (`proxy_binary`), if it can be read.
+pub fn current_tag() -> Option<String> {
+    proxy_binary().and_then(|b| image_tag(&b)).ok()
+}
+
 /// The image tag for `binary`: `polyphony-egress:<16 hex>`.
 pub fn image_tag(binary: &Path) -> Result<String, RuntimeError> {
     let id = match build_id(binary) {

@@ -230,7 +230,7 @@ pub fn plan_images(images: &[ImageFact], current: Option<&str>) -> (Vec<ImageRem
     let mut remove = Vec::new();
     let mut kept = Vec::new();
     for image in images {
-        if current.is_some_and(|c| image.tags.iter().any(|t| t == c)) {
+        if image.is(current) {
             kept.push(Kept {
                 what: format!("image {}", current.unwrap_or_default()),
                 why: "the egress proxy image of this binary".to_string(),

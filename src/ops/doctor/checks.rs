@@ -37,10 +37,7 @@ pub fn proxy_images_check(
     current: Option<&str>,
 ) -> Check {
     let name = "egress proxy images";
-    let others: Vec<_> = images
-        .iter()
-        .filter(|i| !current.is_some_and(|c| i.tags.iter().any(|t| t == c)))
-        .collect();
+    let others: Vec<_> = images.iter().filter(|i| !i.is(current)).collect();
     let bytes: u64 = others.iter().map(|i| i.bytes).sum();
     let ours = if images.len() > others.len() {
         "this binary's is built"

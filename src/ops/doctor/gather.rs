@@ -126,9 +126,7 @@ pub async fn run(home: &Path, lookup: &(dyn Fn(&str) -> Option<String> + Sync)) 
 
     if let Some(rt) = &runtime {
         if let Ok(images) = rt.proxy_images().await {
-            let current = crate::runtime::proxy_image::proxy_binary()
-                .and_then(|b| crate::runtime::proxy_image::image_tag(&b))
-                .ok();
+            let current = crate::runtime::proxy_image::current_tag();
             checks.push(proxy_images_check(&images, current.as_deref()));
         }
     }

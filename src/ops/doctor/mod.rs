@@ -127,6 +127,9 @@ pub fn passed(checks: &[Check]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::AgentType;
+    use crate::runtime::EngineVersion;
+    use std::path::Path;
 
     #[test]
     fn proxy_images_of_other_binaries_warn_from_three_with_the_cleanup_fix() {
@@ -165,9 +168,6 @@ mod tests {
             c.detail
         );
     }
-    use crate::domain::AgentType;
-    use crate::runtime::EngineVersion;
-    use std::path::Path;
 
     #[test]
     fn quota_checks() {
