@@ -20,6 +20,10 @@
 //! `generations`, `views` (listings), `kv`, `attempt_notes` (typed notes over `kv`); `rows`
 //! holds the column codecs they share and `schema` the migrations. This file keeps the type, opening and migrating.
 //!
+//! Text is stored with each NUL as U+FFFD on every backend (`sql::stored_text`):
+//! PostgreSQL refuses a NUL in text, and foreign text (an issue's title or body, an
+//! agent's output line) may hold one. JSON columns keep theirs (JSON escapes it).
+//!
 //! Must not: decide what happens next (that is the orchestrator), or store secret values
 //! (RunSpecs carry variable names only).
 

@@ -139,16 +139,32 @@ macro_rules! params {
 }
 pub(super) use params;
 
+/// A text parameter as every backend stores it: each NUL as U+FFFD. PostgreSQL refuses a
+/// NUL in text, and foreign text (an issue's title or body, an agent's output line, a
+/// check's output) may hold one; SQLite stores the same so the backends agree. A lookup by
+/// a key with a NUL is mapped alike, so it finds what was stored under that key.
+pub(super) fn stored_text(t: &str) -> std::borrow::Cow<'_, str> {
+    if t.contains('\0') {
+        std::borrow::Cow::Owned(t.replace('\0', "\u{fffd}"))
+    } else {
+        std::borrow::Cow::Borrowed(t)
+    }
+}
+
 impl rusqlite::ToSql for Value<'_> {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         use rusqlite::types::{ToSqlOutput, ValueRef};
-        Ok(ToSqlOutput::Borrowed(match *self {
-            Value::Null => ValueRef::Null,
-            Value::Int(i) => ValueRef::Integer(i),
-            Value::Real(f) => ValueRef::Real(f),
-            Value::Text(t) => ValueRef::Text(t.as_bytes()),
-            Value::Bool(b) => ValueRef::Integer(b as i64),
-        }))
+        use std::borrow::Cow;
+        Ok(match *self {
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Int(i) => ToSqlOutput::Borrowed(ValueRef::Integer(i)),
+            Value::Real(f) => ToSqlOutput::Borrowed(ValueRef::Real(f)),
+            Value::Text(t) => match stored_text(t) {
+                Cow::Borrowed(t) => ToSqlOutput::Borrowed(ValueRef::Text(t.as_bytes())),
+                Cow::Owned(t) => ToSqlOutput::Owned(rusqlite::types::Value::Text(t)),
+            },
+            Value::Bool(b) => ToSqlOutput::Borrowed(ValueRef::Integer(b as i64)),
+        })
     }
 }
 
@@ -178,7 +194,9 @@ impl postgres::types::ToSql for Value<'_> {
             (Value::Real(f), &Type::FLOAT8) => out.put_f64(f),
             (v, &Type::FLOAT8) => out.put_f64(int(&v)? as f64),
             (Value::Real(f), &Type::FLOAT4) => out.put_f32(f as f32),
-            (Value::Text(t), _) => out.put_slice(t.as_bytes()),
+            // Bytes keep theirs; only text cannot hold a NUL.
+            (Value::Text(t), &Type::BYTEA) => out.put_slice(t.as_bytes()),
+            (Value::Text(t), _) => out.put_slice(stored_text(t).as_bytes()),
             (Value::Int(i), &Type::TEXT | &Type::VARCHAR) => {
                 out.put_slice(i.to_string().as_bytes())
             }

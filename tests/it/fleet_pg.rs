@@ -585,6 +585,54 @@ async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
     assert!(recorded <= CEILING + 1e-9, "recorded ${recorded}");
 }
 
+/// An issue whose title and body hold NUL bytes (GitHub's JSON carries them as `\u0000`)
+/// lands from a PostgreSQL store like the issue beside it, the NULs stored as U+FFFD.
+/// Before, PostgreSQL refused the text (`invalid byte sequence for encoding "UTF8": 0x00`)
+/// and the issue never entered the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_issue_with_nul_bytes_lands_from_a_postgresql_store() {
+    let Some(pg) = database("nul_issue").await else {
+        return;
+    };
+    let Some(image) = image().await else { return };
+    let url = pg.handle.to_string();
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    let repo = "acme/nul";
+    fake.add_repo(repo, &origin.url(), "main");
+    let scenario = "polyphony-fake: succeed";
+    let nul = fake.add_issue(
+        repo,
+        NewIssue::new("Fix\0 add()")
+            .body(&format!("\0{}\0", body(scenario)))
+            .labels(&["agent-ready"]),
+    );
+    let plain = fake.add_issue(
+        repo,
+        NewIssue::new("Fix add() too")
+            .body(&body(scenario))
+            .labels(&["agent-ready"]),
+    );
+    let conf = Conf {
+        slots: 2,
+        max_cost: None,
+        ceiling: None,
+        repo: Some(repo),
+        shepherd: false,
+    };
+    let home = member(&image, "m1", &url, conf, Some(&fake));
+    let out = home.run(&["daemon", "--exit-when-idle"]).await;
+    assert!(out.status.success(), "daemon: {}", home.logs());
+    for n in [nul, plain] {
+        let v = home.task(&format!("{repo}#{n}")).await;
+        assert_eq!(v["task"]["state"], "LANDED", "#{n}: {v:#}\n{}", home.logs());
+    }
+    let v = home.task(&format!("{repo}#{nul}")).await;
+    assert_eq!(v["task"]["title"], "Fix\u{fffd} add()");
+    assert_eq!(fake.pulls(repo).len(), 2, "{:#?}", fake.pulls(repo));
+    assert!(home.containers().is_empty(), "containers left");
+}
+
 /// Issue 27, shared limits: claude's usage limit met by m1 (its quota row in the shared
 /// store) keeps m2 and m3 from starting claude at all: their tasks (pinned to them by
 /// path) go straight to the fallback, codex, with no claude attempt anywhere but m1's one.

@@ -150,6 +150,7 @@ contract!(
     daemons_with_different_caps_share_one_ceiling_at_the_reservations_they_recorded,
     a_shared_store_names_one_claimant_for_the_fleet,
     egress_events_are_stored_once_by_their_log_line,
+    a_nul_byte_in_foreign_text_is_stored_as_a_replacement_character,
 );
 
 fn insert_dedupes_and_round_trips(b: Backend) {
@@ -858,7 +859,7 @@ fn assert_summary_is_a_refresh(store: &polyphony::store::Store, id: &str) -> ser
 fn every_claim_keeps_the_summary_a_refresh_would_write(b: Backend) {
     use polyphony::domain::{AttemptStatus, QuotaWait, RunResult};
     use polyphony::store::{PullLook, PullRecord};
-    // No NUL: PostgreSQL's text refuses it (the SQLite one is `cli::status`'s test).
+    // No NUL: the store keeps none (see `a_nul_byte_in_foreign_text_is_stored_as_a_replacement_character`).
     const TRICKY: &str = "quote \" backslash \\ tab \t newline \n us \u{1f} del \u{7f} \
         é 🎻 \u{2028} </script>";
     let store = full(&b);
@@ -1695,4 +1696,52 @@ fn egress_events_are_stored_once_by_their_log_line(b: Backend) {
     // Retention takes them with the stream's events.
     assert!(store.delete_attempt_events("local-1", 1).unwrap() >= 6);
     assert!(store.egress_events("local-1", 1).unwrap().is_empty());
+}
+
+/// Foreign text with a NUL byte (an issue's title or body, a label, an agent's output line,
+/// a check's output) is stored on every backend, each NUL of a text column as U+FFFD:
+/// PostgreSQL refuses a NUL in text, and SQLite keeps no more than PostgreSQL can (the
+/// contract). Before, such a task or event failed to store on PostgreSQL.
+fn a_nul_byte_in_foreign_text_is_stored_as_a_replacement_character(b: Backend) {
+    use polyphony::domain::{AttemptStatus, CheckEvidence, RunResult};
+    let store = full(&b);
+    let mut t = task("local-1");
+    t.title = "Fix\0 add()".into();
+    t.body = "`add 2 3`\0 prints -1.\0".into();
+    t.labels = vec!["b\0ug".into()];
+    t.metadata.insert("k\0".into(), "v\0".into());
+    assert!(store.insert_task(&t).unwrap());
+    let got = store.get_task("local-1").unwrap().expect("stored");
+    assert_eq!(got.title, "Fix\u{fffd} add()");
+    assert_eq!(got.body, "`add 2 3`\u{fffd} prints -1.\u{fffd}");
+    // Labels and metadata are stored as JSON, which escapes a NUL itself: exact.
+    assert_eq!(got.labels, t.labels);
+    assert_eq!(got.metadata, t.metadata);
+    walk_to(&store, "local-1", Running);
+    store.start_attempt(&run_spec("local-1", 1), t0()).unwrap();
+    let event = message_event(0, "a line\0 with a NUL", serde_json::json!({"raw": "x\0y"}));
+    assert_eq!(store.append_events("local-1", 1, &[event]).unwrap(), 1);
+    let stored = store.events("local-1", 1, None, 10).unwrap();
+    assert_eq!(stored[0].summary, "a line\u{fffd} with a NUL");
+    // JSON escapes a NUL itself: the data round-trips exactly.
+    assert_eq!(stored[0].data["raw"], "x\0y");
+    let result = RunResult {
+        final_message: Some("done\0".into()),
+        reason: Some("ended\0".into()),
+        ..RunResult::new("local-1", 1, "claude", AttemptStatus::Failed)
+    };
+    let evidence = CheckEvidence {
+        name: "test".into(),
+        command: "sh test.sh".into(),
+        exit_code: Some(1),
+        duration_ms: 5,
+        passed: false,
+        output_tail: "FAIL\0".into(),
+    };
+    store.finish_attempt(&result, &[evidence], t0()).unwrap();
+    let record = store.attempt("local-1", 1).unwrap().unwrap();
+    assert_eq!(record.final_message.as_deref(), Some("done\u{fffd}"));
+    assert_eq!(record.reason.as_deref(), Some("ended\u{fffd}"));
+    // A lookup by a key with a NUL finds what was stored under it.
+    assert!(store.get_task("local-1\0").unwrap().is_none());
 }
