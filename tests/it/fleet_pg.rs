@@ -43,6 +43,19 @@ struct Conf<'a> {
     shepherd: bool,
 }
 
+impl<'a> Conf<'a> {
+    /// `slots` agents at a time, no cost cap or ceiling, no GitHub repository, no shepherd.
+    fn slots(slots: u32) -> Conf<'a> {
+        Conf {
+            slots,
+            max_cost: None,
+            ceiling: None,
+            repo: None,
+            shepherd: false,
+        }
+    }
+}
+
 /// One daemon's home on the shared store: machine id `machine`, its own workspaces and
 /// mirrors (under the home), a 10 s lease renewed every 2 s.
 fn member(
@@ -98,6 +111,23 @@ async fn database(test: &'static str) -> Option<crate::store_contract::Backend> 
     tokio::task::spawn_blocking(move || crate::store_contract::postgres(test))
         .await
         .expect("create the test database")
+}
+
+/// What each test here starts from: its database on the test server, the test image and
+/// the database's URL (`None`: SKIPPED, or a CI failure, without the server or Docker).
+async fn start(test: &'static str) -> Option<(crate::store_contract::Backend, String, String)> {
+    let pg = database(test).await?;
+    let image = image().await?;
+    let url = pg.handle.to_string();
+    Some((pg, image, url))
+}
+
+/// A fake GitHub serving `repo` (default branch `main`) from a fresh origin.
+async fn github(repo: &str) -> (FakeGithub, Origin) {
+    let fake = FakeGithub::start().await;
+    let origin = Origin::new();
+    fake.add_repo(repo, &origin.url(), "main");
+    (fake, origin)
 }
 
 /// Runs `sql` on the server; every column must be text (cast in the query).
@@ -281,16 +311,12 @@ fn markers(body: &str) -> Vec<String> {
 /// killed for good while it holds claims (its leases expire and m2/m3 take them over).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_once() {
-    let Some(pg) = database("fleet_thirty_tasks").await else {
+    let Some((_pg, image, url)) = start("fleet_thirty_tasks").await else {
         return;
     };
-    let Some(image) = image().await else { return };
     let started = Instant::now();
-    let url = pg.handle.to_string();
-    let fake = FakeGithub::start().await;
-    let gh_origin = Origin::new();
     let repo = "acme/fleet";
-    fake.add_repo(repo, &gh_origin.url(), "main");
+    let (fake, gh_origin) = github(repo).await;
     // Slow runs (4 s) beside quick ones, so kills meet running agents.
     let scenario = |i: usize| {
         if i.is_multiple_of(2) {
@@ -310,11 +336,8 @@ async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_
         })
         .collect();
     let conf = Conf {
-        slots: 3,
-        max_cost: None,
-        ceiling: None,
         repo: Some(repo),
-        shepherd: false,
+        ..Conf::slots(3)
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
@@ -511,19 +534,15 @@ async fn three_daemons_on_postgresql_drain_thirty_tasks_through_kill_9s_exactly_
 /// once, $0.25 against $0.15).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
-    let Some(pg) = database("fleet_ceiling").await else {
+    let Some((_pg, image, url)) = start("fleet_ceiling").await else {
         return;
     };
-    let Some(image) = image().await else { return };
     let started = Instant::now();
-    let url = pg.handle.to_string();
     const CEILING: f64 = 0.15;
     let conf = Conf {
-        slots: 2,
         max_cost: Some(0.05),
         ceiling: Some(CEILING),
-        repo: None,
-        shepherd: false,
+        ..Conf::slots(2)
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
@@ -591,15 +610,11 @@ async fn a_daily_ceiling_across_three_daemons_ends_within_one_attempt_of_it() {
 /// and the issue never entered the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_issue_with_nul_bytes_lands_from_a_postgresql_store() {
-    let Some(pg) = database("nul_issue").await else {
+    let Some((_pg, image, url)) = start("nul_issue").await else {
         return;
     };
-    let Some(image) = image().await else { return };
-    let url = pg.handle.to_string();
-    let fake = FakeGithub::start().await;
-    let origin = Origin::new();
     let repo = "acme/nul";
-    fake.add_repo(repo, &origin.url(), "main");
+    let (fake, _origin) = github(repo).await;
     let scenario = "polyphony-fake: succeed";
     let nul = fake.add_issue(
         repo,
@@ -614,11 +629,8 @@ async fn an_issue_with_nul_bytes_lands_from_a_postgresql_store() {
             .labels(&["agent-ready"]),
     );
     let conf = Conf {
-        slots: 2,
-        max_cost: None,
-        ceiling: None,
         repo: Some(repo),
-        shepherd: false,
+        ..Conf::slots(2)
     };
     let home = member(&image, "m1", &url, conf, Some(&fake));
     let out = home.run(&["daemon", "--exit-when-idle"]).await;
@@ -638,18 +650,10 @@ async fn an_issue_with_nul_bytes_lands_from_a_postgresql_store() {
 /// path) go straight to the fallback, codex, with no claude attempt anywhere but m1's one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_one_daemon_meets_stops_the_others_starting_that_agent() {
-    let Some(pg) = database("fleet_usage_limit").await else {
+    let Some((_pg, image, url)) = start("fleet_usage_limit").await else {
         return;
     };
-    let Some(image) = image().await else { return };
-    let url = pg.handle.to_string();
-    let conf = Conf {
-        slots: 1,
-        max_cost: None,
-        ceiling: None,
-        repo: None,
-        shepherd: false,
-    };
+    let conf = Conf::slots(1);
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
         .map(|m| member(&image, m, &url, conf, None))
@@ -751,15 +755,11 @@ async fn a_follow_up_whose_machine_dies_after_its_reply_posts_nothing_twice() {
 async fn follow_up_across_the_fleet(db: &'static str, kill: FollowUpKill) {
     const REVIEWER: &str = "alice";
     const DOC_LINE: &str = "# add A B: prints A + B";
-    let Some(pg) = database(db).await else {
+    let Some((pg, image, url)) = start(db).await else {
         return;
     };
-    let Some(image) = image().await else { return };
-    let url = pg.handle.to_string();
-    let fake = FakeGithub::start().await;
-    let origin = Origin::new();
     let repo = "acme/fleet-review";
-    fake.add_repo(repo, &origin.url(), "main");
+    let (fake, origin) = github(repo).await;
     fake.set_permission(repo, REVIEWER, "write");
     // No scenario line: the follow-up's scenario is the reviewer's (the first one wins).
     let issue = fake.add_issue(
@@ -771,11 +771,9 @@ async fn follow_up_across_the_fleet(db: &'static str, kill: FollowUpKill) {
             .labels(&["agent-ready"]),
     );
     let conf = Conf {
-        slots: 2,
-        max_cost: None,
-        ceiling: None,
         repo: Some(repo),
         shepherd: true,
+        ..Conf::slots(2)
     };
     let homes: Vec<Home> = ["m1", "m2", "m3"]
         .iter()
