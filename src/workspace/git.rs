@@ -265,6 +265,7 @@ impl Git<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        dies_with_the_daemon(&mut self.cmd);
         let mut child = self
             .cmd
             .spawn()
@@ -367,6 +368,24 @@ impl Git<'_> {
     }
 }
 
+/// Issue 24: git dies with the daemon. A `kill -9` of the daemon must not leave a git
+/// still writing a workspace, a check's checkout or the landing commit that the next start
+/// prepares again (the chaos test saw a check's checkout vanish under the resumed
+/// verification). The SIGKILL leaves git's lock files behind: `stale_locks` removes them
+/// where no live git can hold them. The signal follows the thread that spawned the child,
+/// which waits for it.
+fn dies_with_the_daemon(cmd: &mut Command) {
+    // SAFETY: prctl(2) only, between fork and exec; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 enum Spawn {
     Unavailable(std::io::Error),
     TimedOut,
@@ -378,19 +397,7 @@ fn run_with_deadline(cmd: &mut Command, limit: Duration) -> Result<Output, Spawn
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // Issue 24: git dies with the daemon. A `kill -9` of the daemon must not leave a git
-    // still writing a workspace or a check's checkout that the next start prepares again
-    // (the chaos test saw a check's checkout vanish under the resumed verification). The
-    // signal follows the thread that spawned the child, which waits for it below.
-    // SAFETY: prctl(2) only, between fork and exec; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    dies_with_the_daemon(cmd);
     let mut child = cmd.spawn().map_err(Spawn::Unavailable)?;
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {

@@ -66,6 +66,8 @@ impl WorkspaceManager {
         let lock = MirrorLock::open(&mirror)?;
         lock.exclusive()?;
         let result = if is_bare_repo(&mirror) {
+            // Under the exclusive lock: a lock file in the mirror is a dead run's.
+            super::stale_locks::clear(&mirror);
             if fetch_existing {
                 let fetched = fetch(&mirror, upstream, &askpass, token);
                 if fetched.is_ok() {

@@ -38,6 +38,7 @@ pub mod repo_read;
 mod seed;
 mod shared;
 mod snapshot;
+mod stale_locks;
 mod upstream;
 mod worktree;
 

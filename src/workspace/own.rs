@@ -30,6 +30,11 @@ pub(crate) struct OwnRepo {
 }
 
 impl OwnRepo {
+    /// The repository's git directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// `git --git-dir=<this repository> ...`, run inside it (no discovery of anything else).
     pub(crate) fn git<'a>(&self, op: &str) -> Git<'a> {
         let mut arg = std::ffi::OsString::from("--git-dir=");

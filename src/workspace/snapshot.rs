@@ -147,6 +147,9 @@ impl WorkspaceManager {
             });
         }
         let branch = format!("refs/heads/{}", ws.branch);
+        // The attempt's own repository: only this process writes it, so a lock file there
+        // is a dead run's (the daemon killed in an earlier try of this commit).
+        super::stale_locks::clear(repo.dir());
         let stream = CommitStream {
             branch: branch.clone(),
             author: author.clone(),
@@ -309,6 +312,7 @@ impl WorkspaceManager {
         std::fs::create_dir(dest).map_err(io_err("create check directory", dest))?;
         let index = dest.with_extension("index");
         let _ = std::fs::remove_file(&index);
+        super::stale_locks::clear_index(&index);
         let result = (|| {
             repo.git("read-tree")
                 .env("GIT_INDEX_FILE", &index)

@@ -1190,3 +1190,50 @@ fn the_check_checkout_and_the_commit_refuse_a_full_disk() {
         out.changed_paths
     );
 }
+
+/// The lock files a git killed with the daemon leaves (issue 24 makes git die with it, by
+/// SIGKILL, which leaves `<file>.lock` behind; so does a power loss) are a dead run's
+/// wherever no live git can hold them, and never fail or slow the next attempt: in the
+/// mirror under its exclusive lock (before, every later attempt fell back to a clone from
+/// upstream), in the check checkout's index (before, the resumed verification failed,
+/// counting a failure for a kill) and in the orchestrator's repository at the landing
+/// commit (before, the commit failed).
+#[test]
+fn lock_files_a_killed_git_left_never_fail_the_next_run() {
+    let fx = Fixture::new();
+    fx.prepare("locks", 1);
+    let mirror = fx.mirror();
+    for stale in ["refs/heads/main.lock", "packed-refs.lock", "shallow.lock"] {
+        write(&mirror.join(stale), "");
+    }
+    let new_sha = fx.upstream_commit("after-kill.txt");
+    let ws = fx.prepare("locks", 2);
+    assert!(ws.used_mirror, "{:?}", ws.mirror_note);
+    assert_eq!(ws.base_sha, new_sha);
+    assert_eq!(git(&mirror, &["rev-parse", "main"]), new_sha);
+    assert!(!mirror.join("refs/heads/main.lock").exists());
+
+    write(&ws.path.join("new.txt"), "x\n");
+    let own = own_repo_path(&ws);
+    write(&own.join(format!("refs/heads/{}.lock", ws.branch)), "");
+    let commit = || {
+        fx.mgr.commit_once(
+            &ws,
+            &author(),
+            "work",
+            polyphony::workspace::DEFAULT_MAX_CHANGED_FILES,
+        )
+    };
+    let sha = commit().expect("the commit after a kill").sha.unwrap();
+
+    let dest = ws.path.with_file_name("2.check-1");
+    // What a read-tree killed with the daemon left beside the checkout's index.
+    write(&dest.with_extension("index.lock"), "");
+    fx.mgr
+        .checkout(&ws, &sha, &dest, None)
+        .expect("the check's checkout after a kill");
+    assert_eq!(
+        std::fs::read_to_string(dest.join("new.txt")).unwrap(),
+        "x\n"
+    );
+}
