@@ -769,7 +769,7 @@ async fn two_daemons_handle_every_issue_exactly_once() {
     assert!(sb.success(), "daemon B: {}", db.log());
 
     let pulls = fake.pulls(&repo);
-    assert_eq!(pulls.len(), 5, "{pulls:#?}");
+    assert_eq!(pulls.len(), 6, "{pulls:#?}");
     let mut heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
     heads.sort();
     heads.dedup();
