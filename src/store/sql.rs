@@ -194,8 +194,6 @@ impl postgres::types::ToSql for Value<'_> {
             (Value::Real(f), &Type::FLOAT8) => out.put_f64(f),
             (v, &Type::FLOAT8) => out.put_f64(int(&v)? as f64),
             (Value::Real(f), &Type::FLOAT4) => out.put_f32(f as f32),
-            // Bytes keep theirs; only text cannot hold a NUL.
-            (Value::Text(t), &Type::BYTEA) => out.put_slice(t.as_bytes()),
             (Value::Text(t), _) => out.put_slice(stored_text(t).as_bytes()),
             (Value::Int(i), &Type::TEXT | &Type::VARCHAR) => {
                 out.put_slice(i.to_string().as_bytes())

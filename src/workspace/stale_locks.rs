@@ -49,8 +49,7 @@ pub(crate) fn clear_index(index: &Path) {
     let mut lock = index.as_os_str().to_owned();
     lock.push(".lock");
     let lock = Path::new(&lock);
-    if lock.symlink_metadata().is_ok_and(|m| m.is_file()) {
-        let _ = std::fs::remove_file(lock);
+    if lock.symlink_metadata().is_ok_and(|m| m.is_file()) && std::fs::remove_file(lock).is_ok() {
         tracing::info!(index = %index.display(), "removed an index lock a killed git left");
     }
 }

@@ -2334,6 +2334,7 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() -> Result<(), T
             }
         };
         kills += 1;
+        schedule.push(format!("{round}: {point:?}, {how}"));
         let states: Vec<String> = {
             // A daemon killed before its first open committed the schema leaves a home
             // with no queue or no tables yet (the next daemon makes them): nothing to
@@ -2353,7 +2354,6 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() -> Result<(), T
                 });
             let Some(db) = db else {
                 println!("chaos round {round}: point {point:?}, {how}; no queue yet");
-                schedule.push(format!("{round}: {point:?}, {how}"));
                 continue;
             };
             let mut stmt = db
@@ -2374,7 +2374,6 @@ async fn issue_19_chaos_kill_9_at_random_moments_loses_nothing() -> Result<(), T
             "chaos round {round}: point {point:?}, {how}; tasks {}",
             states.join(" ")
         );
-        schedule.push(format!("{round}: {point:?}, {how}"));
     }
 
     let checked = AssertUnwindSafe(chaos_outcome(&home, &fake, &repo, &issues, seed))

@@ -1742,6 +1742,6 @@ fn a_nul_byte_in_foreign_text_is_stored_as_a_replacement_character(b: Backend) {
     let record = store.attempt("local-1", 1).unwrap().unwrap();
     assert_eq!(record.final_message.as_deref(), Some("done\u{fffd}"));
     assert_eq!(record.reason.as_deref(), Some("ended\u{fffd}"));
-    // A lookup by a key with a NUL finds what was stored under it.
+    // A key with a NUL is mapped alike: `local-1\0` looks up `local-1\u{fffd}`, not `local-1`.
     assert!(store.get_task("local-1\0").unwrap().is_none());
 }
